@@ -1,0 +1,105 @@
+// dlock/client.hpp: a connection to one Redis node, shared by many threads.
+//   client_options  timeouts, reconnect backoff, credentials that override the URL's
+//   command         a command formatted once, on the caller's thread
+//   client          a cheap copyable handle to one pipelined connection
+// A client is thread-safe: any number of threads may send through one handle or its copies.
+// All I/O runs on one dlock I/O thread shared by every client of the process; completions are
+// delivered on the handler's associated executor (by default that I/O thread: do not block there).
+#pragma once
+
+#include <chrono>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "dlock/detail/async.hpp"
+#include "dlock/endpoint.hpp"
+#include "dlock/reply.hpp"
+
+namespace dlock {
+
+namespace detail {
+class connection;
+}
+
+struct client_options {
+  // Deadline for connect plus the AUTH/SELECT handshake.
+  std::chrono::milliseconds connect_timeout{1000};
+  // Default deadline for one request, from submission to reply.
+  std::chrono::milliseconds request_timeout{1000};
+  // After a failed connect, requests fail fast (node_unreachable) until this backoff has
+  // passed; it doubles per failure up to the maximum and resets on success.
+  std::chrono::milliseconds reconnect_backoff_min{50};
+  std::chrono::milliseconds reconnect_backoff_max{2000};
+  // Credentials that override the URL's, so a secret need not appear in a URL.
+  std::string user;
+  std::string password;
+};
+
+// One Redis command (or several, pipelined as one request), formatted at construction.
+class command {
+ public:
+  command(std::initializer_list<std::string_view> args);
+  explicit command(std::span<const std::string> args);
+  explicit command(std::span<const std::string_view> args);
+
+  // Appends another command; the request then completes with an array of all replies.
+  command& then(std::initializer_list<std::string_view> args);
+  command& then(std::span<const std::string> args);
+
+  const std::string& bytes() const noexcept { return bytes_; }
+  std::size_t size() const noexcept { return count_; }
+
+ private:
+  std::string bytes_;
+  std::size_t count_ = 0;
+};
+
+class client {
+ public:
+  // Parses the URL (see parse_endpoint) and prepares the connection; connects lazily, on the
+  // first request. Throws std::system_error (errc::invalid_argument) on a bad URL.
+  explicit client(std::string_view url, client_options options = {});
+  explicit client(endpoint where, client_options options = {});
+
+  const endpoint& where() const noexcept;
+  const client_options& options() const noexcept;
+  detail::io_executor get_executor() const noexcept;
+
+  // Sends a command and completes with its reply, or with an array of replies for a pipelined
+  // command. Signature void(std::error_code, reply). An error reply from the server completes
+  // with its errc (wrong_type, no_permission, ...) and the reply carries the server's text.
+  // timeout, connection_lost: the command may have run. node_unreachable: it was not sent.
+  template <class CompletionToken>
+  auto async_exec(command cmd, CompletionToken&& token) {
+    return detail::initiate<void(std::error_code, reply)>(
+        std::forward<CompletionToken>(token), get_executor(),
+        [this, cmd = std::move(cmd)](detail::unique_function<void(std::error_code, reply)> h) mutable {
+          start_exec(std::move(cmd), options().request_timeout, std::move(h));
+        });
+  }
+
+  // Blocking forms. The first sets ec; the second throws std::system_error.
+  reply exec(command cmd, std::error_code& ec);
+  reply exec(command cmd);
+
+  // The type-erased core; `timeout` bounds the whole request.
+  void start_exec(command cmd, std::chrono::milliseconds timeout,
+                  detail::unique_function<void(std::error_code, reply)> handler);
+
+  // Closes the connection; requests in flight complete with errc::cancelled. A later request
+  // reconnects.
+  void disconnect();
+
+ private:
+  std::shared_ptr<detail::connection> conn_;
+};
+
+// Maps an error reply's text ("WRONGTYPE ...", "NOPERM ...") to an errc.
+std::error_code error_from_reply(const reply& r) noexcept;
+
+}  // namespace dlock

@@ -1,0 +1,63 @@
+// dlock/detail/async.hpp: glue between completion tokens and dlock's type-erased async core.
+//   initiate<Sig>(token, io_executor, start)  runs start(unique_function<Sig>) and returns what
+//       the token asks for; the erased handler completes on the handler's associated executor
+//   wait<T>(start)  the sync facade: blocks the calling thread until start's handler ran
+// Not API.
+#pragma once
+
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/execution.hpp>
+#include <asio/io_context.hpp>
+#include <asio/prefer.hpp>
+
+#include <future>
+#include <system_error>
+#include <tuple>
+#include <utility>
+
+#include "dlock/detail/unique_function.hpp"
+#include "dlock/error.hpp"
+
+namespace dlock::detail {
+
+using io_executor = asio::io_context::executor_type;
+
+template <class Signature, class Token, class Start>
+auto initiate(Token&& token, io_executor io_ex, Start start) {
+  return asio::async_initiate<Token, Signature>(
+      [io_ex, start = std::move(start)](auto handler) mutable {
+        auto ex = asio::prefer(asio::get_associated_executor(handler, io_ex),
+                               asio::execution::outstanding_work.tracked);
+        start(unique_function<Signature>(
+            [h = std::move(handler), ex = std::move(ex)](auto&&... args) mutable {
+              asio::dispatch(ex, [h = std::move(h),
+                                  t = std::make_tuple(std::forward<decltype(args)>(args)...)]() mutable {
+                std::apply(std::move(h), std::move(t));
+              });
+            }));
+      },
+      token);
+}
+
+// True on the I/O thread of a dlock runtime, where a blocking call would deadlock.
+bool on_io_thread() noexcept;
+
+// Runs start(handler) and blocks until handler(ec, value) is called; returns value, sets ec.
+template <class T, class Start>
+T wait(std::error_code& ec, Start&& start) {
+  if (on_io_thread()) {
+    ec = errc::would_block_io_thread;
+    return T{};
+  }
+  std::promise<std::pair<std::error_code, T>> done;
+  auto result = done.get_future();
+  std::forward<Start>(start)(unique_function<void(std::error_code, T)>(
+      [&done](std::error_code e, T v) { done.set_value({e, std::move(v)}); }));
+  auto [e, v] = result.get();
+  ec = e;
+  return std::move(v);
+}
+
+}  // namespace dlock::detail

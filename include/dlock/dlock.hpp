@@ -1,0 +1,10 @@
+// dlock/dlock.hpp: everything of dlock's API in one include.
+#pragma once
+
+#include "dlock/client.hpp"
+#include "dlock/endpoint.hpp"
+#include "dlock/error.hpp"
+#include "dlock/lease.hpp"
+#include "dlock/mutex.hpp"
+#include "dlock/options.hpp"
+#include "dlock/reply.hpp"

@@ -1,0 +1,33 @@
+// dlock/endpoint.hpp: where a Redis node is and how to log in.
+//   endpoint        host/port or unix socket path, credentials, database
+//   parse_endpoint  reads `redis://[user:pass@]host:port[/db]` and `unix:///path.sock[?db=N]`
+// Plain values; thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <system_error>
+
+namespace dlock {
+
+struct endpoint {
+  std::string host;         // name or address; empty for a unix socket
+  unsigned short port = 6379;
+  std::string socket_path;  // set for unix:// endpoints
+  std::string user;         // ACL user; empty means AUTH with the password only
+  std::string password;     // empty means no AUTH
+  int db = 0;               // SELECTed after connecting when not 0
+
+  bool is_unix() const noexcept { return !socket_path.empty(); }
+  // "host:port" or the socket path; never contains the password.
+  std::string to_string() const;
+};
+
+// Parses a URL. Accepts redis:// (user and password percent-decoded, default port 6379, db 0)
+// and unix://. Fails with errc::invalid_argument for an unknown scheme, an empty host, a port
+// outside 1-65535, a db that is not a number in 0-65535, or trailing junk.
+endpoint parse_endpoint(std::string_view url, std::error_code& ec);
+// As above; throws std::system_error on failure.
+endpoint parse_endpoint(std::string_view url);
+
+}  // namespace dlock

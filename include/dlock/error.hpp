@@ -1,0 +1,68 @@
+// dlock/error.hpp: the library's one error model.
+//   errc             the conditions dlock reports, as std::error_code values
+//   category()       the std::error_category that names them
+//   make_error_code  so that `std::error_code ec = errc::timeout;` works
+// All functions are thread-safe.
+#pragma once
+
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace dlock {
+
+enum class errc {
+  not_acquired = 1,    // the lock or permit is held by another owner (votes against)
+  quorum_not_reached,  // too few nodes answered for a quorum: nodes down, hung or failing
+  lease_expired,       // the validity ran out before the operation completed (TTL too short)
+  lease_lost,          // the lease is gone on the server: expired, released or taken by another
+  not_held,            // release or extend of a lease this object does not hold
+  node_unreachable,    // could not connect to the node (refused, resolve failure, backoff)
+  timeout,             // no reply before the deadline; the command may or may not have run
+  connection_lost,     // the connection dropped with the request in flight; outcome unknown
+  protocol_error,      // the peer does not speak RESP (not a Redis server?) or sent junk
+  auth_failed,         // NOAUTH / WRONGPASS: the credentials were missing or refused
+  no_permission,       // NOPERM: the ACL user may not run a command or touch a key
+  wrong_type,          // WRONGTYPE: the key holds a value of another type
+  read_only,           // READONLY: the node is a replica
+  out_of_memory,       // OOM: the node refuses writes at maxmemory
+  script_error,        // a Lua script failed on the server
+  server_error,        // any other error reply from the server
+  invalid_argument,    // bad input, rejected before any I/O (key, TTL, URL, limit ...)
+  would_block_io_thread,  // a blocking call was made from dlock's own I/O thread
+  cancelled,           // the operation was cancelled (client shut down)
+};
+
+// The category of errc values; name() is "dlock".
+const std::error_category& category() noexcept;
+
+std::error_code make_error_code(errc e) noexcept;
+
+}  // namespace dlock
+
+template <>
+struct std::is_error_code_enum<dlock::errc> : std::true_type {};
+
+namespace dlock {
+
+// What one node said in a lock round, for callers who ask why an acquire failed (redsync's
+// ErrTaken{Nodes}): pass a node_results* to acquire() and friends.
+struct node_result {
+  enum class vote {
+    pending,  // no answer before the round was decided
+    granted,  // the node set our key
+    taken,    // another owner holds the key there
+    failed,   // error or timeout; `error` says which
+  };
+  std::string node;  // the endpoint, as endpoint::to_string() writes it
+  vote outcome = vote::pending;
+  std::error_code error;          // set when outcome == failed
+  std::string message;            // the server's error text or the local error's message
+  long long holder_ttl_ms = -1;   // the other owner's PTTL when outcome == taken
+};
+using node_results = std::vector<node_result>;
+
+// "granted", "taken", "failed: <message>" or "pending": for logs.
+std::string to_string(const node_result& r);
+
+}  // namespace dlock

@@ -1,0 +1,120 @@
+// dlock/mutex.hpp: a distributed mutex over one Redis node or N independent ones (Redlock).
+//   mutex  Lockable + TimedLockable facade (works with std::unique_lock, std::scoped_lock),
+//          lease-returning acquire(), and async_acquire() for any Asio completion token
+// One concept for both deployments: with one client it is the classic single-instance lock
+// (SET NX PX + compare-and-delete), with N it runs Redlock's quorum round over all N at once.
+// Thread-safety: a mutex object may be shared by threads of one process; like std::mutex it is
+// not reentrant (a second lock() from the holder's process waits for the first unlock()).
+//
+// |      | try_lock()               | unlock()                 | validity ends / lease lost  |
+// | Free | Held, or false if taken  | no-op                    | -                           |
+// | Held | false (not reentrant)    | Free (best effort)       | Lost: the lease's lost()    |
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dlock/client.hpp"
+#include "dlock/error.hpp"
+#include "dlock/lease.hpp"
+#include "dlock/options.hpp"
+
+namespace dlock {
+
+namespace detail {
+class lock_core;
+}
+
+class mutex {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  // Throws std::system_error(errc::invalid_argument), before any I/O, for: no nodes, an empty
+  // name, a key longer than max_key_bytes, a TTL outside 1 ms..max_ttl, a negative delay or
+  // timeout, a drift_factor outside 0..0.5. With N nodes the quorum is N/2 + 1; use N >= 3 odd.
+  mutex(client node, std::string name, lock_options options = {});
+  mutex(std::vector<client> nodes, std::string name, lock_options options = {});
+  ~mutex();  // releases a lease still held through lock()/try_lock*()
+
+  mutex(const mutex&) = delete;
+  mutex& operator=(const mutex&) = delete;
+
+  // --- Lease-returning API ------------------------------------------------------------------
+  // Makes 1 + retry_count rounds, sleeping retry_delay (jittered) between them. Blocks. On
+  // failure the lease is empty and ec says why: not_acquired (held by another), quorum_not_reached,
+  // lease_expired (the round took longer than the TTL allows), or a node error when every node
+  // failed the same way (wrong_type, auth_failed, ...). `nodes` gets the last round's votes.
+  lease acquire(std::error_code& ec, node_results* nodes = nullptr);
+  lease acquire();  // throws std::system_error on failure
+  // One round, no retry.
+  lease try_acquire(std::error_code& ec, node_results* nodes = nullptr);
+  // Rounds until acquired or `deadline` (a steady_clock time point) passes.
+  lease acquire_until(clock::time_point deadline, std::error_code& ec, node_results* nodes = nullptr);
+
+  // A lease for a token that another process obtained (`dlock acquire` prints it), so this one
+  // can extend or release it. Nothing is checked until then: with a wrong token, release()
+  // returns not_held and extend() lease_lost, and the real holder's key is untouched. The
+  // validity is unknown, so valid_until() starts at now.
+  lease adopt(std::string token, std::uint64_t fencing_token = 0);
+
+  // Asynchronous acquire(): signature void(std::error_code, lease).
+  template <class CompletionToken>
+  auto async_acquire(CompletionToken&& token) {
+    return detail::initiate<void(std::error_code, lease)>(
+        std::forward<CompletionToken>(token), executor(),
+        [this](detail::unique_function<void(std::error_code, lease)> h) {
+          start_acquire(clock::time_point::max(), attempts_for_acquire(), std::move(h));
+        });
+  }
+
+  // --- Lockable / TimedLockable ----------------------------------------------------------------
+  // lock() waits until acquired (retrying while held by another or while nodes are down) and
+  // throws std::system_error only for errors that retrying cannot cure (auth, ACL, wrong type,
+  // protocol). try_lock() is one round. The _for/_until forms retry until the deadline; deadlines
+  // of other clocks are converted to steady_clock once, on entry.
+  void lock();
+  [[nodiscard]] bool try_lock();
+  template <class Rep, class Period>
+  [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
+    return try_lock_until(clock::now() + std::chrono::ceil<clock::duration>(d));
+  }
+  template <class Clock, class Duration>
+  [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& tp) {
+    return lock_until(clock::now() + std::chrono::ceil<clock::duration>(tp - Clock::now()));
+  }
+  // Releases the lease taken by lock()/try_lock*(). Never throws; see last_error().
+  void unlock() noexcept;
+
+  // The lease held through the Lockable API, or nullptr. Valid until unlock().
+  const lease* current_lease() const noexcept;
+  // The error of the last Lockable call (try_lock's reason, unlock's failure), or none.
+  std::error_code last_error() const noexcept;
+  // The last Lockable round's per-node votes.
+  node_results last_results() const;
+
+  // The key in Redis: key_prefix + name.
+  const std::string& key() const noexcept;
+  std::size_t node_count() const noexcept;
+  detail::io_executor executor() const noexcept;
+
+  // The type-erased core of the async API: up to `attempts` rounds until `deadline`.
+  void start_acquire(clock::time_point deadline, int attempts,
+                     detail::unique_function<void(std::error_code, lease)> handler,
+                     node_results* nodes = nullptr);
+
+ private:
+  bool lock_until(clock::time_point deadline);
+  int attempts_for_acquire() const noexcept;
+  void remember(lease l, std::error_code ec, node_results results) noexcept;
+
+  std::shared_ptr<detail::lock_core> core_;
+  mutable std::mutex state_mutex_;
+  lease current_;
+  std::error_code last_error_;
+  node_results last_results_;
+};
+
+}  // namespace dlock

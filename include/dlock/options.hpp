@@ -1,0 +1,33 @@
+// dlock/options.hpp: the knobs of a lock, as an aggregate for designated initializers:
+//   dlock::mutex lock{nodes, "orders:42", {.ttl = 10s, .retry_delay = 50ms}};
+// Plain values; thread-safe.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+namespace dlock {
+
+struct lock_options {
+  // How long the servers keep the lock if its holder vanishes. Valid: 1 ms to 30 days.
+  std::chrono::milliseconds ttl{10'000};
+  // Between two attempts the locker sleeps a random time in [retry_delay/2, retry_delay],
+  // so that contending lockers do not retry in lock-step.
+  std::chrono::milliseconds retry_delay{50};
+  // acquire() makes 1 + retry_count attempts. try_lock_for/until retry until their deadline;
+  // lock() until it succeeds.
+  int retry_count = 3;
+  // Deadline for each node's answer in a round; a hung node is skipped after it. 0 picks
+  // min(ttl / 10, the client's request_timeout).
+  std::chrono::milliseconds node_timeout{0};
+  // Clock drift allowance: drift = ttl * drift_factor + 2 ms. Valid: 0 to 0.5.
+  double drift_factor = 0.01;
+  // Prepended to the lock's name to form the key.
+  std::string key_prefix;
+};
+
+// Limits checked before any I/O.
+inline constexpr std::size_t max_key_bytes = 1024;
+inline constexpr std::chrono::milliseconds max_ttl{30LL * 24 * 3600 * 1000};
+
+}  // namespace dlock

@@ -1,0 +1,48 @@
+// dlock/reply.hpp: a decoded RESP2 reply.
+//   reply  nil, integer, simple string (status), bulk string, error or array of replies
+// A reply is a plain value: copy it, move it, read it from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dlock {
+
+class reply {
+ public:
+  enum class kind { nil, integer, string, status, error, array };
+
+  reply() = default;
+  static reply make_nil() { return {}; }
+  static reply make_integer(std::int64_t v);
+  static reply make_string(kind k, std::string_view text);  // string, status or error
+  static reply make_array(std::vector<reply> elements);
+
+  kind type() const noexcept { return kind_; }
+  bool is_nil() const noexcept { return kind_ == kind::nil; }
+  bool is_integer() const noexcept { return kind_ == kind::integer; }
+  bool is_error() const noexcept { return kind_ == kind::error; }
+  bool is_array() const noexcept { return kind_ == kind::array; }
+  // Bulk and simple strings both count as strings.
+  bool is_string() const noexcept { return kind_ == kind::string || kind_ == kind::status; }
+
+  // The integer of an integer reply; 0 for other kinds.
+  std::int64_t integer() const noexcept { return integer_; }
+  // The text of a string, status or error reply; empty for other kinds.
+  const std::string& str() const noexcept { return text_; }
+  // The elements of an array reply; empty for other kinds.
+  const std::vector<reply>& elements() const noexcept { return elements_; }
+
+  // A short human-readable rendering, for logs and error messages.
+  std::string to_string() const;
+
+ private:
+  kind kind_ = kind::nil;
+  std::int64_t integer_ = 0;
+  std::string text_;
+  std::vector<reply> elements_;
+};
+
+}  // namespace dlock

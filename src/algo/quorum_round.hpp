@@ -1,0 +1,75 @@
+// algo/quorum_round.hpp: the arithmetic of one Redlock round, without sockets or clocks.
+//   quorum_round  collects each node's vote, says when the round is decided (a quorum granted,
+//                 or a quorum became impossible), and judges it: validity, fence, error
+//   drift_allowance, plan_fence  the formulas, exposed for the unit tests
+// Not thread-safe: one round is driven by one thread (dlock's I/O thread).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <system_error>
+#include <vector>
+
+#include "dlock/error.hpp"
+
+namespace dlock::detail {
+
+using std::chrono::milliseconds;
+using steady = std::chrono::steady_clock;
+
+// drift = ttl * factor + 2 ms: 1 ms for Redis's expiry precision plus 1 ms of minimum drift,
+// which dominates for small TTLs.
+steady::duration drift_allowance(milliseconds ttl, double drift_factor);
+
+class quorum_round {
+ public:
+  quorum_round(std::size_t nodes, steady::time_point start, milliseconds ttl, double drift_factor);
+
+  std::size_t size() const noexcept { return votes_.size(); }
+  std::size_t quorum() const noexcept { return votes_.size() / 2 + 1; }
+
+  // Votes; each node's first vote counts, later ones are ignored.
+  void granted(std::size_t node, std::int64_t fence);
+  void taken(std::size_t node, long long holder_ttl_ms);
+  void failed(std::size_t node, std::error_code ec, std::string message);
+
+  std::size_t granted_count() const noexcept { return granted_; }
+  // Decided as soon as a quorum granted or can no longer grant; stragglers are not awaited.
+  bool decided() const noexcept;
+  bool quorum_granted() const noexcept { return granted_ >= quorum(); }
+
+  // The failure of an undecidable or lost round: not_acquired when the votes of other owners
+  // alone make a quorum impossible; the shared error when every node failed alike; else
+  // quorum_not_reached.
+  std::error_code failure() const;
+  // When the lock may be used until: start + ttl - drift. The round succeeds iff a quorum
+  // granted and this is after the moment of decision.
+  steady::time_point valid_until() const noexcept;
+
+  std::int64_t fence_of(std::size_t node) const { return fences_[node]; }
+  const node_results& votes() const noexcept { return votes_; }
+  node_results& votes() noexcept { return votes_; }
+
+ private:
+  bool first_vote(std::size_t node) const;
+
+  steady::time_point start_;
+  milliseconds ttl_;
+  double drift_factor_;
+  node_results votes_;
+  std::vector<std::int64_t> fences_;
+  std::size_t granted_ = 0, taken_ = 0, failed_ = 0;
+};
+
+// Redlock's fencing token: the maximum counter among granting nodes, which must be known to
+// hold at least that value on a quorum of the granting nodes before the lock is reported
+// (docs/guarantees.md has the proof sketch). plan_fence says which granting nodes already
+// hold it and which must be raised.
+struct fence_plan {
+  std::int64_t fence = 0;
+  std::size_t already_at_fence = 0;
+  std::vector<std::size_t> to_raise;
+};
+fence_plan plan_fence(const quorum_round& round);
+
+}  // namespace dlock::detail

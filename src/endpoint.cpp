@@ -1,0 +1,127 @@
+#include "dlock/endpoint.hpp"
+
+#include <charconv>
+
+#include "dlock/error.hpp"
+
+namespace dlock {
+namespace {
+
+bool parse_number(std::string_view text, int max, int& out) {
+  if (text.empty()) return false;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc{} && end == text.data() + text.size() && out >= 0 && out <= max;
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+bool percent_decode(std::string_view in, std::string& out) {
+  out.clear();
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out += in[i];
+      continue;
+    }
+    if (i + 2 >= in.size()) return false;
+    int hi = hex_value(in[i + 1]), lo = hex_value(in[i + 2]);
+    if (hi < 0 || lo < 0) return false;
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return true;
+}
+
+// "?db=N" on unix URLs.
+bool parse_query(std::string_view query, endpoint& ep) {
+  if (query.empty()) return true;
+  if (query.substr(0, 3) != "db=") return false;
+  return parse_number(query.substr(3), 65535, ep.db);
+}
+
+}  // namespace
+
+std::string endpoint::to_string() const {
+  if (is_unix()) return "unix://" + socket_path;
+  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+endpoint parse_endpoint(std::string_view url, std::error_code& ec) {
+  ec = errc::invalid_argument;
+  endpoint ep;
+  constexpr std::string_view redis_scheme = "redis://", unix_scheme = "unix://";
+
+  if (url.substr(0, unix_scheme.size()) == unix_scheme) {
+    auto rest = url.substr(unix_scheme.size());
+    auto q = rest.find('?');
+    ep.socket_path = std::string(rest.substr(0, q));
+    if (ep.socket_path.empty() || ep.socket_path[0] != '/') return {};
+    if (q != std::string_view::npos && !parse_query(rest.substr(q + 1), ep)) return {};
+    ec.clear();
+    return ep;
+  }
+  if (url.substr(0, redis_scheme.size()) != redis_scheme) return {};
+  auto rest = url.substr(redis_scheme.size());
+
+  // [user[:password]@]
+  if (auto at = rest.rfind('@'); at != std::string_view::npos) {
+    auto userinfo = rest.substr(0, at);
+    rest = rest.substr(at + 1);
+    auto colon = userinfo.find(':');
+    if (colon == std::string_view::npos) {
+      // redis://secret@host is the common "password only" form.
+      if (!percent_decode(userinfo, ep.password)) return {};
+    } else {
+      if (!percent_decode(userinfo.substr(0, colon), ep.user)) return {};
+      if (!percent_decode(userinfo.substr(colon + 1), ep.password)) return {};
+    }
+  }
+  // host[:port][/db]
+  std::string_view hostport = rest, path;
+  if (auto slash = rest.find('/'); slash != std::string_view::npos) {
+    hostport = rest.substr(0, slash);
+    path = rest.substr(slash + 1);
+  }
+  std::string_view port_text;
+  if (!hostport.empty() && hostport[0] == '[') {  // [::1]:6379
+    auto close = hostport.find(']');
+    if (close == std::string_view::npos) return {};
+    ep.host = std::string(hostport.substr(1, close - 1));
+    auto after = hostport.substr(close + 1);
+    if (!after.empty()) {
+      if (after[0] != ':') return {};
+      port_text = after.substr(1);
+      if (port_text.empty()) return {};
+    }
+  } else {
+    auto colon = hostport.find(':');
+    ep.host = std::string(hostport.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      port_text = hostport.substr(colon + 1);
+      if (port_text.empty()) return {};
+    }
+  }
+  if (ep.host.empty()) return {};
+  if (!port_text.empty()) {
+    int port = 0;
+    if (!parse_number(port_text, 65535, port) || port == 0) return {};
+    ep.port = static_cast<unsigned short>(port);
+  }
+  if (!path.empty() && !parse_number(path, 65535, ep.db)) return {};
+  ec.clear();
+  return ep;
+}
+
+endpoint parse_endpoint(std::string_view url) {
+  std::error_code ec;
+  auto ep = parse_endpoint(url, ec);
+  if (ec) throw std::system_error(ec, "bad Redis URL (want redis://[user:pass@]host:port[/db] or unix:///path)");
+  return ep;
+}
+
+}  // namespace dlock

@@ -1,0 +1,44 @@
+#include "dlock/error.hpp"
+
+namespace dlock {
+namespace {
+
+class dlock_category final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "dlock"; }
+  std::string message(int ev) const override {
+    switch (static_cast<errc>(ev)) {
+      case errc::not_acquired: return "held by another owner";
+      case errc::quorum_not_reached: return "no quorum: too few nodes answered";
+      case errc::lease_expired: return "validity ran out before the operation completed";
+      case errc::lease_lost: return "lease lost: the lock is no longer ours on the server";
+      case errc::not_held: return "not held";
+      case errc::node_unreachable: return "node unreachable";
+      case errc::timeout: return "timed out waiting for the server";
+      case errc::connection_lost: return "connection lost with the request in flight";
+      case errc::protocol_error: return "protocol error: the peer does not speak RESP";
+      case errc::auth_failed: return "authentication failed";
+      case errc::no_permission: return "no permission (ACL)";
+      case errc::wrong_type: return "the key holds a value of another type";
+      case errc::read_only: return "the node is a read-only replica";
+      case errc::out_of_memory: return "the node is out of memory";
+      case errc::script_error: return "Lua script error";
+      case errc::server_error: return "server error";
+      case errc::invalid_argument: return "invalid argument";
+      case errc::would_block_io_thread: return "blocking call on dlock's I/O thread";
+      case errc::cancelled: return "cancelled";
+    }
+    return "unknown dlock error";
+  }
+};
+
+}  // namespace
+
+const std::error_category& category() noexcept {
+  static const dlock_category instance;
+  return instance;
+}
+
+std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), category()}; }
+
+}  // namespace dlock

@@ -1,0 +1,96 @@
+#include "dlock/lease.hpp"
+
+#include "lock_core.hpp"
+
+namespace dlock {
+
+lease::lease(std::shared_ptr<detail::lock_core> core,
+             std::shared_ptr<detail::lease_state> state) noexcept
+    : core_(std::move(core)), state_(std::move(state)) {}
+
+lease& lease::operator=(lease&& other) noexcept {
+  if (this != &other) {
+    (void)release();
+    core_ = std::move(other.core_);
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+lease::~lease() {
+  if (!state_ || state_->released.load()) return;
+  if (detail::on_io_thread()) {
+    // A blocking wait here would deadlock the thread that must deliver the reply.
+    core_->start_release(state_, [](std::error_code) {});
+    return;
+  }
+  (void)release();
+}
+
+lease::operator bool() const noexcept { return state_ && !state_->released.load(); }
+
+const std::string& lease::key() const noexcept {
+  static const std::string none;
+  return core_ ? core_->key() : none;
+}
+
+const std::string& lease::value() const noexcept {
+  static const std::string none;
+  return state_ ? state_->token : none;
+}
+
+std::uint64_t lease::fencing_token() const noexcept { return state_ ? state_->fence : 0; }
+
+std::chrono::steady_clock::time_point lease::valid_until() const noexcept {
+  return state_ ? state_->deadline() : std::chrono::steady_clock::time_point{};
+}
+
+std::chrono::milliseconds lease::remaining() const noexcept {
+  auto left = valid_until() - std::chrono::steady_clock::now();
+  if (left <= std::chrono::steady_clock::duration::zero()) return std::chrono::milliseconds::zero();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(left);
+}
+
+std::stop_token lease::lost() const noexcept {
+  return state_ ? state_->lost.get_token() : std::stop_token{};
+}
+
+std::error_code lease::extend() noexcept {
+  if (!state_) return errc::not_held;
+  return extend(core_->options().ttl);
+}
+
+std::error_code lease::extend(std::chrono::milliseconds ttl) noexcept {
+  if (!state_) return errc::not_held;
+  std::error_code ec;
+  detail::wait<int>(ec, [&](auto handler) {
+    core_->start_extend(state_, ttl, [h = std::move(handler)](std::error_code e) mutable {
+      h(e, 0);
+    });
+  });
+  return ec;
+}
+
+std::error_code lease::release() noexcept {
+  if (!state_) return {};
+  std::error_code ec;
+  detail::wait<int>(ec, [&](auto handler) {
+    core_->start_release(state_, [h = std::move(handler)](std::error_code e) mutable {
+      h(e, 0);
+    });
+  });
+  state_.reset();
+  core_.reset();
+  return ec;
+}
+
+std::string lease::detach() noexcept {
+  if (!state_) return {};
+  state_->released.store(true);
+  std::string token = state_->token;
+  state_.reset();
+  core_.reset();
+  return token;
+}
+
+}  // namespace dlock

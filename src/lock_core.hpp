@@ -1,0 +1,92 @@
+// lock_core.hpp: the shared engine behind dlock::mutex and its leases. Private.
+//   lease_state  what a lease knows: owner token, fence, validity, loss signal
+//   lock_core    rounds over N nodes: acquire (with Redlock's fencing step), release, extend,
+//                and the retry loop; everything runs on the I/O thread
+// Leases keep the core alive, so a lease may outlive the mutex that made it.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "algo/quorum_round.hpp"
+#include "dlock/lease.hpp"
+#include "dlock/mutex.hpp"
+#include "script.hpp"
+
+namespace dlock::detail {
+
+struct lease_state {
+  std::string token;
+  std::uint64_t fence = 0;
+  std::atomic<steady::rep> valid_until{0};  // steady_clock ticks since its epoch
+  std::stop_source lost;
+  std::atomic<bool> released{false};
+  bool validity_known = true;  // false for adopted tokens: extend cannot judge a gap
+
+  steady::time_point deadline() const noexcept {
+    return steady::time_point(steady::duration(valid_until.load(std::memory_order_acquire)));
+  }
+  void set_deadline(steady::time_point t) noexcept {
+    valid_until.store(t.time_since_epoch().count(), std::memory_order_release);
+  }
+};
+
+// Errors that another round may cure (contention, nodes down or slow) versus those it cannot
+// (credentials, ACLs, wrong key type, a peer that is not Redis).
+bool is_retryable(std::error_code ec) noexcept;
+
+class lock_core : public std::enable_shared_from_this<lock_core> {
+ public:
+  using acquire_handler = unique_function<void(std::error_code, lease)>;
+  using done_handler = unique_function<void(std::error_code)>;
+
+  lock_core(std::vector<client> nodes, std::string key, lock_options options);
+
+  const std::string& key() const noexcept { return key_; }
+  std::size_t size() const noexcept { return nodes_.size(); }
+  const lock_options& options() const noexcept { return options_; }
+  io_executor executor() const noexcept { return nodes_.front().get_executor(); }
+
+  // Up to `attempts` rounds until `deadline`, one owner token for all of them (so a late SET
+  // of an earlier round counts as ours, not as a rival). `out`, if set, gets the last round's
+  // votes before the handler runs.
+  void start_acquire(steady::time_point deadline, int attempts, acquire_handler handler,
+                     node_results* out);
+  // Compare-and-delete on every node. not_held when no node had the key.
+  void start_release(const std::shared_ptr<lease_state>& state, done_handler handler);
+  // Compare-and-pexpire on every node; needs a quorum within the lease's validity.
+  void start_extend(const std::shared_ptr<lease_state>& state, std::chrono::milliseconds ttl,
+                    done_handler handler);
+  lease adopt(std::string token, std::uint64_t fence);
+
+ private:
+  struct round_op;
+  struct acquire_op;
+  using round_handler = unique_function<void(std::error_code, std::shared_ptr<round_op>)>;
+
+  void start_round(std::string token, round_handler handler);
+  void decide(const std::shared_ptr<round_op>& op);
+  void raise_fence(const std::shared_ptr<round_op>& op, const fence_plan& plan);
+  void finish_round(const std::shared_ptr<round_op>& op, std::error_code ec);
+  void attempt(const std::shared_ptr<acquire_op>& op);
+  // Runs release.lua on every node; reports how many deleted our key and the first error.
+  void release_everywhere(const std::string& token,
+                          unique_function<void(std::size_t released, std::error_code)> handler);
+  lease make_lease(std::shared_ptr<lease_state> state);
+
+  std::vector<client> nodes_;
+  std::string key_;
+  std::string fence_key_;
+  lock_options options_;
+  std::chrono::milliseconds node_timeout_;
+};
+
+// The fencing counter's key: in the lock key's hash slot, so one script may touch both (and
+// Redis Cluster would accept it). A key without a {tag} hashes whole, so "{key}:fence" lands in
+// the same slot; a key with a tag keeps it when a suffix is appended.
+std::string fence_key_for(const std::string& key);
+
+}  // namespace dlock::detail

@@ -1,0 +1,160 @@
+#include "dlock/mutex.hpp"
+
+#include <climits>
+
+#include "lock_core.hpp"
+
+namespace dlock {
+namespace {
+
+void check_arguments(const std::vector<client>& nodes, const std::string& key,
+                     const lock_options& o) {
+  auto reject = [](const char* what) {
+    throw std::system_error(make_error_code(errc::invalid_argument), what);
+  };
+  if (nodes.empty()) reject("a lock needs at least one node");
+  if (key.empty()) reject("the lock name is empty");
+  if (key.size() > max_key_bytes) reject("the lock key is longer than dlock::max_key_bytes");
+  if (o.ttl < std::chrono::milliseconds(1) || o.ttl > max_ttl) reject("TTL must be 1 ms to 30 days");
+  if (o.retry_delay.count() < 0) reject("retry_delay is negative");
+  if (o.retry_count < 0) reject("retry_count is negative");
+  if (o.node_timeout.count() < 0) reject("node_timeout is negative");
+  if (!(o.drift_factor >= 0.0 && o.drift_factor <= 0.5)) reject("drift_factor must be 0 to 0.5");
+}
+
+}  // namespace
+
+mutex::mutex(client node, std::string name, lock_options options)
+    : mutex(std::vector<client>{std::move(node)}, std::move(name), std::move(options)) {}
+
+mutex::mutex(std::vector<client> nodes, std::string name, lock_options options) {
+  std::string key = options.key_prefix + name;
+  if (name.empty()) key.clear();
+  check_arguments(nodes, key, options);
+  core_ = std::make_shared<detail::lock_core>(std::move(nodes), std::move(key), std::move(options));
+}
+
+mutex::~mutex() = default;  // current_'s destructor releases
+
+int mutex::attempts_for_acquire() const noexcept { return core_->options().retry_count + 1; }
+
+void mutex::start_acquire(clock::time_point deadline, int attempts,
+                          detail::unique_function<void(std::error_code, lease)> handler,
+                          node_results* nodes) {
+  core_->start_acquire(deadline, attempts, std::move(handler), nodes);
+}
+
+lease mutex::acquire_until(clock::time_point deadline, std::error_code& ec, node_results* nodes) {
+  return detail::wait<lease>(ec, [&](auto handler) {
+    start_acquire(deadline, INT_MAX, std::move(handler), nodes);
+  });
+}
+
+lease mutex::acquire(std::error_code& ec, node_results* nodes) {
+  return detail::wait<lease>(ec, [&](auto handler) {
+    start_acquire(clock::time_point::max(), attempts_for_acquire(), std::move(handler), nodes);
+  });
+}
+
+lease mutex::try_acquire(std::error_code& ec, node_results* nodes) {
+  return detail::wait<lease>(ec, [&](auto handler) {
+    start_acquire(clock::time_point::max(), 1, std::move(handler), nodes);
+  });
+}
+
+lease mutex::acquire() {
+  std::error_code ec;
+  node_results nodes;
+  lease l = acquire(ec, &nodes);
+  if (ec) {
+    std::string what = "dlock: cannot lock " + key();
+    for (const auto& n : nodes) what += "; " + n.node + ": " + to_string(n);
+    throw std::system_error(ec, what);
+  }
+  return l;
+}
+
+lease mutex::adopt(std::string token, std::uint64_t fencing_token) {
+  if (token.empty() || token.size() > max_key_bytes) {
+    throw std::system_error(make_error_code(errc::invalid_argument), "bad owner token");
+  }
+  return core_->adopt(std::move(token), fencing_token);
+}
+
+void mutex::remember(lease l, std::error_code ec, node_results results) noexcept {
+  std::lock_guard guard(state_mutex_);
+  if (l) current_ = std::move(l);
+  last_error_ = ec;
+  last_results_ = std::move(results);
+}
+
+bool mutex::lock_until(clock::time_point deadline) {
+  std::error_code ec;
+  node_results results;
+  lease l = acquire_until(deadline, ec, &results);
+  bool ok = static_cast<bool>(l);
+  remember(std::move(l), ec, std::move(results));
+  if (!ok && !detail::is_retryable(ec) && ec != errc::not_acquired) {
+    // A deadline can only end a wait; credentials, ACLs or a wrong key type will not heal.
+    throw std::system_error(ec, "dlock: cannot lock " + key());
+  }
+  return ok;
+}
+
+void mutex::lock() {
+  if (!lock_until(clock::time_point::max())) {
+    throw std::system_error(last_error(), "dlock: cannot lock " + key());
+  }
+}
+
+bool mutex::try_lock() {
+  std::error_code ec;
+  node_results results;
+  lease l = try_acquire(ec, &results);
+  bool ok = static_cast<bool>(l);
+  remember(std::move(l), ec, std::move(results));
+  return ok;
+}
+
+void mutex::unlock() noexcept {
+  lease held;
+  {
+    std::lock_guard guard(state_mutex_);
+    held = std::move(current_);
+  }
+  std::error_code ec = held.release();
+  std::lock_guard guard(state_mutex_);
+  last_error_ = ec;
+}
+
+const lease* mutex::current_lease() const noexcept {
+  std::lock_guard guard(state_mutex_);
+  return current_ ? &current_ : nullptr;
+}
+
+std::error_code mutex::last_error() const noexcept {
+  std::lock_guard guard(state_mutex_);
+  return last_error_;
+}
+
+node_results mutex::last_results() const {
+  std::lock_guard guard(state_mutex_);
+  return last_results_;
+}
+
+const std::string& mutex::key() const noexcept { return core_->key(); }
+std::size_t mutex::node_count() const noexcept { return core_->size(); }
+detail::io_executor mutex::executor() const noexcept { return core_->executor(); }
+
+std::string to_string(const node_result& r) {
+  switch (r.outcome) {
+    case node_result::vote::granted: return "granted";
+    case node_result::vote::taken:
+      return "taken (holder's TTL " + std::to_string(r.holder_ttl_ms) + " ms)";
+    case node_result::vote::failed: return "failed: " + r.message;
+    case node_result::vote::pending: return "pending";
+  }
+  return {};
+}
+
+}  // namespace dlock

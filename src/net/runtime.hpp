@@ -1,0 +1,29 @@
+// net/runtime.hpp: the I/O thread that runs every connection and timer of dlock. Private.
+#pragma once
+
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+
+#include <thread>
+
+namespace dlock::detail {
+
+// One io_context run by one thread. Connections keep their state on it without locks, since
+// only that thread touches it.
+class runtime {
+ public:
+  asio::io_context::executor_type executor() noexcept { return io_.get_executor(); }
+
+  // The process-wide runtime, started on first use. It is never destroyed: the last reference
+  // to a connection or lease is often dropped by a handler on the I/O thread itself, which could
+  // neither join nor destroy the io_context it is running in. Its thread idles in epoll at exit.
+  static runtime& shared();
+
+ private:
+  runtime();
+  asio::io_context io_{1};
+  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  std::thread thread_;
+};
+
+}  // namespace dlock::detail

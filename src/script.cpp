@@ -1,0 +1,53 @@
+#include "script.hpp"
+
+#include <string>
+#include <vector>
+
+namespace dlock::detail {
+namespace {
+
+command script_command(std::string_view verb, std::string_view body_or_sha,
+                       std::initializer_list<std::string_view> keys,
+                       std::initializer_list<std::string_view> args) {
+  std::string nkeys = std::to_string(keys.size());
+  std::vector<std::string_view> argv;
+  argv.reserve(3 + keys.size() + args.size());
+  argv.push_back(verb);
+  argv.push_back(body_or_sha);
+  argv.push_back(nkeys);
+  argv.insert(argv.end(), keys.begin(), keys.end());
+  argv.insert(argv.end(), args.begin(), args.end());
+  return command(std::span<const std::string_view>(argv));
+}
+
+bool is_noscript(const reply& r) {
+  return r.is_error() && r.str().compare(0, 8, "NOSCRIPT") == 0;
+}
+
+}  // namespace
+
+void run_script(client& node, const script& s, std::initializer_list<std::string_view> keys,
+                std::initializer_list<std::string_view> args, std::chrono::milliseconds timeout,
+                unique_function<void(std::error_code, reply)> handler) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  // The caller's views die with this call, so the rare EVAL fallback needs copies.
+  std::vector<std::string> saved_keys(keys.begin(), keys.end());
+  std::vector<std::string> saved_args(args.begin(), args.end());
+  node.start_exec(
+      script_command("EVALSHA", s.sha1, keys, args), timeout,
+      [node, s, deadline, saved_keys = std::move(saved_keys), saved_args = std::move(saved_args),
+       handler = std::move(handler)](std::error_code ec, reply r) mutable {
+        if (!is_noscript(r)) return handler(ec, std::move(r));
+        std::vector<std::string_view> argv{"EVAL", s.body, {}};
+        std::string nkeys = std::to_string(saved_keys.size());
+        argv[2] = nkeys;
+        argv.insert(argv.end(), saved_keys.begin(), saved_keys.end());
+        argv.insert(argv.end(), saved_args.begin(), saved_args.end());
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        if (left <= std::chrono::milliseconds::zero()) return handler(errc::timeout, {});
+        node.start_exec(command(std::span<const std::string_view>(argv)), left, std::move(handler));
+      });
+}
+
+}  // namespace dlock::detail

@@ -1,0 +1,32 @@
+// script.hpp: the embedded Lua scripts and how to run them. Private.
+//   script      a script's body and SHA1 (generated at build time from src/lua/*.lua)
+//   run_script  EVALSHA, falling back to EVAL when the node answers NOSCRIPT
+#pragma once
+
+#include <chrono>
+#include <initializer_list>
+#include <string_view>
+
+#include "dlock/client.hpp"
+#include "dlock/detail/scripts.hpp"
+
+namespace dlock::detail {
+
+struct script {
+  std::string_view body;
+  std::string_view sha1;
+};
+
+inline constexpr script acquire_script{scripts::acquire_body, scripts::acquire_sha1};
+inline constexpr script release_script{scripts::release_body, scripts::release_sha1};
+inline constexpr script extend_script{scripts::extend_body, scripts::extend_sha1};
+inline constexpr script fence_raise_script{scripts::fence_raise_body, scripts::fence_raise_sha1};
+
+// Runs `s` on `node`. The first try is EVALSHA; a NOSCRIPT reply (after a restart, failover or
+// SCRIPT FLUSH) is answered by one EVAL with the body, which also reloads the cache. Both tries
+// share the one `timeout`. The handler gets the script's reply or the error.
+void run_script(client& node, const script& s, std::initializer_list<std::string_view> keys,
+                std::initializer_list<std::string_view> args, std::chrono::milliseconds timeout,
+                unique_function<void(std::error_code, reply)> handler);
+
+}  // namespace dlock::detail

@@ -1,0 +1,310 @@
+// The single-instance lock against a real redis-server: exclusion, expiry, ownership,
+// bad input, server trouble, and the std:: and Asio facades.
+#include "dlock/mutex.hpp"
+
+#include <gtest/gtest.h>
+
+#include <asio/use_future.hpp>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "support/redis_server.hpp"
+#include "support/test_keys.hpp"
+
+namespace dlock {
+namespace {
+
+using namespace std::chrono_literals;
+using test::redis_server;
+using test::test_key;
+
+class MutexTest : public ::testing::Test {
+ protected:
+  redis_server server_;
+  client client_{server_.url()};
+};
+
+TEST_F(MutexTest, WorksWithUniqueLockAndExcludesASecondLocker) {
+  mutex a{client_, test_key(), {.ttl = 5s}};
+  mutex b{client_, test_key(), {.ttl = 5s}};
+  {
+    std::unique_lock guard{a};
+    ASSERT_NE(a.current_lease(), nullptr);
+    EXPECT_FALSE(b.try_lock());
+    EXPECT_EQ(b.last_error(), errc::not_acquired);
+    auto results = b.last_results();
+    ASSERT_EQ(results.size(), 1u);
+    EXPECT_EQ(results[0].outcome, node_result::vote::taken);
+    EXPECT_GT(results[0].holder_ttl_ms, 0);
+    // The key is the lock's name and its value the owner token: the layout other clients use.
+    EXPECT_EQ(client_.exec({"GET", test_key()}).str(), a.current_lease()->value());
+  }
+  EXPECT_EQ(a.current_lease(), nullptr);
+  EXPECT_TRUE(client_.exec({"GET", test_key()}).is_nil());
+  EXPECT_TRUE(b.try_lock());
+  b.unlock();
+}
+
+TEST_F(MutexTest, TryLockForWaitsForTheHolderToRelease) {
+  mutex a{client_, test_key()};
+  mutex b{client_, test_key(), {.retry_delay = 10ms}};
+  ASSERT_TRUE(a.try_lock());
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(100ms);
+    a.unlock();
+  });
+  EXPECT_TRUE(b.try_lock_for(5s));
+  releaser.join();
+  EXPECT_FALSE(a.try_lock_for(50ms));
+  b.unlock();
+}
+
+TEST_F(MutexTest, OwnerTokenIs128RandomBits) {
+  mutex a{client_, test_key()};
+  auto first = a.acquire();
+  std::string token = first.value();
+  EXPECT_EQ(token.size(), 32u);
+  EXPECT_EQ(token.find_first_not_of("0123456789abcdef"), std::string::npos);
+  first.release();
+  auto second = a.acquire();
+  EXPECT_NE(second.value(), token);
+}
+
+TEST_F(MutexTest, FencingTokensStrictlyIncrease) {
+  mutex a{client_, test_key()};
+  std::uint64_t last = 0;
+  for (int i = 0; i < 50; ++i) {
+    auto l = a.acquire();
+    EXPECT_GT(l.fencing_token(), last);
+    last = l.fencing_token();
+  }
+}
+
+TEST_F(MutexTest, ValidityIsTtlMinusElapsedMinusDrift) {
+  mutex a{client_, test_key(), {.ttl = 2s}};
+  auto before = std::chrono::steady_clock::now();
+  auto l = a.acquire();
+  auto after = std::chrono::steady_clock::now();
+  // drift = 2000 * 0.01 + 2 = 22 ms; start lies between before and after.
+  EXPECT_LE(l.valid_until(), after + 2s - 22ms);
+  EXPECT_GE(l.valid_until(), before + 2s - 22ms);
+  auto pttl = client_.exec({"PTTL", test_key()}).integer();
+  EXPECT_GT(pttl, 1900);
+}
+
+TEST_F(MutexTest, ExtendResetsTheExpiry) {
+  mutex a{client_, test_key(), {.ttl = 300ms}};
+  auto l = a.acquire();
+  std::this_thread::sleep_for(200ms);
+  ASSERT_FALSE(l.extend(2s));
+  EXPECT_GT(client_.exec({"PTTL", test_key()}).integer(), 1500);
+  EXPECT_GT(l.remaining(), 1500ms);
+}
+
+TEST_F(MutexTest, WrongTokenCanNeitherReleaseNorExtend) {
+  mutex a{client_, test_key(), {.ttl = 5s}};
+  auto held = a.acquire();
+  auto impostor = a.adopt("not-the-owner");
+  EXPECT_EQ(impostor.extend(60s), errc::lease_lost);
+  EXPECT_TRUE(impostor.lost().stop_requested());
+  EXPECT_EQ(impostor.release(), errc::not_held);
+  EXPECT_EQ(client_.exec({"GET", test_key()}).str(), held.value());
+  EXPECT_LE(client_.exec({"PTTL", test_key()}).integer(), 5000);
+}
+
+TEST_F(MutexTest, AfterExpiryTheOldHolderCannotReleaseTheNewOne) {
+  mutex a{client_, test_key(), {.ttl = 100ms}};
+  mutex b{client_, test_key(), {.ttl = 5s}};
+  auto la = a.acquire();
+  std::this_thread::sleep_for(150ms);
+  auto lb = b.acquire();
+  EXPECT_EQ(la.release(), errc::not_held);
+  EXPECT_EQ(la.extend(), errc::not_held);
+  EXPECT_EQ(client_.exec({"GET", test_key()}).str(), lb.value());
+}
+
+TEST_F(MutexTest, AdoptedTokenFromAnotherHolderCanBeReleased) {
+  mutex a{client_, test_key()};
+  auto held = a.acquire();
+  std::string token = held.detach();
+  EXPECT_FALSE(held);
+  mutex other{client_, test_key()};
+  auto adopted = other.adopt(token);
+  EXPECT_FALSE(adopted.extend(3s));
+  EXPECT_FALSE(adopted.release());
+  EXPECT_TRUE(client_.exec({"GET", test_key()}).is_nil());
+}
+
+TEST_F(MutexTest, BadArgumentsAreRejectedBeforeAnyIo) {
+  // No server listens there: an invalid_argument proves nothing was sent.
+  client nowhere{"redis://127.0.0.1:1"};
+  auto rejects = [&](std::string name, lock_options o) {
+    try {
+      mutex m{nowhere, std::move(name), std::move(o)};
+      return false;
+    } catch (const std::system_error& e) {
+      return e.code() == errc::invalid_argument;
+    }
+  };
+  EXPECT_TRUE(rejects("", {}));
+  EXPECT_TRUE(rejects(std::string(max_key_bytes + 1, 'k'), {}));
+  EXPECT_TRUE(rejects("k", {.ttl = 0ms}));
+  EXPECT_TRUE(rejects("k", {.ttl = -5ms}));
+  EXPECT_TRUE(rejects("k", {.ttl = max_ttl + 1ms}));
+  EXPECT_TRUE(rejects("k", {.retry_delay = -1ms}));
+  EXPECT_TRUE(rejects("k", {.drift_factor = 0.9}));
+  EXPECT_TRUE(rejects("k", {.key_prefix = std::string(max_key_bytes, 'p')}));
+  EXPECT_FALSE(rejects(std::string(max_key_bytes, 'k'), {}));
+  std::vector<client> none;
+  EXPECT_THROW((mutex{none, "k"}), std::system_error);
+  mutex m{nowhere, "k"};
+  EXPECT_THROW(m.adopt(""), std::system_error);
+  auto l = mutex{client_, test_key()}.acquire();
+  EXPECT_EQ(l.extend(0ms), errc::invalid_argument);
+}
+
+TEST_F(MutexTest, KeyOfAnotherTypeIsWrongTypeNotBusy) {
+  client_.exec({"RPUSH", test_key(), "x"});
+  mutex m{client_, test_key()};
+  std::error_code ec;
+  auto l = m.acquire(ec);
+  EXPECT_FALSE(l);
+  EXPECT_EQ(ec, errc::wrong_type);
+  EXPECT_THROW(m.lock(), std::system_error);  // lock() does not wait forever on it
+}
+
+TEST_F(MutexTest, ReleaseAndExtendSurviveScriptFlush) {
+  mutex m{client_, test_key(), {.ttl = 5s}};
+  auto l = m.acquire();
+  client_.exec({"SCRIPT", "FLUSH"});
+  EXPECT_FALSE(l.extend());
+  client_.exec({"SCRIPT", "FLUSH"});
+  EXPECT_FALSE(l.release());
+  client_.exec({"SCRIPT", "FLUSH"});
+  EXPECT_TRUE(m.acquire());
+}
+
+TEST_F(MutexTest, ServerRestartMidRunReconnectsAndNoscriptIsHandled) {
+  mutex m{client_, test_key(), {.ttl = 5s}};
+  { auto warm = m.acquire(); }
+  server_.restart();  // no persistence: keys and the script cache are gone
+  std::error_code ec;
+  lease l;
+  // The first request may meet the dead socket; the lock's own retries carry it through.
+  for (int i = 0; i < 50 && !l; ++i) {
+    l = m.acquire(ec);
+    if (!l) std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(l) << ec.message();
+  EXPECT_FALSE(l.extend());
+  EXPECT_FALSE(l.release());
+}
+
+TEST_F(MutexTest, HungServerFailsByTheDeadline) {
+  client slow{server_.url(), {.request_timeout = 200ms}};
+  mutex m{slow, test_key(), {.ttl = 2s, .retry_count = 0}};
+  { auto warm = m.acquire(); }
+  server_.pause();
+  auto start = std::chrono::steady_clock::now();
+  std::error_code ec;
+  auto l = m.acquire(ec);
+  auto took = std::chrono::steady_clock::now() - start;
+  server_.resume();
+  EXPECT_FALSE(l);
+  EXPECT_EQ(ec, errc::timeout) << ec.message();
+  EXPECT_LT(took, 1500ms);  // node_timeout = min(ttl/10, 200 ms), plus the release round
+}
+
+TEST_F(MutexTest, UnreachableNodeIsReportedAsSuch) {
+  client nowhere{"redis://127.0.0.1:" + std::to_string(test::free_port())};
+  mutex m{nowhere, test_key(), {.retry_count = 0}};
+  std::error_code ec;
+  node_results votes;
+  EXPECT_FALSE(m.acquire(ec, &votes));
+  EXPECT_EQ(ec, errc::node_unreachable);
+  ASSERT_EQ(votes.size(), 1u);
+  EXPECT_EQ(votes[0].outcome, node_result::vote::failed);
+}
+
+TEST_F(MutexTest, AsyncAcquireWithCallbackAndFuture) {
+  mutex m{client_, test_key()};
+  std::promise<std::uint64_t> got;
+  m.async_acquire([&](std::error_code ec, lease l) {
+    got.set_value(ec ? 0 : l.fencing_token());  // l is released on this (I/O) thread
+  });
+  auto fence = got.get_future().get();
+  EXPECT_GT(fence, 0u);
+  std::future<lease> f = m.async_acquire(asio::use_future);
+  lease l = f.get();
+  EXPECT_GT(l.fencing_token(), fence);
+}
+
+TEST_F(MutexTest, BlockingCallOnTheIoThreadIsRefusedNotDeadlocked) {
+  mutex m{client_, test_key()};
+  std::promise<std::error_code> got;
+  client_.async_exec({"PING"}, [&](std::error_code, reply) {
+    std::error_code ec;
+    m.acquire(ec);
+    got.set_value(ec);
+  });
+  EXPECT_EQ(got.get_future().get(), errc::would_block_io_thread);
+}
+
+TEST_F(MutexTest, ManyThreadsKeepTheCounterExact) {
+  constexpr int threads = 8, rounds = 50;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      mutex m{client_, test_key(), {.retry_delay = 2ms}};
+      for (int i = 0; i < rounds; ++i) {
+        std::lock_guard guard{m};
+        auto v = client_.exec({"GET", test_key("counter")});
+        long long n = v.is_nil() ? 0 : std::stoll(v.str());
+        client_.exec({"SET", test_key("counter"), std::to_string(n + 1)});
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  EXPECT_EQ(client_.exec({"GET", test_key("counter")}).str(), std::to_string(threads * rounds));
+}
+
+TEST_F(MutexTest, SeveralProcessesTimesThreadsKeepTheCounterExact) {
+  constexpr int processes = 4, threads = 3, rounds = 40;
+  std::vector<test::child_process> workers;
+  for (int p = 0; p < processes; ++p) {
+    workers.emplace_back(std::vector<std::string>{
+        test::self_dir() + "/lock_worker", "counter", "--lock", server_.url(), "--resource",
+        server_.url(), "--key", test_key(), "--iterations", std::to_string(rounds), "--threads",
+        std::to_string(threads)});
+  }
+  for (auto& w : workers) EXPECT_EQ(w.wait(), 0);
+  EXPECT_EQ(client_.exec({"GET", test_key() + ":counter"}).str(),
+            std::to_string(processes * threads * rounds));
+}
+
+TEST_F(MutexTest, KilledHolderFreesTheLockAfterItsTtlNotBefore) {
+  constexpr auto ttl = 1500ms;
+  test::child_process holder({test::self_dir() + "/lock_worker", "hold", "--lock", server_.url(),
+                              "--key", test_key(), "--ttl", std::to_string(ttl.count())});
+  // Wait until the holder owns the key.
+  auto until = std::chrono::steady_clock::now() + 10s;
+  while (client_.exec({"EXISTS", test_key()}).integer() == 0 &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  holder.signal(SIGKILL);
+  auto killed = std::chrono::steady_clock::now();
+  EXPECT_EQ(holder.wait(), 128 + SIGKILL);
+  mutex m{client_, test_key(), {.retry_delay = 5ms}};
+  EXPECT_FALSE(m.try_lock());
+  ASSERT_TRUE(m.try_lock_for(ttl + 2s));
+  auto freed = std::chrono::steady_clock::now() - killed;
+  // Not before the TTL's end (less what passed before the kill), not long after it plus drift.
+  EXPECT_GT(freed, 500ms);
+  EXPECT_LT(freed, ttl + 200ms);
+  m.unlock();
+}
+
+}  // namespace
+}  // namespace dlock

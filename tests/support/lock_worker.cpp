@@ -1,0 +1,97 @@
+// lock_worker: a separate process that contends for a lock, for the multi-process tests.
+//   lock_worker counter --lock URL [--lock URL ...] --resource URL --key K --iterations N
+//                       [--ttl MS] [--threads T] [--nolock]
+//       T threads each do N read-modify-write increments of K:counter on the resource with
+//       plain GET then SET (not atomic), under the lock unless --nolock. Exits 0 when done.
+//   lock_worker hold --lock URL --key K [--ttl MS]
+//       takes the lock, prints "held" and sleeps until killed.
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dlock/dlock.hpp"
+
+namespace {
+
+struct args {
+  std::string mode;
+  std::vector<std::string> locks;
+  std::string resource;
+  std::string key = "worker";
+  int iterations = 100;
+  int threads = 1;
+  long ttl_ms = 5000;
+  bool nolock = false;
+};
+
+args parse(int argc, char** argv) {
+  args a;
+  if (argc < 2) std::exit(64);
+  a.mode = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    std::string flag = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) std::exit(64);
+      return argv[++i];
+    };
+    if (flag == "--lock") a.locks.push_back(value());
+    else if (flag == "--resource") a.resource = value();
+    else if (flag == "--key") a.key = value();
+    else if (flag == "--iterations") a.iterations = std::stoi(value());
+    else if (flag == "--threads") a.threads = std::stoi(value());
+    else if (flag == "--ttl") a.ttl_ms = std::stol(value());
+    else if (flag == "--nolock") a.nolock = true;
+    else std::exit(64);
+  }
+  return a;
+}
+
+std::vector<dlock::client> clients(const std::vector<std::string>& urls) {
+  std::vector<dlock::client> out;
+  for (const auto& u : urls) out.emplace_back(u);
+  return out;
+}
+
+void increment(dlock::client& resource, const std::string& counter) {
+  auto current = resource.exec({"GET", counter});
+  long long value = current.is_nil() ? 0 : std::stoll(current.str());
+  std::this_thread::yield();  // widen the race window that the lock must close
+  resource.exec({"SET", counter, std::to_string(value + 1)});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  args a = parse(argc, argv);
+  dlock::lock_options options{.ttl = std::chrono::milliseconds(a.ttl_ms),
+                              .retry_delay = std::chrono::milliseconds(5)};
+  if (a.mode == "hold") {
+    dlock::mutex lock{clients(a.locks), a.key, options};
+    auto held = lock.acquire();
+    std::printf("held %llu\n", static_cast<unsigned long long>(held.fencing_token()));
+    std::fflush(stdout);
+    held.detach();
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+  if (a.mode != "counter") return 64;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < a.threads; ++t) {
+    threads.emplace_back([&] {
+      dlock::client resource{a.resource};
+      dlock::mutex lock{clients(a.locks), a.key, options};
+      for (int i = 0; i < a.iterations; ++i) {
+        if (a.nolock) {
+          increment(resource, a.key + ":counter");
+          continue;
+        }
+        std::unique_lock guard{lock};
+        increment(resource, a.key + ":counter");
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return 0;
+}
