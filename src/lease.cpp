@@ -1,17 +1,22 @@
 #include "dlock/lease.hpp"
 
-#include "lock_core.hpp"
+#include "lease_state.hpp"
 
 namespace dlock {
 
-lease::lease(std::shared_ptr<detail::lock_core> core,
+lease::lease(std::shared_ptr<detail::lease_owner> owner,
              std::shared_ptr<detail::lease_state> state) noexcept
-    : core_(std::move(core)), state_(std::move(state)) {}
+    : owner_(std::move(owner)), state_(std::move(state)) {}
+
+lease detail::make_lease(std::shared_ptr<lease_owner> owner,
+                         std::shared_ptr<lease_state> state) noexcept {
+  return lease(std::move(owner), std::move(state));
+}
 
 lease& lease::operator=(lease&& other) noexcept {
   if (this != &other) {
     (void)release();
-    core_ = std::move(other.core_);
+    owner_ = std::move(other.owner_);
     state_ = std::move(other.state_);
   }
   return *this;
@@ -21,7 +26,7 @@ lease::~lease() {
   if (!state_ || state_->released.load()) return;
   if (detail::on_io_thread()) {
     // A blocking wait here would deadlock the thread that must deliver the reply.
-    core_->start_release(state_, [](std::error_code) {});
+    owner_->start_release(state_, [](std::error_code) {});
     return;
   }
   (void)release();
@@ -31,7 +36,7 @@ lease::operator bool() const noexcept { return state_ && !state_->released.load(
 
 const std::string& lease::key() const noexcept {
   static const std::string none;
-  return core_ ? core_->key() : none;
+  return owner_ ? owner_->key() : none;
 }
 
 const std::string& lease::value() const noexcept {
@@ -57,14 +62,14 @@ std::stop_token lease::lost() const noexcept {
 
 std::error_code lease::extend() noexcept {
   if (!state_) return errc::not_held;
-  return extend(core_->options().ttl);
+  return extend(owner_->default_ttl());
 }
 
 std::error_code lease::extend(std::chrono::milliseconds ttl) noexcept {
   if (!state_) return errc::not_held;
   std::error_code ec;
   detail::wait<int>(ec, [&](auto handler) {
-    core_->start_extend(state_, ttl, [h = std::move(handler)](std::error_code e) mutable {
+    owner_->start_extend(state_, ttl, [h = std::move(handler)](std::error_code e) mutable {
       h(e, 0);
     });
   });
@@ -75,12 +80,12 @@ std::error_code lease::release() noexcept {
   if (!state_) return {};
   std::error_code ec;
   detail::wait<int>(ec, [&](auto handler) {
-    core_->start_release(state_, [h = std::move(handler)](std::error_code e) mutable {
+    owner_->start_release(state_, [h = std::move(handler)](std::error_code e) mutable {
       h(e, 0);
     });
   });
   state_.reset();
-  core_.reset();
+  owner_.reset();
   return ec;
 }
 
@@ -89,7 +94,7 @@ std::string lease::detach() noexcept {
   state_->released.store(true);
   std::string token = state_->token;
   state_.reset();
-  core_.reset();
+  owner_.reset();
   return token;
 }
 

@@ -100,7 +100,7 @@ void lock_core::attempt(const std::shared_ptr<acquire_op>& op) {
       state->token = op->token;
       state->fence = static_cast<std::uint64_t>(round->fence);
       state->set_deadline(round->round.valid_until());
-      return op->handler({}, self->make_lease(std::move(state)));
+      return op->handler({}, make_lease(self, std::move(state)));
     }
     auto delay = jittered_delay(self->options_.retry_delay, jitter_random());
     // While another owner holds it with less time left than our delay, wake up at its expiry.
@@ -264,11 +264,8 @@ lease lock_core::adopt(std::string token, std::uint64_t fence) {
   state->fence = fence;
   state->validity_known = false;
   state->set_deadline(steady::now());
-  return make_lease(std::move(state));
+  return make_lease(shared_from_this(), std::move(state));
 }
 
-lease lock_core::make_lease(std::shared_ptr<lease_state> state) {
-  return lease(shared_from_this(), std::move(state));
-}
 
 }  // namespace dlock::detail

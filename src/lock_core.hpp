@@ -1,7 +1,6 @@
 // lock_core.hpp: the shared engine behind dlock::mutex and its leases. Private.
-//   lease_state  what a lease knows: owner token, fence, validity, loss signal
-//   lock_core    rounds over N nodes: acquire (with Redlock's fencing step), release, extend,
-//                and the retry loop; everything runs on the I/O thread
+//   lock_core  rounds over N nodes: acquire (with Redlock's fencing step), release, extend,
+//              and the retry loop; the lease_owner of a mutex's leases; runs on the I/O thread
 // Leases keep the core alive, so a lease may outlive the mutex that made it.
 #pragma once
 
@@ -14,41 +13,26 @@
 #include "algo/quorum_round.hpp"
 #include "dlock/lease.hpp"
 #include "dlock/mutex.hpp"
+#include "lease_state.hpp"
 #include "script.hpp"
 
 namespace dlock::detail {
-
-struct lease_state {
-  std::string token;
-  std::uint64_t fence = 0;
-  std::atomic<steady::rep> valid_until{0};  // steady_clock ticks since its epoch
-  std::stop_source lost;
-  std::atomic<bool> released{false};
-  bool validity_known = true;  // false for adopted tokens: extend cannot judge a gap
-
-  steady::time_point deadline() const noexcept {
-    return steady::time_point(steady::duration(valid_until.load(std::memory_order_acquire)));
-  }
-  void set_deadline(steady::time_point t) noexcept {
-    valid_until.store(t.time_since_epoch().count(), std::memory_order_release);
-  }
-};
 
 // Errors that another round may cure (contention, nodes down or slow) versus those it cannot
 // (credentials, ACLs, wrong key type, a peer that is not Redis).
 bool is_retryable(std::error_code ec) noexcept;
 
-class lock_core : public std::enable_shared_from_this<lock_core> {
+class lock_core final : public lease_owner, public std::enable_shared_from_this<lock_core> {
  public:
   using acquire_handler = unique_function<void(std::error_code, lease)>;
-  using done_handler = unique_function<void(std::error_code)>;
 
   lock_core(std::vector<client> nodes, std::string key, lock_options options);
 
-  const std::string& key() const noexcept { return key_; }
+  const std::string& key() const noexcept override { return key_; }
+  std::chrono::milliseconds default_ttl() const noexcept override { return options_.ttl; }
   std::size_t size() const noexcept { return nodes_.size(); }
   const lock_options& options() const noexcept { return options_; }
-  io_executor executor() const noexcept { return nodes_.front().get_executor(); }
+  io_executor executor() const noexcept override { return nodes_.front().get_executor(); }
 
   // Up to `attempts` rounds until `deadline`, one owner token for all of them (so a late SET
   // of an earlier round counts as ours, not as a rival). `out`, if set, gets the last round's
@@ -56,10 +40,10 @@ class lock_core : public std::enable_shared_from_this<lock_core> {
   void start_acquire(steady::time_point deadline, int attempts, acquire_handler handler,
                      node_results* out);
   // Compare-and-delete on every node. not_held when no node had the key.
-  void start_release(const std::shared_ptr<lease_state>& state, done_handler handler);
+  void start_release(const std::shared_ptr<lease_state>& state, done_handler handler) override;
   // Compare-and-pexpire on every node; needs a quorum within the lease's validity.
   void start_extend(const std::shared_ptr<lease_state>& state, std::chrono::milliseconds ttl,
-                    done_handler handler);
+                    done_handler handler) override;
   lease adopt(std::string token, std::uint64_t fence);
 
  private:
@@ -75,7 +59,6 @@ class lock_core : public std::enable_shared_from_this<lock_core> {
   // Runs release.lua on every node; reports how many deleted our key and the first error.
   void release_everywhere(const std::string& token,
                           unique_function<void(std::size_t released, std::error_code)> handler);
-  lease make_lease(std::shared_ptr<lease_state> state);
 
   std::vector<client> nodes_;
   std::string key_;

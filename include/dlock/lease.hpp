@@ -19,9 +19,11 @@
 
 namespace dlock {
 
+class lease;
 namespace detail {
-class lock_core;
+class lease_owner;
 struct lease_state;
+lease make_lease(std::shared_ptr<lease_owner> owner, std::shared_ptr<lease_state> state) noexcept;
 }  // namespace detail
 
 class lease {
@@ -72,10 +74,12 @@ class lease {
   std::string detach() noexcept;
 
  private:
-  friend class detail::lock_core;
-  lease(std::shared_ptr<detail::lock_core> core, std::shared_ptr<detail::lease_state> state) noexcept;
+  friend lease detail::make_lease(std::shared_ptr<detail::lease_owner>,
+                                  std::shared_ptr<detail::lease_state>) noexcept;
+  lease(std::shared_ptr<detail::lease_owner> owner,
+        std::shared_ptr<detail::lease_state> state) noexcept;
 
-  std::shared_ptr<detail::lock_core> core_;
+  std::shared_ptr<detail::lease_owner> owner_;
   std::shared_ptr<detail::lease_state> state_;
 };
 
