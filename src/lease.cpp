@@ -26,6 +26,7 @@ lease::~lease() {
   if (!state_ || state_->released.load()) return;
   if (detail::on_io_thread()) {
     // A blocking wait here would deadlock the thread that must deliver the reply.
+    detail::stop_keep_alive(owner_, state_);
     owner_->start_release(state_, [](std::error_code) {});
     return;
   }
@@ -76,8 +77,15 @@ std::error_code lease::extend(std::chrono::milliseconds ttl) noexcept {
   return ec;
 }
 
+std::error_code lease::keep_alive(keep_alive_options options) noexcept {
+  if (!state_ || state_->released.load()) return errc::not_held;
+  detail::start_keep_alive(owner_, state_, std::move(options));
+  return {};
+}
+
 std::error_code lease::release() noexcept {
   if (!state_) return {};
+  detail::stop_keep_alive(owner_, state_);
   std::error_code ec;
   detail::wait<int>(ec, [&](auto handler) {
     owner_->start_release(state_, [h = std::move(handler)](std::error_code e) mutable {
@@ -91,6 +99,7 @@ std::error_code lease::release() noexcept {
 
 std::string lease::detach() noexcept {
   if (!state_) return {};
+  detail::stop_keep_alive(owner_, state_);
   state_->released.store(true);
   std::string token = state_->token;
   state_.reset();

@@ -3,6 +3,7 @@
 //   lease_owner  what a lease asks of the thing that granted it (a lock, a semaphore):
 //                release and extend, on the I/O thread
 //   make_lease   builds the public dlock::lease
+//   start_keep_alive / stop_keep_alive  the watchdog's entry points
 #pragma once
 
 #include <atomic>
@@ -12,11 +13,13 @@
 #include <string>
 
 #include "dlock/detail/async.hpp"
+#include "dlock/error.hpp"
 #include "dlock/lease.hpp"
 
 namespace dlock::detail {
 
 using steady = std::chrono::steady_clock;
+class keep_alive_task;
 
 struct lease_state {
   std::string token;
@@ -25,6 +28,15 @@ struct lease_state {
   std::stop_source lost;
   std::atomic<bool> released{false};
   bool validity_known = true;  // false for adopted tokens: extend cannot judge a gap
+  std::atomic<int> lost_reason{0};  // the errc that fired `lost`
+  std::shared_ptr<keep_alive_task> keeper;  // touched on the I/O thread only
+
+  // Records why and fires the loss signal (once; later calls change nothing).
+  void mark_lost(errc reason) noexcept {
+    int none = 0;
+    lost_reason.compare_exchange_strong(none, static_cast<int>(reason));
+    lost.request_stop();
+  }
 
   steady::time_point deadline() const noexcept {
     return steady::time_point(steady::duration(valid_until.load(std::memory_order_acquire)));
@@ -50,5 +62,12 @@ class lease_owner {
 };
 
 lease make_lease(std::shared_ptr<lease_owner> owner, std::shared_ptr<lease_state> state) noexcept;
+
+// The watchdog (src/watchdog.cpp): starts or replaces the renewal of `state`, and stops it.
+// Both may be called from any thread; the work happens on the I/O thread.
+void start_keep_alive(std::shared_ptr<lease_owner> owner, std::shared_ptr<lease_state> state,
+                      keep_alive_options options);
+void stop_keep_alive(const std::shared_ptr<lease_owner>& owner,
+                     const std::shared_ptr<lease_state>& state);
 
 }  // namespace dlock::detail

@@ -37,13 +37,13 @@ bool is_retryable(std::error_code ec) noexcept {
   }
 }
 
-std::string fence_key_for(const std::string& key) {
+std::string same_slot_key(const std::string& key, std::string_view suffix) {
   auto open = key.find('{');
   if (open != std::string::npos) {
     auto close = key.find('}', open + 1);
-    if (close != std::string::npos && close > open + 1) return key + ":fence";
+    if (close != std::string::npos && close > open + 1) return key + std::string(suffix);
   }
-  return "{" + key + "}:fence";
+  return "{" + key + "}" + std::string(suffix);
 }
 
 struct lock_core::round_op {
@@ -241,7 +241,7 @@ void lock_core::start_extend(const std::shared_ptr<lease_state>& state,
                  auto now = steady::now();
                  // An extend that lands after the old validity ended cannot vouch for the gap.
                  if (op->state->validity_known && now >= op->state->deadline()) {
-                   op->state->lost.request_stop();
+                   op->state->mark_lost(errc::lease_expired);
                    return handler(errc::lease_expired);
                  }
                  if (op->round.quorum_granted()) {
@@ -250,7 +250,7 @@ void lock_core::start_extend(const std::shared_ptr<lease_state>& state,
                  }
                  std::error_code failure = op->round.failure();
                  if (failure == errc::not_acquired) {
-                   op->state->lost.request_stop();
+                   op->state->mark_lost(errc::lease_lost);
                    return handler(errc::lease_lost);
                  }
                  handler(failure);

@@ -21,6 +21,7 @@ inline constexpr script acquire_script{scripts::acquire_body, scripts::acquire_s
 inline constexpr script release_script{scripts::release_body, scripts::release_sha1};
 inline constexpr script extend_script{scripts::extend_body, scripts::extend_sha1};
 inline constexpr script fence_raise_script{scripts::fence_raise_body, scripts::fence_raise_sha1};
+inline constexpr script fenced_set_script{scripts::fenced_set_body, scripts::fenced_set_sha1};
 
 // Runs `s` on `node`. The first try is EVALSHA; a NOSCRIPT reply (after a restart, failover or
 // SCRIPT FLUSH) is answered by one EVAL with the body, which also reloads the cache. Both tries

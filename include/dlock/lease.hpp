@@ -17,6 +17,8 @@
 #include <string>
 #include <system_error>
 
+#include "dlock/watchdog.hpp"
+
 namespace dlock {
 
 class lease;
@@ -63,6 +65,11 @@ class lease {
   // quorum_not_reached (nodes unreachable; the lease may still be held), not_held.
   std::error_code extend() noexcept;
   std::error_code extend(std::chrono::milliseconds ttl) noexcept;
+
+  // Renews the lease in the background until it is released, lost, or a cap in `options` is
+  // reached (see watchdog.hpp). Returns at once. Calling it again replaces the earlier renewal.
+  // Returns not_held for an empty or released lease.
+  std::error_code keep_alive(keep_alive_options options = {}) noexcept;
 
   // Deletes the key on every node where it is still ours (compare-and-delete). Blocks up to
   // the node timeout; never throws. Returns not_held when no node had it (expired or released

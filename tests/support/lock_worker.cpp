@@ -5,6 +5,11 @@
 //       plain GET then SET (not atomic), under the lock unless --nolock. Exits 0 when done.
 //   lock_worker hold --lock URL --key K [--ttl MS]
 //       takes the lock, prints "held" and sleeps until killed.
+//   lock_worker fenced --lock URL --resource URL --key K [--ttl MS]
+//       takes the lock with keep_alive, records its fence in K:worker:fence, then keeps writing
+//       K:data with fenced_set every 10 ms; counts K:worker:accepted / K:worker:rejected and
+//       sets K:worker:lost when its loss signal fires. Exits 0 once it saw both the loss and a
+//       rejected write, 1 after 20 s.
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -62,6 +67,28 @@ void increment(dlock::client& resource, const std::string& counter) {
   resource.exec({"SET", counter, std::to_string(value + 1)});
 }
 
+int run_fenced(const args& a, const dlock::lock_options& options) {
+  dlock::client resource{a.resource};
+  dlock::mutex lock{clients(a.locks), a.key, options};
+  auto held = lock.acquire();
+  held.keep_alive();
+  std::string fence = std::to_string(held.fencing_token());
+  resource.exec({"SET", a.key + ":worker:fence", fence});
+  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  bool rejected_seen = false;
+  while (std::chrono::steady_clock::now() < give_up) {
+    std::error_code ec;
+    bool accepted = dlock::fenced_set(resource, a.key + ":data", "worker " + fence,
+                                      held.fencing_token(), ec);
+    if (!ec) resource.exec({"INCR", a.key + (accepted ? ":worker:accepted" : ":worker:rejected")});
+    rejected_seen |= !ec && !accepted;
+    if (held.lost().stop_requested()) resource.exec({"SET", a.key + ":worker:lost", "1"});
+    if (held.lost().stop_requested() && rejected_seen) return 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,6 +103,7 @@ int main(int argc, char** argv) {
     held.detach();
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
   }
+  if (a.mode == "fenced") return run_fenced(a, options);
   if (a.mode != "counter") return 64;
   std::vector<std::thread> threads;
   for (int t = 0; t < a.threads; ++t) {

@@ -1,0 +1,133 @@
+// The watchdog: one timer per kept-alive lease on dlock's I/O thread.
+//
+// It wakes at the earlier of the next renewal and the end of validity. Reaching the end of
+// validity without a successful renewal means the lease can no longer be trusted, whatever the
+// servers say later, so the loss signal fires then (lease_expired); a renewal answered "not
+// ours" fires it at once (lease_lost, from lock_core's extend). A released lease is never
+// renewed again, and an answer that arrives after the release is ignored, so a release never
+// races with a renewal into a false loss signal, and extend being compare-and-pexpire means no
+// renewal can bring a released key back.
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <optional>
+#include <random>
+
+#include "algo/retry.hpp"
+#include "lease_state.hpp"
+
+namespace dlock::detail {
+
+class keep_alive_task : public std::enable_shared_from_this<keep_alive_task> {
+ public:
+  keep_alive_task(std::shared_ptr<lease_owner> owner, std::weak_ptr<lease_state> state,
+                  keep_alive_options options)
+      : owner_(std::move(owner)),
+        state_(std::move(state)),
+        options_(std::move(options)),
+        timer_(owner_->executor()) {
+    if (options_.interval.count() <= 0) options_.interval = owner_->default_ttl() / 3;
+    if (options_.interval.count() <= 0) options_.interval = std::chrono::milliseconds(1);
+  }
+
+  void start(const std::shared_ptr<lease_state>& state) {
+    started_ = steady::now();
+    next_renewal_ = started_ + jittered(options_.interval);
+    if (options_.on_lost) {
+      on_lost_.emplace(state->lost.get_token(), [cb = options_.on_lost, weak = state_] {
+        auto s = weak.lock();
+        int reason = s ? s->lost_reason.load() : 0;
+        cb(reason ? make_error_code(static_cast<errc>(reason)) : make_error_code(errc::lease_lost));
+      });
+    }
+    schedule();
+  }
+
+  void stop() {
+    stopped_ = true;
+    timer_.cancel();
+    on_lost_.reset();
+  }
+
+ private:
+  // +-10 %, so that leases taken together spread their renewals.
+  static steady::duration jittered(std::chrono::milliseconds interval) {
+    auto r = static_cast<double>(jitter_random() % 2001) / 10000.0;  // 0 .. 0.2
+    return std::chrono::duration_cast<steady::duration>(interval * (0.9 + r));
+  }
+
+  bool may_renew(steady::time_point now) const {
+    if (options_.max_hold.count() > 0 && now - started_ >= options_.max_hold) return false;
+    if (options_.max_renewals > 0 && renewals_ >= options_.max_renewals) return false;
+    return true;
+  }
+
+  void schedule() {
+    auto state = state_.lock();
+    if (stopped_ || !state || state->released.load() || state->lost.stop_requested()) return;
+    auto wake = state->deadline();
+    if (!in_flight_ && may_renew(steady::now())) wake = std::min(wake, next_renewal_);
+    timer_.expires_at(wake);
+    timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+      if (!ec) self->on_timer();
+    });
+  }
+
+  void on_timer() {
+    auto state = state_.lock();
+    if (stopped_ || !state || state->released.load() || state->lost.stop_requested()) return;
+    auto now = steady::now();
+    if (now >= state->deadline()) return state->mark_lost(errc::lease_expired);
+    if (!in_flight_ && may_renew(now) && now >= next_renewal_) return renew(state);
+    schedule();
+  }
+
+  void renew(const std::shared_ptr<lease_state>& state) {
+    in_flight_ = true;
+    owner_->start_extend(state, owner_->default_ttl(), [self = shared_from_this()](std::error_code ec) {
+      self->in_flight_ = false;
+      auto now = steady::now();
+      if (!ec) {
+        ++self->renewals_;
+        self->next_renewal_ = now + jittered(self->options_.interval);
+      } else {
+        // lease_lost / lease_expired already fired the signal; anything else may heal.
+        self->next_renewal_ = now + self->options_.interval / 4;
+      }
+      self->timer_.cancel();
+      self->schedule();
+    });
+    schedule();  // meanwhile, watch the end of validity
+  }
+
+  std::shared_ptr<lease_owner> owner_;
+  std::weak_ptr<lease_state> state_;
+  keep_alive_options options_;
+  asio::steady_timer timer_;
+  std::optional<std::stop_callback<std::function<void()>>> on_lost_;
+  steady::time_point started_, next_renewal_;
+  int renewals_ = 0;
+  bool in_flight_ = false;
+  bool stopped_ = false;
+};
+
+void start_keep_alive(std::shared_ptr<lease_owner> owner, std::shared_ptr<lease_state> state,
+                      keep_alive_options options) {
+  auto ex = owner->executor();
+  asio::post(ex, [owner = std::move(owner), state = std::move(state),
+                  options = std::move(options)]() mutable {
+    if (state->keeper) state->keeper->stop();
+    state->keeper = std::make_shared<keep_alive_task>(owner, state, std::move(options));
+    state->keeper->start(state);
+  });
+}
+
+void stop_keep_alive(const std::shared_ptr<lease_owner>& owner,
+                     const std::shared_ptr<lease_state>& state) {
+  if (!owner || !state) return;
+  asio::post(owner->executor(), [state] {
+    if (state->keeper) std::exchange(state->keeper, {})->stop();
+  });
+}
+
+}  // namespace dlock::detail

@@ -1,0 +1,217 @@
+// Leases that never lie: the watchdog keeps them, the loss signal fires when they are gone,
+// fencing tokens increase, and the resource-side helpers refuse stale holders.
+#include "dlock/lease.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <thread>
+
+#include "dlock/fencing.hpp"
+#include "dlock/mutex.hpp"
+#include "dlock/with_lock.hpp"
+#include "support/redis_server.hpp"
+#include "support/test_keys.hpp"
+
+namespace dlock {
+namespace {
+
+using namespace std::chrono_literals;
+using test::redis_server;
+using test::test_key;
+
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = 5s) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+
+class LeaseTest : public ::testing::Test {
+ protected:
+  redis_server server_;
+  client client_{server_.url()};
+};
+
+TEST_F(LeaseTest, KeepAliveHoldsTheLockWellPastSeveralTtls) {
+  constexpr auto ttl = 300ms;
+  mutex m{client_, test_key(), {.ttl = ttl}};
+  auto l = m.acquire();
+  ASSERT_FALSE(l.keep_alive());  // renews every ~100 ms
+  std::int64_t lowest = ttl.count();
+  auto until = std::chrono::steady_clock::now() + 5 * ttl;
+  while (std::chrono::steady_clock::now() < until) {
+    lowest = std::min(lowest, client_.exec({"PTTL", test_key()}).integer());
+    std::this_thread::sleep_for(5ms);
+  }
+  // The renewal comes every ttl/3 (+-10 %): PTTL never falls far below 2/3 of the TTL.
+  EXPECT_GT(lowest, ttl.count() / 3) << "lowest PTTL seen: " << lowest;
+  EXPECT_FALSE(l.lost().stop_requested());
+  EXPECT_GT(l.remaining(), ttl / 3);
+  EXPECT_EQ(client_.exec({"GET", test_key()}).str(), l.value());
+  EXPECT_FALSE(l.release());
+  EXPECT_TRUE(client_.exec({"GET", test_key()}).is_nil());
+}
+
+TEST_F(LeaseTest, CapsStopTheRenewalsAndTheLeaseThenRunsOut) {
+  mutex m{client_, test_key(), {.ttl = 150ms}};
+  auto l = m.acquire();
+  std::atomic<int> reason{0};
+  l.keep_alive({.max_renewals = 2, .on_lost = [&](std::error_code ec) { reason = ec.value(); }});
+  ASSERT_TRUE(eventually([&] { return l.lost().stop_requested(); }, 2s));
+  EXPECT_TRUE(eventually([&] { return reason.load() != 0; }, 1s));
+  EXPECT_EQ(reason.load(), static_cast<int>(errc::lease_expired));
+  EXPECT_TRUE(eventually([&] { return client_.exec({"EXISTS", test_key()}).integer() == 0; }));
+}
+
+TEST_F(LeaseTest, RestartWithoutPersistenceFiresTheLossSignal) {
+  mutex m{client_, test_key(), {.ttl = 600ms}};
+  auto l = m.acquire();
+  std::atomic<int> reason{0};
+  l.keep_alive({.on_lost = [&](std::error_code ec) { reason = ec.value(); }});
+  server_.restart();  // the key is gone
+  ASSERT_TRUE(eventually([&] { return l.lost().stop_requested(); }, 3s));
+  EXPECT_TRUE(eventually([&] { return reason.load() != 0; }, 1s));
+  // Either the renewal found the key gone, or validity ran out first while reconnecting.
+  EXPECT_TRUE(reason == static_cast<int>(errc::lease_lost) ||
+              reason == static_cast<int>(errc::lease_expired));
+  EXPECT_EQ(l.release(), errc::not_held);
+  mutex other{client_, test_key()};
+  EXPECT_TRUE(other.try_lock_for(2s));
+  other.unlock();
+}
+
+TEST_F(LeaseTest, UnlockWhileRenewalsAreInFlightLeavesNoKey) {
+  mutex m{client_, test_key(), {.ttl = 2s}};
+  for (int i = 0; i < 100; ++i) {
+    auto l = m.acquire();
+    l.keep_alive({.interval = 1ms});  // renewals back to back
+    std::this_thread::sleep_for(std::chrono::microseconds(200 * (i % 10)));
+    EXPECT_FALSE(l.release());
+    EXPECT_FALSE(l.lost().stop_requested());
+    ASSERT_EQ(client_.exec({"EXISTS", test_key()}).integer(), 0) << "round " << i;
+  }
+  std::this_thread::sleep_for(50ms);  // a late renewal would have resurrected it by now
+  EXPECT_EQ(client_.exec({"EXISTS", test_key()}).integer(), 0);
+}
+
+TEST_F(LeaseTest, WithLockRenewsReleasesAndRethrows) {
+  mutex m{client_, test_key(), {.ttl = 200ms}};
+  int result = with_lock(m, [&](lease& l) {
+    std::this_thread::sleep_for(700ms);  // several TTLs
+    EXPECT_FALSE(l.lost().stop_requested());
+    EXPECT_EQ(client_.exec({"GET", test_key()}).str(), l.value());
+    return 42;
+  });
+  EXPECT_EQ(result, 42);
+  EXPECT_TRUE(client_.exec({"GET", test_key()}).is_nil());
+  EXPECT_THROW(with_lock(m, [](lease&) { throw std::runtime_error("boom"); }), std::runtime_error);
+  EXPECT_TRUE(client_.exec({"GET", test_key()}).is_nil());
+}
+
+TEST_F(LeaseTest, FenceCheckerAdmitsOnlyFreshTokens) {
+  fence_checker checker;
+  EXPECT_TRUE(checker.admit(5));
+  EXPECT_TRUE(checker.admit(5));
+  EXPECT_TRUE(checker.admit(9));
+  EXPECT_FALSE(checker.admit(8));
+  EXPECT_EQ(checker.highest(), 9u);
+}
+
+TEST_F(LeaseTest, FencedSetRejectsAStaleToken) {
+  std::error_code ec;
+  EXPECT_TRUE(fenced_set(client_, test_key("data"), "a", 10, ec));
+  EXPECT_TRUE(fenced_set(client_, test_key("data"), "b", 11, ec));
+  EXPECT_FALSE(fenced_set(client_, test_key("data"), "stale", 10, ec));
+  EXPECT_FALSE(ec);
+  EXPECT_EQ(client_.exec({"GET", test_key("data")}).str(), "b");
+}
+
+TEST_F(LeaseTest, TokensStrictlyIncreaseAcrossConcurrentClients) {
+  constexpr int threads = 4, rounds = 250;
+  std::vector<std::thread> pool;
+  std::atomic<int> violations{0};
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      client own{server_.url()};
+      mutex m{own, test_key(), {.retry_delay = 1ms}};
+      for (int i = 0; i < rounds; ++i) {
+        std::lock_guard guard{m};
+        auto fence = m.current_lease()->fencing_token();
+        auto last = own.exec({"GET", test_key("last")});
+        if (!last.is_nil() && std::stoull(last.str()) >= fence) ++violations;
+        own.exec({"SET", test_key("last"), std::to_string(fence)});
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  EXPECT_EQ(violations.load(), 0);
+  EXPECT_EQ(client_.exec({"GET", test_key("last")}).str(), std::to_string(threads * rounds));
+}
+
+TEST(LeaseRedlockTest, TokensStrictlyIncreaseWhileANodeRestartsWithPersistence) {
+  std::vector<std::unique_ptr<redis_server>> servers;
+  std::vector<client> nodes;
+  for (int i = 0; i < 3; ++i) {
+    servers.push_back(std::make_unique<redis_server>(test::server_options{.persistence = true}));
+    nodes.emplace_back(servers.back()->url(), client_options{.request_timeout = 300ms});
+  }
+  redis_server resource_server;
+  client resource{resource_server.url()};
+  std::atomic<bool> stop{false};
+  std::atomic<int> acquisitions{0}, violations{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 3; ++t) {
+    pool.emplace_back([&] {
+      mutex m{nodes, test_key(), {.ttl = 2s, .retry_delay = 2ms}};
+      while (!stop) {
+        if (!m.try_lock_for(200ms)) continue;
+        auto fence = m.current_lease()->fencing_token();
+        auto last = resource.exec({"GET", "last"});
+        if (!last.is_nil() && std::stoull(last.str()) >= fence) ++violations;
+        resource.exec({"SET", "last", std::to_string(fence)});
+        ++acquisitions;
+        m.unlock();
+      }
+    });
+  }
+  std::this_thread::sleep_for(500ms);
+  servers[1]->restart();  // kill -9, then start again from its fsync'd AOF
+  std::this_thread::sleep_for(700ms);
+  stop = true;
+  for (auto& t : pool) t.join();
+  EXPECT_GT(acquisitions.load(), 50);
+  EXPECT_EQ(violations.load(), 0);
+}
+
+TEST_F(LeaseTest, PausedHolderLosesTheLeaseAndItsFencedWriteIsRejected) {
+  constexpr auto ttl = 400ms;
+  test::child_process holder({test::self_dir() + "/lock_worker", "fenced", "--lock", server_.url(),
+                              "--resource", server_.url(), "--key", test_key(), "--ttl",
+                              std::to_string(ttl.count())});
+  ASSERT_TRUE(eventually([&] {
+    return client_.exec({"EXISTS", test_key() + ":worker:accepted"}).integer() == 1;
+  }));
+  holder.signal(SIGSTOP);  // a GC pause, a swap storm, a debugger
+  mutex m{client_, test_key(), {.retry_delay = 10ms}};
+  ASSERT_TRUE(m.try_lock_for(5s));  // the paused holder's key expires; we take it
+  auto ours = m.current_lease()->fencing_token();
+  auto theirs = std::stoull(client_.exec({"GET", test_key() + ":worker:fence"}).str());
+  EXPECT_GT(ours, theirs);
+  std::error_code ec;
+  ASSERT_TRUE(fenced_set(client_, test_key() + ":data", "new holder", ours, ec));
+  holder.signal(SIGCONT);  // it wakes up believing it still holds the lock
+  EXPECT_EQ(holder.wait(10s), 0);
+  EXPECT_EQ(client_.exec({"GET", test_key() + ":worker:lost"}).str(), "1");
+  EXPECT_GE(std::stoll(client_.exec({"GET", test_key() + ":worker:rejected"}).str()), 1);
+  EXPECT_EQ(client_.exec({"GET", test_key() + ":data"}).str(), "new holder");
+  m.unlock();
+}
+
+}  // namespace
+}  // namespace dlock
