@@ -1,6 +1,7 @@
 #include "dlock/client.hpp"
 
 #include "net/connection.hpp"
+#include "net/inbox.hpp"
 
 namespace dlock {
 
@@ -8,7 +9,8 @@ client::client(std::string_view url, client_options options)
     : client(parse_endpoint(url), std::move(options)) {}
 
 client::client(endpoint where, client_options options)
-    : conn_(std::make_shared<detail::connection>(std::move(where), std::move(options))) {}
+    : conn_(std::make_shared<detail::connection>(where, options)),
+      inbox_(std::make_shared<detail::inbox>(std::move(where), std::move(options))) {}
 
 const endpoint& client::where() const noexcept { return conn_->where(); }
 const client_options& client::options() const noexcept { return conn_->options(); }
@@ -16,9 +18,16 @@ detail::io_executor client::get_executor() const noexcept { return conn_->execut
 
 void client::start_exec(command cmd, std::chrono::milliseconds timeout,
                         detail::unique_function<void(std::error_code, reply)> handler) {
+  // now + timeout saturates: milliseconds::max() means no deadline, where plain addition would
+  // overflow (UB) into a deadline in the past.
+  auto now = detail::clock::now();
+  auto room = std::chrono::duration_cast<std::chrono::milliseconds>(
+      detail::clock::time_point::max() - now);
+  auto deadline = timeout <= std::chrono::milliseconds::zero() ? now
+                  : timeout < room                             ? now + timeout
+                                                               : detail::clock::time_point::max();
   std::size_t count = cmd.size();
-  conn_->submit(std::string(cmd.bytes()), count, detail::clock::now() + timeout,
-                std::move(handler));
+  conn_->submit(std::string(cmd.bytes()), count, deadline, std::move(handler));
 }
 
 reply client::exec(command cmd, std::error_code& ec) {

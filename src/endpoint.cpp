@@ -1,5 +1,7 @@
 #include "dlock/endpoint.hpp"
 
+#include <sys/un.h>
+
 #include <charconv>
 
 #include "dlock/error.hpp"
@@ -36,6 +38,19 @@ bool percent_decode(std::string_view in, std::string& out) {
   return true;
 }
 
+// A host name or IPv4 address, or (inside brackets) an IPv6 literal with an optional zone.
+// Without this check "redis://host?db=1" or "redis://host#x" would parse as a host name and
+// only fail later, at resolve time, as node_unreachable instead of invalid_argument.
+bool valid_host(std::string_view host, bool bracketed) {
+  if (host.empty()) return false;
+  for (char c : host) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '-' || c == '_' || (bracketed && (c == ':' || c == '%'));
+    if (!ok) return false;
+  }
+  return true;
+}
+
 // "?db=N" on unix URLs.
 bool parse_query(std::string_view query, endpoint& ep) {
   if (query.empty()) return true;
@@ -61,6 +76,7 @@ endpoint parse_endpoint(std::string_view url, std::error_code& ec) {
     auto q = rest.find('?');
     ep.socket_path = std::string(rest.substr(0, q));
     if (ep.socket_path.empty() || ep.socket_path[0] != '/') return {};
+    if (ep.socket_path.size() >= sizeof(sockaddr_un::sun_path)) return {};  // cannot connect
     if (q != std::string_view::npos && !parse_query(rest.substr(q + 1), ep)) return {};
     ec.clear();
     return ep;
@@ -88,7 +104,8 @@ endpoint parse_endpoint(std::string_view url, std::error_code& ec) {
     path = rest.substr(slash + 1);
   }
   std::string_view port_text;
-  if (!hostport.empty() && hostport[0] == '[') {  // [::1]:6379
+  bool bracketed = !hostport.empty() && hostport[0] == '[';
+  if (bracketed) {  // [::1]:6379
     auto close = hostport.find(']');
     if (close == std::string_view::npos) return {};
     ep.host = std::string(hostport.substr(1, close - 1));
@@ -106,7 +123,7 @@ endpoint parse_endpoint(std::string_view url, std::error_code& ec) {
       if (port_text.empty()) return {};
     }
   }
-  if (ep.host.empty()) return {};
+  if (!valid_host(ep.host, bracketed)) return {};
   if (!port_text.empty()) {
     int port = 0;
     if (!parse_number(port_text, 65535, port) || port == 0) return {};

@@ -11,12 +11,14 @@
 // after those releases returned, so that a retry never meets our own leftovers.
 #include "lock_core.hpp"
 
+#include <asio/dispatch.hpp>
 #include <asio/steady_timer.hpp>
 
 #include <algorithm>
 #include <climits>
 
 #include "algo/retry.hpp"
+#include "net/inbox.hpp"
 #include "token.hpp"
 
 namespace dlock::detail {
@@ -66,12 +68,22 @@ struct lock_core::acquire_op {
   acquire_handler handler;
   node_results* out = nullptr;
   asio::steady_timer timer;
+  bool queued = false;        // has (maybe) an entry in some node's waiter queue
+  bool queued_everywhere = false;  // the last round queued on every node
+  bool listening = false;     // registered with the inboxes
+  bool subscribing = false;   // inbox subscriptions under way
+  bool in_round = false;
+  bool wake_pending = false;  // woken during a round: do not sleep after it
+  bool done = false;
 };
 
 lock_core::lock_core(std::vector<client> nodes, std::string key, lock_options options)
     : nodes_(std::move(nodes)),
       key_(std::move(key)),
       fence_key_(fence_key_for(key_)),
+      queue_key_(same_slot_key(key_, ":waiters")),
+      waiter_info_key_(same_slot_key(key_, ":waiter-info")),
+      tickets_key_(same_slot_key(key_, ":tickets")),
       options_(std::move(options)) {
   node_timeout_ = options_.node_timeout;
   if (node_timeout_.count() == 0) {
@@ -87,45 +99,148 @@ void lock_core::start_acquire(steady::time_point deadline, int attempts, acquire
   op->attempts_left = std::max(attempts, 1);
   op->handler = std::move(handler);
   op->out = out;
-  attempt(op);
+  // All of an acquisition runs on the I/O thread, where the inboxes and timers live; the
+  // commands would be handed to it anyway.
+  asio::dispatch(executor(), [self = shared_from_this(), op] { self->attempt(op); });
 }
 
+// Waiting without polling: a waiter that will try again queues itself on the nodes whose wake
+// inbox is subscribed (acquire.lua), and a release publishes the first live waiter's token to
+// that waiter's inbox (release.lua), which cuts the sleep short. The sleep between attempts
+// stays as the backstop for anything lost on the way (a dropped subscription, a release by a
+// client that does not notify, a holder that expired instead of releasing).
 void lock_core::attempt(const std::shared_ptr<acquire_op>& op) {
   --op->attempts_left;
-  start_round(op->token, [self = shared_from_this(), op](std::error_code ec,
-                                                         std::shared_ptr<round_op> round) {
-    if (op->out) *op->out = round->round.votes();
-    if (!ec) {
-      auto state = std::make_shared<lease_state>();
-      state->token = op->token;
-      state->fence = static_cast<std::uint64_t>(round->fence);
-      state->set_deadline(round->round.valid_until());
-      return op->handler({}, make_lease(self, std::move(state)));
-    }
-    auto delay = jittered_delay(self->options_.retry_delay, jitter_random());
-    // While another owner holds it with less time left than our delay, wake up at its expiry.
-    for (const auto& v : round->round.votes()) {
-      if (v.outcome == node_result::vote::taken && v.holder_ttl_ms >= 0) {
-        delay = std::min<steady::duration>(delay, std::chrono::milliseconds(v.holder_ttl_ms + 1));
+  op->in_round = true;
+  op->wake_pending = false;
+  bool may_queue = options_.wake_on_release && op->attempts_left > 0;
+  std::vector<std::string> waiter_entries(nodes_.size());
+  op->queued_everywhere = may_queue;
+  if (may_queue) {
+    std::string ttl = std::to_string(waiter_ttl().count()) + " ";
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      auto& box = nodes_[i].wake_inbox();
+      if (!box.subscribed()) {
+        op->queued_everywhere = false;
+        continue;
       }
+      waiter_entries[i] = ttl + box.channel();
+      op->queued = true;
     }
-    bool time_left = op->deadline == steady::time_point::max() ||
-                     steady::now() + delay < op->deadline;
-    if (!is_retryable(ec) || op->attempts_left <= 0 || !time_left) {
-      return op->handler(ec, lease{});
-    }
-    op->timer.expires_after(delay);
-    op->timer.async_wait([self, op](std::error_code) { self->attempt(op); });
-  });
+    // Listen before queueing: the release may publish before this round's reply comes back.
+    if (op->queued) listen(op);
+  }
+  start_round(op->token, std::move(waiter_entries),
+              [self = shared_from_this(), op](std::error_code ec, std::shared_ptr<round_op> round) {
+                op->in_round = false;
+                if (!ec) {
+                  auto state = std::make_shared<lease_state>();
+                  state->token = op->token;
+                  state->fence = static_cast<std::uint64_t>(round->fence);
+                  state->set_deadline(round->round.valid_until());
+                  return self->finish(op, {}, make_lease(self, std::move(state)), *round);
+                }
+                auto delay = self->retry_delay(round->round.votes());
+                bool time_left = op->deadline == steady::time_point::max() ||
+                                 steady::now() + delay < op->deadline;
+                if (!is_retryable(ec) || op->attempts_left <= 0 || !time_left) {
+                  return self->finish(op, ec, lease{}, *round);
+                }
+                self->wait_for_turn(op, delay);
+              });
 }
 
-void lock_core::start_round(std::string token, round_handler handler) {
+// The sleep between two rounds, which a wake-up (or completed subscriptions) cuts short.
+void lock_core::wait_for_turn(const std::shared_ptr<acquire_op>& op, steady::duration delay) {
+  std::vector<std::size_t> missing;
+  if (options_.wake_on_release) {
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      if (!nodes_[i].wake_inbox().subscribed()) missing.push_back(i);
+    }
+  }
+  // Retry at once when woken during the round, or when another waiter's subscription completed
+  // while this round was out, so this one can queue now rather than after a whole delay.
+  bool now = op->wake_pending ||
+             (options_.wake_on_release && missing.empty() && !op->queued_everywhere);
+  op->timer.expires_after(now ? steady::duration::zero() : delay);
+  op->timer.async_wait([self = shared_from_this(), op](std::error_code) { self->attempt(op); });
+  if (missing.empty() || op->subscribing) return;
+  // Subscribe the inboxes not yet subscribed; once all have answered, try again at once.
+  op->subscribing = true;
+  auto outstanding = std::make_shared<std::size_t>(missing.size());
+  for (std::size_t i : missing) {
+    nodes_[i].wake_inbox().subscribe([op, outstanding](std::error_code) {
+      if (--*outstanding > 0) return;
+      op->subscribing = false;
+      if (!op->done && !op->in_round) op->timer.cancel();
+    });
+  }
+}
+
+void lock_core::listen(const std::shared_ptr<acquire_op>& op) {
+  if (op->listening) return;
+  op->listening = true;
+  std::weak_ptr<acquire_op> weak = op;
+  for (auto& node : nodes_) {
+    node.wake_inbox().listen(op->token, [weak] {
+      auto op = weak.lock();
+      if (!op || op->done) return;
+      if (op->in_round) {
+        op->wake_pending = true;  // retry as soon as this round fails
+      } else {
+        op->timer.cancel();  // ends the sleep: the timer's handler starts the next round
+      }
+    });
+  }
+}
+
+void lock_core::finish(const std::shared_ptr<acquire_op>& op, std::error_code ec, lease l,
+                       const round_op& round) {
+  op->done = true;
+  op->timer.cancel();
+  if (op->listening) {
+    for (auto& node : nodes_) node.wake_inbox().forget(op->token);
+  }
+  // A grant dequeues on the granting node itself; everywhere else the entry must go, or the
+  // next release would wake a waiter that is no longer waiting.
+  if (op->queued && (ec || nodes_.size() > 1)) {
+    for (auto& node : nodes_) {
+      run_script(node, leave_script, {queue_key_, waiter_info_key_}, {op->token}, node_timeout_,
+                 [](std::error_code, reply) {});
+    }
+  }
+  if (op->out) *op->out = round.round.votes();
+  op->handler(ec, std::move(l));
+}
+
+steady::duration lock_core::retry_delay(const node_results& votes) const {
+  steady::duration delay = jittered_delay(options_.retry_delay, jitter_random());
+  // While another owner holds it with less time left than our delay, wake up at its expiry.
+  for (const auto& v : votes) {
+    if (v.outcome == node_result::vote::taken && v.holder_ttl_ms > 0) {
+      delay = std::min<steady::duration>(delay, std::chrono::milliseconds(v.holder_ttl_ms + 1));
+    }
+  }
+  return delay;
+}
+
+// A queued waiter refreshes its entry at every round, at least once per retry_delay; an entry
+// not refreshed for this long belongs to a waiter that crashed, and is dropped.
+std::chrono::milliseconds lock_core::waiter_ttl() const {
+  return std::max(4 * options_.retry_delay, std::chrono::milliseconds(1000));
+}
+
+void lock_core::start_round(std::string token, std::vector<std::string> waiter_entries,
+                            round_handler handler) {
   auto op = std::make_shared<round_op>(nodes_.size(), steady::now(), options_, std::move(token),
                                        std::move(handler));
   for (std::size_t i = 0; i < nodes_.size(); ++i) op->round.votes()[i].node = nodes_[i].where().to_string();
   std::string ttl = std::to_string(options_.ttl.count());
+  std::string_view mode = options_.fair ? "fair" : "";
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
-    run_script(nodes_[i], acquire_script, {key_, fence_key_}, {op->token, ttl}, node_timeout_,
+    run_script(nodes_[i], acquire_script,
+               {key_, fence_key_, queue_key_, waiter_info_key_, tickets_key_},
+               {op->token, ttl, waiter_entries[i], mode}, node_timeout_,
                [self = shared_from_this(), op, i](std::error_code ec, reply r) {
                  auto& round = op->round;
                  const auto& e = r.elements();
@@ -181,6 +296,11 @@ void lock_core::finish_round(const std::shared_ptr<round_op>& op, std::error_cod
   auto handler = std::exchange(op->handler, {});
   release_everywhere(op->token, [op, ec, handler = std::move(handler)](std::size_t,
                                                                        std::error_code) mutable {
+    // A round lost early to fast failures (dead nodes refuse at once) is judged again now:
+    // each node answers our release after the acquire sent before it on the same connection,
+    // so every node that answers at all has voted by now. Votes against may prove another
+    // owner (not_acquired), or every node may have failed alike (wrong_type, auth_failed).
+    if (!op->round.quorum_granted()) ec = op->round.failure();
     handler(ec, op);
   });
 }
@@ -194,7 +314,7 @@ void lock_core::release_everywhere(
   };
   auto t = std::make_shared<tally>(tally{nodes_.size(), 0, {}, std::move(handler)});
   for (auto& node : nodes_) {
-    run_script(node, release_script, {key_}, {token}, node_timeout_,
+    run_script(node, release_script, {key_, queue_key_, waiter_info_key_}, {token}, node_timeout_,
                [t](std::error_code ec, reply r) {
                  if (ec && !t->first_error) t->first_error = ec;
                  if (!ec && r.is_integer() && r.integer() == 1) ++t->released;
@@ -237,6 +357,9 @@ void lock_core::start_extend(const std::shared_ptr<lease_state>& state,
                    op->round.taken(i, -1);  // gone, or someone else's
                  }
                  if (!op->handler || !op->round.decided()) return;
+                 // Without a quorum, wait for the stragglers (at most node_timeout) while their
+                 // votes could still prove the lease lost rather than the nodes down.
+                 if (!op->round.quorum_granted() && !op->round.failure_settled()) return;
                  auto handler = std::exchange(op->handler, {});
                  auto now = steady::now();
                  // An extend that lands after the old validity ended cannot vouch for the gap.

@@ -51,11 +51,18 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
   struct acquire_op;
   using round_handler = unique_function<void(std::error_code, std::shared_ptr<round_op>)>;
 
-  void start_round(std::string token, round_handler handler);
+  void start_round(std::string token, std::vector<std::string> waiter_entries,
+                   round_handler handler);
   void decide(const std::shared_ptr<round_op>& op);
   void raise_fence(const std::shared_ptr<round_op>& op, const fence_plan& plan);
   void finish_round(const std::shared_ptr<round_op>& op, std::error_code ec);
   void attempt(const std::shared_ptr<acquire_op>& op);
+  void wait_for_turn(const std::shared_ptr<acquire_op>& op, steady::duration delay);
+  void listen(const std::shared_ptr<acquire_op>& op);
+  void finish(const std::shared_ptr<acquire_op>& op, std::error_code ec, lease l,
+              const round_op& round);
+  steady::duration retry_delay(const node_results& votes) const;
+  std::chrono::milliseconds waiter_ttl() const;
   // Runs release.lua on every node; reports how many deleted our key and the first error.
   void release_everywhere(const std::string& token,
                           unique_function<void(std::size_t released, std::error_code)> handler);
@@ -63,6 +70,7 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
   std::vector<client> nodes_;
   std::string key_;
   std::string fence_key_;
+  std::string queue_key_, waiter_info_key_, tickets_key_;  // the waiter queue (acquire.lua)
   lock_options options_;
   std::chrono::milliseconds node_timeout_;
 };

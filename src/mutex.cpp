@@ -20,6 +20,9 @@ void check_arguments(const std::vector<client>& nodes, const std::string& key,
   if (o.retry_count < 0) reject("retry_count is negative");
   if (o.node_timeout.count() < 0) reject("node_timeout is negative");
   if (!(o.drift_factor >= 0.0 && o.drift_factor <= 0.5)) reject("drift_factor must be 0 to 0.5");
+  if (o.fair && (nodes.size() > 1 || !o.wake_on_release)) {
+    reject("fair mode needs a single node and wake_on_release");
+  }
 }
 
 }  // namespace

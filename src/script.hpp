@@ -22,6 +22,7 @@ inline constexpr script release_script{scripts::release_body, scripts::release_s
 inline constexpr script extend_script{scripts::extend_body, scripts::extend_sha1};
 inline constexpr script fence_raise_script{scripts::fence_raise_body, scripts::fence_raise_sha1};
 inline constexpr script fenced_set_script{scripts::fenced_set_body, scripts::fenced_set_sha1};
+inline constexpr script leave_script{scripts::leave_body, scripts::leave_sha1};
 
 // Runs `s` on `node`. The first try is EVALSHA; a NOSCRIPT reply (after a restart, failover or
 // SCRIPT FLUSH) is answered by one EVAL with the body, which also reloads the cache. Both tries

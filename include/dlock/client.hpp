@@ -24,6 +24,7 @@ namespace dlock {
 
 namespace detail {
 class connection;
+class inbox;
 }
 
 struct client_options {
@@ -41,6 +42,9 @@ struct client_options {
 };
 
 // One Redis command (or several, pipelined as one request), formatted at construction.
+// Throws std::system_error(errc::invalid_argument) for an empty command, and for commands that
+// do not answer exactly once (SUBSCRIBE and friends, MONITOR, SYNC, CLIENT REPLY), which would
+// pair later replies with the wrong requests on the shared connection.
 class command {
  public:
   command(std::initializer_list<std::string_view> args);
@@ -95,8 +99,12 @@ class client {
   // reconnects.
   void disconnect();
 
+  // Internal: the pub/sub inbox through which a release wakes this client's waiters.
+  detail::inbox& wake_inbox() const noexcept { return *inbox_; }
+
  private:
   std::shared_ptr<detail::connection> conn_;
+  std::shared_ptr<detail::inbox> inbox_;
 };
 
 // Maps an error reply's text ("WRONGTYPE ...", "NOPERM ...") to an errc.

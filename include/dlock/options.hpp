@@ -24,6 +24,14 @@ struct lock_options {
   double drift_factor = 0.01;
   // Prepended to the lock's name to form the key.
   std::string key_prefix;
+  // A waiter queues on the nodes and the release wakes the first one through pub/sub, so a
+  // freed lock passes on within about a round trip; retry_delay remains the backstop for a lost
+  // wake-up. Off: plain polling every retry_delay (for servers without pub/sub).
+  bool wake_on_release = true;
+  // First come, first served: the lock goes to waiters in arrival order, and newcomers do not
+  // barge in. Needs wake_on_release and a single node (with N nodes each node's queue could
+  // name a different head, and no waiter would reach a quorum).
+  bool fair = false;
 };
 
 // Limits checked before any I/O.

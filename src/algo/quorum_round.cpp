@@ -56,6 +56,24 @@ std::error_code quorum_round::failure() const {
   return errc::quorum_not_reached;
 }
 
+bool quorum_round::failure_settled() const noexcept {
+  std::size_t pending = votes_.size() - granted_ - taken_ - failed_;
+  if (pending == 0 || votes_.size() - taken_ < quorum()) return true;
+  // Enough outstanding votes against would make it not_acquired.
+  if (votes_.size() - taken_ - pending < quorum()) return false;
+  // Every vote so far failed the same way: all of them failing so would name that error.
+  if (granted_ == 0 && taken_ == 0) {
+    const std::error_code* shared = nullptr;
+    for (const auto& v : votes_) {
+      if (v.outcome != node_result::vote::failed) continue;
+      if (shared && v.error != *shared) return true;
+      shared = &v.error;
+    }
+    return false;
+  }
+  return true;
+}
+
 steady::time_point quorum_round::valid_until() const noexcept {
   return start_ + ttl_ - drift_allowance(ttl_, drift_factor_);
 }

@@ -42,6 +42,10 @@ class quorum_round {
   // alone make a quorum impossible; the shared error when every node failed alike; else
   // quorum_not_reached.
   std::error_code failure() const;
+  // Whether failure() would say the same whatever the nodes yet to vote say: false while their
+  // votes against could still prove another owner (not_acquired), or while every vote so far
+  // is the same error. A round decided early on failures may wait for this to name the cause.
+  bool failure_settled() const noexcept;
   // When the lock may be used until: start + ttl - drift. The round succeeds iff a quorum
   // granted and this is after the moment of decision.
   steady::time_point valid_until() const noexcept;

@@ -1,21 +1,75 @@
--- Acquire a lock and draw its fencing token, atomically.
+-- Acquire a lock and draw its fencing token, atomically; optionally queue as a waiter.
 -- KEYS[1]: the lock key (value = owner token, expiry = PX).
--- KEYS[2]: the lock's fencing counter, in the same hash slot; it never expires.
--- ARGV[1]: the owner token (random, 128 bits); ARGV[2]: the TTL in milliseconds.
+-- KEYS[2]: the lock's fencing counter; it never expires.
+-- KEYS[3]: the waiter queue (zset: owner token -> ticket); KEYS[4]: waiter info (hash: owner
+--          token -> "<deadline ms> <wake channel>"); KEYS[5]: the ticket counter. All five keys
+--          share one hash slot.
+-- ARGV[1]: the owner token; ARGV[2]: the TTL in ms;
+-- ARGV[3]: "<waiter ttl ms> <wake channel>" to queue when not granted, or "" not to queue;
+-- ARGV[4]: "fair" to grant only to the queue's head (or when the queue is empty), else "".
 -- Returns {1, fence} when granted (also when the key already holds this owner's token, e.g. a
--- late SET of our own earlier attempt), {0, holder's PTTL} when another owner holds it, and a
--- WRONGTYPE error when the key holds something that is not a lock (SET NX alone would say "busy").
-local key, fence_key = KEYS[1], KEYS[2]
-local owner, ttl_ms = ARGV[1], ARGV[2]
+-- late SET of our own earlier attempt), {0, holder's PTTL} when not (0 when the lock is free
+-- but another waiter is ahead in fair mode), and a WRONGTYPE error when the key holds
+-- something that is not a lock (SET NX alone would say "busy" forever).
+local key, fence_key, queue, info, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local owner, ttl_ms, waiter, fair = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == 'fair'
 
-if redis.call('SET', key, owner, 'NX', 'PX', ttl_ms) then
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The first waiter whose deadline has not passed; dead ones (crashed waiters) are dropped.
+local function live_head(now)
+  while true do
+    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not head then return nil end
+    local entry = redis.call('HGET', info, head)
+    local deadline = entry and tonumber(string.match(entry, '^(%d+)'))
+    if deadline and deadline > now then return head end
+    redis.call('ZREM', queue, head)
+    redis.call('HDEL', info, head)
+  end
+end
+
+local function grant()
+  if waiter ~= '' or fair then
+    redis.call('ZREM', queue, owner)
+    redis.call('HDEL', info, owner)
+  end
   return {1, redis.call('INCR', fence_key)}
 end
-if redis.call('TYPE', key).ok ~= 'string' then
+
+local now
+local our_turn = true
+if fair then
+  now = now_ms()
+  local head = live_head(now)
+  our_turn = head == nil or head == owner
+end
+
+if our_turn and redis.call('SET', key, owner, 'NX', 'PX', ttl_ms) then
+  return grant()
+end
+local kind = redis.call('TYPE', key).ok
+if kind ~= 'string' and kind ~= 'none' then
   return redis.error_reply('WRONGTYPE the lock key holds a value that is not a string')
 end
 if redis.call('GET', key) == owner then
   redis.call('PEXPIRE', key, ttl_ms)
-  return {1, redis.call('INCR', fence_key)}
+  return grant()
 end
-return {0, redis.call('PTTL', key)}
+
+if waiter ~= '' then
+  now = now or now_ms()
+  local waiter_ttl, channel = string.match(waiter, '^(%d+) (.+)$')
+  if redis.call('ZSCORE', queue, owner) == false then
+    redis.call('ZADD', queue, redis.call('INCR', tickets), owner)
+  end
+  redis.call('HSET', info, owner, (now + tonumber(waiter_ttl)) .. ' ' .. channel)
+  -- The queue vanishes on its own once every waiter is gone.
+  for _, k in ipairs({queue, info, tickets}) do
+    redis.call('PEXPIRE', k, 2 * tonumber(waiter_ttl))
+  end
+end
+return {0, math.max(redis.call('PTTL', key), 0)}

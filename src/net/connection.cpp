@@ -42,9 +42,16 @@ void connection::submit(std::string payload, std::size_t replies, clock::time_po
 
 void connection::close(std::error_code reason) {
   asio::dispatch(executor_, [self = shared_from_this(), reason] {
-    self->fail(reason, false, reason);
+    // Queued requests first: fail() reconnects when it finds any still queued.
     for (auto& req : std::exchange(self->pending_, {})) self->complete(req, reason, {});
+    self->fail(reason, false, reason);
   });
+}
+
+void connection::set_push_handlers(std::function<void(const reply&)> on_push,
+                                   std::function<void()> on_drop) {
+  on_push_ = std::move(on_push);
+  on_drop_ = std::move(on_drop);
 }
 
 void connection::enqueue(request req) {
@@ -77,7 +84,13 @@ void connection::start_connect() {
 
   targets_.clear();
   if (where_.is_unix()) {
-    targets_.emplace_back(asio::local::stream_protocol::endpoint(where_.socket_path));
+    try {
+      targets_.emplace_back(asio::local::stream_protocol::endpoint(where_.socket_path));
+    } catch (const std::system_error& e) {
+      // A path longer than sun_path: Asio throws, and on the I/O thread that would end the process.
+      last_connect_error_ = e.code();
+      return fail(e.code(), true, errc::invalid_argument);
+    }
     try_endpoint(0);
     return;
   }
@@ -199,7 +212,9 @@ void connection::start_read() {
         for (;;) {
           std::error_code perr;
           auto r = self->reader_->next(perr);
-          if (perr) return self->fail(errc::protocol_error, false);
+          // Mid-handshake this is a failed connect: back off and fail the queue instead of
+          // reconnecting to the same non-Redis peer in a loop until the requests' deadlines.
+          if (perr) return self->fail(errc::protocol_error, self->state_ == state::connecting);
           if (!r) break;
           self->on_reply(std::move(*r));
           if (gen != self->generation_) return;  // a handler closed the connection
@@ -209,6 +224,9 @@ void connection::start_read() {
 }
 
 void connection::on_reply(reply r) {
+  if (on_push_ && r.is_array() && !r.elements().empty() && r.elements()[0].str() == "message") {
+    return on_push_(r);  // out of band: not the answer to any request
+  }
   if (inflight_.empty()) {
     // A reply nobody asked for: not a Redis server speaking request/reply RESP2.
     return fail(errc::protocol_error, state_ == state::connecting, errc::protocol_error);
@@ -255,6 +273,7 @@ void connection::fail(std::error_code inflight_error, bool connect_failed,
     complete(req, queued_error ? queued_error : inflight_error,
              reply::make_string(reply::kind::error, last_connect_error_.message()));
   }
+  if (on_drop_) on_drop_();
   if (!connect_failed) kick();  // never-written requests go out on a new connection
 }
 

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -35,6 +36,11 @@ class connection : public std::enable_shared_from_this<connection> {
   void submit(std::string payload, std::size_t replies, clock::time_point deadline,
               reply_handler handler);
   void close(std::error_code reason);
+
+  // Makes this a subscriber connection: pub/sub "message" pushes go to on_push instead of being
+  // taken for replies, and on_drop runs whenever the socket ends (subscriptions die with it).
+  // Both run on the I/O thread. Call once, before the first request.
+  void set_push_handlers(std::function<void(const reply&)> on_push, std::function<void()> on_drop);
 
  private:
   struct request {
@@ -81,6 +87,9 @@ class connection : public std::enable_shared_from_this<connection> {
   std::string write_buf_;
   std::unique_ptr<reply_reader> reader_;
   std::array<char, 16384> read_buf_{};
+
+  std::function<void(const reply&)> on_push_;
+  std::function<void()> on_drop_;
 
   std::chrono::milliseconds backoff_;
   clock::time_point backoff_until_{};

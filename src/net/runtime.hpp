@@ -4,6 +4,7 @@
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
 
+#include <atomic>
 #include <thread>
 
 namespace dlock::detail {
@@ -16,14 +17,19 @@ class runtime {
 
   // The process-wide runtime, started on first use. It is never destroyed: the last reference
   // to a connection or lease is often dropped by a handler on the I/O thread itself, which could
-  // neither join nor destroy the io_context it is running in. Its thread idles in epoll at exit.
+  // neither join nor destroy the io_context it is running in. At exit its thread is stopped.
   static runtime& shared();
 
  private:
   runtime();
+  // Registered with atexit: stops the I/O thread (waiting up to 1 s) before static
+  // destructors run, so that no handler meets a destroyed object.
+  void stop_at_exit() noexcept;
+
   asio::io_context io_{1};
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   std::thread thread_;
+  std::atomic<bool> stopped_{false};
 };
 
 }  // namespace dlock::detail

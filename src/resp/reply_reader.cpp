@@ -35,7 +35,11 @@ reply_reader::reply_reader() : reader_(redisReaderCreate()) {
 reply_reader::~reply_reader() { redisReaderFree(reader_); }
 
 void reply_reader::feed(std::string_view bytes) {
-  if (redisReaderFeed(reader_, bytes.data(), bytes.size()) != REDIS_OK) throw std::bad_alloc();
+  // hiredis also refuses bytes once the stream was found not to be RESP; that is not an
+  // allocation failure, and next() keeps reporting the protocol error.
+  if (redisReaderFeed(reader_, bytes.data(), bytes.size()) != REDIS_OK &&
+      reader_->err == REDIS_ERR_OOM)
+    throw std::bad_alloc();
 }
 
 std::optional<reply> reply_reader::next(std::error_code& ec) {

@@ -12,7 +12,7 @@ TEST(ScriptsTest, EmbeddedSha1MatchesScriptLoad) {
   test::redis_server server;
   client c{server.url()};
   for (const auto* s : {&detail::acquire_script, &detail::release_script, &detail::extend_script,
-                        &detail::fence_raise_script, &detail::fenced_set_script}) {
+                        &detail::fence_raise_script, &detail::fenced_set_script, &detail::leave_script}) {
     EXPECT_EQ(c.exec({"SCRIPT", "LOAD", s->body}).str(), s->sha1);
   }
 }

@@ -1,8 +1,11 @@
 // lock_worker: a separate process that contends for a lock, for the multi-process tests.
 //   lock_worker counter --lock URL [--lock URL ...] --resource URL --key K --iterations N
-//                       [--ttl MS] [--threads T] [--nolock]
+//                       [--ttl MS] [--threads T] [--nolock] [--fair] [--retry-delay MS]
 //       T threads each do N read-modify-write increments of K:counter on the resource with
-//       plain GET then SET (not atomic), under the lock unless --nolock. Exits 0 when done.
+//       plain GET then SET (not atomic), under the lock unless --nolock. Each thread records its
+//       longest wait for the lock (ms) with HSET K:maxwait. Exits 0 when done.
+//   lock_worker queue --lock URL --key K [--fair]
+//       waits for the lock (lock()), prints nothing; for tests that kill a queued waiter.
 //   lock_worker hold --lock URL --key K [--ttl MS]
 //       takes the lock, prints "held" and sleeps until killed.
 //   lock_worker fenced --lock URL --resource URL --key K [--ttl MS]
@@ -13,6 +16,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <sstream>
+#include <unistd.h>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +35,8 @@ struct args {
   int threads = 1;
   long ttl_ms = 5000;
   bool nolock = false;
+  bool fair = false;
+  long retry_delay_ms = 5;
 };
 
 args parse(int argc, char** argv) {
@@ -49,6 +56,8 @@ args parse(int argc, char** argv) {
     else if (flag == "--threads") a.threads = std::stoi(value());
     else if (flag == "--ttl") a.ttl_ms = std::stol(value());
     else if (flag == "--nolock") a.nolock = true;
+    else if (flag == "--fair") a.fair = true;
+    else if (flag == "--retry-delay") a.retry_delay_ms = std::stol(value());
     else std::exit(64);
   }
   return a;
@@ -94,7 +103,8 @@ int run_fenced(const args& a, const dlock::lock_options& options) {
 int main(int argc, char** argv) {
   args a = parse(argc, argv);
   dlock::lock_options options{.ttl = std::chrono::milliseconds(a.ttl_ms),
-                              .retry_delay = std::chrono::milliseconds(5)};
+                              .retry_delay = std::chrono::milliseconds(a.retry_delay_ms),
+                              .fair = a.fair};
   if (a.mode == "hold") {
     dlock::mutex lock{clients(a.locks), a.key, options};
     auto held = lock.acquire();
@@ -104,20 +114,33 @@ int main(int argc, char** argv) {
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
   }
   if (a.mode == "fenced") return run_fenced(a, options);
+  if (a.mode == "queue") {
+    dlock::mutex lock{clients(a.locks), a.key, options};
+    lock.lock();
+    return 0;
+  }
   if (a.mode != "counter") return 64;
   std::vector<std::thread> threads;
   for (int t = 0; t < a.threads; ++t) {
     threads.emplace_back([&] {
       dlock::client resource{a.resource};
       dlock::mutex lock{clients(a.locks), a.key, options};
+      long long longest_wait_ms = 0;
       for (int i = 0; i < a.iterations; ++i) {
         if (a.nolock) {
           increment(resource, a.key + ":counter");
           continue;
         }
+        auto asked = std::chrono::steady_clock::now();
         std::unique_lock guard{lock};
+        auto waited = std::chrono::steady_clock::now() - asked;
+        longest_wait_ms = std::max<long long>(
+            longest_wait_ms, std::chrono::duration_cast<std::chrono::milliseconds>(waited).count());
         increment(resource, a.key + ":counter");
       }
+      std::ostringstream me;
+      me << ::getpid() << "/" << std::this_thread::get_id();
+      resource.exec({"HSET", a.key + ":maxwait", me.str(), std::to_string(longest_wait_ms)});
     });
   }
   for (auto& t : threads) t.join();

@@ -1,0 +1,234 @@
+// Start-up diagnostics: the deployment facts that silently weaken Redlock (SPEC section 3-4).
+//
+// Every node is asked at once, with one pipelined request (four INFO sections and CONFIG GET
+// appendfsync), so a hung node costs one request_timeout rather than one per node. INFO is
+// read by field name; sections are asked for one by one because Redis before 7 accepts only one.
+#include "dlock/diagnostics.hpp"
+
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace dlock {
+namespace {
+
+struct probe {
+  std::error_code ec;
+  reply r;
+};
+
+// The value of `key:value` in an INFO text, or empty.
+std::string info_field(std::string_view info, std::string_view key) {
+  std::size_t pos = 0;
+  while (pos < info.size()) {
+    auto end = info.find('\n', pos);
+    if (end == std::string_view::npos) end = info.size();
+    auto line = info.substr(pos, end - pos);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.size() > key.size() && line.compare(0, key.size(), key) == 0 &&
+        line[key.size()] == ':') {
+      return std::string(line.substr(key.size() + 1));
+    }
+    pos = end + 1;
+  }
+  return {};
+}
+
+std::vector<probe> probe_all(const std::vector<client>& nodes) {
+  struct gather {
+    std::mutex m;
+    std::vector<probe> probes;
+    std::size_t left;
+    std::promise<void> done;
+  };
+  // Handlers run on the I/O thread and may outlive a slow waiter's view of the stack, so the
+  // tally is shared rather than borrowed.
+  auto g = std::make_shared<gather>();
+  g->probes.resize(nodes.size());
+  g->left = nodes.size();
+  auto finished = g->done.get_future();
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    client node = nodes[i];
+    command cmd{"INFO", "server"};
+    cmd.then({"INFO", "replication"}).then({"INFO", "memory"}).then({"INFO", "persistence"});
+    cmd.then({"CONFIG", "GET", "appendfsync"});
+    node.start_exec(std::move(cmd), node.options().request_timeout,
+                    [g, i](std::error_code ec, reply r) {
+                      bool last = false;
+                      {
+                        std::lock_guard lock(g->m);
+                        g->probes[i] = probe{ec, std::move(r)};
+                        last = --g->left == 0;
+                      }
+                      if (last) g->done.set_value();
+                    });
+  }
+  finished.wait();
+  std::lock_guard lock(g->m);
+  return std::move(g->probes);
+}
+
+// What one node told us; empty strings for what it did not.
+struct node_facts {
+  std::string run_id, role, master, policy, maxmemory, aof_enabled, appendfsync;
+};
+
+// An error reply inside the pipeline (INFO refused by an ACL) makes the node uncheckable; a
+// refused CONFIG only leaves appendfsync unknown.
+std::error_code read_facts(const reply& r, node_facts& f, std::string& why) {
+  const auto& e = r.elements();
+  if (!r.is_array() || e.size() != 5) {
+    why = "unexpected reply " + r.to_string();
+    return errc::protocol_error;
+  }
+  for (std::size_t i = 0; i < 4; ++i) {
+    if (e[i].is_error()) {
+      why = e[i].str();
+      return error_from_reply(e[i]);
+    }
+  }
+  f.run_id = info_field(e[0].str(), "run_id");
+  f.role = info_field(e[1].str(), "role");
+  f.master = info_field(e[1].str(), "master_host") + ":" + info_field(e[1].str(), "master_port");
+  f.policy = info_field(e[2].str(), "maxmemory_policy");
+  f.maxmemory = info_field(e[2].str(), "maxmemory");
+  f.aof_enabled = info_field(e[3].str(), "aof_enabled");
+  const auto& config = e[4].elements();
+  if (config.size() == 2 && config[1].is_string()) f.appendfsync = config[1].str();
+  return {};
+}
+
+void add(std::vector<warning>& out, warning::code c, std::string node, std::string message,
+         std::string fix) {
+  out.push_back(warning{c, std::move(node), std::move(message), std::move(fix)});
+}
+
+void check_count(std::size_t n, std::vector<warning>& out) {
+  std::size_t quorum = n / 2 + 1;
+  if (n < 3) {
+    add(out, warning::code::too_few_nodes, {},
+        n == 1 ? "1 node: the lock is only as available as that node, and a crash or failover "
+                 "that loses its keys lets a second owner in"
+               : "2 nodes: the quorum is 2, so any one failed node makes the lock unavailable",
+        "use 3 or, better, 5 independent masters");
+  }
+  if (n % 2 == 0) {
+    add(out, warning::code::even_node_count, {},
+        std::to_string(n) + " nodes: the quorum is " + std::to_string(quorum) + ", tolerating " +
+            std::to_string(n - quorum) + " failed node(s), no more than " + std::to_string(n - 1) +
+            " nodes would",
+        "use an odd number of nodes (" + std::to_string(n - 1) + " or " + std::to_string(n + 1) +
+            ")");
+  }
+}
+
+void check_node(const std::string& name, const node_facts& f, std::vector<warning>& out) {
+  if (f.role == "slave") {
+    add(out, warning::code::replica, name,
+        "the node is a replica of " + f.master +
+            ": it refuses lock writes (READONLY), and a writable replica loses them to its "
+            "master's stream",
+        "list masters only: Redlock needs N independent masters, no replication between them");
+  }
+  if (!f.policy.empty() && f.policy != "noeviction") {
+    std::string when = f.maxmemory == "0" ? " once maxmemory is set" : " at maxmemory";
+    add(out, warning::code::evicting_policy, name,
+        "maxmemory-policy is " + f.policy + ": a held lock key can be evicted silently" + when,
+        "CONFIG SET maxmemory-policy noeviction (or give locks a Redis of their own)");
+  }
+  const char* persistence_fix =
+      "appendonly yes with appendfsync always, or keep a restarted node out of quorums for one "
+      "TTL (delayed restart)";
+  if (f.aof_enabled == "0") {
+    add(out, warning::code::forgets_on_restart, name,
+        "appendonly is no: after a restart the node forgets the locks it held, so another owner "
+        "can reach a quorum while the first still holds the lock",
+        persistence_fix);
+  } else if (f.aof_enabled == "1" && !f.appendfsync.empty() && f.appendfsync != "always") {
+    add(out, warning::code::forgets_on_restart, name,
+        "appendfsync is " + f.appendfsync +
+            ": a crash loses the lock writes not yet fsync'd (up to a second with everysec)",
+        persistence_fix);
+  }
+}
+
+}  // namespace
+
+std::vector<warning> check_deployment(const std::vector<client>& nodes, std::error_code& ec) {
+  ec.clear();
+  std::vector<warning> out;
+  if (nodes.empty()) {
+    ec = errc::invalid_argument;
+    return out;
+  }
+  if (detail::on_io_thread()) {
+    ec = errc::would_block_io_thread;
+    return out;
+  }
+  check_count(nodes.size(), out);
+  auto probes = probe_all(nodes);
+  std::map<std::string, std::string> seen;  // run_id -> first endpoint with it
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    std::string name = nodes[i].where().to_string();
+    node_facts facts;
+    std::string why;
+    std::error_code node_ec = probes[i].ec;
+    if (node_ec) {
+      why = probes[i].r.is_error() ? probes[i].r.str() : node_ec.message();
+    } else {
+      node_ec = read_facts(probes[i].r, facts, why);
+    }
+    if (node_ec) {
+      if (!ec) ec = node_ec;
+      add(out, warning::code::unchecked, name, "could not inspect the node: " + why,
+          "make it reachable and allow INFO (and CONFIG GET) for the lock's user");
+      continue;
+    }
+    if (!facts.run_id.empty()) {
+      auto [it, fresh] = seen.emplace(facts.run_id, name);
+      if (!fresh) {
+        add(out, warning::code::same_server, name,
+            "the same redis-server as " + it->second + " (run_id " + facts.run_id +
+                "): its vote counts twice",
+            "list each server once; the nodes must be independent masters");
+      }
+    }
+    check_node(name, facts, out);
+  }
+  return out;
+}
+
+std::vector<warning> check_deployment(const std::vector<client>& nodes) {
+  std::error_code ec;
+  auto out = check_deployment(nodes, ec);
+  if (ec) {
+    std::string what = "dlock: cannot check the deployment";
+    for (const auto& w : out) {
+      if (w.what == warning::code::unchecked) what += "; " + w.node + ": " + w.message;
+    }
+    throw std::system_error(ec, what);
+  }
+  return out;
+}
+
+std::string_view to_string(warning::code c) noexcept {
+  switch (c) {
+    case warning::code::too_few_nodes: return "too_few_nodes";
+    case warning::code::even_node_count: return "even_node_count";
+    case warning::code::same_server: return "same_server";
+    case warning::code::replica: return "replica";
+    case warning::code::evicting_policy: return "evicting_policy";
+    case warning::code::forgets_on_restart: return "forgets_on_restart";
+    case warning::code::unchecked: return "unchecked";
+  }
+  return "unknown";
+}
+
+std::string to_string(const warning& w) {
+  std::string out(to_string(w.what));
+  if (!w.node.empty()) out += " " + w.node;
+  return out + ": " + w.message + " (fix: " + w.fix + ")";
+}
+
+}  // namespace dlock

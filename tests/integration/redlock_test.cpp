@@ -1,0 +1,513 @@
+// Redlock (dlock::mutex over N = 5 nodes) against five real redis-server processes: mutual
+// exclusion across processes while a node crashes and restarts, nodes down, a hung node,
+// cleanup after failed rounds, a TTL shorter than the round, every subset of busy nodes,
+// fencing tokens with lagging counters, and extend with a quorum.
+#include "dlock/mutex.hpp"
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bitset>
+#include <future>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "dlock/detail/scripts.hpp"
+#include "support/redis_server.hpp"
+#include "support/test_keys.hpp"
+
+namespace dlock {
+namespace {
+
+using namespace std::chrono_literals;
+using test::redis_server;
+using test::server_options;
+using test::test_key;
+using vote = node_result::vote;
+using steady = std::chrono::steady_clock;
+
+constexpr std::size_t n_nodes = 5;
+const std::string other_owner = "someone-else";
+
+// A raw loopback connection, independent of dlock: for MONITOR and for DEBUG SLEEP, which must
+// stay in flight while the test goes on.
+class raw_connection {
+ public:
+  explicit raw_connection(unsigned short port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ADD_FAILURE() << "cannot connect to port " << port;
+    }
+  }
+  ~raw_connection() { ::close(fd_); }
+  raw_connection(const raw_connection&) = delete;
+  raw_connection& operator=(const raw_connection&) = delete;
+
+  void send(const std::string& inline_command) {
+    std::string line = inline_command + "\r\n";
+    EXPECT_EQ(::write(fd_, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+  }
+  // The next reply line, or nothing by the deadline.
+  std::optional<std::string> next_line(steady::time_point deadline) {
+    for (;;) {
+      if (auto end = buf_.find("\r\n"); end != std::string::npos) {
+        std::string line = buf_.substr(0, end);
+        buf_.erase(0, end + 2);
+        return line;
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now());
+      if (left <= 0ms) return std::nullopt;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return std::nullopt;
+      char chunk[4096];
+      auto n = ::read(fd_, chunk, sizeof chunk);
+      if (n <= 0) return std::nullopt;
+      buf_.append(chunk, static_cast<std::size_t>(n));
+    }
+  }
+
+ private:
+  int fd_;
+  std::string buf_;
+};
+
+// The quoted arguments of a MONITOR line: 123.456 [0 127.0.0.1:1234] "EVALSHA" "sha" ...
+std::vector<std::string> monitor_args(const std::string& line) {
+  std::vector<std::string> out;
+  for (std::size_t i = line.find('"'); i != std::string::npos; i = line.find('"', i + 1)) {
+    std::string arg;
+    for (++i; i < line.size() && line[i] != '"'; ++i) {
+      if (line[i] == '\\' && i + 1 < line.size()) ++i;
+      arg += line[i];
+    }
+    out.push_back(arg);
+  }
+  return out;
+}
+
+std::string fence_key(const std::string& key) { return "{" + key + "}:fence"; }
+
+class RedlockTest : public ::testing::Test {
+ protected:
+  void start(server_options o = {}) {
+    for (std::size_t i = 0; i < n_nodes; ++i) {
+      servers_.push_back(std::make_unique<redis_server>(o));
+      nodes_.emplace_back(servers_.back()->url(), client_options{.reconnect_backoff_max = 200ms});
+      admin_.emplace_back(servers_.back()->url());
+    }
+  }
+  void SetUp() override { start(); }
+
+  std::string name(std::size_t i) const { return "127.0.0.1:" + std::to_string(servers_[i]->port()); }
+  std::string get(std::size_t i, const std::string& key) {
+    auto r = admin_[i].exec({"GET", key});
+    return r.is_nil() ? std::string() : r.str();
+  }
+  bool exists(std::size_t i, const std::string& key) {
+    return admin_[i].exec({"EXISTS", key}).integer() == 1;
+  }
+  void lock_by_other(std::size_t i, const std::string& key, std::chrono::milliseconds ttl = 10s) {
+    admin_[i].exec({"SET", key, other_owner, "PX", std::to_string(ttl.count())});
+  }
+  // Nodes that hold a key of ours (anything but the other owner's value).
+  // Hung (paused) nodes are skipped; pass them in `skip`.
+  std::vector<std::size_t> ours_left(const std::string& key, std::vector<std::size_t> skip = {}) {
+    std::vector<std::size_t> out;
+    for (std::size_t i = 0; i < n_nodes; ++i) {
+      if (!servers_[i]->running() || std::find(skip.begin(), skip.end(), i) != skip.end()) continue;
+      auto v = get(i, key);
+      if (!v.empty() && v != other_owner) out.push_back(i);
+    }
+    return out;
+  }
+  std::string dump(const node_results& votes) {
+    std::string out;
+    for (const auto& v : votes) out += "\n  " + v.node + ": " + to_string(v);
+    return out;
+  }
+
+  std::vector<std::unique_ptr<redis_server>> servers_;
+  std::vector<client> nodes_;  // the lock's connections
+  std::vector<client> admin_;  // the test's own, to set up and inspect the nodes
+};
+
+class RedlockPersistentTest : public RedlockTest {
+ protected:
+  void SetUp() override { start({.persistence = true}); }
+};
+
+TEST_F(RedlockPersistentTest, ProcessesExcludeEachOtherWhileANodeCrashesAndRestarts) {
+  constexpr int processes = 3, threads = 2, rounds = 40, total = processes * threads * rounds;
+  redis_server resource;  // a sixth server holds the counter, outside the lock's nodes
+  client counter_client{resource.url()};
+  const std::string counter = test_key() + ":counter";
+  auto count = [&] {
+    auto r = counter_client.exec({"GET", counter});
+    return r.is_nil() ? 0LL : std::stoll(r.str());
+  };
+  auto wait_for_count = [&](long long at_least, std::chrono::seconds limit) {
+    auto until = steady::now() + limit;
+    while (count() < at_least && steady::now() < until) std::this_thread::sleep_for(5ms);
+    return count();
+  };
+
+  std::vector<std::string> argv{test::self_dir() + "/lock_worker", "counter"};
+  for (const auto& s : servers_) argv.insert(argv.end(), {"--lock", s->url()});
+  argv.insert(argv.end(), {"--resource", resource.url(), "--key", test_key(), "--iterations",
+                           std::to_string(rounds), "--threads", std::to_string(threads), "--ttl",
+                           "3000"});
+  std::vector<test::child_process> workers;
+  for (int p = 0; p < processes; ++p) workers.emplace_back(argv);
+
+  ASSERT_GE(wait_for_count(total / 6, 20s), total / 6) << "the workers make no progress";
+  servers_[2]->kill();
+  long long at_kill = count();
+  // The lock keeps working on 4 of 5 nodes.
+  EXPECT_GE(wait_for_count(at_kill + total / 6, 20s), at_kill + total / 6);
+  servers_[2]->restart();  // with --appendonly yes --appendfsync always: its keys come back
+  EXPECT_LT(count(), total) << "the restart came too late to matter";
+  // The node kept its fencing counter across the crash (it may still be loading the AOF).
+  std::error_code ec;
+  reply fence_after;
+  for (auto until = steady::now() + 3s; steady::now() < until; std::this_thread::sleep_for(20ms)) {
+    fence_after = admin_[2].exec({"GET", fence_key(test_key())}, ec);
+    if (!ec) break;
+  }
+  EXPECT_TRUE(fence_after.is_string()) << ec.message() << " " << fence_after.to_string();
+
+  for (auto& w : workers) EXPECT_EQ(w.wait(40s), 0);
+  EXPECT_EQ(count(), total);
+}
+
+TEST_F(RedlockTest, TwoNodesDownStillLocksThreeDownFailsNamingThem) {
+  mutex m{nodes_, test_key(), {.ttl = 2s, .retry_delay = 10ms, .retry_count = 1}};
+  servers_[0]->kill();
+  servers_[3]->kill();
+  node_results votes;
+  std::error_code ec;
+  auto before = steady::now();
+  auto l = m.acquire(ec, &votes);
+  auto after = steady::now();
+  ASSERT_TRUE(l) << ec.message() << dump(votes);
+  ASSERT_EQ(votes.size(), n_nodes);
+  for (std::size_t i : {1u, 2u, 4u}) {
+    EXPECT_EQ(votes[i].outcome, vote::granted) << dump(votes);  // all three are needed
+    EXPECT_EQ(votes[i].node, name(i));
+    EXPECT_EQ(get(i, test_key()), l.value());
+  }
+  for (std::size_t i : {0u, 3u}) EXPECT_NE(votes[i].outcome, vote::granted) << dump(votes);
+  // Validity = ttl - elapsed - drift, drift = 2000 * 0.01 + 2 = 22 ms.
+  EXPECT_GE(l.valid_until(), before + 2s - 22ms);
+  EXPECT_LE(l.valid_until(), after + 2s - 22ms);
+  EXPECT_FALSE(l.release());
+  EXPECT_TRUE(ours_left(test_key()).empty());
+
+  // Held by another owner on all three live nodes: that is what is reported, although the two
+  // dead nodes refuse first.
+  for (std::size_t i : {1u, 2u, 4u}) lock_by_other(i, test_key(), 5s);
+  EXPECT_FALSE(m.acquire(ec, &votes));
+  EXPECT_EQ(ec, errc::not_acquired) << ec.message() << dump(votes);
+  for (std::size_t i : {1u, 2u, 4u}) {
+    EXPECT_EQ(votes[i].outcome, vote::taken) << dump(votes);
+    EXPECT_GT(votes[i].holder_ttl_ms, 0);
+  }
+  for (std::size_t i : {1u, 2u, 4u}) admin_[i].exec({"DEL", test_key()});
+
+  servers_[4]->kill();
+  auto none = m.acquire(ec, &votes);
+  EXPECT_FALSE(none);
+  EXPECT_EQ(ec, errc::quorum_not_reached) << ec.message() << dump(votes);
+  for (std::size_t i : {0u, 3u, 4u}) {
+    EXPECT_EQ(votes[i].outcome, vote::failed) << dump(votes);
+    EXPECT_EQ(votes[i].node, name(i));
+    EXPECT_TRUE(votes[i].error);
+    EXPECT_FALSE(votes[i].message.empty());
+  }
+  for (std::size_t i : {1u, 2u}) EXPECT_NE(votes[i].outcome, vote::failed) << dump(votes);
+  EXPECT_TRUE(ours_left(test_key()).empty()) << "a failed round must release what it got";
+  // The throwing form names the nodes in its message.
+  try {
+    (void)m.acquire();
+    ADD_FAILURE() << "acquire() with 3 of 5 nodes down succeeded";
+  } catch (const std::system_error& e) {
+    EXPECT_EQ(e.code(), errc::quorum_not_reached);
+    for (std::size_t i : {0u, 3u, 4u}) EXPECT_NE(std::string(e.what()).find(name(i)), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(RedlockTest, OneHungNodeCostsAtMostTheNodeTimeoutNotTheTtl) {
+  constexpr auto node_timeout = 300ms;
+  mutex m{nodes_, test_key(), {.ttl = 10s, .retry_count = 0, .node_timeout = node_timeout}};
+  { auto warm = m.acquire(); }  // connections open, scripts cached
+  servers_[2]->pause();
+  node_results votes;
+  std::error_code ec;
+  auto start = steady::now();
+  auto l = m.acquire(ec, &votes);
+  auto took = steady::now() - start;
+  ASSERT_TRUE(l) << ec.message() << dump(votes);
+  EXPECT_NE(votes[2].outcome, vote::granted);
+  // Decided by the four live nodes: bounded by the node timeout, nowhere near the 10 s TTL.
+  EXPECT_LT(took, node_timeout + 1s);
+  EXPECT_GT(l.remaining(), 9s);
+  // Release goes to every node at once and gives up on the hung one at its deadline.
+  start = steady::now();
+  EXPECT_FALSE(l.release());
+  took = steady::now() - start;
+  EXPECT_LT(took, node_timeout + 1s);
+  EXPECT_TRUE(ours_left(test_key(), {2}).empty());
+  servers_[2]->resume();
+}
+
+TEST_F(RedlockTest, FailedRoundLeavesNothingOfOursAndTheHungNodesLateSetDoesNotLinger) {
+  constexpr auto ttl = 1500ms;
+  mutex m{nodes_, test_key(), {.ttl = ttl, .retry_count = 0, .node_timeout = 200ms}};
+  { auto warm = m.acquire(); }
+  lock_by_other(0, test_key());
+  lock_by_other(1, test_key());
+  servers_[2]->pause();
+  node_results votes;
+  std::error_code ec;
+  auto l = m.acquire(ec, &votes);
+  EXPECT_FALSE(l);
+  // Two votes against and one node silent: no quorum, and not provably held by another.
+  EXPECT_EQ(ec, errc::quorum_not_reached) << ec.message() << dump(votes);
+  EXPECT_EQ(votes[0].outcome, vote::taken);
+  EXPECT_EQ(votes[1].outcome, vote::taken);
+  EXPECT_EQ(votes[2].outcome, vote::failed);
+  EXPECT_EQ(votes[2].error, errc::timeout);
+  EXPECT_EQ(votes[3].outcome, vote::granted) << dump(votes);
+  EXPECT_EQ(votes[4].outcome, vote::granted) << dump(votes);
+  // Released everywhere reachable before acquire() returned; the other owner's keys untouched.
+  EXPECT_FALSE(exists(3, test_key()));
+  EXPECT_FALSE(exists(4, test_key()));
+  EXPECT_EQ(get(0, test_key()), other_owner);
+  EXPECT_EQ(get(1, test_key()), other_owner);
+
+  // The hung node runs our queued SET when it resumes; our release (queued after it) or the
+  // TTL removes it.
+  servers_[2]->resume();
+  auto resumed = steady::now();
+  while (exists(2, test_key()) && steady::now() < resumed + ttl + 1s) std::this_thread::sleep_for(10ms);
+  EXPECT_FALSE(exists(2, test_key())) << "a late SET on the resumed node outlived its TTL";
+  EXPECT_LT(steady::now() - resumed, ttl + 250ms);
+
+  // And the lock is free for us on the three nodes not held by the other owner.
+  auto again = m.acquire(ec, &votes);
+  EXPECT_TRUE(again) << ec.message() << dump(votes);
+}
+
+TEST_F(RedlockTest, ARetryIsNotRefusedByOurOwnLateSet) {
+  // Nodes 0, 1 and 2 are held by another owner, so every round fails and releases everywhere.
+  // The test plays a slow network: after each release of ours that node 2 runs, our SET of
+  // that round arrives there late (the test writes our owner token, read from MONITOR). The
+  // first round that meets this leftover needs node 2 (0 and 1 stay busy), so it succeeds only
+  // if a key holding our own token counts as ours.
+  for (std::size_t i : {0u, 1u, 2u}) lock_by_other(i, test_key());
+  mutex m{nodes_, test_key(), {.ttl = 3s, .retry_delay = 300ms, .retry_count = 10}};
+  {
+    mutex warm_up{nodes_, test_key("warm"), {.ttl = 3s}};  // load the scripts: EVALSHA from now on
+    auto w = warm_up.acquire();
+  }
+  raw_connection monitor(servers_[2]->port());
+  monitor.send("MONITOR");
+  ASSERT_EQ(monitor.next_line(steady::now() + 2s).value_or(""), "+OK");
+
+  node_results votes;
+  std::error_code ec;
+  auto result = std::async(std::launch::async, [&] { return m.acquire(ec, &votes); });
+  std::string token;
+  bool landed = false, met = false;
+  auto until = steady::now() + 8s;
+  while (!met) {
+    auto line = monitor.next_line(until);
+    ASSERT_TRUE(line) << "no round met our late SET on node 2";
+    auto args = monitor_args(*line);
+    if (args.size() == 5 && args[0] == "SET" && args[1] == test_key() && args[2] == token &&
+        args[3] == "PX") {
+      landed = true;  // our late SET ran; rounds from here on meet it
+      continue;
+    }
+    if (args.size() < 4 || args[0] != "EVALSHA" || args[3] != test_key()) continue;
+    std::size_t keys = std::stoul(args[2]);
+    if (args.size() <= 3 + keys) continue;
+    if (args[1] == detail::scripts::release_sha1) {
+      token = args[3 + keys];
+      landed = false;
+      admin_[2].exec({"SET", test_key(), token, "PX", "3000"});
+    } else if (args[1] == detail::scripts::acquire_sha1 && landed) {
+      met = true;
+    }
+  }
+
+  auto l = result.get();
+  ASSERT_TRUE(l) << ec.message() << dump(votes);
+  EXPECT_EQ(l.value(), token);
+  EXPECT_EQ(votes[2].outcome, vote::granted) << dump(votes);
+  EXPECT_EQ(votes[0].outcome, vote::taken);
+  EXPECT_EQ(votes[1].outcome, vote::taken);
+  EXPECT_EQ(get(2, test_key()), token);
+  EXPECT_FALSE(l.release());
+  EXPECT_TRUE(ours_left(test_key()).empty());
+}
+
+TEST_F(RedlockTest, KeyOfAnotherTypeEverywhereIsWrongTypeNotNoQuorum) {
+  for (auto& a : admin_) a.exec({"RPUSH", test_key(), "x"});
+  mutex m{nodes_, test_key(), {.retry_delay = 5ms}};
+  node_results votes;
+  std::error_code ec;
+  EXPECT_FALSE(m.acquire(ec, &votes));
+  EXPECT_EQ(ec, errc::wrong_type) << ec.message() << dump(votes);
+  // Retrying cannot cure it, so the Lockable API gives up rather than waiting out its deadline.
+  auto start = steady::now();
+  EXPECT_THROW((void)m.try_lock_for(3s), std::system_error);
+  EXPECT_LT(steady::now() - start, 2s);
+}
+
+TEST_F(RedlockTest, TtlShorterThanTheRoundFailsAndReleasesEverything) {
+  // Every node sleeps 1.2 s before it runs our SET, so the round outlasts the 1 s TTL. The
+  // keys, set at ~1.2 s with PX 1000, would expire only at ~2.2 s: gone before that means released.
+  constexpr auto ttl = 1000ms;
+  mutex m{nodes_, test_key(), {.ttl = ttl, .retry_count = 0, .node_timeout = 3s}};
+  { auto warm = m.acquire(); }
+  std::vector<std::unique_ptr<raw_connection>> sleepers;
+  for (const auto& s : servers_) {
+    sleepers.push_back(std::make_unique<raw_connection>(s->port()));
+    sleepers.back()->send("DEBUG SLEEP 1.2");
+  }
+  std::this_thread::sleep_for(20ms);  // let each server start sleeping
+  node_results votes;
+  std::error_code ec;
+  auto start = steady::now();
+  auto l = m.acquire(ec, &votes);
+  auto returned = steady::now();
+  EXPECT_FALSE(l);
+  EXPECT_TRUE(ec == errc::lease_expired || ec == errc::not_acquired) << ec.message() << dump(votes);
+  EXPECT_GT(returned - start, ttl);
+  std::size_t granted = 0;
+  for (const auto& v : votes) granted += v.outcome == vote::granted;
+  EXPECT_GE(granted, 3u) << "the nodes granted, but too late" << dump(votes);
+  auto left = ours_left(test_key());
+  auto checked = steady::now();
+  EXPECT_TRUE(left.empty()) << left.size() << " node(s) still hold our key";
+  ASSERT_LT(checked - start, 2s) << "checked too late to tell release from expiry";
+}
+
+TEST_F(RedlockTest, EverySubsetOfBusyNodesAcquiresIffTheFreeNodesMakeAQuorum) {
+  for (unsigned mask = 0; mask < (1u << n_nodes); ++mask) {
+    SCOPED_TRACE("busy nodes mask " + std::bitset<n_nodes>(mask).to_string());
+    std::string key = test_key(std::to_string(mask));
+    std::size_t busy = 0;
+    for (std::size_t i = 0; i < n_nodes; ++i) {
+      if (mask & (1u << i)) {
+        lock_by_other(i, key);
+        ++busy;
+      }
+    }
+    mutex m{nodes_, key, {.ttl = 2s, .retry_count = 0}};
+    node_results votes;
+    std::error_code ec;
+    auto l = m.acquire(ec, &votes);
+    bool quorum_free = n_nodes - busy >= 3;
+    EXPECT_EQ(static_cast<bool>(l), quorum_free) << ec.message() << dump(votes);
+    if (!quorum_free) {
+      EXPECT_EQ(ec, errc::not_acquired) << dump(votes);
+    }
+    for (std::size_t i = 0; i < n_nodes; ++i) {
+      bool is_busy = mask & (1u << i);
+      if (is_busy) {
+        EXPECT_NE(votes[i].outcome, vote::granted) << dump(votes);
+        if (votes[i].outcome == vote::taken) {
+          EXPECT_GT(votes[i].holder_ttl_ms, 0);
+        }
+      } else {
+        EXPECT_NE(votes[i].outcome, vote::taken) << dump(votes);
+      }
+    }
+    if (l) {
+      EXPECT_FALSE(l.release());
+    }
+    EXPECT_TRUE(ours_left(key).empty());
+    for (std::size_t i = 0; i < n_nodes; ++i) {
+      if (mask & (1u << i)) {
+        EXPECT_EQ(get(i, key), other_owner);
+      }
+    }
+  }
+}
+
+TEST_F(RedlockTest, FencingTokensStrictlyIncreaseAcrossLaggingCounters) {
+  // Two lockers on one name, as two processes would be.
+  mutex a{nodes_, test_key(), {.ttl = 2s, .retry_count = 5}};
+  mutex b{nodes_, test_key(), {.ttl = 2s, .retry_count = 5}};
+  std::uint64_t last = 0;
+  int turn = 0;
+  auto round = [&](const char* phase) {
+    mutex& m = (turn++ % 2) ? b : a;
+    std::error_code ec;
+    node_results votes;
+    auto l = m.acquire(ec, &votes);
+    EXPECT_TRUE(l) << phase << ": " << ec.message() << dump(votes);
+    EXPECT_GT(l.fencing_token(), last) << phase << dump(votes);
+    last = std::max<std::uint64_t>(last, l.fencing_token());
+    return l;
+  };
+  const std::string fence = fence_key(test_key());
+
+  for (int i = 0; i < 10; ++i) round("all nodes agree");
+  admin_[1].exec({"DEL", fence});  // node 1's counter starts over
+  for (int i = 0; i < 10; ++i) round("node 1 lags");
+
+  // With nodes 3 and 4 down the quorum must include node 1: its lag has to be written back.
+  servers_[3]->kill();
+  servers_[4]->kill();
+  admin_[1].exec({"DEL", fence});
+  for (int i = 0; i < 5; ++i) {
+    auto l = round("node 1 lags, 3 and 4 down");
+    for (std::size_t n : {0u, 1u, 2u}) {
+      EXPECT_EQ(get(n, fence), std::to_string(l.fencing_token())) << "node " << n;
+    }
+  }
+
+  // Restarted without persistence: their counters (and keys) start from nothing.
+  servers_[3]->restart();
+  servers_[4]->restart();
+  for (int i = 0; i < 10; ++i) round("3 and 4 restarted empty");
+  admin_[0].exec({"DEL", fence});
+  for (int i = 0; i < 10; ++i) round("3, 4 and 0 behind");
+}
+
+TEST_F(RedlockTest, ExtendNeedsAQuorumAndReportsALossWhenAnotherOwnerHasIt) {
+  mutex m{nodes_, test_key(), {.ttl = 2s, .node_timeout = 200ms}};
+  auto l = m.acquire();
+  servers_[0]->kill();
+  servers_[1]->kill();
+  EXPECT_FALSE(l.extend(5s));
+  EXPECT_GT(l.remaining(), 4s);
+  for (std::size_t i : {2u, 3u, 4u}) EXPECT_GT(admin_[i].exec({"PTTL", test_key()}).integer(), 4000);
+
+  // A third node hung: no quorum, but nothing proves the lease gone either.
+  servers_[2]->pause();
+  EXPECT_EQ(l.extend(5s), errc::quorum_not_reached);
+  EXPECT_FALSE(l.lost().stop_requested());
+  servers_[2]->resume();
+
+  // Another owner holds the key on all three live nodes (ours expired there, say).
+  for (std::size_t i : {2u, 3u, 4u}) lock_by_other(i, test_key());
+  EXPECT_EQ(l.extend(5s), errc::lease_lost);
+  EXPECT_TRUE(l.lost().stop_requested());
+  for (std::size_t i : {2u, 3u, 4u}) EXPECT_EQ(get(i, test_key()), other_owner);
+}
+
+}  // namespace
+}  // namespace dlock
