@@ -1,0 +1,155 @@
+// dlock/semaphore.hpp: a distributed counting semaphore on one Redis node.
+//   semaphore_options  TTL, fairness, retry pacing, key prefix (an aggregate)
+//   semaphore          at most `limit` permits out at once; acquire/try_acquire/_for/_until in
+//                      std::counting_semaphore's names, each returning a permit as a dlock::lease
+// Every permit is a lease: its own random id (value()), a fencing token, a validity on
+// steady_clock, the loss signal lost(), extend() (refresh) and keep_alive() (auto-refresh), and
+// release on destruction. Expiry is judged by the server's clock only (Lua `TIME`), so a client
+// whose clock is wrong can neither take a permit that is not free nor keep one past its TTL.
+// Thread-safety: a semaphore object may be shared by the threads of a process; each acquisition
+// returns its own permit.
+//
+// Two variants, chosen by `fair` (each acquire is one atomic Lua script):
+//   unfair  one sorted set of holders scored by their expiry; whoever asks when a permit is free
+//           gets it. Cheapest.
+//   fair    first come, first served: a counter hands out tickets, an owner set ranks by ticket,
+//           a timeouts set expires holders (ZINTERSTORE ... WEIGHTS 0 1 drops them from both).
+//           A blocking acquire keeps its place in the queue while it polls; a later arrival
+//           never overtakes it. The ticket is the permit's fencing token.
+// All processes using one name must agree on `fair` and on `limit` (they are not stored).
+//
+// Only one node: a majority quorum over N independent nodes cannot bound the holders of a
+// semaphore the way it bounds a mutex. With limit L, L + 1 holders can each hold a majority
+// while no node counts more than L (N = 3, L = 2: {1,2}, {2,3}, {1,3}); a safe quorum must exceed
+// N * L / (L + 1) nodes, nearly all of them. Use one primary (with replicas or Sentinel for
+// availability) and accept its failover caveats.
+//
+// When fewer permits are free than asked for, acquire() and try_acquire_for/until wait
+// (retrying), try_acquire() returns an empty lease at once. Each permit then lives like this:
+// |       | extend() (refresh)              | release() / destruction | TTL passes (server clock) |
+// | Held  | Held, expiry = server now + ttl | Free: the slot returns  | Lost: lost() fires at the |
+// |       |                                 |                         | next refresh or watchdog  |
+// | Lost  | lease_lost; never added back    | not_held (no-op)        | -                         |
+// | Empty | not_held                        | no-op                   | -                         |
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "dlock/client.hpp"
+#include "dlock/detail/async.hpp"
+#include "dlock/error.hpp"
+#include "dlock/lease.hpp"
+#include "dlock/options.hpp"
+
+namespace dlock {
+
+namespace detail {
+class semaphore_core;
+}
+
+struct semaphore_options {
+  // How long the server keeps a permit if its holder vanishes. Valid: 1 ms to 30 days.
+  std::chrono::milliseconds ttl{10'000};
+  // First come, first served (see above) instead of whoever asks when a permit is free.
+  bool fair = false;
+  // Between two attempts the caller sleeps a random time in [retry_delay/2, retry_delay]. A
+  // fair waiter keeps its place in the queue for about two of these between polls.
+  std::chrono::milliseconds retry_delay{50};
+  // acquire() makes 1 + retry_count attempts; try_acquire_for/until retry until the deadline.
+  int retry_count = 3;
+  // Deadline for each request to the node. 0 picks min(ttl / 10, the client's request_timeout).
+  std::chrono::milliseconds node_timeout{0};
+  // Validity = ttl - time the acquisition took - (ttl * drift_factor + 2 ms). Valid: 0 to 0.5.
+  double drift_factor = 0.01;
+  // Prepended to the semaphore's name to form its key.
+  std::string key_prefix;
+};
+
+class semaphore {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  // `limit` permits under key_prefix + name. Throws std::system_error(errc::invalid_argument),
+  // before any I/O, for limit <= 0, an empty name, a key longer than max_key_bytes, a TTL outside
+  // 1 ms..max_ttl, a negative delay, retry count or timeout, a drift_factor outside 0..0.5.
+  semaphore(client node, std::string name, std::ptrdiff_t limit, semaphore_options options = {});
+  ~semaphore();
+  semaphore(const semaphore&) = delete;
+  semaphore& operator=(const semaphore&) = delete;
+
+  // Every acquiring call takes `permits` (1..limit) at once, as one permit lease that releases
+  // them all; permits outside 1..limit fail with invalid_argument before any I/O. On failure the
+  // lease is empty. Errors: not_acquired (not enough free permits), lease_expired (the attempt
+  // took longer than the TTL allows), timeout / connection_lost / node_unreachable, and errors
+  // that retrying cannot cure (wrong_type, no_permission, auth_failed ...).
+
+  // Makes 1 + retry_count attempts, sleeping retry_delay (jittered) between them. Blocks.
+  lease acquire(std::error_code& ec, std::ptrdiff_t permits = 1);
+  // As above; throws std::system_error on failure.
+  lease acquire(std::ptrdiff_t permits = 1);
+  // Attempts until acquired or `deadline` (steady_clock) passes. Blocks up to the deadline plus
+  // one node_timeout.
+  lease acquire_until(clock::time_point deadline, std::error_code& ec, std::ptrdiff_t permits = 1);
+
+  // One attempt, no waiting (a fair semaphore does not queue). Blocks for one round trip.
+  lease try_acquire(std::error_code& ec, std::ptrdiff_t permits = 1);
+  // As above. Returns an empty lease when the permits were not free or the node did not answer
+  // in time; throws std::system_error for invalid_argument and errors retrying cannot cure.
+  lease try_acquire(std::ptrdiff_t permits = 1);
+  // Waits up to `d` (or until `tp`, of any clock, converted to steady_clock once on entry).
+  // Returns an empty lease when the deadline passed; throws like try_acquire().
+  template <class Rep, class Period>
+  lease try_acquire_for(const std::chrono::duration<Rep, Period>& d, std::ptrdiff_t permits = 1) {
+    return wait_until(clock::now() + std::chrono::ceil<clock::duration>(d), permits);
+  }
+  template <class Clock, class Duration>
+  lease try_acquire_until(const std::chrono::time_point<Clock, Duration>& tp,
+                          std::ptrdiff_t permits = 1) {
+    return wait_until(clock::now() + std::chrono::ceil<clock::duration>(tp - Clock::now()),
+                      permits);
+  }
+
+  // Gives a permit back early: permit.release() after checking that it came from this
+  // semaphore, by key (else invalid_argument, and the permit is untouched). not_held when the
+  // permit is empty or had already expired: only its own entry is removed, never another
+  // holder's. Blocks up to node_timeout. Never throws. (Dropping the permit does the same.)
+  std::error_code release(lease& permit) noexcept;
+
+  // Asynchronous acquire(): signature void(std::error_code, lease); any completion token. The
+  // handler runs on its associated executor (by default dlock's I/O thread: do not block there).
+  template <class CompletionToken>
+  auto async_acquire(CompletionToken&& token) {
+    return async_acquire(1, std::forward<CompletionToken>(token));
+  }
+  template <class CompletionToken>
+  auto async_acquire(std::ptrdiff_t permits, CompletionToken&& token) {
+    return detail::initiate<void(std::error_code, lease)>(
+        std::forward<CompletionToken>(token), executor(),
+        [this, permits](detail::unique_function<void(std::error_code, lease)> h) {
+          start_acquire(clock::time_point::max(), attempts_for_acquire(), permits, std::move(h));
+        });
+  }
+
+  // The type-erased core of the async API: up to `attempts` attempts until `deadline`.
+  void start_acquire(clock::time_point deadline, int attempts, std::ptrdiff_t permits,
+                     detail::unique_function<void(std::error_code, lease)> handler);
+
+  // key_prefix + name (also each permit's key()); the Redis keys are derived from it and share
+  // its hash slot: {key}:sem:holders|weights|fence, or {key}:fairsem:owners|timeouts|weights|
+  // counter (a key that has a {tag} keeps it instead of being wrapped).
+  const std::string& key() const noexcept;
+  std::ptrdiff_t limit() const noexcept;
+  const semaphore_options& options() const noexcept;
+  detail::io_executor executor() const noexcept;
+
+ private:
+  lease wait_until(clock::time_point deadline, std::ptrdiff_t permits);
+  int attempts_for_acquire() const noexcept;
+
+  std::shared_ptr<detail::semaphore_core> core_;
+};
+
+}  // namespace dlock

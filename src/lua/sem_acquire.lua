@@ -1,0 +1,51 @@
+-- Take permits of an unfair counting semaphore, atomically, judged by the server's clock.
+-- KEYS[1]: holders, a sorted set: member = owner token, score = its expiry in server ms.
+-- KEYS[2]: weights, a hash: owner token -> permits held, only for holders of more than one.
+-- KEYS[3]: the fencing counter (never expires).
+-- ARGV[1]: the owner token; ARGV[2]: the limit; ARGV[3]: permits wanted (1..limit);
+-- ARGV[4]: the TTL in milliseconds.
+-- Returns {1, fence} when granted (also when this token already holds: a retried attempt whose
+-- reply was lost; its expiry is pushed out), {0, ms until the earliest holder expires} when
+-- fewer than ARGV[3] permits are free. Time comes from TIME, never from a client.
+local holders, weights, fence_key = KEYS[1], KEYS[2], KEYS[3]
+local owner, limit, want, ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- Holders past their expiry are gone, whether or not they said so.
+local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', now)
+if #expired > 0 then
+  redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
+  for i = 1, #expired, 1000 do
+    redis.call('HDEL', weights, unpack(expired, i, math.min(i + 999, #expired)))
+  end
+end
+
+-- The keys vanish by themselves when the last holder's expiry passes (the counter stays).
+local function expire_with_last_holder()
+  local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
+  if last[2] then
+    redis.call('PEXPIREAT', holders, last[2])
+    if redis.call('EXISTS', weights) == 1 then redis.call('PEXPIREAT', weights, last[2]) end
+  end
+end
+
+if redis.call('ZSCORE', holders, owner) then
+  redis.call('ZADD', holders, 'XX', now + ttl_ms, owner)
+  expire_with_last_holder()
+  return {1, redis.call('INCR', fence_key)}
+end
+
+local used = redis.call('ZCARD', holders)
+for _, w in ipairs(redis.call('HVALS', weights)) do used = used + tonumber(w) - 1 end
+if used + want > limit then
+  local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
+  if first[2] then return {0, tonumber(first[2]) - now} end
+  return {0, 0}
+end
+
+redis.call('ZADD', holders, now + ttl_ms, owner)
+if want > 1 then redis.call('HSET', weights, owner, want) end
+expire_with_last_holder()
+return {1, redis.call('INCR', fence_key)}

@@ -1,0 +1,74 @@
+-- Take permits of a fair (first come, first served) counting semaphore, atomically, judged by
+-- the server's clock. Each new arrival draws a ticket from a counter; the owners set ranks by
+-- ticket, so nobody who came later can take a permit before an earlier waiter.
+-- KEYS[1]: owners, a sorted set: member = owner token, score = its ticket.
+-- KEYS[2]: timeouts, a sorted set: member = owner token, score = its expiry in server ms (a
+--          holder's TTL, or a queued waiter's short lease that each poll renews).
+-- KEYS[3]: weights, a hash: owner token -> permits wanted, only for more than one.
+-- KEYS[4]: the ticket counter (never expires; the tickets double as fencing tokens).
+-- ARGV[1]: the owner token; ARGV[2]: the limit; ARGV[3]: permits wanted (1..limit);
+-- ARGV[4]: the TTL in milliseconds; ARGV[5]: how long to keep a place in the queue when not
+--          granted, in milliseconds (0: leave at once, as a non-blocking try does).
+-- Returns {1, ticket, rank} when granted (also when this token already holds), {0, ticket,
+-- rank} when queued, {0, 0, rank} when not granted and not queued. Time comes from TIME.
+local owners, timeouts, weights, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local owner, limit, want = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local ttl_ms, queue_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- Drop expired holders and waiters that stopped polling from the timeouts set; intersecting
+-- with weights 0 (timeouts) and 1 (owners) drops them from owners too and keeps the tickets.
+local expired = redis.call('ZRANGEBYSCORE', timeouts, '-inf', now)
+if #expired > 0 then
+  redis.call('ZREMRANGEBYSCORE', timeouts, '-inf', now)
+  for i = 1, #expired, 1000 do
+    redis.call('HDEL', weights, unpack(expired, i, math.min(i + 999, #expired)))
+  end
+  redis.call('ZINTERSTORE', owners, 2, timeouts, owners, 'WEIGHTS', 0, 1)
+end
+
+local function keep(expiry)
+  redis.call('ZADD', timeouts, expiry, owner)
+  -- The keys vanish by themselves when the last member's expiry passes (the counter stays).
+  local last = redis.call('ZRANGE', timeouts, -1, -1, 'WITHSCORES')
+  for _, key in ipairs({owners, timeouts, weights}) do
+    if redis.call('EXISTS', key) == 1 then redis.call('PEXPIREAT', key, last[2]) end
+  end
+end
+
+local ticket = redis.call('ZSCORE', owners, owner)
+if ticket then
+  ticket = tonumber(ticket)
+else
+  ticket = redis.call('INCR', counter)
+  redis.call('ZADD', owners, ticket, owner)
+  if want > 1 then redis.call('HSET', weights, owner, want) end
+end
+
+-- Granted when the permits wanted by everyone up to and including us fit in the limit.
+local rank = redis.call('ZRANK', owners, owner)
+if rank < limit then
+  local used = rank + 1
+  if redis.call('EXISTS', weights) == 1 then
+    local ahead = redis.call('ZRANGE', owners, 0, rank)
+    for i = 1, #ahead, 1000 do
+      local wanted = redis.call('HMGET', weights, unpack(ahead, i, math.min(i + 999, #ahead)))
+      for _, w in ipairs(wanted) do used = used + (tonumber(w) or 1) - 1 end
+    end
+  end
+  if used <= limit then
+    keep(now + ttl_ms)
+    return {1, ticket, rank}
+  end
+end
+
+if queue_ms > 0 then
+  keep(now + queue_ms)
+  return {0, ticket, rank}
+end
+redis.call('ZREM', owners, owner)
+redis.call('ZREM', timeouts, owner)
+redis.call('HDEL', weights, owner)
+return {0, 0, rank}

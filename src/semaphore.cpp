@@ -1,0 +1,105 @@
+// dlock::semaphore: argument checks before any I/O, and the blocking facade over
+// semaphore_core's asynchronous acquire.
+#include "dlock/semaphore.hpp"
+
+#include <climits>
+
+#include "lock_core.hpp"
+#include "semaphore_core.hpp"
+
+namespace dlock {
+namespace {
+
+[[noreturn]] void reject(const char* what) {
+  throw std::system_error(make_error_code(errc::invalid_argument), what);
+}
+
+void check_arguments(const std::string& name, const std::string& key, std::ptrdiff_t limit,
+                     const semaphore_options& o) {
+  if (limit <= 0) reject("a semaphore's limit must be at least 1");
+  if (name.empty()) reject("the semaphore name is empty");
+  if (key.size() > max_key_bytes) reject("the semaphore key is longer than max_key_bytes");
+  if (o.ttl < std::chrono::milliseconds(1) || o.ttl > max_ttl) reject("TTL must be 1 ms..30 days");
+  if (o.retry_delay.count() < 0) reject("retry_delay is negative");
+  if (o.retry_count < 0) reject("retry_count is negative");
+  if (o.node_timeout.count() < 0) reject("node_timeout is negative");
+  if (!(o.drift_factor >= 0.0 && o.drift_factor <= 0.5)) reject("drift_factor must be 0 to 0.5");
+}
+
+}  // namespace
+
+semaphore::semaphore(client node, std::string name, std::ptrdiff_t limit,
+                     semaphore_options options) {
+  std::string key = options.key_prefix + name;
+  check_arguments(name, key, limit, options);
+  core_ = std::make_shared<detail::semaphore_core>(std::move(node), std::move(key), limit,
+                                                   std::move(options));
+}
+
+semaphore::~semaphore() = default;  // permits keep the core alive on their own
+
+int semaphore::attempts_for_acquire() const noexcept { return core_->options().retry_count + 1; }
+
+void semaphore::start_acquire(clock::time_point deadline, int attempts, std::ptrdiff_t permits,
+                              detail::unique_function<void(std::error_code, lease)> handler) {
+  if (permits < 1 || permits > core_->limit()) return handler(errc::invalid_argument, lease{});
+  core_->start_acquire(deadline, attempts, permits, std::move(handler));
+}
+
+lease semaphore::acquire(std::error_code& ec, std::ptrdiff_t permits) {
+  return detail::wait<lease>(ec, [&](auto handler) {
+    start_acquire(clock::time_point::max(), attempts_for_acquire(), permits, std::move(handler));
+  });
+}
+
+lease semaphore::acquire(std::ptrdiff_t permits) {
+  std::error_code ec;
+  lease l = acquire(ec, permits);
+  if (ec) throw std::system_error(ec, "dlock: cannot acquire a permit of " + key());
+  return l;
+}
+
+lease semaphore::acquire_until(clock::time_point deadline, std::error_code& ec,
+                               std::ptrdiff_t permits) {
+  return detail::wait<lease>(ec, [&](auto handler) {
+    start_acquire(deadline, INT_MAX, permits, std::move(handler));
+  });
+}
+
+lease semaphore::try_acquire(std::error_code& ec, std::ptrdiff_t permits) {
+  return detail::wait<lease>(ec, [&](auto handler) {
+    start_acquire(clock::time_point::max(), 1, permits, std::move(handler));
+  });
+}
+
+lease semaphore::try_acquire(std::ptrdiff_t permits) {
+  std::error_code ec;
+  lease l = try_acquire(ec, permits);
+  if (ec && !detail::is_retryable(ec)) {
+    throw std::system_error(ec, "dlock: cannot acquire a permit of " + key());
+  }
+  return l;
+}
+
+lease semaphore::wait_until(clock::time_point deadline, std::ptrdiff_t permits) {
+  std::error_code ec;
+  lease l = acquire_until(deadline, ec, permits);
+  // A deadline can only end a wait; credentials, ACLs or a wrong key type will not heal.
+  if (ec && !detail::is_retryable(ec)) {
+    throw std::system_error(ec, "dlock: cannot acquire a permit of " + key());
+  }
+  return l;
+}
+
+std::error_code semaphore::release(lease& permit) noexcept {
+  if (!permit) return errc::not_held;
+  if (permit.key() != key()) return errc::invalid_argument;
+  return permit.release();
+}
+
+const std::string& semaphore::key() const noexcept { return core_->key(); }
+std::ptrdiff_t semaphore::limit() const noexcept { return core_->limit(); }
+const semaphore_options& semaphore::options() const noexcept { return core_->options(); }
+detail::io_executor semaphore::executor() const noexcept { return core_->executor(); }
+
+}  // namespace dlock

@@ -1,0 +1,498 @@
+// The counting semaphore against a real redis-server: the limit holds under threads and
+// processes, expiry by server time, refresh of lost permits, fairness, bad input.
+#include "dlock/semaphore.hpp"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <asio/use_future.hpp>
+#include <atomic>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "semaphore_core.hpp"
+#include "support/redis_server.hpp"
+#include "support/test_keys.hpp"
+
+namespace dlock {
+namespace {
+
+using namespace std::chrono_literals;
+using test::redis_server;
+using test::test_key;
+using steady = std::chrono::steady_clock;
+
+// INCR on entry with the highest value kept, DECR on exit: an occupancy count that owes nothing
+// to the semaphore's own keys (the same script as tests/support/semaphore_worker.cpp).
+constexpr std::string_view enter_script =
+    "local v = redis.call('INCR', KEYS[1]) "
+    "if v > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], v) end "
+    "return v";
+
+long long server_now_ms(client& c) {
+  auto t = c.exec({"TIME"}).elements();
+  return std::stoll(t[0].str()) * 1000 + std::stoll(t[1].str()) / 1000;
+}
+
+long long integer_of(const reply& r) { return r.is_nil() ? 0 : std::stoll(r.str()); }
+
+class SemaphoreTest : public ::testing::Test {
+ protected:
+  // Runs semaphore_worker with its wall clock moved by `offset` (tests/support/clock_shim) and
+  // returns its exit status.
+  int run_worker(std::chrono::milliseconds offset, std::vector<std::string> args) {
+    std::vector<std::string> argv{"/usr/bin/env",
+                                  "LD_PRELOAD=" + test::self_dir() + "/clock_shim.so",
+                                  "DLOCK_CLOCK_OFFSET_MS=" + std::to_string(offset.count()),
+                                  "ASAN_OPTIONS=verify_asan_link_order=0",
+                                  test::self_dir() + "/semaphore_worker"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return test::child_process(argv).wait(20s);
+  }
+
+  redis_server server_;
+  client client_{server_.url()};
+};
+
+// Runs each test once per variant.
+class SemaphoreVariantTest : public SemaphoreTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  bool fair() const { return GetParam(); }
+  semaphore_options options(semaphore_options o = {}) const {
+    o.fair = fair();
+    return o;
+  }
+  detail::semaphore_keys keys() const { return detail::make_semaphore_keys(test_key(), fair()); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Variants, SemaphoreVariantTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Fair" : "Unfair"; });
+
+TEST(SemaphoreKeysTest, AllKeysShareOneHashTag) {
+  auto unfair = detail::make_semaphore_keys("jobs", false);
+  EXPECT_EQ(unfair.expiries, "{jobs}:sem:holders");
+  EXPECT_EQ(unfair.weights, "{jobs}:sem:weights");
+  EXPECT_EQ(unfair.counter, "{jobs}:sem:fence");
+  EXPECT_TRUE(unfair.owners.empty());
+  auto fair = detail::make_semaphore_keys("app:{jobs}:x", true);
+  EXPECT_EQ(fair.owners, "app:{jobs}:x:fairsem:owners");
+  EXPECT_EQ(fair.expiries, "app:{jobs}:x:fairsem:timeouts");
+  EXPECT_EQ(fair.counter, "app:{jobs}:x:fairsem:counter");
+  EXPECT_EQ(detail::make_semaphore_keys("a{}b", false).expiries, "{a{}b}:sem:holders");
+}
+
+TEST_F(SemaphoreTest, BadInputIsRejectedBeforeAnyIo) {
+  // No server listens there: invalid_argument (not node_unreachable) proves nothing was sent.
+  client nowhere{"redis://127.0.0.1:1"};
+  auto rejects = [&](std::string name, std::ptrdiff_t limit, semaphore_options o) {
+    try {
+      semaphore s{nowhere, std::move(name), limit, std::move(o)};
+      return false;
+    } catch (const std::system_error& e) {
+      return e.code() == errc::invalid_argument;
+    }
+  };
+  EXPECT_TRUE(rejects("s", 0, {}));
+  EXPECT_TRUE(rejects("s", -3, {}));
+  EXPECT_TRUE(rejects("", 1, {}));
+  EXPECT_TRUE(rejects("", 1, {.key_prefix = "p:"}));
+  EXPECT_TRUE(rejects("s", 1, {.ttl = 0ms}));
+  EXPECT_TRUE(rejects("s", 1, {.ttl = -1ms}));
+  EXPECT_TRUE(rejects("s", 1, {.ttl = max_ttl + 1ms}));
+  EXPECT_TRUE(rejects("s", 1, {.retry_delay = -1ms}));
+  EXPECT_TRUE(rejects("s", 1, {.retry_count = -1}));
+  EXPECT_TRUE(rejects("s", 1, {.drift_factor = 0.7}));
+  EXPECT_TRUE(rejects(std::string(max_key_bytes + 1, 'k'), 1, {}));
+  EXPECT_FALSE(rejects("s", 1, {}));
+
+  semaphore s{nowhere, "s", 3};
+  for (std::ptrdiff_t k : {0, -1, 4}) {
+    std::error_code ec;
+    EXPECT_FALSE(s.acquire(ec, k));
+    EXPECT_EQ(ec, errc::invalid_argument) << k;
+    EXPECT_FALSE(s.try_acquire(ec, k));
+    EXPECT_EQ(ec, errc::invalid_argument) << k;
+    EXPECT_FALSE(s.acquire_until(steady::now() + 1s, ec, k));
+    EXPECT_EQ(ec, errc::invalid_argument) << k;
+    EXPECT_THROW(s.try_acquire(k), std::system_error);
+    EXPECT_THROW(s.try_acquire_for(10ms, k), std::system_error);
+  }
+  // The same calls with good input do reach the (absent) node.
+  std::error_code ec;
+  EXPECT_FALSE(s.try_acquire(ec));
+  EXPECT_EQ(ec, errc::node_unreachable);
+}
+
+TEST_P(SemaphoreVariantTest, GrantsUpToTheLimitThenRefuses) {
+  semaphore s{client_, test_key(), 2, options({.ttl = 5s})};
+  auto a = s.try_acquire();
+  auto b = s.try_acquire();
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(b);
+  EXPECT_NE(a.value(), b.value());
+  EXPECT_GT(b.fencing_token(), a.fencing_token());
+  EXPECT_EQ(a.key(), test_key());
+  std::error_code ec;
+  auto start = steady::now();
+  EXPECT_FALSE(s.try_acquire(ec));
+  EXPECT_EQ(ec, errc::not_acquired);
+  EXPECT_FALSE(s.try_acquire_for(100ms));
+  // It retried (retry_delay 50 ms), and stopped when the next try could not start in time.
+  EXPECT_GE(steady::now() - start, 25ms);
+  EXPECT_LT(steady::now() - start, 1s);
+  EXPECT_FALSE(a.release());
+  EXPECT_TRUE(s.try_acquire());
+  // A refused try leaves nothing behind, in either variant.
+  EXPECT_EQ(client_.exec({"ZCARD", keys().expiries}).integer(), 1);
+}
+
+TEST_P(SemaphoreVariantTest, ValidityIsTtlMinusElapsedMinusDrift) {
+  semaphore s{client_, test_key(), 1, options({.ttl = 2s})};
+  auto before = steady::now();
+  auto p = s.acquire();
+  auto after = steady::now();
+  EXPECT_GE(p.valid_until(), before + 2s - 22ms);
+  EXPECT_LE(p.valid_until(), after + 2s - 22ms);
+}
+
+TEST_P(SemaphoreVariantTest, ManyThreadsNeverExceedTheLimit) {
+  constexpr std::ptrdiff_t limit = 3;
+  constexpr int threads = 8, rounds = 25;
+  std::string occupancy = test_key("occupancy"), highest = test_key("max");
+  std::atomic<int> failures{0}, out_of_rank{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      semaphore s{client_, test_key(), limit, options({.retry_delay = 4ms})};
+      for (int i = 0; i < rounds; ++i) {
+        auto p = s.try_acquire_for(10s);
+        if (!p) {
+          ++failures;
+          return;
+        }
+        client_.exec({"EVAL", enter_script, "2", occupancy, highest});
+        if (fair()) {
+          // First come, first served: a holder is always among the first `limit` tickets.
+          auto rank = client_.exec({"ZRANK", keys().owners, p.value()});
+          if (!rank.is_integer() || rank.integer() >= limit) ++out_of_rank;
+        }
+        std::this_thread::sleep_for(300us);
+        client_.exec({"DECR", occupancy});
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  EXPECT_EQ(failures, 0);
+  EXPECT_EQ(out_of_rank, 0);
+  long long max = integer_of(client_.exec({"GET", highest}));
+  EXPECT_LE(max, limit);
+  EXPECT_EQ(max, limit) << "no contention: the test proved nothing";
+  EXPECT_EQ(integer_of(client_.exec({"GET", occupancy})), 0);
+}
+
+TEST_P(SemaphoreVariantTest, SeveralProcessesTimesThreadsNeverExceedTheLimit) {
+  constexpr int processes = 3, threads = 3, rounds = 15, limit = 2;
+  std::vector<test::child_process> workers;
+  for (int p = 0; p < processes; ++p) {
+    std::vector<std::string> argv{test::self_dir() + "/semaphore_worker", "hammer", "--url",
+                                  server_.url(), "--name", test_key(), "--limit",
+                                  std::to_string(limit), "--threads", std::to_string(threads),
+                                  "--iterations", std::to_string(rounds), "--hold-us", "500"};
+    if (fair()) argv.push_back("--fair");
+    workers.emplace_back(std::move(argv));
+  }
+  for (auto& w : workers) EXPECT_EQ(w.wait(20s), 0);
+  long long max = integer_of(client_.exec({"GET", test_key() + ":max-occupancy"}));
+  EXPECT_LE(max, limit);
+  EXPECT_EQ(max, limit) << "no contention: the test proved nothing";
+  EXPECT_EQ(integer_of(client_.exec({"GET", test_key() + ":occupancy"})), 0);
+}
+
+TEST_P(SemaphoreVariantTest, CrashedHoldersPermitReturnsAfterItsTtlByServerTime) {
+  constexpr auto ttl = 1500ms;
+  std::vector<std::string> argv{test::self_dir() + "/semaphore_worker", "hold", "--url",
+                                server_.url(), "--name", test_key(), "--limit", "1", "--ttl",
+                                std::to_string(ttl.count())};
+  if (fair()) argv.push_back("--fair");
+  test::child_process holder(argv);
+  auto until = steady::now() + 10s;
+  reply entry;
+  while (steady::now() < until) {
+    entry = client_.exec({"ZRANGE", keys().expiries, "0", "-1", "WITHSCORES"});
+    if (!entry.elements().empty()) break;
+    std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_EQ(entry.elements().size(), 2u) << "the holder never got its permit";
+  // The expiry is the server's TIME at acquisition + TTL: no client clock involved.
+  long long expiry = std::stoll(entry.elements()[1].str());
+  long long left = expiry - server_now_ms(client_);
+  EXPECT_LE(left, ttl.count());
+  EXPECT_GT(left, ttl.count() - 500);
+
+  holder.signal(SIGKILL);
+  auto killed = steady::now();
+  EXPECT_EQ(holder.wait(), 128 + SIGKILL);
+  semaphore s{client_, test_key(), 1, options({.retry_delay = 5ms})};
+  EXPECT_FALSE(s.try_acquire());
+  auto p = s.try_acquire_for(ttl + 2s);
+  ASSERT_TRUE(p);
+  auto freed = steady::now() - killed;
+  EXPECT_GT(freed, 300ms);
+  EXPECT_LT(freed, ttl + 300ms);
+  // Freed when the server's clock passed the dead holder's expiry, not before.
+  EXPECT_GE(server_now_ms(client_), expiry);
+}
+
+TEST_P(SemaphoreVariantTest, RefreshOfALostPermitReportsLostAndNeverAddsItBack) {
+  semaphore s{client_, test_key(), 2, options({.ttl = 200ms})};
+  semaphore long_lived{client_, test_key(), 2, options({.ttl = 5s})};
+  auto p = s.acquire();
+  auto other = long_lived.acquire();  // keeps the set alive after p's expiry
+  std::this_thread::sleep_for(300ms);
+  // Nobody acquired since, so p's expired entry is still in the set: refresh must not revive it.
+  EXPECT_EQ(client_.exec({"ZCARD", keys().expiries}).integer(), 2);
+  EXPECT_EQ(p.extend(5s), errc::lease_lost);
+  EXPECT_TRUE(p.lost().stop_requested());
+  EXPECT_TRUE(client_.exec({"ZSCORE", keys().expiries, p.value()}).is_nil());
+  EXPECT_EQ(client_.exec({"ZCARD", keys().expiries}).integer(), 1);
+  EXPECT_EQ(p.extend(), errc::lease_lost);
+  EXPECT_EQ(p.release(), errc::not_held);
+  EXPECT_TRUE(s.try_acquire());
+  EXPECT_FALSE(client_.exec({"ZSCORE", keys().expiries, other.value()}).is_nil());
+}
+
+TEST_P(SemaphoreVariantTest, RefreshPushesTheServersExpiryOut) {
+  semaphore s{client_, test_key(), 1, options({.ttl = 1s})};
+  auto p = s.acquire();
+  std::this_thread::sleep_for(100ms);
+  ASSERT_FALSE(p.extend(5s));
+  long long expiry = std::stoll(client_.exec({"ZSCORE", keys().expiries, p.value()}).str());
+  EXPECT_GT(expiry - server_now_ms(client_), 4500);
+  EXPECT_GT(p.remaining(), 4500ms);
+  EXPECT_FALSE(p.lost().stop_requested());
+  EXPECT_FALSE(p.release());
+}
+
+TEST_P(SemaphoreVariantTest, ReleasingAnExpiredPermitNeverFreesSomeoneElses) {
+  semaphore short_lived{client_, test_key(), 1, options({.ttl = 150ms})};
+  semaphore s{client_, test_key(), 1, options({.ttl = 5s})};
+  auto a = short_lived.acquire();
+  std::this_thread::sleep_for(250ms);
+  auto b = s.acquire();
+  EXPECT_EQ(a.release(), errc::not_held);
+  EXPECT_FALSE(client_.exec({"ZSCORE", keys().expiries, b.value()}).is_nil());
+  EXPECT_FALSE(s.try_acquire());  // b still holds the only permit
+  EXPECT_FALSE(b.release());
+}
+
+TEST_P(SemaphoreVariantTest, WeightedAcquireTakesSeveralPermitsAtOnce) {
+  semaphore s{client_, test_key(), 5, options({.ttl = 5s})};
+  auto three = s.try_acquire(3);
+  ASSERT_TRUE(three);
+  std::error_code ec;
+  EXPECT_FALSE(s.try_acquire(ec, 3));
+  EXPECT_EQ(ec, errc::not_acquired);
+  auto two = s.try_acquire(2);
+  ASSERT_TRUE(two);
+  EXPECT_FALSE(s.try_acquire());
+  EXPECT_FALSE(three.release());
+  auto another = s.try_acquire(3);
+  EXPECT_TRUE(another);
+  EXPECT_FALSE(s.try_acquire());
+  // An expired weighted holder gives all its permits back.
+  semaphore brief{client_, test_key(), 5, options({.ttl = 100ms})};
+  EXPECT_FALSE(two.release());
+  EXPECT_FALSE(another.release());
+  auto heavy = brief.try_acquire(5);
+  ASSERT_TRUE(heavy);
+  EXPECT_FALSE(s.try_acquire());
+  std::this_thread::sleep_for(200ms);
+  EXPECT_TRUE(s.try_acquire(5));
+}
+
+TEST_P(SemaphoreVariantTest, KeepAliveRefreshesAPermit) {
+  semaphore s{client_, test_key(), 1, options({.ttl = 300ms})};
+  auto p = s.acquire();
+  ASSERT_FALSE(p.keep_alive());
+  std::this_thread::sleep_for(1000ms);
+  EXPECT_FALSE(p.lost().stop_requested());
+  EXPECT_FALSE(client_.exec({"ZSCORE", keys().expiries, p.value()}).is_nil());
+  EXPECT_FALSE(s.try_acquire());
+  EXPECT_FALSE(p.release());
+  EXPECT_TRUE(s.try_acquire());
+}
+
+TEST_P(SemaphoreVariantTest, ReleaseAndRefreshSurviveScriptFlush) {
+  semaphore s{client_, test_key(), 1, options({.ttl = 5s})};
+  client_.exec({"SCRIPT", "FLUSH"});
+  auto p = s.acquire();
+  client_.exec({"SCRIPT", "FLUSH"});
+  EXPECT_FALSE(p.extend());
+  client_.exec({"SCRIPT", "FLUSH"});
+  EXPECT_FALSE(s.release(p));
+  EXPECT_FALSE(p);
+}
+
+TEST_P(SemaphoreVariantTest, KeyOfAnotherTypeIsWrongType) {
+  client_.exec({"SET", keys().expiries, "x"});
+  semaphore s{client_, test_key(), 1, options()};
+  std::error_code ec;
+  EXPECT_FALSE(s.acquire(ec));
+  EXPECT_EQ(ec, errc::wrong_type);
+  EXPECT_THROW(s.try_acquire_for(1s), std::system_error);  // no waiting on what cannot heal
+}
+
+TEST_F(SemaphoreTest, ClientClockDesignFromTheSeedBreaksUnderSkew) {
+  // Seed 001's unfair semaphore scores holders by the client's clock. This is what the skew
+  // test below must catch: with limit 1, a client 5 minutes behind still gets a slot (its old
+  // score ranks first), and one 5 minutes ahead deletes the live holders as "expired".
+  std::vector<std::string> seed{"seed-try", "--url", server_.url(), "--name", test_key(),
+                                "--limit", "1", "--ttl", "10000"};
+  std::string key = test_key() + ":seed";
+  EXPECT_EQ(run_worker(0ms, seed), 0);
+  EXPECT_EQ(run_worker(0ms, seed), 1);  // true clocks: correctly refused
+  EXPECT_EQ(run_worker(-5min, seed), 0) << "clock shim not effective?";
+  EXPECT_EQ(client_.exec({"ZCARD", key}).integer(), 2) << "two holders of a 1-permit semaphore";
+  EXPECT_EQ(run_worker(5min, seed), 0);
+  EXPECT_EQ(client_.exec({"ZCARD", key}).integer(), 1) << "the holders were stolen from";
+}
+
+TEST_P(SemaphoreVariantTest, SkewedClientClockCanNeitherStealNorKeepAPermit) {
+  std::vector<std::string> base{"try", "--url", server_.url(), "--name", test_key(), "--limit",
+                                "1"};
+  if (fair()) base.push_back("--fair");
+  auto with = [](std::vector<std::string> args, std::initializer_list<std::string> more) {
+    args.insert(args.end(), more);
+    return args;
+  };
+  ASSERT_EQ(run_worker(0ms, with(base, {"--detach"})), 0);  // holds the only permit for 10 s
+  auto holder = client_.exec({"ZRANGE", keys().expiries, "0", "-1", "WITHSCORES"});
+  ASSERT_EQ(holder.elements().size(), 2u);
+  for (auto skew : {-5min, 5min}) {
+    EXPECT_EQ(run_worker(skew, base), 1) << "skew " << skew.count() << " min took a permit";
+  }
+  EXPECT_EQ(client_.exec({"ZRANGE", keys().expiries, "0", "-1", "WITHSCORES"}).to_string(),
+            holder.to_string());  // the holder's entry and expiry are untouched
+
+  // A skewed holder cannot keep its permit past the TTL by the server's clock either.
+  for (auto skew : {-5min, 5min}) {
+    auto keep = with(base, {"--ttl", "300", "--refresh-after", "600"});
+    keep[4] = test_key("keep");
+    EXPECT_EQ(run_worker(skew, keep), 0) << "skew " << skew.count() << " min kept a lost permit";
+  }
+}
+
+TEST_F(SemaphoreTest, ReleaseChecksThePermitsOrigin) {
+  semaphore s{client_, test_key(), 1};
+  semaphore other{client_, test_key("other"), 1};
+  auto p = s.acquire();
+  EXPECT_EQ(other.release(p), errc::invalid_argument);
+  EXPECT_TRUE(p);
+  EXPECT_FALSE(s.release(p));
+  EXPECT_EQ(s.release(p), errc::not_held);
+}
+
+TEST_F(SemaphoreTest, AsyncAcquireWithCallbackAndFuture) {
+  semaphore s{client_, test_key(), 2};
+  std::future<lease> f = s.async_acquire(1, asio::use_future);
+  lease first = f.get();
+  ASSERT_TRUE(first);
+  std::promise<std::error_code> got;
+  s.async_acquire(2, [&](std::error_code ec, lease) { got.set_value(ec); });
+  EXPECT_EQ(got.get_future().get(), errc::not_acquired);  // one permit left, two wanted
+}
+
+TEST_F(SemaphoreTest, FairGrantsInTicketOrderUnderContention) {
+  constexpr int threads = 5, rounds = 8;
+  auto keys = detail::make_semaphore_keys(test_key(), true);
+  std::mutex m;
+  std::vector<std::uint64_t> granted;
+  long long longest_queue = 0;
+  std::atomic<int> failures{0}, not_first{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      semaphore s{client_, test_key(), 1, {.fair = true, .retry_delay = 3ms}};
+      for (int i = 0; i < rounds; ++i) {
+        auto p = s.try_acquire_for(10s);
+        if (!p) {
+          ++failures;
+          return;
+        }
+        auto first = client_.exec({"ZRANGE", keys.owners, "0", "0"});
+        if (first.elements().empty() || first.elements()[0].str() != p.value()) ++not_first;
+        long long queue = client_.exec({"ZCARD", keys.owners}).integer();
+        {
+          std::lock_guard guard(m);
+          granted.push_back(p.fencing_token());  // under the only permit: in grant order
+          longest_queue = std::max(longest_queue, queue);
+        }
+        std::this_thread::sleep_for(1ms);
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  EXPECT_EQ(failures, 0);
+  EXPECT_EQ(not_first, 0);
+  ASSERT_EQ(granted.size(), static_cast<std::size_t>(threads * rounds));
+  for (std::size_t i = 1; i < granted.size(); ++i) {
+    EXPECT_LT(granted[i - 1], granted[i]) << "grant " << i << " overtook an earlier ticket";
+  }
+  EXPECT_GE(longest_queue, 3) << "waiters never queued: no contention";
+}
+
+TEST_F(SemaphoreTest, FairTryAcquireDoesNotQueue) {
+  auto keys = detail::make_semaphore_keys(test_key(), true);
+  semaphore s{client_, test_key(), 1, {.fair = true}};
+  auto held = s.acquire();
+  EXPECT_FALSE(s.try_acquire());
+  EXPECT_EQ(client_.exec({"ZCARD", keys.owners}).integer(), 1);
+  EXPECT_EQ(client_.exec({"ZCARD", keys.expiries}).integer(), 1);
+}
+
+TEST_F(SemaphoreTest, FairWaiterKeepsItsPlaceAgainstLaterArrivals) {
+  auto keys = detail::make_semaphore_keys(test_key(), true);
+  semaphore s{client_, test_key(), 1, {.fair = true, .retry_delay = 20ms}};
+  auto held = s.acquire();
+  auto waiter = std::async(std::launch::async, [&] { return s.try_acquire_for(5s); });
+  auto until = steady::now() + 5s;
+  while (client_.exec({"ZCARD", keys.owners}).integer() < 2 && steady::now() < until) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(client_.exec({"ZCARD", keys.owners}).integer(), 2);
+  EXPECT_FALSE(held.release());
+  // The permit is free, but the waiter came first: a newcomer does not get it.
+  EXPECT_FALSE(s.try_acquire());
+  auto p = waiter.get();
+  ASSERT_TRUE(p);
+  EXPECT_GT(p.fencing_token(), 1u);
+  EXPECT_FALSE(s.try_acquire());
+}
+
+TEST_F(SemaphoreTest, FairWaiterThatVanishesBlocksTheQueueOnlyBriefly) {
+  auto keys = detail::make_semaphore_keys(test_key(), true);
+  // A waiter that queued for 300 ms and then died (it never polls again).
+  reply ghost = client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "4", keys.owners,
+                              keys.expiries, keys.weights, keys.counter, "ghost", "1", "1",
+                              "10000", "300"});
+  ASSERT_EQ(ghost.elements().size(), 3u);
+  EXPECT_EQ(ghost.elements()[0].integer(), 1);  // the permit was free: the ghost holds it
+  reply queued = client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "4", keys.owners,
+                               keys.expiries, keys.weights, keys.counter, "ghost2", "1", "1",
+                               "10000", "300"});
+  EXPECT_EQ(queued.elements()[0].integer(), 0);
+  EXPECT_NE(queued.elements()[1].integer(), 0);  // queued behind the holder
+  client_.exec({"ZREM", keys.expiries, "ghost"});  // the holder leaves...
+  client_.exec({"ZREM", keys.owners, "ghost"});
+  semaphore s{client_, test_key(), 1, {.fair = true, .retry_delay = 10ms}};
+  auto start = steady::now();
+  auto p = s.try_acquire_for(3s);  // ...but the dead waiter is first in line until it expires
+  ASSERT_TRUE(p);
+  auto waited = steady::now() - start;
+  EXPECT_GT(waited, 150ms);
+  EXPECT_LT(waited, 1s);
+}
+
+}  // namespace
+}  // namespace dlock
