@@ -1,6 +1,7 @@
 # The two commands a newcomer needs (see README.md), plus the benchmark.
 #   make demo   install what is missing, build (release), run the demo on throwaway redis-servers
-#   make test   install what is missing, build (debug + ASan/UBSan, -Werror), run the whole suite
+#   make test   install what is missing, build (debug + ASan/UBSan, -Werror), run the whole suite,
+#               then each fuzzer for FUZZ_SECONDS (scripts/fuzz, clang)
 #   make bench  install what is missing, build (release), run the benchmarks
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
@@ -20,11 +21,30 @@ release: bootstrap
 	@cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DDLOCK_WERROR=ON -DDLOCK_BUILD_TESTS=OFF -DDLOCK_BUILD_INTEGRATION_TESTS=OFF >/dev/null
 	@cmake --build build/release -j $(JOBS)
 
-demo: release
-	@build/release/examples/counter_demo
+# The demo needs only the `dlock` binary: build that target alone.
+demo: bootstrap
+	@cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DDLOCK_WERROR=ON -DDLOCK_BUILD_TESTS=OFF -DDLOCK_BUILD_INTEGRATION_TESTS=OFF >/dev/null
+	@cmake --build build/release -j $(JOBS) --target dlock-cli
+	@build/release/tools/dlock-cli/dlock demo
 
+# After the suite, the libFuzzer targets build with clang in build/fuzz and run briefly each
+# (scripts/fuzz; FUZZ_SECONDS per target).
+FUZZ_SECONDS ?= 25
 test: debug
 	@cd build/debug && ctest --output-on-failure -j $(JOBS) --timeout 300 $(CTEST_ARGS)
+	@JOBS=$(JOBS) scripts/fuzz $(FUZZ_SECONDS)
+
+# Benchmarks (docs/benchmarks.md): micro-benchmarks briefly, then lock_bench, which starts its
+# own redis-servers and runs dlock, the redis-benchmark ceiling and the npm peers in one run
+# (about 3-4 minutes), then gnuplot draws docs/benchmarks-*.png. BENCH_ARGS go to lock_bench.
+BENCH_ARGS ?= --callgrind
+bench: bootstrap
+	@cmake -S . -B build/bench -DCMAKE_BUILD_TYPE=Release -DDLOCK_WERROR=ON -DDLOCK_BUILD_BENCH=ON -DDLOCK_BUILD_TESTS=OFF -DDLOCK_BUILD_INTEGRATION_TESTS=OFF -DDLOCK_BUILD_EXAMPLES=ON >/dev/null
+	@cmake --build build/bench -j $(JOBS) --target dlock_micro_bench lock_bench
+	@cd bench/peers && { timeout 300 npm ci --no-audit --no-fund >/dev/null 2>&1 || timeout 300 npm install --no-audit --no-fund >/dev/null 2>&1 || echo "bench: npm install failed in bench/peers; lock_bench will skip the peers"; }
+	@timeout 120 build/bench/bench/dlock_micro_bench --benchmark_min_time=0.05 --benchmark_out=bench/results/micro.json --benchmark_out_format=json
+	@timeout 900 build/bench/bench/lock_bench $(BENCH_ARGS)
+	@gnuplot -e "results='bench/results'; docs='docs'" bench/plot.gp || echo "bench: gnuplot failed; no PNGs"
 
 clean:
 	rm -rf build

@@ -50,9 +50,17 @@ std::error_code error_from_reply(const reply& r) noexcept {
   std::string_view text = r.str();
   auto starts = [&](std::string_view prefix) { return text.substr(0, prefix.size()) == prefix; };
   if (starts("WRONGTYPE")) return errc::wrong_type;
-  if (starts("NOPERM")) return errc::no_permission;
+  // From inside a script Redis 7 says "ERR The user executing the script can't run this
+  // command ..." (or "... access at least one of the keys ...", "... publish to the channel ...").
+  if (starts("NOPERM") || starts("ERR The user executing the script can't"))
+    return errc::no_permission;
   if (starts("NOAUTH") || starts("WRONGPASS")) return errc::auth_failed;
   if (starts("READONLY")) return errc::read_only;
+  // A node restarting with persistence refuses every command while it loads its AOF/RDB: the
+  // command did not run and the node will serve again, as after a refused connect. As
+  // server_error it would stop lock() and acquire_until() (not retryable) and make the
+  // Lockable calls throw during a routine restart.
+  if (starts("LOADING")) return errc::node_unreachable;
   if (starts("OOM")) return errc::out_of_memory;
   if (starts("ERR AUTH") || starts("ERR invalid password") || starts("ERR Client sent AUTH"))
     return errc::auth_failed;

@@ -27,6 +27,8 @@ class dlock_category final : public std::error_category {
       case errc::invalid_argument: return "invalid argument";
       case errc::would_block_io_thread: return "blocking call on dlock's I/O thread";
       case errc::cancelled: return "cancelled";
+      case errc::tls_error: return "TLS failure";
+      case errc::transaction_aborted: return "transaction aborted: the watched keys kept changing";
     }
     return "unknown dlock error";
   }
@@ -35,8 +37,10 @@ class dlock_category final : public std::error_category {
 }  // namespace
 
 const std::error_category& category() noexcept {
-  static const dlock_category instance;
-  return instance;
+  // Never destroyed: dlock's I/O thread outlives static destruction (see net/runtime.cpp) and
+  // may still compare error codes against this category while the process exits.
+  static const dlock_category* instance = new dlock_category;
+  return *instance;
 }
 
 std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), category()}; }

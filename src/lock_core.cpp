@@ -12,7 +12,6 @@
 #include "lock_core.hpp"
 
 #include <asio/dispatch.hpp>
-#include <asio/steady_timer.hpp>
 
 #include <algorithm>
 #include <climits>
@@ -61,20 +60,13 @@ struct lock_core::round_op {
 };
 
 struct lock_core::acquire_op {
-  acquire_op(io_executor ex) : timer(ex) {}
   std::string token = random_token();
   steady::time_point deadline;
   int attempts_left = 0;
   acquire_handler handler;
   node_results* out = nullptr;
-  asio::steady_timer timer;
-  bool queued = false;        // has (maybe) an entry in some node's waiter queue
-  bool queued_everywhere = false;  // the last round queued on every node
-  bool listening = false;     // registered with the inboxes
-  bool subscribing = false;   // inbox subscriptions under way
-  bool in_round = false;
-  bool wake_pending = false;  // woken during a round: do not sleep after it
-  bool done = false;
+  std::shared_ptr<wake_waiter> waiter;  // the sleep between rounds, and the wake-ups that end it
+  bool last_round_queued = false;       // the latest round carried a waiter entry
 };
 
 lock_core::lock_core(std::vector<client> nodes, std::string key, lock_options options)
@@ -94,7 +86,11 @@ lock_core::lock_core(std::vector<client> nodes, std::string key, lock_options op
 
 void lock_core::start_acquire(steady::time_point deadline, int attempts, acquire_handler handler,
                               node_results* out) {
-  auto op = std::make_shared<acquire_op>(executor());
+  auto op = std::make_shared<acquire_op>();
+  std::vector<inbox*> boxes;
+  for (auto& node : nodes_) boxes.push_back(&node.wake_inbox());
+  op->waiter = std::make_shared<wake_waiter>(executor(), std::move(boxes), op->token,
+                                             options_.wake_on_release);
   op->deadline = deadline;
   op->attempts_left = std::max(attempts, 1);
   op->handler = std::move(handler);
@@ -106,33 +102,25 @@ void lock_core::start_acquire(steady::time_point deadline, int attempts, acquire
 
 // Waiting without polling: a waiter that will try again queues itself on the nodes whose wake
 // inbox is subscribed (acquire.lua), and a release publishes the first live waiter's token to
-// that waiter's inbox (release.lua), which cuts the sleep short. The sleep between attempts
-// stays as the backstop for anything lost on the way (a dropped subscription, a release by a
-// client that does not notify, a holder that expired instead of releasing).
+// that waiter's inbox (release.lua), which cuts the sleep short (wake_waiter, net/inbox.hpp,
+// shared with the semaphore). The sleep between attempts stays as the backstop for anything lost
+// on the way (a dropped subscription, a release by a client that does not notify, a holder that
+// expired instead of releasing).
 void lock_core::attempt(const std::shared_ptr<acquire_op>& op) {
   --op->attempts_left;
-  op->in_round = true;
-  op->wake_pending = false;
-  bool may_queue = options_.wake_on_release && op->attempts_left > 0;
+  // Listens before queueing (inside begin_attempt): the release may publish before this
+  // round's reply comes back.
+  auto channels = op->waiter->begin_attempt(op->attempts_left > 0);
   std::vector<std::string> waiter_entries(nodes_.size());
-  op->queued_everywhere = may_queue;
-  if (may_queue) {
-    std::string ttl = std::to_string(waiter_ttl().count()) + " ";
-    for (std::size_t i = 0; i < nodes_.size(); ++i) {
-      auto& box = nodes_[i].wake_inbox();
-      if (!box.subscribed()) {
-        op->queued_everywhere = false;
-        continue;
-      }
-      waiter_entries[i] = ttl + box.channel();
-      op->queued = true;
-    }
-    // Listen before queueing: the release may publish before this round's reply comes back.
-    if (op->queued) listen(op);
+  std::string ttl = std::to_string(waiter_entry_ttl(options_.retry_delay).count()) + " ";
+  op->last_round_queued = false;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    if (channels[i].empty()) continue;
+    waiter_entries[i] = ttl + channels[i];
+    op->last_round_queued = true;
   }
   start_round(op->token, std::move(waiter_entries),
               [self = shared_from_this(), op](std::error_code ec, std::shared_ptr<round_op> round) {
-                op->in_round = false;
                 if (!ec) {
                   auto state = std::make_shared<lease_state>();
                   state->token = op->token;
@@ -146,64 +134,19 @@ void lock_core::attempt(const std::shared_ptr<acquire_op>& op) {
                 if (!is_retryable(ec) || op->attempts_left <= 0 || !time_left) {
                   return self->finish(op, ec, lease{}, *round);
                 }
-                self->wait_for_turn(op, delay);
+                // The sleep between two rounds, which a wake-up (or completed inbox
+                // subscriptions) cuts short.
+                op->waiter->sleep(delay, [self, op] { self->attempt(op); });
               });
-}
-
-// The sleep between two rounds, which a wake-up (or completed subscriptions) cuts short.
-void lock_core::wait_for_turn(const std::shared_ptr<acquire_op>& op, steady::duration delay) {
-  std::vector<std::size_t> missing;
-  if (options_.wake_on_release) {
-    for (std::size_t i = 0; i < nodes_.size(); ++i) {
-      if (!nodes_[i].wake_inbox().subscribed()) missing.push_back(i);
-    }
-  }
-  // Retry at once when woken during the round, or when another waiter's subscription completed
-  // while this round was out, so this one can queue now rather than after a whole delay.
-  bool now = op->wake_pending ||
-             (options_.wake_on_release && missing.empty() && !op->queued_everywhere);
-  op->timer.expires_after(now ? steady::duration::zero() : delay);
-  op->timer.async_wait([self = shared_from_this(), op](std::error_code) { self->attempt(op); });
-  if (missing.empty() || op->subscribing) return;
-  // Subscribe the inboxes not yet subscribed; once all have answered, try again at once.
-  op->subscribing = true;
-  auto outstanding = std::make_shared<std::size_t>(missing.size());
-  for (std::size_t i : missing) {
-    nodes_[i].wake_inbox().subscribe([op, outstanding](std::error_code) {
-      if (--*outstanding > 0) return;
-      op->subscribing = false;
-      if (!op->done && !op->in_round) op->timer.cancel();
-    });
-  }
-}
-
-void lock_core::listen(const std::shared_ptr<acquire_op>& op) {
-  if (op->listening) return;
-  op->listening = true;
-  std::weak_ptr<acquire_op> weak = op;
-  for (auto& node : nodes_) {
-    node.wake_inbox().listen(op->token, [weak] {
-      auto op = weak.lock();
-      if (!op || op->done) return;
-      if (op->in_round) {
-        op->wake_pending = true;  // retry as soon as this round fails
-      } else {
-        op->timer.cancel();  // ends the sleep: the timer's handler starts the next round
-      }
-    });
-  }
 }
 
 void lock_core::finish(const std::shared_ptr<acquire_op>& op, std::error_code ec, lease l,
                        const round_op& round) {
-  op->done = true;
-  op->timer.cancel();
-  if (op->listening) {
-    for (auto& node : nodes_) node.wake_inbox().forget(op->token);
-  }
-  // A grant dequeues on the granting node itself; everywhere else the entry must go, or the
-  // next release would wake a waiter that is no longer waiting.
-  if (op->queued && (ec || nodes_.size() > 1)) {
+  op->waiter->finish();
+  // A grant that carried a waiter entry (or in fair mode) dequeues on the granting node itself;
+  // every other entry must go, or the next release would wake a waiter that no longer waits.
+  bool dequeued_by_grant = !ec && nodes_.size() == 1 && (op->last_round_queued || options_.fair);
+  if (op->waiter->queued() && !dequeued_by_grant) {
     for (auto& node : nodes_) {
       run_script(node, leave_script, {queue_key_, waiter_info_key_}, {op->token}, node_timeout_,
                  [](std::error_code, reply) {});
@@ -222,12 +165,6 @@ steady::duration lock_core::retry_delay(const node_results& votes) const {
     }
   }
   return delay;
-}
-
-// A queued waiter refreshes its entry at every round, at least once per retry_delay; an entry
-// not refreshed for this long belongs to a waiter that crashed, and is dropped.
-std::chrono::milliseconds lock_core::waiter_ttl() const {
-  return std::max(4 * options_.retry_delay, std::chrono::milliseconds(1000));
 }
 
 void lock_core::start_round(std::string token, std::vector<std::string> waiter_entries,
@@ -294,8 +231,14 @@ void lock_core::finish_round(const std::shared_ptr<round_op>& op, std::error_cod
   if (!ec && steady::now() >= op->round.valid_until()) ec = errc::lease_expired;
   if (!ec) return std::exchange(op->handler, {})({}, op);
   auto handler = std::exchange(op->handler, {});
-  release_everywhere(op->token, [op, ec, handler = std::move(handler)](std::size_t,
-                                                                       std::error_code) mutable {
+  // Not where the node answered "taken": that answer proves this round set nothing there, and
+  // under contention those releases were a quarter of all commands sent (bench/).
+  std::vector<bool> skip(nodes_.size());
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    skip[i] = op->round.votes()[i].outcome == node_result::vote::taken;
+  }
+  release_everywhere(op->token, std::move(skip), [op, ec, handler = std::move(handler)](
+                                                     std::size_t, std::error_code) mutable {
     // A round lost early to fast failures (dead nodes refuse at once) is judged again now:
     // each node answers our release after the acquire sent before it on the same connection,
     // so every node that answers at all has voted by now. Votes against may prove another
@@ -306,14 +249,20 @@ void lock_core::finish_round(const std::shared_ptr<round_op>& op, std::error_cod
 }
 
 void lock_core::release_everywhere(
-    const std::string& token, unique_function<void(std::size_t, std::error_code)> handler) {
+    const std::string& token, std::vector<bool> skip,
+    unique_function<void(std::size_t, std::error_code)> handler) {
   struct tally {
     std::size_t outstanding, released = 0;
     std::error_code first_error;
     unique_function<void(std::size_t, std::error_code)> handler;
   };
-  auto t = std::make_shared<tally>(tally{nodes_.size(), 0, {}, std::move(handler)});
-  for (auto& node : nodes_) {
+  skip.resize(nodes_.size(), false);
+  std::size_t targets = static_cast<std::size_t>(std::count(skip.begin(), skip.end(), false));
+  if (targets == 0) return handler(0, {});
+  auto t = std::make_shared<tally>(tally{targets, 0, {}, std::move(handler)});
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    if (skip[i]) continue;
+    auto& node = nodes_[i];
     run_script(node, release_script, {key_, queue_key_, waiter_info_key_}, {token}, node_timeout_,
                [t](std::error_code ec, reply r) {
                  if (ec && !t->first_error) t->first_error = ec;
@@ -325,7 +274,7 @@ void lock_core::release_everywhere(
 
 void lock_core::start_release(const std::shared_ptr<lease_state>& state, done_handler handler) {
   if (state->released.exchange(true)) return handler(errc::not_held);
-  release_everywhere(state->token, [handler = std::move(handler)](std::size_t released,
+  release_everywhere(state->token, {}, [handler = std::move(handler)](std::size_t released,
                                                                   std::error_code first_error) mutable {
     if (released > 0) return handler({});
     handler(first_error ? first_error : std::error_code(errc::not_held));

@@ -57,14 +57,12 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
   void raise_fence(const std::shared_ptr<round_op>& op, const fence_plan& plan);
   void finish_round(const std::shared_ptr<round_op>& op, std::error_code ec);
   void attempt(const std::shared_ptr<acquire_op>& op);
-  void wait_for_turn(const std::shared_ptr<acquire_op>& op, steady::duration delay);
-  void listen(const std::shared_ptr<acquire_op>& op);
   void finish(const std::shared_ptr<acquire_op>& op, std::error_code ec, lease l,
               const round_op& round);
   steady::duration retry_delay(const node_results& votes) const;
-  std::chrono::milliseconds waiter_ttl() const;
   // Runs release.lua on every node; reports how many deleted our key and the first error.
-  void release_everywhere(const std::string& token,
+  // `skip[i]` leaves node i out (empty: none).
+  void release_everywhere(const std::string& token, std::vector<bool> skip,
                           unique_function<void(std::size_t released, std::error_code)> handler);
 
   std::vector<client> nodes_;

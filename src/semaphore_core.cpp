@@ -1,5 +1,13 @@
 // The semaphore's engine: one node, one atomic script per attempt, server time throughout.
 //
+// Waiting without polling, as the lock does: an attempt that fails and will be followed by
+// another queues the waiter under the client's inbox channel (the unfair variant in a waiter
+// queue of its own, the fair one in its ticket queue), and sem_release.lua PUBLISHes the tokens
+// of as many queued waiters as permits it freed, which cuts their sleep short (wake_waiter). The
+// retry delay stays as the bounded backstop: for a lost message, a holder that expired instead
+// of releasing (its permits come back silently), or a waiter that cannot use what it was woken
+// for (another one took the permit first, or it wants more permits than came free).
+//
 // An acquisition draws one random owner token and keeps it across all its attempts, so that an
 // attempt whose reply was lost (timeout, dropped connection) cannot leave a ghost permit that
 // competes with us: the next attempt's script finds the token and treats it as ours, and giving
@@ -11,12 +19,13 @@
 // ends no later than the server's, whatever the two wall clocks say.
 #include "semaphore_core.hpp"
 
-#include <asio/steady_timer.hpp>
+#include <asio/dispatch.hpp>
 
 #include <algorithm>
 
 #include "algo/quorum_round.hpp"
 #include "algo/retry.hpp"
+#include "net/inbox.hpp"
 #include "token.hpp"
 
 namespace dlock::detail {
@@ -28,20 +37,32 @@ semaphore_keys make_semaphore_keys(const std::string& key, bool fair) {
     auto close = key.find('}', open + 1);
     if (close != std::string::npos && close > open + 1) base = key;  // keeps its own tag
   }
+  semaphore_keys keys;
   if (fair) {
-    return {base + ":fairsem:timeouts", base + ":fairsem:owners", base + ":fairsem:weights",
-            base + ":fairsem:counter"};
+    keys.expiries = base + ":fairsem:timeouts";
+    keys.owners = base + ":fairsem:owners";
+    keys.weights = base + ":fairsem:weights";
+    keys.counter = base + ":fairsem:counter";
+    keys.waiters = keys.owners;
+    keys.waiter_info = base + ":fairsem:waiter-info";
+  } else {
+    keys.expiries = base + ":sem:holders";
+    keys.weights = base + ":sem:weights";
+    keys.counter = base + ":sem:fence";
+    keys.waiters = base + ":sem:waiters";
+    keys.waiter_info = base + ":sem:waiter-info";
+    keys.tickets = base + ":sem:tickets";
   }
-  return {base + ":sem:holders", {}, base + ":sem:weights", base + ":sem:fence"};
+  return keys;
 }
 
 struct semaphore_core::acquire_op {
-  acquire_op(io_executor ex, semaphore_wait::config c) : timer(ex), wait(c) {}
+  explicit acquire_op(semaphore_wait::config c) : wait(c) {}
   std::string token = random_token();
   std::string permits;
   acquire_handler handler;
-  asio::steady_timer timer;
   semaphore_wait wait;
+  std::shared_ptr<wake_waiter> waiter;  // the sleep between attempts, and the wake-ups that end it
 };
 
 semaphore_core::semaphore_core(client node, std::string key, std::ptrdiff_t limit,
@@ -60,6 +81,7 @@ semaphore_core::semaphore_core(client node, std::string key, std::ptrdiff_t limi
   // plus one request. Twice that, so one slow poll does not cost the place; a waiter that
   // crashed blocks the queue no longer than this.
   queue_ttl_ = 2 * (options_.retry_delay + node_timeout_) + std::chrono::milliseconds(20);
+  waiter_entry_ = std::to_string(waiter_entry_ttl(options_.retry_delay).count()) + " ";
 }
 
 void semaphore_core::start_acquire(steady::time_point deadline, int attempts,
@@ -72,27 +94,37 @@ void semaphore_core::start_acquire(steady::time_point deadline, int attempts,
   c.retry_delay = options_.retry_delay;
   c.fair = options_.fair;
   c.queue_ttl = queue_ttl_;
-  auto op = std::make_shared<acquire_op>(executor(), c);
+  auto op = std::make_shared<acquire_op>(c);
   op->permits = std::to_string(permits);
   op->handler = std::move(handler);
-  attempt(op);
+  op->waiter = std::make_shared<wake_waiter>(executor(), std::vector<inbox*>{&node_.wake_inbox()},
+                                             op->token, options_.wake_on_release);
+  // All of an acquisition runs on the I/O thread, where the inbox and the timer live.
+  asio::dispatch(executor(), [self = shared_from_this(), op] { self->attempt(op); });
 }
 
 void semaphore_core::attempt(const std::shared_ptr<acquire_op>& op) {
   auto queue_ms = op->wait.begin_attempt(steady::now());
+  // Listens before queueing: the release may publish before this attempt's reply comes back.
+  // "" while the inbox is not subscribed yet (the first sleep subscribes it).
+  std::string channel = op->waiter->begin_attempt(!op->wait.last_attempt()).front();
   std::string limit = std::to_string(limit_);
   std::string ttl = std::to_string(options_.ttl.count());
   auto on_reply = [self = shared_from_this(), op](std::error_code ec, reply r) {
     self->on_attempt(op, ec, r);
   };
   if (options_.fair) {
+    // Queued (queue_ms > 0) even without a channel: its ticket keeps its place in the queue.
     run_script(node_, sem_fair_acquire_script,
-               {keys_.owners, keys_.expiries, keys_.weights, keys_.counter},
-               {op->token, limit, op->permits, ttl, std::to_string(queue_ms.count())},
+               {keys_.owners, keys_.expiries, keys_.weights, keys_.counter, keys_.waiter_info},
+               {op->token, limit, op->permits, ttl, std::to_string(queue_ms.count()), channel},
                node_timeout_, std::move(on_reply));
   } else {
-    run_script(node_, sem_acquire_script, {keys_.expiries, keys_.weights, keys_.counter},
-               {op->token, limit, op->permits, ttl}, node_timeout_, std::move(on_reply));
+    std::string waiter = channel.empty() ? std::string() : waiter_entry_ + channel;
+    run_script(node_, sem_acquire_script,
+               {keys_.expiries, keys_.weights, keys_.counter, keys_.waiters, keys_.waiter_info,
+                keys_.tickets},
+               {op->token, limit, op->permits, ttl, waiter}, node_timeout_, std::move(on_reply));
   }
 }
 
@@ -107,43 +139,53 @@ void semaphore_core::on_attempt(const std::shared_ptr<acquire_op>& op, std::erro
     state->token = op->token;
     state->fence = static_cast<std::uint64_t>(next.fence);
     state->set_deadline(next.valid_until);
+    // The granting script dequeued us: no entry is left to remove.
+    op->waiter->finish();
     return std::exchange(op->handler, {})({}, make_lease(shared_from_this(), std::move(state)));
   }
   if (next.what == kind::retry) {
-    op->timer.expires_after(next.delay);
-    op->timer.async_wait([self = shared_from_this(), op](std::error_code) { self->attempt(op); });
+    // The backstop; a wake-up, or a completed inbox subscription, cuts it short.
+    op->waiter->sleep(next.delay, [self = shared_from_this(), op] { self->attempt(op); });
     return;
   }
-  if (!next.cleanup) return std::exchange(op->handler, {})(next.ec, lease{});
+  op->waiter->finish();
+  // An earlier attempt may have queued us although the last one did not.
+  bool cleanup = next.cleanup || op->waiter->queued();
+  if (!cleanup) return std::exchange(op->handler, {})(next.ec, lease{});
   // Leave no permit or queue place behind; report only after the removal answered, so that a
-  // caller who retries at once does not meet our own leftover.
-  run_entry_script(sem_release_script, op->token, {},
-                   [op, ec = next.ec](std::error_code, reply) {
-                     std::exchange(op->handler, {})(ec, lease{});
-                   });
+  // caller who retries at once does not meet our own leftover. A wake-up we got and will not
+  // use is handed on to the next waiter by the same script.
+  release_entry(op->token, [op, ec = next.ec](std::error_code, reply) {
+    std::exchange(op->handler, {})(ec, lease{});
+  });
 }
 
-void semaphore_core::run_entry_script(const script& s, const std::string& token,
-                                      std::string_view ttl_ms,
-                                      unique_function<void(std::error_code, reply)> handler) {
+void semaphore_core::release_entry(const std::string& token,
+                                   unique_function<void(std::error_code, reply)> handler) {
+  run_script(node_, sem_release_script,
+             {keys_.expiries, keys_.weights, keys_.waiters, keys_.waiter_info}, {token},
+             node_timeout_, std::move(handler));
+}
+
+void semaphore_core::refresh_entry(const std::string& token, std::string_view ttl_ms,
+                                   unique_function<void(std::error_code, reply)> handler) {
   if (options_.fair) {
-    run_script(node_, s, {keys_.expiries, keys_.weights, keys_.owners}, {token, ttl_ms},
-               node_timeout_, std::move(handler));
+    run_script(node_, sem_refresh_script, {keys_.expiries, keys_.weights, keys_.owners},
+               {token, ttl_ms}, node_timeout_, std::move(handler));
   } else {
-    run_script(node_, s, {keys_.expiries, keys_.weights}, {token, ttl_ms}, node_timeout_,
-               std::move(handler));
+    run_script(node_, sem_refresh_script, {keys_.expiries, keys_.weights}, {token, ttl_ms},
+               node_timeout_, std::move(handler));
   }
 }
 
 void semaphore_core::start_release(const std::shared_ptr<lease_state>& state,
                                    done_handler handler) {
   if (state->released.exchange(true)) return handler(errc::not_held);
-  run_entry_script(sem_release_script, state->token, {},
-                   [handler = std::move(handler)](std::error_code ec, reply r) mutable {
-                     if (ec) return handler(ec);
-                     if (!r.is_integer()) return handler(errc::protocol_error);
-                     handler(r.integer() == 1 ? std::error_code() : errc::not_held);
-                   });
+  release_entry(state->token, [handler = std::move(handler)](std::error_code ec, reply r) mutable {
+    if (ec) return handler(ec);
+    if (!r.is_integer()) return handler(errc::protocol_error);
+    handler(r.integer() == 1 ? std::error_code() : errc::not_held);
+  });
 }
 
 void semaphore_core::start_extend(const std::shared_ptr<lease_state>& state,
@@ -155,8 +197,8 @@ void semaphore_core::start_extend(const std::shared_ptr<lease_state>& state,
   }
   auto start = steady::now();
   double drift_factor = options_.drift_factor;
-  run_entry_script(
-      sem_refresh_script, state->token, std::to_string(ttl.count()),
+  refresh_entry(
+      state->token, std::to_string(ttl.count()),
       [state, start, ttl, drift_factor, handler = std::move(handler)](std::error_code ec,
                                                                       reply r) mutable {
         if (ec) return handler(ec);

@@ -1,8 +1,9 @@
 // semaphore_core.hpp: the engine behind dlock::semaphore and its permits. Private.
 //   sem_*_script         the semaphore's Lua scripts (src/lua/sem_*.lua)
 //   semaphore_keys       the Redis keys of one semaphore, all in one hash slot
-//   semaphore_core       the acquire loop (driven by algo/semaphore_wait), and the lease_owner
-//                        of every permit: release and refresh; runs on the I/O thread
+//   semaphore_core       the acquire loop (driven by algo/semaphore_wait, woken through the
+//                        client's inbox), and the lease_owner of every permit: release (which
+//                        wakes waiters) and refresh; runs on the I/O thread
 // Permits keep the core alive, so a permit may outlive the semaphore that made it.
 #pragma once
 
@@ -29,6 +30,11 @@ struct semaphore_keys {
   std::string owners;    // fair only: token -> ticket
   std::string weights;   // token -> permits, for entries of more than one
   std::string counter;   // unfair: fencing counter; fair: ticket counter
+  // Who a release wakes, in ticket order: unfair: a waiter queue of its own (token -> ticket,
+  // tickets drawn from `tickets`); fair: the owners set itself (`tickets` is empty).
+  std::string waiters;
+  std::string waiter_info;  // queued waiters: token -> "<deadline ms>[ <channel>[ woken]]"
+  std::string tickets;
 };
 
 // Keys under `key`'s hash tag (or "{key}" when it has none), so that one script may touch them
@@ -64,9 +70,13 @@ class semaphore_core final : public lease_owner,
 
   void attempt(const std::shared_ptr<acquire_op>& op);
   void on_attempt(const std::shared_ptr<acquire_op>& op, std::error_code ec, const reply& r);
-  // Runs sem_release.lua or sem_refresh.lua for `token` against this variant's keys.
-  void run_entry_script(const script& s, const std::string& token, std::string_view ttl_ms,
-                        unique_function<void(std::error_code, reply)> handler);
+  // Runs sem_release.lua for `token`: gives back its permits or its queue place, and wakes as
+  // many waiters as that freed permits.
+  void release_entry(const std::string& token,
+                     unique_function<void(std::error_code, reply)> handler);
+  // Runs sem_refresh.lua for `token`: expiry = server now + ttl_ms, if still live.
+  void refresh_entry(const std::string& token, std::string_view ttl_ms,
+                     unique_function<void(std::error_code, reply)> handler);
 
   client node_;
   std::string key_;
@@ -74,7 +84,8 @@ class semaphore_core final : public lease_owner,
   semaphore_options options_;
   semaphore_keys keys_;
   std::chrono::milliseconds node_timeout_;
-  std::chrono::milliseconds queue_ttl_;
+  std::chrono::milliseconds queue_ttl_;   // fair: a waiter's place between two polls
+  std::string waiter_entry_;              // unfair: "<waiter ttl ms> " (sem_acquire.lua ARGV[5])
 };
 
 }  // namespace dlock::detail

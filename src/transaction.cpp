@@ -147,7 +147,7 @@ transaction_result transaction_runner::run(std::vector<std::string> keys, const 
   std::vector<std::string> watch_args{"WATCH"};
   watch_args.insert(watch_args.end(), keys.begin(), keys.end());
 
-  std::error_code last_failure = errc::not_acquired;  // why the last attempt did not commit
+  std::error_code last_failure = errc::transaction_aborted;  // why the last attempt did not commit
   for (int attempt = 1; attempt <= topts.max_attempts; ++attempt) {
     result.attempts = attempt;
     if (attempt > 1) {
@@ -221,7 +221,7 @@ transaction_result transaction_runner::run(std::vector<std::string> keys, const 
       return result;  // timeout / connection_lost: the writes may have been applied
     }
     if (done.is_nil()) {  // a watched key changed: nothing was written
-      last_failure = errc::not_acquired;
+      last_failure = errc::transaction_aborted;
       continue;
     }
     if (!done.is_array()) {

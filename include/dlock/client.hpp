@@ -1,5 +1,6 @@
 // dlock/client.hpp: a connection to one Redis node, shared by many threads.
-//   client_options  timeouts, reconnect backoff, credentials that override the URL's
+//   tls_options     CA, client certificate and server name for rediss:// endpoints
+//   client_options  timeouts, reconnect backoff, credentials that override the URL's, TLS
 //   command         a command formatted once, on the caller's thread
 //   client          a cheap copyable handle to one pipelined connection
 // A client is thread-safe: any number of threads may send through one handle or its copies.
@@ -27,6 +28,25 @@ class connection;
 class inbox;
 }
 
+// TLS settings, used only when the endpoint has tls set (rediss://). Verification is always on:
+// the server's certificate must chain to a trusted CA and name the host (a DNS name via its
+// subjectAltName, or an IP literal via an IP SAN); there is no switch to turn it off. The files
+// are PEM and are read once, when the client is created: a rotated certificate takes a new
+// client. The client constructor throws std::system_error(errc::tls_error) when one cannot be
+// loaded. A failed handshake completes requests with errc::tls_error, and the error reply's text
+// carries OpenSSL's reason ("hostname mismatch", "unable to get local issuer certificate" ...).
+struct tls_options {
+  // CA certificates to trust. Empty: the system's default store (/etc/ssl/certs).
+  std::string ca_file;
+  // Client certificate (chain) and its unencrypted private key, for servers that require
+  // mutual TLS (--tls-auth-clients yes). key_file defaults to cert_file (one PEM with both).
+  std::string cert_file;
+  std::string key_file;
+  // The name the server's certificate must carry, when it differs from the URL's host (e.g.
+  // connecting to 10.0.0.5 whose certificate says redis.internal). Also sent as SNI.
+  std::string server_name;
+};
+
 struct client_options {
   // Deadline for connect plus the AUTH/SELECT handshake.
   std::chrono::milliseconds connect_timeout{1000};
@@ -39,6 +59,8 @@ struct client_options {
   // Credentials that override the URL's, so a secret need not appear in a URL.
   std::string user;
   std::string password;
+  // For rediss:// endpoints.
+  tls_options tls;
 };
 
 // One Redis command (or several, pipelined as one request), formatted at construction.
@@ -66,7 +88,8 @@ class command {
 class client {
  public:
   // Parses the URL (see parse_endpoint) and prepares the connection; connects lazily, on the
-  // first request. Throws std::system_error (errc::invalid_argument) on a bad URL.
+  // first request. Throws std::system_error: errc::invalid_argument on a bad URL,
+  // errc::tls_error when a TLS file of options.tls cannot be loaded.
   explicit client(std::string_view url, client_options options = {});
   explicit client(endpoint where, client_options options = {});
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "dlock/client.hpp"
+#include "dlock/diagnostics.hpp"
 #include "dlock/endpoint.hpp"
 #include "dlock/error.hpp"
 #include "dlock/fencing.hpp"
@@ -9,5 +10,7 @@
 #include "dlock/mutex.hpp"
 #include "dlock/options.hpp"
 #include "dlock/reply.hpp"
+#include "dlock/semaphore.hpp"
+#include "dlock/transaction.hpp"
 #include "dlock/watchdog.hpp"
 #include "dlock/with_lock.hpp"

@@ -31,6 +31,8 @@ enum class errc {
   invalid_argument,    // bad input, rejected before any I/O (key, TTL, URL, limit ...)
   would_block_io_thread,  // a blocking call was made from dlock's own I/O thread
   cancelled,           // the operation was cancelled (client shut down)
+  tls_error,           // TLS failed: certificate untrusted or not for this host, handshake refused
+  transaction_aborted, // every attempt of an optimistic transaction met a concurrent change
 };
 
 // The category of errc values; name() is "dlock".

@@ -1,5 +1,5 @@
 // dlock/semaphore.hpp: a distributed counting semaphore on one Redis node.
-//   semaphore_options  TTL, fairness, retry pacing, key prefix (an aggregate)
+//   semaphore_options  TTL, fairness, retry pacing, wake-ups, key prefix (an aggregate)
 //   semaphore          at most `limit` permits out at once; acquire/try_acquire/_for/_until in
 //                      std::counting_semaphore's names, each returning a permit as a dlock::lease
 // Every permit is a lease: its own random id (value()), a fencing token, a validity on
@@ -14,9 +14,15 @@
 //           gets it. Cheapest.
 //   fair    first come, first served: a counter hands out tickets, an owner set ranks by ticket,
 //           a timeouts set expires holders (ZINTERSTORE ... WEIGHTS 0 1 drops them from both).
-//           A blocking acquire keeps its place in the queue while it polls; a later arrival
+//           A blocking acquire keeps its place in the queue while it waits; a later arrival
 //           never overtakes it. The ticket is the permit's fencing token.
 // All processes using one name must agree on `fair` and on `limit` (they are not stored).
+//
+// Waiting does not poll (wake_on_release): a waiter that will try again queues itself with its
+// client's pub/sub inbox, and a release wakes as many queued waiters as permits it gave back,
+// the first live ones in queue order, so a freed permit passes on within about a round trip.
+// retry_delay remains the backstop for a lost wake-up and for a holder that expired instead of
+// releasing (expiry wakes nobody).
 //
 // Only one node: a majority quorum over N independent nodes cannot bound the holders of a
 // semaphore the way it bounds a mutex. With limit L, L + 1 holders can each hold a majority
@@ -55,9 +61,14 @@ struct semaphore_options {
   std::chrono::milliseconds ttl{10'000};
   // First come, first served (see above) instead of whoever asks when a permit is free.
   bool fair = false;
-  // Between two attempts the caller sleeps a random time in [retry_delay/2, retry_delay]. A
-  // fair waiter keeps its place in the queue for about two of these between polls.
+  // Between two attempts the caller sleeps a random time in [retry_delay/2, retry_delay], cut
+  // short when a release wakes it. A fair waiter keeps its place in the queue for about two of
+  // these between polls.
   std::chrono::milliseconds retry_delay{50};
+  // A waiter queues itself and a release wakes as many waiters as permits it freed, through
+  // pub/sub (one extra connection per client); retry_delay remains the backstop for a lost
+  // wake-up. Off: plain polling every retry_delay (for servers without pub/sub).
+  bool wake_on_release = true;
   // acquire() makes 1 + retry_count attempts; try_acquire_for/until retry until the deadline.
   int retry_count = 3;
   // Deadline for each request to the node. 0 picks min(ttl / 10, the client's request_timeout).
@@ -86,7 +97,8 @@ class semaphore {
   // took longer than the TTL allows), timeout / connection_lost / node_unreachable, and errors
   // that retrying cannot cure (wrong_type, no_permission, auth_failed ...).
 
-  // Makes 1 + retry_count attempts, sleeping retry_delay (jittered) between them. Blocks.
+  // Makes 1 + retry_count attempts, sleeping retry_delay (jittered, or until woken) between
+  // them. Blocks.
   lease acquire(std::error_code& ec, std::ptrdiff_t permits = 1);
   // As above; throws std::system_error on failure.
   lease acquire(std::ptrdiff_t permits = 1);
@@ -138,8 +150,9 @@ class semaphore {
                      detail::unique_function<void(std::error_code, lease)> handler);
 
   // key_prefix + name (also each permit's key()); the Redis keys are derived from it and share
-  // its hash slot: {key}:sem:holders|weights|fence, or {key}:fairsem:owners|timeouts|weights|
-  // counter (a key that has a {tag} keeps it instead of being wrapped).
+  // its hash slot: {key}:sem:holders|weights|fence|waiters|waiter-info|tickets, or
+  // {key}:fairsem:owners|timeouts|weights|counter|waiter-info (a key that has a {tag} keeps it
+  // instead of being wrapped).
   const std::string& key() const noexcept;
   std::ptrdiff_t limit() const noexcept;
   const semaphore_options& options() const noexcept;

@@ -52,7 +52,7 @@ struct transaction_pool;
 }
 
 struct transaction_options {
-  // Bodies run at most this often (>= 1); then run() gives up with errc::not_acquired.
+  // Bodies run at most this often (>= 1); then run() gives up with errc::transaction_aborted.
   int max_attempts = 10;
   // The sleep after the n-th aborted attempt is random in [d/2, d] with
   // d = min(backoff * 2^(n-1), max_backoff), so that conflicting writers spread out.
@@ -121,7 +121,7 @@ class transaction_runner {
   // with MULTI/EXEC, and runs it all again on conflict, up to max_attempts. Blocks; must not be
   // called on dlock's I/O thread (would_block_io_thread). A connection lost before EXEC costs
   // an attempt, like a conflict: nothing was applied. On failure ec is:
-  //   not_acquired      the last of max_attempts attempts conflicted (connection_lost or
+  //   transaction_aborted  the last of max_attempts attempts conflicted (connection_lost or
   //                     timeout instead when the last one lost its connection before EXEC)
   //   server_error ...  a queued write was malformed (unknown command, wrong arity); nothing ran
   //   timeout, connection_lost  EXEC's answer was lost: the writes may or may not have been

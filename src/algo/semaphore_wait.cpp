@@ -43,10 +43,12 @@ semaphore_wait::semaphore_wait(config c) noexcept : c_(c) {}
 semaphore_wait::milliseconds semaphore_wait::begin_attempt(steady::time_point now) noexcept {
   ++made_;
   start_ = now;
-  if (!c_.fair) return milliseconds::zero();
-  bool last = made_ >= c_.attempts ||
-              (c_.deadline != steady::time_point::max() && now + c_.retry_delay / 2 >= c_.deadline);
-  return last ? milliseconds::zero() : c_.queue_ttl;
+  // The shortest sleep is retry_delay / 2 (jitter): an attempt after which none could start
+  // before the deadline is the last.
+  last_ = made_ >= c_.attempts ||
+          (c_.deadline != steady::time_point::max() && now + c_.retry_delay / 2 >= c_.deadline);
+  if (!c_.fair || last_) return milliseconds::zero();
+  return c_.queue_ttl;
 }
 
 semaphore_wait::action semaphore_wait::on_reply(steady::time_point now, std::error_code ec,

@@ -57,6 +57,9 @@ class semaphore_wait {
   // Starts an attempt at `now`; returns the queue_ms argument for the fair script: 0 when this
   // attempt is the last one possible (so the server drops us at once if not granted).
   milliseconds begin_attempt(steady::time_point now) noexcept;
+  // The attempt begun last cannot be followed by another (attempts or time run out), so it
+  // should not queue: in either variant, a waiter queues only when it will come back.
+  bool last_attempt() const noexcept { return last_; }
   // Judges the attempt begun last. `ec` is the transport's or the server's error (then `r` is
   // ignored); `random` feeds the retry jitter.
   action on_reply(steady::time_point now, std::error_code ec, const semaphore_reply& r,
@@ -70,6 +73,7 @@ class semaphore_wait {
 
   config c_;
   int made_ = 0;
+  bool last_ = false;
   steady::time_point start_{};
 };
 

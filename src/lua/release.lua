@@ -21,7 +21,10 @@ if redis.call('EXISTS', queue) == 1 then
     local deadline, channel
     if entry then deadline, channel = string.match(entry, '^(%d+) (.+)$') end
     if deadline and tonumber(deadline) > now then
-      redis.call('PUBLISH', channel, head)
+      -- pcall: the key is already deleted (a script is never rolled back), so a refused
+      -- PUBLISH (an ACL user without the channel) must not turn this release into an error;
+      -- the waiter then finds the lock free at its next poll.
+      redis.pcall('PUBLISH', channel, head)
       break
     end
     redis.call('ZREM', queue, head)

@@ -1,19 +1,29 @@
--- Take permits of an unfair counting semaphore, atomically, judged by the server's clock.
+-- Take permits of an unfair counting semaphore, atomically, judged by the server's clock;
+-- optionally queue as a waiter that a release will wake.
 -- KEYS[1]: holders, a sorted set: member = owner token, score = its expiry in server ms.
 -- KEYS[2]: weights, a hash: owner token -> permits held, only for holders of more than one.
 -- KEYS[3]: the fencing counter (never expires).
+-- KEYS[4]: the waiter queue (zset: owner token -> ticket); KEYS[5]: waiter info (hash: owner
+--          token -> "<deadline ms> <wake channel>", " woken" appended by sem_release.lua);
+--          KEYS[6]: the queue's ticket counter. The queue only orders wake-ups: a permit still
+--          goes to whoever asks while it is free.
 -- ARGV[1]: the owner token; ARGV[2]: the limit; ARGV[3]: permits wanted (1..limit);
--- ARGV[4]: the TTL in milliseconds.
+-- ARGV[4]: the TTL in milliseconds;
+-- ARGV[5]: "<waiter ttl ms> <wake channel>" to queue when not granted, or "" not to queue.
 -- Returns {1, fence} when granted (also when this token already holds: a retried attempt whose
 -- reply was lost; its expiry is pushed out), {0, ms until the earliest holder expires} when
 -- fewer than ARGV[3] permits are free. Time comes from TIME, never from a client.
 local holders, weights, fence_key = KEYS[1], KEYS[2], KEYS[3]
+local queue, info, tickets = KEYS[4], KEYS[5], KEYS[6]
 local owner, limit, want, ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local waiter = ARGV[5] or ''
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
--- Holders past their expiry are gone, whether or not they said so.
+-- Holders past their expiry are gone, whether or not they said so. Their permits come back
+-- without a wake-up: queued waiters find them at their next poll, which is never later than
+-- the earliest expiry this script reports (or the retry delay).
 local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', now)
 if #expired > 0 then
   redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
@@ -31,21 +41,41 @@ local function expire_with_last_holder()
   end
 end
 
-if redis.call('ZSCORE', holders, owner) then
-  redis.call('ZADD', holders, 'XX', now + ttl_ms, owner)
+-- A holder is no waiter: an entry left by an earlier attempt of this acquisition goes.
+local function grant()
+  redis.call('ZREM', queue, owner)
+  redis.call('HDEL', info, owner)
   expire_with_last_holder()
   return {1, redis.call('INCR', fence_key)}
 end
 
-local used = redis.call('ZCARD', holders)
-for _, w in ipairs(redis.call('HVALS', weights)) do used = used + tonumber(w) - 1 end
-if used + want > limit then
-  local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
-  if first[2] then return {0, tonumber(first[2]) - now} end
-  return {0, 0}
+if redis.call('ZSCORE', holders, owner) then
+  redis.call('ZADD', holders, 'XX', now + ttl_ms, owner)
+  return grant()
 end
 
-redis.call('ZADD', holders, now + ttl_ms, owner)
-if want > 1 then redis.call('HSET', weights, owner, want) end
-expire_with_last_holder()
-return {1, redis.call('INCR', fence_key)}
+local used = redis.call('ZCARD', holders)
+for _, w in ipairs(redis.call('HVALS', weights)) do used = used + tonumber(w) - 1 end
+if used + want <= limit then
+  redis.call('ZADD', holders, now + ttl_ms, owner)
+  if want > 1 then redis.call('HSET', weights, owner, want) end
+  return grant()
+end
+
+if waiter ~= '' then
+  local waiter_ttl, channel = string.match(waiter, '^(%d+) (%S+)$')
+  waiter_ttl = tonumber(waiter_ttl)
+  -- A waiter keeps its ticket across attempts; rewriting its info clears a " woken" mark.
+  if redis.call('ZSCORE', queue, owner) == false then
+    redis.call('ZADD', queue, redis.call('INCR', tickets), owner)
+  end
+  redis.call('HSET', info, owner, (now + waiter_ttl) .. ' ' .. channel)
+  -- The queue vanishes on its own once every waiter is gone: its keys live twice the longest
+  -- waiter ttl (only ever pushed out, so a waiter with a short one cannot cut a longer one's).
+  for _, k in ipairs({queue, info, tickets}) do
+    if redis.call('PTTL', k) < 2 * waiter_ttl then redis.call('PEXPIRE', k, 2 * waiter_ttl) end
+  end
+end
+local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
+if first[2] then return {0, tonumber(first[2]) - now} end
+return {0, 0}

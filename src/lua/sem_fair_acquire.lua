@@ -6,25 +6,30 @@
 --          holder's TTL, or a queued waiter's short lease that each poll renews).
 -- KEYS[3]: weights, a hash: owner token -> permits wanted, only for more than one.
 -- KEYS[4]: the ticket counter (never expires; the tickets double as fencing tokens).
+-- KEYS[5]: waiter info, a hash: owner token -> "<deadline ms>[ <wake channel>]" for every
+--          queued waiter (" woken" appended by sem_release.lua); holders have none.
 -- ARGV[1]: the owner token; ARGV[2]: the limit; ARGV[3]: permits wanted (1..limit);
 -- ARGV[4]: the TTL in milliseconds; ARGV[5]: how long to keep a place in the queue when not
---          granted, in milliseconds (0: leave at once, as a non-blocking try does).
+--          granted, in milliseconds (0: leave at once, as a non-blocking try does);
+-- ARGV[6]: the wake channel a release may PUBLISH our token on while we queue, or "".
 -- Returns {1, ticket, rank} when granted (also when this token already holds), {0, ticket,
 -- rank} when queued, {0, 0, rank} when not granted and not queued. Time comes from TIME.
-local owners, timeouts, weights, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local owners, timeouts, weights, counter, info = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, limit, want = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local ttl_ms, queue_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
+local ttl_ms, queue_ms, channel = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] or ''
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- Drop expired holders and waiters that stopped polling from the timeouts set; intersecting
 -- with weights 0 (timeouts) and 1 (owners) drops them from owners too and keeps the tickets.
+-- An expired holder's permits come back without a wake-up: the waiters' next poll finds them.
 local expired = redis.call('ZRANGEBYSCORE', timeouts, '-inf', now)
 if #expired > 0 then
   redis.call('ZREMRANGEBYSCORE', timeouts, '-inf', now)
   for i = 1, #expired, 1000 do
     redis.call('HDEL', weights, unpack(expired, i, math.min(i + 999, #expired)))
+    redis.call('HDEL', info, unpack(expired, i, math.min(i + 999, #expired)))
   end
   redis.call('ZINTERSTORE', owners, 2, timeouts, owners, 'WEIGHTS', 0, 1)
 end
@@ -33,7 +38,7 @@ local function keep(expiry)
   redis.call('ZADD', timeouts, expiry, owner)
   -- The keys vanish by themselves when the last member's expiry passes (the counter stays).
   local last = redis.call('ZRANGE', timeouts, -1, -1, 'WITHSCORES')
-  for _, key in ipairs({owners, timeouts, weights}) do
+  for _, key in ipairs({owners, timeouts, weights, info}) do
     if redis.call('EXISTS', key) == 1 then redis.call('PEXPIREAT', key, last[2]) end
   end
 end
@@ -59,16 +64,22 @@ if rank < limit then
     end
   end
   if used <= limit then
+    redis.call('HDEL', info, owner)
     keep(now + ttl_ms)
     return {1, ticket, rank}
   end
 end
 
 if queue_ms > 0 then
+  -- Rewriting the entry clears a " woken" mark: this poll was the wake-up's answer.
+  local entry = tostring(now + queue_ms)
+  if channel ~= '' then entry = entry .. ' ' .. channel end
+  redis.call('HSET', info, owner, entry)
   keep(now + queue_ms)
   return {0, ticket, rank}
 end
 redis.call('ZREM', owners, owner)
 redis.call('ZREM', timeouts, owner)
 redis.call('HDEL', weights, owner)
+redis.call('HDEL', info, owner)
 return {0, 0, rank}

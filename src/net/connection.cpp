@@ -1,4 +1,5 @@
-// The connection's life: idle -> connecting (resolve, connect, AUTH/SELECT) -> ready -> idle.
+// The connection's life: idle -> connecting (resolve, connect, [TLS handshake], AUTH/SELECT)
+// -> ready -> idle.
 //
 // Requests wait in `pending_` until written, then sit in `inflight_` until their replies come
 // back in order; RESP has no request ids, so order is the only thing that pairs a reply with
@@ -6,30 +7,184 @@
 // its reply may still arrive, and dropping the request from the queue would hand that reply to
 // the next one. Closing fails every in-flight request (outcome unknown), and queued requests,
 // never written, go out on a fresh connection.
+//
+// TLS (rediss://) puts an asio::ssl::stream over the socket. OpenSSL checks the chain against
+// the CA, and the host name as well because we ask it to (SSL_set1_host, or the address for an
+// IP literal): hiredis and redis-cli leave the name out, so there any certificate the CA ever
+// issued, for any host, could impersonate the server. In TLS 1.3 the server judges our client
+// certificate only after our side of the handshake has finished, so a refusal shows at the
+// first read. A TLS connection therefore counts as ready only once the server has answered
+// (the AUTH/SELECT replies, or a PING sent for that purpose): a refused certificate stays a
+// failed connect, with the requests unsent and errc::tls_error, not a lost connection.
 #include "net/connection.hpp"
+
+#include <fcntl.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
+#include <openssl/x509v3.h>
 
 #include <asio/connect.hpp>
 #include <asio/dispatch.hpp>
 #include <asio/local/stream_protocol.hpp>
 #include <asio/post.hpp>
 #include <asio/read.hpp>
+#include <asio/ssl.hpp>
 #include <asio/write.hpp>
+#include <array>
+#include <cstdlib>
+#include <future>
+#include <mutex>
+#include <optional>
 
 #include "net/runtime.hpp"
 
 namespace dlock::detail {
 
+// One connect's socket, the TLS session over it if any, and its buffers. Each connect makes a
+// fresh one and every operation started on it holds it: a socket closed by fail() still
+// completes its pending operations (aborted) later, an ssl::stream must outlive its operations,
+// and stale completions must never touch the next connection's socket or buffers.
+struct socket_link {
+  explicit socket_link(const io_executor& ex) : socket(ex) {}
+
+  // One branch per operation, not per byte: the plain path stays a plain socket.
+  template <class Handler>
+  void async_read_some(Handler&& handler) {
+    if (tls) return tls->async_read_some(asio::buffer(read_buf), std::forward<Handler>(handler));
+    socket.async_read_some(asio::buffer(read_buf), std::forward<Handler>(handler));
+  }
+  template <class Handler>
+  void async_write_all(Handler&& handler) {
+    if (tls) {
+      return asio::async_write(*tls, asio::buffer(write_buf), std::forward<Handler>(handler));
+    }
+    asio::async_write(socket, asio::buffer(write_buf), std::forward<Handler>(handler));
+  }
+
+  asio::generic::stream_protocol::socket socket;
+  std::optional<asio::ssl::stream<asio::generic::stream_protocol::socket&>> tls;
+  bool tls_established = false;
+  bool heard_back = false;  // some bytes arrived on this socket
+  std::string write_buf;
+  std::array<char, 16384> read_buf{};
+};
+
+namespace {
+
+[[noreturn]] void throw_tls(const std::string& what, std::error_code ec) {
+  throw std::system_error(errc::tls_error, what + ": " + ec.message());
+}
+
+// One context per connection, loaded once: the files are read here, never on the I/O thread.
+std::shared_ptr<asio::ssl::context> make_tls_context(const tls_options& o) {
+  auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
+  SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
+  ctx->set_verify_mode(asio::ssl::verify_peer);
+  // An encrypted key would make OpenSSL prompt on the terminal; fail to load it instead.
+  ctx->set_password_callback(
+      [](std::size_t, asio::ssl::context::password_purpose) { return std::string(); });
+  std::error_code ec;
+  if (o.ca_file.empty()) {
+    ctx->set_default_verify_paths(ec);
+    if (ec) throw_tls("cannot load the system's CA certificates", ec);
+  } else {
+    ctx->load_verify_file(o.ca_file, ec);
+    if (ec) throw_tls("cannot load TLS CA file " + o.ca_file, ec);
+  }
+  if (o.cert_file.empty()) {
+    if (!o.key_file.empty()) {
+      throw std::system_error(errc::invalid_argument, "tls.key_file given without tls.cert_file");
+    }
+    return ctx;
+  }
+  ctx->use_certificate_chain_file(o.cert_file, ec);
+  if (ec) throw_tls("cannot load TLS certificate " + o.cert_file, ec);
+  const std::string& key = o.key_file.empty() ? o.cert_file : o.key_file;
+  ctx->use_private_key_file(key, asio::ssl::context::pem, ec);
+  if (ec) throw_tls("cannot load TLS private key " + key + " (it must be unencrypted PEM)", ec);
+  if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
+    ERR_clear_error();
+    throw std::system_error(
+        errc::tls_error, "TLS private key " + key + " does not match certificate " + o.cert_file);
+  }
+  return ctx;
+}
+
+// OpenSSL frees a thread's state (its error queue, ...) when the thread ends, but dlock's I/O
+// thread ends only as the process exits, after the leak checker has looked. So the I/O thread
+// frees its OpenSSL state at exit, before the runtime stops it: atexit handlers run in reverse
+// order of registration, and the runtime registered its own before any connection existed.
+void free_io_thread_openssl_state_at_exit() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::atexit([] {
+      if (on_io_thread()) return OPENSSL_thread_stop();
+      auto done = std::make_shared<std::promise<void>>();
+      auto freed = done->get_future();
+      asio::post(runtime::shared().executor(), [done] {
+        OPENSSL_thread_stop();
+        done->set_value();
+      });
+      freed.wait_for(std::chrono::seconds(1));  // bounded: a user's handler may block that thread
+    });
+  });
+}
+
+bool is_ip_literal(const std::string& name) {
+  std::error_code ec;
+  asio::ip::make_address(name, ec);
+  return !ec;
+}
+
+// What to add to OpenSSL's reason so the user knows what to change.
+const char* tls_hint(std::error_code ec) {
+  if (ec == asio::ssl::error::stream_truncated) {
+    return " (the server closed the connection during the TLS handshake)";
+  }
+  if (ec.category() != asio::error::get_ssl_category()) return "";
+  switch (ERR_GET_REASON(static_cast<unsigned long>(ec.value()))) {
+    case SSL_R_WRONG_VERSION_NUMBER:
+    case SSL_R_PACKET_LENGTH_TOO_LONG:
+      return " (the port does not speak TLS? use redis:// for a plain port)";
+    case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
+    case SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE:
+      return " (the server requires a client certificate: set tls.cert_file and tls.key_file)";
+    case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
+    case SSL_R_TLSV1_ALERT_UNKNOWN_CA:
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN:
+    case SSL_R_TLSV1_ALERT_DECRYPT_ERROR:
+      return " (the server refused our client certificate)";
+    default:
+      return "";
+  }
+}
+
+bool is_peer_closed(std::error_code ec) {
+  return ec == asio::error::eof || ec == asio::error::connection_reset;
+}
+
+}  // namespace
+
 connection::connection(endpoint where, client_options options)
     : where_(std::move(where)),
       options_(std::move(options)),
       executor_(runtime::shared().executor()),
-      socket_(executor_),
       resolver_(executor_),
       connect_timer_(executor_),
       deadline_timer_(executor_),
       backoff_(options_.reconnect_backoff_min) {
   if (!options_.user.empty()) where_.user = options_.user;
   if (!options_.password.empty()) where_.password = options_.password;
+  if (where_.tls) {
+    if (where_.is_unix() && options_.tls.server_name.empty()) {
+      throw std::system_error(errc::invalid_argument,
+                              "TLS over a unix socket needs tls.server_name to verify");
+    }
+    tls_context_ = make_tls_context(options_.tls);
+    free_io_thread_openssl_state_at_exit();
+  }
 }
 
 void connection::submit(std::string payload, std::size_t replies, clock::time_point deadline,
@@ -57,9 +212,9 @@ void connection::set_push_handlers(std::function<void(const reply&)> on_push,
 void connection::enqueue(request req) {
   if (state_ == state::idle && clock::now() < backoff_until_) {
     // The node failed to connect a moment ago: fail fast rather than wait, so that a lock
-    // round skips a dead node at once.
-    complete(req, errc::node_unreachable, reply::make_string(reply::kind::error,
-                                                             last_connect_error_.message()));
+    // round skips a dead node at once. A TLS verdict stays one: retrying cannot change it.
+    errc code = last_connect_error_ == errc::tls_error ? errc::tls_error : errc::node_unreachable;
+    complete(req, code, reply::make_string(reply::kind::error, last_connect_text_));
     return;
   }
   pending_.push_back(std::move(req));
@@ -75,11 +230,14 @@ void connection::kick() {
 void connection::start_connect() {
   state_ = state::connecting;
   ++generation_;
+  last_connect_error_.clear();
+  last_connect_text_.clear();
   reader_ = std::make_unique<reply_reader>();
+  link_ = std::make_shared<socket_link>(executor_);
   connect_timer_.expires_after(options_.connect_timeout);
   connect_timer_.async_wait([self = shared_from_this(), gen = generation_](std::error_code ec) {
     if (ec || gen != self->generation_ || self->state_ != state::connecting) return;
-    self->fail(errc::timeout, true, errc::node_unreachable);
+    self->fail(errc::timeout, true, errc::node_unreachable, self->stalled_handshake_text());
   });
 
   targets_.clear();
@@ -111,12 +269,16 @@ void connection::try_endpoint(std::size_t index) {
     return fail(last_connect_error_ ? last_connect_error_ : errc::node_unreachable, true,
                 errc::node_unreachable);
   }
+  auto& socket = link_->socket;
   std::error_code ignored;
-  socket_.close(ignored);
-  socket_.open(targets_[index].protocol(), last_connect_error_);
+  socket.close(ignored);
+  socket.open(targets_[index].protocol(), last_connect_error_);
   if (last_connect_error_) return try_endpoint(index + 1);
-  socket_.async_connect(targets_[index], [self = shared_from_this(), gen = generation_,
-                                          index](std::error_code ec) {
+  // Asio does not open sockets close-on-exec: a program that forks and execs (`dlock run`)
+  // would hand its Redis connections to the child.
+  ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
+  socket.async_connect(targets_[index], [self = shared_from_this(), gen = generation_,
+                                         link = link_, index](std::error_code ec) {
     if (gen != self->generation_) return;
     if (ec) {
       self->last_connect_error_ = ec;
@@ -129,8 +291,85 @@ void connection::try_endpoint(std::size_t index) {
 void connection::on_connected() {
   if (!where_.is_unix()) {
     std::error_code ignored;
-    socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+    link_->socket.set_option(asio::ip::tcp::no_delay(true), ignored);
   }
+  if (tls_context_) return start_tls();
+  start_session();
+}
+
+// A plain Redis port reads the TLS hello as the start of an inline command and waits for the
+// rest: no error ever comes back, only a timeout, which this text explains.
+std::string connection::stalled_handshake_text() const {
+  if (state_ != state::connecting || !link_ || !link_->tls || link_->tls_established) return {};
+  return "no answer to the TLS hello from " + where_.to_string() +
+         " within the connect timeout (a plain redis:// port never answers it; or the server is "
+         "hung)";
+}
+
+std::string connection::tls_peer_name() const {
+  if (!options_.tls.server_name.empty()) return options_.tls.server_name;
+  return where_.host.substr(0, where_.host.find('%'));  // an IPv6 zone is not in certificates
+}
+
+void connection::start_tls() {
+  auto& link = *link_;
+  link.tls.emplace(link.socket, *tls_context_);
+  SSL* ssl = link.tls->native_handle();
+  std::string name = tls_peer_name();
+  bool ok;
+  if (is_ip_literal(name)) {
+    // An address must match an IP SAN; SNI cannot carry addresses (RFC 6066).
+    ok = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str()) == 1;
+  } else {
+    SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+    ok = SSL_set1_host(ssl, name.c_str()) == 1 && SSL_set_tlsext_host_name(ssl, name.c_str()) == 1;
+  }
+  if (!ok) {
+    ERR_clear_error();
+    last_connect_error_ = errc::tls_error;
+    return fail(errc::tls_error, true, errc::tls_error,
+                "cannot verify TLS certificates against the name '" + name + "'");
+  }
+  link.tls->async_handshake(
+      asio::ssl::stream_base::client,
+      [self = shared_from_this(), gen = generation_, link = link_](std::error_code ec) {
+        if (gen != self->generation_) return;
+        if (ec) return self->fail_tls(ec, "handshake");
+        link->tls_established = true;
+        self->start_session();
+      });
+}
+
+void connection::fail_tls(std::error_code ec, const char* stage) {
+  std::string text = std::string("TLS ") + stage + " with " + where_.to_string() + " failed: ";
+  // After our side of a TLS 1.3 handshake, a server that refuses our client certificate sends
+  // an alert and closes; our PING, already in its receive buffer, turns that close into a reset
+  // that can overtake the alert. A reset in this one round trip is taken for that refusal.
+  bool refused_session = link_->tls_established && is_peer_closed(ec);
+  long verify = link_->tls ? SSL_get_verify_result(link_->tls->native_handle()) : X509_V_OK;
+  if (verify != X509_V_OK) {
+    text += "the server's certificate was rejected: ";
+    text += X509_verify_cert_error_string(verify);
+    if (verify == X509_V_ERR_HOSTNAME_MISMATCH || verify == X509_V_ERR_IP_ADDRESS_MISMATCH) {
+      text += " (it is not issued for '" + tls_peer_name() + "')";
+    }
+  } else if (refused_session) {
+    text += ec.message() + " before the server answered (does it require a client certificate, "
+            "or refuse ours?)";
+  } else {
+    text += ec.message();
+    text += tls_hint(ec);
+  }
+  // OpenSSL's verdicts (certificate, protocol, alerts) and a refused session would be the same
+  // on the next try; a reset during the handshake or a timeout is the network's, and may pass.
+  bool verdict = verify != X509_V_OK || ec.category() == asio::error::get_ssl_category() ||
+                 refused_session;
+  std::error_code code = verdict ? std::error_code(errc::tls_error) : errc::node_unreachable;
+  last_connect_error_ = code;
+  fail(code, true, code, std::move(text));
+}
+
+void connection::start_session() {
   start_read();
   std::string handshake;
   std::size_t steps = 0;
@@ -144,32 +383,47 @@ void connection::on_connected() {
     handshake += command{"SELECT", std::to_string(where_.db)}.bytes();
     ++steps;
   }
+  // On TLS some reply must come back before the connection counts as ready (see the top).
+  bool probe = link_->tls && steps == 0;
+  if (probe) {
+    handshake += command{"PING"}.bytes();
+    ++steps;
+  }
   if (steps == 0) return become_ready();
 
   request hello{{}, steps, {}, clock::now() + options_.connect_timeout, {}, true};
-  hello.handler = [self = shared_from_this(), gen = generation_](std::error_code ec, reply r) {
+  hello.handler = [self = shared_from_this(), gen = generation_, probe](std::error_code ec,
+                                                                       reply r) {
     if (gen != self->generation_) return;
+    // Any reply to the probe proves the session was accepted, NOPERM (no +ping) included.
+    if (probe) return self->become_ready();
+    std::string text = r.is_error() ? r.str() : std::string();
     if (!ec && r.is_array()) {
       for (const auto& step : r.elements()) {
         if (step.is_error()) {
           ec = error_from_reply(step);
-          self->last_connect_error_ = ec;
+          text = step.str();
           break;
         }
       }
     }
-    if (ec) return self->fail(ec, true, ec);
+    if (ec) {
+      self->last_connect_error_ = ec;
+      return self->fail(ec, true, ec, std::move(text));
+    }
     self->become_ready();
   };
   inflight_.push_back(std::move(hello));
   writing_ = true;
-  write_buf_ = std::move(handshake);
-  asio::async_write(socket_, asio::buffer(write_buf_),
-                    [self = shared_from_this(), gen = generation_](std::error_code ec, std::size_t) {
-                      if (gen != self->generation_) return;
-                      self->writing_ = false;
-                      if (ec) self->fail(errc::node_unreachable, true, errc::node_unreachable);
-                    });
+  link_->write_buf = std::move(handshake);
+  link_->async_write_all([self = shared_from_this(), gen = generation_,
+                          link = link_](std::error_code ec, std::size_t) {
+    if (gen != self->generation_) return;
+    self->writing_ = false;
+    if (!ec) return;
+    if (link->tls) return self->fail_tls(ec, "session");
+    self->fail(errc::node_unreachable, true, errc::node_unreachable);
+  });
 }
 
 void connection::become_ready() {
@@ -177,50 +431,61 @@ void connection::become_ready() {
   connect_timer_.cancel();
   backoff_ = options_.reconnect_backoff_min;
   last_connect_error_.clear();
+  last_connect_text_.clear();
   start_write();
 }
 
 void connection::start_write() {
   if (writing_ || pending_.empty() || state_ != state::ready) return;
-  write_buf_.clear();
+  auto& buf = link_->write_buf;
+  buf.clear();
   while (!pending_.empty()) {
-    write_buf_ += pending_.front().payload;
+    buf += pending_.front().payload;
     pending_.front().payload = {};
     inflight_.push_back(std::move(pending_.front()));
     pending_.pop_front();
   }
   writing_ = true;
-  asio::async_write(socket_, asio::buffer(write_buf_),
-                    [self = shared_from_this(), gen = generation_](std::error_code ec, std::size_t) {
-                      if (gen != self->generation_) return;
-                      self->writing_ = false;
-                      if (ec) return self->fail(errc::connection_lost, false);
-                      self->start_write();
-                    });
+  link_->async_write_all([self = shared_from_this(), gen = generation_,
+                          link = link_](std::error_code ec, std::size_t) {
+    if (gen != self->generation_) return;
+    self->writing_ = false;
+    if (ec) return self->fail(errc::connection_lost, false);
+    self->start_write();
+  });
 }
 
 void connection::start_read() {
-  socket_.async_read_some(
-      asio::buffer(read_buf_), [self = shared_from_this(), gen = generation_](std::error_code ec,
-                                                                              std::size_t n) {
-        if (gen != self->generation_) return;
-        if (ec) {
-          bool connecting = self->state_ == state::connecting;
-          return self->fail(errc::connection_lost, connecting, errc::node_unreachable);
-        }
-        self->reader_->feed({self->read_buf_.data(), n});
-        for (;;) {
-          std::error_code perr;
-          auto r = self->reader_->next(perr);
-          // Mid-handshake this is a failed connect: back off and fail the queue instead of
-          // reconnecting to the same non-Redis peer in a loop until the requests' deadlines.
-          if (perr) return self->fail(errc::protocol_error, self->state_ == state::connecting);
-          if (!r) break;
-          self->on_reply(std::move(*r));
-          if (gen != self->generation_) return;  // a handler closed the connection
-        }
-        self->start_read();
-      });
+  link_->async_read_some([self = shared_from_this(), gen = generation_,
+                          link = link_](std::error_code ec, std::size_t n) {
+    if (gen != self->generation_) return;
+    if (ec) {
+      bool connecting = self->state_ == state::connecting;
+      if (link->tls && connecting) return self->fail_tls(ec, "session");
+      std::string text;
+      if (!link->heard_back && !link->tls && is_peer_closed(ec)) {
+        // A TLS port resets a plain client at once, before any reply: say so, or all one sees
+        // is a lost connection.
+        text = self->where_.to_string() + " closed the connection before answering anything (" +
+               ec.message() + "): if that port speaks TLS, use rediss://";
+      }
+      return self->fail(errc::connection_lost, connecting, errc::node_unreachable,
+                        std::move(text));
+    }
+    link->heard_back = true;
+    self->reader_->feed({link->read_buf.data(), n});
+    for (;;) {
+      std::error_code perr;
+      auto r = self->reader_->next(perr);
+      // Mid-handshake this is a failed connect: back off and fail the queue instead of
+      // reconnecting to the same non-Redis peer in a loop until the requests' deadlines.
+      if (perr) return self->fail(errc::protocol_error, self->state_ == state::connecting);
+      if (!r) break;
+      self->on_reply(std::move(*r));
+      if (gen != self->generation_) return;  // a handler closed the connection
+    }
+    self->start_read();
+  });
 }
 
 void connection::on_reply(reply r) {
@@ -250,12 +515,12 @@ void connection::complete(request& req, std::error_code ec, reply r) {
 }
 
 void connection::fail(std::error_code inflight_error, bool connect_failed,
-                      std::error_code queued_error) {
+                      std::error_code queued_error, std::string text) {
   ++generation_;
   state_ = state::idle;
   writing_ = false;
   std::error_code ignored;
-  socket_.close(ignored);
+  if (link_) link_->socket.close(ignored);
   resolver_.cancel();
   connect_timer_.cancel();
 
@@ -263,15 +528,19 @@ void connection::fail(std::error_code inflight_error, bool connect_failed,
   std::deque<request> queued;
   if (connect_failed) {
     if (!last_connect_error_) last_connect_error_ = inflight_error;
+    last_connect_text_ = text.empty() ? last_connect_error_.message() : text;
     backoff_until_ = clock::now() + backoff_;
     backoff_ = std::min(backoff_ * 2, options_.reconnect_backoff_max);
     queued = std::exchange(pending_, {});
   }
   // Handlers may submit again; the queues are already consistent, so that is safe.
-  for (auto& req : inflight) complete(req, inflight_error, {});
+  for (auto& req : inflight) {
+    complete(req, inflight_error,
+             text.empty() ? reply{} : reply::make_string(reply::kind::error, text));
+  }
   for (auto& req : queued) {
     complete(req, queued_error ? queued_error : inflight_error,
-             reply::make_string(reply::kind::error, last_connect_error_.message()));
+             reply::make_string(reply::kind::error, last_connect_text_));
   }
   if (on_drop_) on_drop_();
   if (!connect_failed) kick();  // never-written requests go out on a new connection
@@ -310,7 +579,11 @@ void connection::on_deadline() {
   }
   bool inflight_expired = false;
   for (const auto& req : inflight_) inflight_expired |= req.deadline <= now;
-  for (auto& req : expired) complete(req, errc::timeout, {});
+  std::string text = stalled_handshake_text();
+  for (auto& req : expired) {
+    complete(req, errc::timeout,
+             text.empty() ? reply{} : reply::make_string(reply::kind::error, text));
+  }
   if (inflight_expired) {
     bool connecting = state_ == state::connecting;
     fail(errc::timeout, connecting, errc::timeout);

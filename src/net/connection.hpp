@@ -1,6 +1,8 @@
 // net/connection.hpp: one pipelined connection to one Redis node. Private.
 //   connection  queues requests from any thread, writes them in batches, matches replies in
-//               order, enforces deadlines, reconnects on demand with backoff, logs in
+//               order, enforces deadlines, reconnects on demand with backoff, speaks TLS with
+//               host-name verification for rediss://, logs in
+//   socket_link one connect's socket (and TLS session); defined in connection.cpp
 // Thread-safety: submit() and close() may be called from any thread; everything else runs on
 // the runtime's I/O thread.
 #pragma once
@@ -18,13 +20,22 @@
 #include "dlock/client.hpp"
 #include "resp/reply_reader.hpp"
 
+namespace asio::ssl {
+class context;
+}
+
 namespace dlock::detail {
+
+struct socket_link;
 
 using clock = std::chrono::steady_clock;
 using reply_handler = unique_function<void(std::error_code, reply)>;
 
 class connection : public std::enable_shared_from_this<connection> {
  public:
+  // For a TLS endpoint, loads options.tls's files now; throws std::system_error
+  // (errc::tls_error) when one cannot be loaded, errc::invalid_argument for TLS over a unix
+  // socket without tls.server_name (there is no host name to verify).
   connection(endpoint where, client_options options);
 
   const endpoint& where() const noexcept { return where_; }
@@ -58,6 +69,13 @@ class connection : public std::enable_shared_from_this<connection> {
   void start_connect();
   void try_endpoint(std::size_t index);
   void on_connected();
+  void start_tls();
+  void start_session();  // AUTH/SELECT, or on TLS a PING that proves the session was accepted
+  // A TLS handshake or session that failed while connecting: tls_error for OpenSSL's verdicts,
+  // node_unreachable for the network's; the text names the reason.
+  void fail_tls(std::error_code ec, const char* stage);
+  std::string tls_peer_name() const;
+  std::string stalled_handshake_text() const;  // why a TLS connect timed out, or ""
   void become_ready();
   void start_write();
   void start_read();
@@ -65,14 +83,17 @@ class connection : public std::enable_shared_from_this<connection> {
   void complete(request& req, std::error_code ec, reply r);
   // Ends the current socket. In-flight requests fail with `inflight_error`; if the failure was
   // a connect, queued ones fail too (with `queued_error`) and reconnects back off.
-  void fail(std::error_code inflight_error, bool connect_failed, std::error_code queued_error = {});
+  // `text`, when given, becomes the error reply the failed requests see (the reason in words).
+  void fail(std::error_code inflight_error, bool connect_failed, std::error_code queued_error = {},
+            std::string text = {});
   void arm_deadline_timer();
   void on_deadline();
 
   endpoint where_;
   client_options options_;
   io_executor executor_;
-  asio::generic::stream_protocol::socket socket_;
+  std::shared_ptr<asio::ssl::context> tls_context_;  // null for a plain connection
+  std::shared_ptr<socket_link> link_;                // the current connect's socket
   asio::ip::tcp::resolver resolver_;
   std::vector<asio::generic::stream_protocol::endpoint> targets_;
   asio::steady_timer connect_timer_;
@@ -84,9 +105,7 @@ class connection : public std::enable_shared_from_this<connection> {
   std::deque<request> pending_;   // not yet written
   std::deque<request> inflight_;  // written, awaiting replies in order
   bool writing_ = false;
-  std::string write_buf_;
   std::unique_ptr<reply_reader> reader_;
-  std::array<char, 16384> read_buf_{};
 
   std::function<void(const reply&)> on_push_;
   std::function<void()> on_drop_;
@@ -94,6 +113,7 @@ class connection : public std::enable_shared_from_this<connection> {
   std::chrono::milliseconds backoff_;
   clock::time_point backoff_until_{};
   std::error_code last_connect_error_;
+  std::string last_connect_text_;  // what requests failed fast during the backoff are told
 };
 
 }  // namespace dlock::detail

@@ -1,5 +1,7 @@
 #include "net/inbox.hpp"
 
+#include <algorithm>
+
 #include "token.hpp"
 
 namespace dlock::detail {
@@ -62,6 +64,95 @@ void inbox::on_drop() {
   std::vector<std::function<void()>> all;
   for (auto& [token, wake] : listeners_) all.push_back(wake);
   for (auto& wake : all) wake();
+}
+
+}  // namespace dlock::detail
+
+namespace dlock::detail {
+
+std::chrono::milliseconds waiter_entry_ttl(std::chrono::milliseconds retry_delay) {
+  return std::max(4 * retry_delay, std::chrono::milliseconds(1000));
+}
+
+wake_waiter::wake_waiter(io_executor ex, std::vector<inbox*> boxes, std::string token,
+                         bool enabled)
+    : boxes_(std::move(boxes)), token_(std::move(token)), enabled_(enabled), timer_(ex) {}
+
+std::vector<std::string> wake_waiter::begin_attempt(bool queue) {
+  in_attempt_ = true;
+  wake_pending_ = false;
+  std::vector<std::string> channels(boxes_.size());
+  queue = queue && enabled_;
+  queued_everywhere_ = queue;
+  if (!queue) return channels;
+  bool any = false;
+  for (std::size_t i = 0; i < boxes_.size(); ++i) {
+    if (!boxes_[i]->subscribed()) {
+      queued_everywhere_ = false;
+      continue;
+    }
+    channels[i] = boxes_[i]->channel();
+    any = true;
+  }
+  if (!any) return channels;
+  queued_ = true;
+  if (!listening_) {
+    listening_ = true;
+    // Weak: the inbox outlives any one acquisition and must not keep it alive.
+    std::weak_ptr<wake_waiter> weak = shared_from_this();
+    for (auto* box : boxes_) {
+      box->listen(token_, [weak] {
+        if (auto self = weak.lock()) self->on_wake();
+      });
+    }
+  }
+  return channels;
+}
+
+void wake_waiter::on_wake() {
+  if (done_) return;
+  if (in_attempt_) {
+    wake_pending_ = true;  // try again as soon as this attempt fails
+  } else {
+    timer_.cancel();  // ends the sleep: the timer's handler starts the next attempt
+  }
+}
+
+void wake_waiter::sleep(std::chrono::steady_clock::duration backstop,
+                        unique_function<void()> next) {
+  in_attempt_ = false;
+  std::vector<inbox*> missing;
+  if (enabled_) {
+    for (auto* box : boxes_) {
+      if (!box->subscribed()) missing.push_back(box);
+    }
+  }
+  // At once when woken during the attempt, or when another waiter's subscription completed
+  // while this attempt was out, so that this one can queue now rather than after a whole delay.
+  bool now = wake_pending_ || (enabled_ && missing.empty() && !queued_everywhere_);
+  timer_.expires_after(now ? std::chrono::steady_clock::duration::zero() : backstop);
+  timer_.async_wait([self = shared_from_this(), next = std::move(next)](std::error_code) mutable {
+    if (!self->done_) next();
+  });
+  if (missing.empty() || subscribing_) return;
+  // Subscribe the inboxes not yet subscribed; once all have answered, try again at once.
+  subscribing_ = true;
+  auto outstanding = std::make_shared<std::size_t>(missing.size());
+  for (auto* box : missing) {
+    box->subscribe([self = shared_from_this(), outstanding](std::error_code) {
+      if (--*outstanding > 0) return;
+      self->subscribing_ = false;
+      if (!self->done_ && !self->in_attempt_) self->timer_.cancel();
+    });
+  }
+}
+
+void wake_waiter::finish() {
+  done_ = true;
+  in_attempt_ = false;
+  timer_.cancel();
+  if (!listening_) return;
+  for (auto* box : boxes_) box->forget(token_);
 }
 
 }  // namespace dlock::detail

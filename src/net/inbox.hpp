@@ -1,10 +1,17 @@
 // net/inbox.hpp: where waiters of this process are woken. Private.
-//   inbox  one pub/sub channel per client (dlock:wake:<random>), subscribed on a connection of
-//          its own; a release publishes the token of the waiter it hands the lock to, and the
-//          inbox calls that waiter's listener
+//   inbox             one pub/sub channel per client (dlock:wake:<random>), subscribed on a
+//                     connection of its own; a release publishes the token of the waiter it
+//                     hands the lock (or a permit) to, and the inbox calls that waiter's listener
+//   wake_waiter       the waiting side of one acquisition, lock's or semaphore's: listens on the
+//                     inboxes of its nodes, subscribes the missing ones, and sleeps between two
+//                     attempts until the backstop delay ends or a wake-up cuts it short
+//   waiter_entry_ttl  how long a queued waiter's entry outlives its last refresh
 // All members run on the I/O thread.
 #pragma once
 
+#include <asio/steady_timer.hpp>
+
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -41,6 +48,51 @@ class inbox : public std::enable_shared_from_this<inbox> {
   bool subscribing_ = false;
   std::vector<unique_function<void(std::error_code)>> waiting_for_subscription_;
   std::unordered_map<std::string, std::function<void()>> listeners_;
+};
+
+// A queued waiter refreshes its entry at every attempt, at least once per retry_delay; an entry
+// not refreshed for max(4 x retry_delay, 1 s) belongs to a waiter that crashed, and is dropped.
+std::chrono::milliseconds waiter_entry_ttl(std::chrono::milliseconds retry_delay);
+
+// One acquisition's waiting, shared by lock_core and semaphore_core. The caller alternates
+// begin_attempt() (then sends its script, queueing under the channels it got) and, when the
+// attempt failed and another may follow, sleep(); it calls finish() once, when it is done.
+class wake_waiter : public std::enable_shared_from_this<wake_waiter> {
+ public:
+  // `boxes` holds each node's inbox, in node order; the clients that own them must outlive the
+  // calls (the caller's core holds them). With `enabled` false no inbox is touched: sleep() is a
+  // plain timer, and begin_attempt() hands out no channel.
+  wake_waiter(io_executor ex, std::vector<inbox*> boxes, std::string token, bool enabled);
+
+  // Before an attempt that may queue (`queue`: another attempt would follow a failure): per
+  // node, the channel to queue under, or "" where the node cannot wake us (not queueing, or its
+  // inbox is not subscribed yet). Listens for the token first: the release may publish before
+  // the attempt's reply comes back.
+  std::vector<std::string> begin_attempt(bool queue);
+  // After a failed attempt: runs `next` (on the I/O thread) after `backstop`, or sooner: at once
+  // when woken during the attempt, or when every inbox is subscribed now although the attempt
+  // could not queue everywhere; as soon as a wake-up arrives; when the subscriptions this starts
+  // for the missing inboxes have answered.
+  void sleep(std::chrono::steady_clock::duration backstop, unique_function<void()> next);
+  // Stops listening; a sleep still pending ends without running its `next`.
+  void finish();
+  // Some attempt queued on some node: the entry stays there unless that node granted.
+  bool queued() const noexcept { return queued_; }
+
+ private:
+  void on_wake();
+
+  std::vector<inbox*> boxes_;
+  std::string token_;
+  bool enabled_;
+  asio::steady_timer timer_;
+  bool queued_ = false;             // some attempt handed out a channel
+  bool queued_everywhere_ = false;  // the last attempt handed out a channel for every node
+  bool listening_ = false;
+  bool subscribing_ = false;
+  bool in_attempt_ = false;
+  bool wake_pending_ = false;  // woken during the attempt: do not sleep after it
+  bool done_ = false;
 };
 
 }  // namespace dlock::detail

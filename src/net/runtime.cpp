@@ -1,6 +1,7 @@
 #include "net/runtime.hpp"
 
 #include <asio/error.hpp>
+#include <asio/ssl/error.hpp>
 
 #include <chrono>
 #include <cstdlib>
@@ -23,6 +24,8 @@ runtime::runtime() : work_(io_.get_executor()) {
   (void)asio::error::get_misc_category();
   (void)asio::error::get_netdb_category();
   (void)asio::error::get_addrinfo_category();
+  (void)asio::error::get_ssl_category();
+  (void)asio::ssl::error::get_stream_category();
   (void)dlock::category();
   thread_ = std::thread([this] {
     this_thread_runs_io = true;

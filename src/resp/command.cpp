@@ -1,6 +1,5 @@
-// Formats commands with hiredis's formatter, so the wire bytes are hiredis's own.
-#include <hiredis/hiredis.h>
-
+// Formats commands as RESP multibulks (the wire format hiredis's formatter also produces).
+#include <charconv>
 #include <cctype>
 #include <stdexcept>
 #include <system_error>
@@ -36,6 +35,17 @@ bool breaks_reply_pairing(const Range& args) {
   return false;
 }
 
+// "<type><decimal>\r\n"
+void append_header(std::string& out, char type, std::size_t n) {
+  char buf[24];
+  buf[0] = type;
+  auto [end, ec] = std::to_chars(buf + 1, buf + sizeof(buf) - 2, n);
+  (void)ec;  // 20 digits always fit
+  *end++ = '\r';
+  *end++ = '\n';
+  out.append(buf, static_cast<std::size_t>(end - buf));
+}
+
 template <class Range>
 void append_formatted(std::string& out, const Range& args) {
   // Redis answers nothing to an empty multibulk, so an empty command would take the reply of
@@ -47,20 +57,18 @@ void append_formatted(std::string& out, const Range& args) {
     throw std::system_error(make_error_code(errc::invalid_argument),
                             "pub/sub, MONITOR, SYNC and CLIENT REPLY need a connection of their own");
   }
-  std::vector<const char*> argv;
-  std::vector<std::size_t> argvlen;
-  argv.reserve(args.size());
-  argvlen.reserve(args.size());
+  // RESP multibulk, written directly: hiredis's redisFormatCommandArgv prints each length
+  // with sprintf, which was a third of a lock cycle's client CPU (callgrind). The bytes are
+  // the same as hiredis's; tests/unit/command_test.cpp checks that against hiredis itself.
+  std::size_t size = 16;
+  for (const auto& a : args) size += a.size() + 24;
+  out.reserve(out.size() + size);
+  append_header(out, '*', args.size());
   for (const auto& a : args) {
-    argv.push_back(a.data());
-    argvlen.push_back(a.size());
+    append_header(out, '$', a.size());
+    out.append(a.data(), a.size());
+    out.append("\r\n", 2);
   }
-  char* formatted = nullptr;
-  long long len = redisFormatCommandArgv(&formatted, static_cast<int>(argv.size()), argv.data(),
-                                         argvlen.data());
-  if (len < 0 || formatted == nullptr) throw std::bad_alloc();
-  out.append(formatted, static_cast<std::size_t>(len));
-  redisFreeCommand(formatted);
 }
 
 }  // namespace

@@ -22,7 +22,8 @@ class reply_reader {
   // Appends bytes received from the server.
   void feed(std::string_view bytes);
   // The next complete reply, nullopt when more bytes are needed; sets ec
-  // (errc::protocol_error) when the stream is not RESP, after which the reader is unusable.
+  // (errc::protocol_error) when the stream is not RESP or announces an array of more than
+  // 2^24 elements, after which the reader is unusable (feed() ignores further bytes).
   std::optional<reply> next(std::error_code& ec);
 
  private:

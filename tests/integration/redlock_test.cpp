@@ -308,11 +308,11 @@ TEST_F(RedlockTest, FailedRoundLeavesNothingOfOursAndTheHungNodesLateSetDoesNotL
 }
 
 TEST_F(RedlockTest, ARetryIsNotRefusedByOurOwnLateSet) {
-  // Nodes 0, 1 and 2 are held by another owner, so every round fails and releases everywhere.
-  // The test plays a slow network: after each release of ours that node 2 runs, our SET of
-  // that round arrives there late (the test writes our owner token, read from MONITOR). The
-  // first round that meets this leftover needs node 2 (0 and 1 stay busy), so it succeeds only
-  // if a key holding our own token counts as ours.
+  // Nodes 0, 1 and 2 are held by another owner, so the first round fails. The test then plays
+  // a slow network on node 2: right after our first acquire ran there, the other owner's key
+  // goes and a late SET of ours lands (the test writes our owner token, read from MONITOR).
+  // The next round needs node 2 (0 and 1 stay busy), so it succeeds only if a key holding our
+  // own token counts as ours.
   for (std::size_t i : {0u, 1u, 2u}) lock_by_other(i, test_key());
   mutex m{nodes_, test_key(), {.ttl = 3s, .retry_delay = 300ms, .retry_count = 10}};
   {
@@ -333,19 +333,14 @@ TEST_F(RedlockTest, ARetryIsNotRefusedByOurOwnLateSet) {
     auto line = monitor.next_line(until);
     ASSERT_TRUE(line) << "no round met our late SET on node 2";
     auto args = monitor_args(*line);
-    if (args.size() == 5 && args[0] == "SET" && args[1] == test_key() && args[2] == token &&
-        args[3] == "PX") {
-      landed = true;  // our late SET ran; rounds from here on meet it
-      continue;
-    }
     if (args.size() < 4 || args[0] != "EVALSHA" || args[3] != test_key()) continue;
     std::size_t keys = std::stoul(args[2]);
-    if (args.size() <= 3 + keys) continue;
-    if (args[1] == detail::scripts::release_sha1) {
-      token = args[3 + keys];
-      landed = false;
+    if (args.size() <= 3 + keys || args[1] != detail::scripts::acquire_sha1) continue;
+    if (!landed) {
+      token = args[3 + keys];  // ARGV[1]: the owner token, the same in every round
       admin_[2].exec({"SET", test_key(), token, "PX", "3000"});
-    } else if (args[1] == detail::scripts::acquire_sha1 && landed) {
+      landed = true;
+    } else {
       met = true;
     }
   }

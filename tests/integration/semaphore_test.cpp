@@ -74,11 +74,16 @@ TEST(SemaphoreKeysTest, AllKeysShareOneHashTag) {
   EXPECT_EQ(unfair.expiries, "{jobs}:sem:holders");
   EXPECT_EQ(unfair.weights, "{jobs}:sem:weights");
   EXPECT_EQ(unfair.counter, "{jobs}:sem:fence");
+  EXPECT_EQ(unfair.waiters, "{jobs}:sem:waiters");
+  EXPECT_EQ(unfair.waiter_info, "{jobs}:sem:waiter-info");
+  EXPECT_EQ(unfair.tickets, "{jobs}:sem:tickets");
   EXPECT_TRUE(unfair.owners.empty());
   auto fair = detail::make_semaphore_keys("app:{jobs}:x", true);
   EXPECT_EQ(fair.owners, "app:{jobs}:x:fairsem:owners");
   EXPECT_EQ(fair.expiries, "app:{jobs}:x:fairsem:timeouts");
   EXPECT_EQ(fair.counter, "app:{jobs}:x:fairsem:counter");
+  EXPECT_EQ(fair.waiters, fair.owners);  // the ticket queue orders the wake-ups too
+  EXPECT_EQ(fair.waiter_info, "app:{jobs}:x:fairsem:waiter-info");
   EXPECT_EQ(detail::make_semaphore_keys("a{}b", false).expiries, "{a{}b}:sem:holders");
 }
 
@@ -473,14 +478,14 @@ TEST_F(SemaphoreTest, FairWaiterKeepsItsPlaceAgainstLaterArrivals) {
 TEST_F(SemaphoreTest, FairWaiterThatVanishesBlocksTheQueueOnlyBriefly) {
   auto keys = detail::make_semaphore_keys(test_key(), true);
   // A waiter that queued for 300 ms and then died (it never polls again).
-  reply ghost = client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "4", keys.owners,
-                              keys.expiries, keys.weights, keys.counter, "ghost", "1", "1",
-                              "10000", "300"});
+  reply ghost = client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "5", keys.owners,
+                              keys.expiries, keys.weights, keys.counter, keys.waiter_info,
+                              "ghost", "1", "1", "10000", "300", ""});
   ASSERT_EQ(ghost.elements().size(), 3u);
   EXPECT_EQ(ghost.elements()[0].integer(), 1);  // the permit was free: the ghost holds it
-  reply queued = client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "4", keys.owners,
-                               keys.expiries, keys.weights, keys.counter, "ghost2", "1", "1",
-                               "10000", "300"});
+  reply queued = client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "5", keys.owners,
+                               keys.expiries, keys.weights, keys.counter, keys.waiter_info,
+                               "ghost2", "1", "1", "10000", "300", ""});
   EXPECT_EQ(queued.elements()[0].integer(), 0);
   EXPECT_NE(queued.elements()[1].integer(), 0);  // queued behind the holder
   client_.exec({"ZREM", keys.expiries, "ghost"});  // the holder leaves...

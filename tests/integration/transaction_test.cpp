@@ -81,7 +81,7 @@ TEST_F(TransactionTest, GivesUpAfterMaxAttemptsWhenEveryAttemptConflicts) {
     client_.exec({"INCR", test_key()});  // another client changes the watched key every time
     tx.queue({"SET", test_key("written"), "yes"});
   }, ec);
-  EXPECT_EQ(ec, errc::not_acquired);
+  EXPECT_EQ(ec, errc::transaction_aborted);
   EXPECT_FALSE(r.committed);
   EXPECT_EQ(r.attempts, 3);
   EXPECT_EQ(bodies, 3);

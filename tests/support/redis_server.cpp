@@ -135,6 +135,11 @@ void redis_server::start() {
   if (options_.unix_socket) {
     args.insert(args.end(), {"--unixsocket", dir_ + "/redis.sock", "--unixsocketperm", "700"});
   }
+  if (!options_.tls.empty()) {
+    args[2] = "0";  // no plain port
+    args.insert(args.end(), {"--tls-port", std::to_string(port_)});
+    args.insert(args.end(), options_.tls.begin(), options_.tls.end());
+  }
   args.insert(args.end(), options_.extra.begin(), options_.extra.end());
   pid_ = spawn(args);
   paused_ = false;
@@ -148,6 +153,15 @@ void redis_server::wait_ready() {
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
       throw std::runtime_error("redis-server exited at start-up; see " + dir_ + "/redis.log");
+    }
+    if (!options_.tls.empty()) {
+      // Listening: the event loop serves the connection once start-up is done.
+      if (int fd = connect_loopback(port_); fd >= 0) {
+        ::close(fd);
+        return;
+      }
+      std::this_thread::sleep_for(10ms);
+      continue;
     }
     // A password-protected server answers NOAUTH: alive all the same.
     std::string r = raw_command(port_, "PING");

@@ -18,6 +18,10 @@ struct server_options {
   bool persistence = false;       // --appendonly yes --appendfsync always
   bool unix_socket = false;       // also listen on <dir>/redis.sock
   std::vector<std::string> extra; // more redis-server arguments
+  // TLS only: port() becomes a TLS port (--port 0 --tls-port P) and these --tls-* arguments
+  // follow. The fixture speaks no TLS, so readiness is an accepted connection, not PING, and
+  // raw_command() cannot reach such a server.
+  std::vector<std::string> tls;
 };
 
 class redis_server {

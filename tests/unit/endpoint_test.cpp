@@ -108,7 +108,6 @@ TEST(EndpointTest, RejectsBadUrlsWithInvalidArgument) {
       "",
       "localhost:6379",           // no scheme
       "http://localhost:6379",    // bad scheme
-      "rediss://localhost:6379",  // TLS is not supported by this parser
       "REDIS://localhost",        // schemes are lower case here
       "redis://",                 // empty host
       "redis://:6379",            // empty host

@@ -18,6 +18,9 @@ std::error_code map(std::string_view text) {
 }
 
 TEST(ErrorTest, MapsRedisErrorPrefixes) {
+  // A node loading its AOF after a restart: the command did not run, retrying heals it
+  // (tests/fault crash_restart_aof found lock() throwing when this was a server_error).
+  EXPECT_EQ(map("LOADING Redis is loading the dataset in memory"), errc::node_unreachable);
   EXPECT_EQ(map("WRONGTYPE Operation against a key holding the wrong kind of value"),
             errc::wrong_type);
   EXPECT_EQ(map("NOPERM this user has no permissions to run the 'set' command"),
@@ -44,7 +47,6 @@ TEST(ErrorTest, MapsRedisErrorPrefixes) {
   EXPECT_EQ(map("ERR value is not an integer or out of range"), errc::server_error);
   EXPECT_EQ(map("ERR unknown command 'FOO', with args beginning with: "), errc::server_error);
   EXPECT_EQ(map("BUSY Redis is busy running a script."), errc::server_error);
-  EXPECT_EQ(map("LOADING Redis is loading the dataset in memory"), errc::server_error);
   EXPECT_EQ(map(""), errc::server_error);
 }
 
@@ -69,7 +71,7 @@ TEST(ErrorTest, CategoryNameAndMessages) {
   EXPECT_EQ(&category(), &make_error_code(errc::timeout).category());
   std::set<std::string> messages;
   const int first = static_cast<int>(errc::not_acquired);
-  const int last = static_cast<int>(errc::cancelled);
+  const int last = static_cast<int>(errc::transaction_aborted);
   for (int e = first; e <= last; ++e) {
     std::string msg = category().message(e);
     EXPECT_FALSE(msg.empty()) << e;

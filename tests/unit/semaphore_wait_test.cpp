@@ -166,6 +166,30 @@ TEST(SemaphoreWaitTest, FairWaiterThatGivesUpQueuedMustLeave) {
   EXPECT_EQ(w2.begin_attempt(t0 + 31ms), 0ms);
 }
 
+TEST(SemaphoreWaitTest, LastAttemptIsKnownInBothVariants) {
+  // Either variant queues a waiter for wake-ups only when another attempt can follow.
+  for (bool fair : {false, true}) {
+    auto c = base_config();
+    c.fair = fair;
+    c.attempts = 2;
+    semaphore_wait w(c);
+    w.begin_attempt(t0);
+    EXPECT_FALSE(w.last_attempt()) << fair;
+    EXPECT_EQ(w.on_reply(t0, {}, parse(fair ? ints({0, 4, 1}) : ints({0, 9}), fair), 0).what,
+              kind::retry);
+    w.begin_attempt(t0 + 40ms);
+    EXPECT_TRUE(w.last_attempt()) << fair;  // out of attempts
+    c.attempts = INT_MAX;
+    c.deadline = t0 + 50ms;
+    semaphore_wait near(c);
+    near.begin_attempt(t0 + 31ms);
+    EXPECT_TRUE(near.last_attempt()) << fair;  // no sleep of >= 20 ms ends before the deadline
+    semaphore_wait early(c);
+    early.begin_attempt(t0);
+    EXPECT_FALSE(early.last_attempt()) << fair;
+  }
+}
+
 TEST(SemaphoreWaitTest, TransportErrorsRetryButLeaveCleanupWhenGivingUp) {
   auto c = base_config();
   c.attempts = 2;

@@ -1,0 +1,354 @@
+// Reporting: ratios to the same run's ceiling, the issue's targets, JSON, Markdown, plot data.
+//
+// Every absolute figure here depends on how busy the shared machine was during the run, so the
+// verdicts use only ratios between figures of the same run: dlock against redis-benchmark's
+// ceiling, against the PING round trip, against itself on one node, and against the peers.
+#include "harness/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+namespace dlock::bench {
+namespace {
+
+std::string fmt(double v, int precision = 2) {
+  if (std::isnan(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", precision, v);
+  return buf;
+}
+
+std::string fmt_rate(double v) {
+  if (std::isnan(v)) return "-";
+  return fmt(v, v < 100 ? 1 : 0);
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string json_number(double v) {
+  if (std::isnan(v) || std::isinf(v)) return "null";
+  std::ostringstream out;
+  out.precision(6);
+  out << v;
+  return out.str();
+}
+
+const row* find(const std::vector<row>& rows, const std::function<bool(const row&)>& pred) {
+  for (const auto& r : rows)
+    if (pred(r)) return &r;
+  return nullptr;
+}
+
+const row* ceiling(const std::vector<row>& rows, const std::string& variant, int c) {
+  return find(rows, [&](const row& r) {
+    return r.scenario == "ceiling" && r.variant == variant && r.concurrency == c;
+  });
+}
+
+// redis-benchmark's PING round trip: the yardstick of the targets.
+const row* rtt(const std::vector<row>& rows) {
+  return find(rows, [](const row& r) { return r.scenario == "rtt" && r.library == "redis-benchmark"; });
+}
+
+const row* dlock_uncontended(const std::vector<row>& rows, int nodes, int c) {
+  return find(rows, [&](const row& r) {
+    return r.scenario == "uncontended" && r.library == "dlock" && r.nodes == nodes &&
+           r.concurrency == c;
+  });
+}
+
+bool is_contended(const row& r) {
+  return r.scenario == "contended" || r.scenario == "fairness" || r.scenario == "semaphore";
+}
+bool is_lock_row(const row& r) { return r.scenario == "uncontended" || is_contended(r); }
+
+}  // namespace
+
+void add_ratios(std::vector<row>& rows) {
+  const row* ping = rtt(rows);
+  std::vector<row> snapshot = rows;
+  for (auto& r : rows) {
+    if (r.scenario == "uncontended") {
+      if (auto* c = ceiling(snapshot, "plain", r.concurrency))
+        r.figures["x_ceiling"] = r.get("cycles_per_s") / c->get("cycles_per_s");
+      if (auto* c = ceiling(snapshot, "-P 16", r.concurrency))
+        r.figures["x_ceiling_p16"] = r.get("cycles_per_s") / c->get("cycles_per_s");
+      if (ping && r.concurrency == 1)
+        r.figures["x_one_locker_bound"] = r.get("cycles_per_s") / ping->get("one_locker_bound_per_s");
+      if (r.library == "dlock" && r.nodes > 1) {
+        if (auto* single = dlock_uncontended(snapshot, 1, r.concurrency))
+          r.figures["p50_vs_single"] = r.get("p50_ms") / single->get("p50_ms");
+      }
+    }
+    if (is_contended(r)) {
+      if (ping) r.figures["handoff_p50_rtts"] = r.get("handoff_p50_ms") / ping->get("rtt_ms");
+      if (r.get("per_worker_min") > 0)
+        r.figures["per_worker_spread"] = r.get("per_worker_max") / r.get("per_worker_min");
+    }
+  }
+}
+
+std::vector<verdict> judge_targets(const std::vector<row>& rows) {
+  std::vector<verdict> out;
+  auto status = [](bool ok) { return std::string(ok ? "met" : "missed"); };
+  const row* ping = rtt(rows);
+
+  if (auto* one = dlock_uncontended(rows, 1, 1); one && ping) {
+    double x = one->get("x_one_locker_bound");
+    out.push_back({"1 locker, single instance: >= 0.9 x 1/(2 x PING RTT)",
+                   fmt_rate(one->get("cycles_per_s")) + " cycles/s vs bound " +
+                       fmt_rate(ping->get("one_locker_bound_per_s")) + " (RTT " +
+                       fmt(ping->get("rtt_ms"), 3) + " ms): " + fmt(x) + " x",
+                   status(x >= 0.9)});
+  }
+  if (auto* many = dlock_uncontended(rows, 1, 64)) {
+    double x = many->get("x_ceiling_p16");
+    double best_peer = 0;
+    std::string best_name = "no peer";
+    for (const auto& r : rows) {
+      if (r.scenario == "uncontended" && r.library != "dlock" && r.nodes == 1 &&
+          r.concurrency == 64 && r.get("cycles_per_s") > best_peer) {
+        best_peer = r.get("cycles_per_s");
+        best_name = r.library;
+      }
+    }
+    bool ahead = best_peer == 0 || many->get("cycles_per_s") > best_peer;
+    out.push_back({"64 lockers, single instance: >= 0.5 x pipelined ceiling, ahead of every peer",
+                   fmt_rate(many->get("cycles_per_s")) + " cycles/s = " + fmt(x) +
+                       " x the -P 16 ceiling; best peer " + best_name + " " +
+                       fmt_rate(best_peer) + " cycles/s (dlock " +
+                       fmt(best_peer > 0 ? many->get("cycles_per_s") / best_peer : NAN) + " x)",
+                   status(x >= 0.5 && ahead)});
+  }
+  if (auto* five = dlock_uncontended(rows, 5, 1)) {
+    double x = five->get("p50_vs_single");
+    out.push_back({"Redlock on 5 nodes, 1 locker: p50 <= 1.3 x single instance",
+                   "p50 " + fmt(five->get("p50_ms"), 3) + " ms vs " +
+                       fmt(dlock_uncontended(rows, 1, 1)->get("p50_ms"), 3) + " ms: " + fmt(x) +
+                       " x",
+                   status(x <= 1.3)});
+  }
+  for (const auto& r : rows) {
+    if (r.scenario != "contended" || r.library != "dlock" || !ping) continue;
+    double best_peer = NAN;
+    std::string best_name;
+    for (const auto& p : rows) {
+      if (p.scenario == "contended" && p.library != "dlock" && p.concurrency == r.concurrency &&
+          !(p.get("handoff_p50_ms") >= best_peer)) {
+        best_peer = p.get("handoff_p50_ms");
+        best_name = p.library + " " + p.variant;
+      }
+    }
+    double p50 = r.get("handoff_p50_ms"), p99 = r.get("handoff_p99_ms");
+    bool two_rtt = r.get("handoff_p50_rtts") <= 2, sub_ms = p99 <= 1.0;
+    bool five_x = !std::isnan(best_peer) && p50 * 5 <= best_peer;
+    std::string what = "Handoff, " + std::to_string(r.concurrency) + " workers, dlock " + r.variant +
+                       ": p50 <= 2 RTT, p99 <= 1 ms, >= 5 x better than the best peer";
+    std::string measured = "p50 " + fmt(p50, 3) + " ms = " + fmt(r.get("handoff_p50_rtts"), 1) +
+                           " RTT; p99 " + fmt(p99, 3) + " ms; best peer " +
+                           (best_name.empty() ? "none" : best_name) + " p50 " +
+                           fmt(best_peer, 3) + " ms (" + fmt(best_peer / p50, 2) + " x)";
+    out.push_back({what, measured, status(two_rtt && sub_ms && five_x)});
+  }
+  auto spread_text = [](const row& r) {
+    return fmt(r.get("per_worker_min"), 0) + "-" + fmt(r.get("per_worker_max"), 0) + " (" +
+           fmt(r.get("per_worker_spread")) + " x)";
+  };
+  const row* fair = find(rows, [](const row& r) {
+    return r.scenario == "fairness" && r.library == "dlock" && r.variant.find("fair = true") != std::string::npos;
+  });
+  if (fair) {
+    std::string peers_text;
+    for (const auto& r : rows) {
+      if (r.scenario == "fairness" && r.library != "dlock")
+        peers_text += "; " + r.library + " " + spread_text(r);
+    }
+    double spread = fair->get("per_worker_spread");
+    out.push_back({"Fair mode, 8 workers: acquisitions per worker within 1.2 x",
+                   "dlock fair " + spread_text(*fair) + peers_text,
+                   status(!std::isnan(spread) && spread <= 1.2)});
+  } else {
+    out.push_back({"Fair mode, 8 workers: acquisitions per worker within 1.2 x",
+                   "not measured (no fairness row)", "n/a"});
+  }
+  return out;
+}
+
+void write_json(const std::string& path, const run_info& info, const std::vector<row>& rows,
+                const std::vector<verdict>& verdicts) {
+  std::ofstream out(path);
+  out << "{\n  \"run\": {\"started\": " << json_string(info.started)
+      << ", \"cpu\": " << json_string(info.cpu) << ", \"cores\": " << info.cores
+      << ", \"load_before\": " << json_number(info.load_before)
+      << ", \"load_after\": " << json_number(info.load_after)
+      << ", \"redis\": " << json_string(info.redis_version)
+      << ", \"measure_s\": " << json_number(info.measure_s)
+      << ", \"command\": " << json_string(info.command) << "},\n  \"rows\": [\n";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    out << "    {\"scenario\": " << json_string(r.scenario) << ", \"library\": "
+        << json_string(r.library) << ", \"variant\": " << json_string(r.variant)
+        << ", \"nodes\": " << r.nodes << ", \"concurrency\": " << r.concurrency;
+    if (!r.note.empty()) out << ", \"note\": " << json_string(r.note);
+    out << ", \"figures\": {";
+    bool first = true;
+    for (const auto& [k, v] : r.figures) {
+      out << (first ? "" : ", ") << json_string(k) << ": " << json_number(v);
+      first = false;
+    }
+    out << "}}" << (i + 1 < rows.size() ? "," : "") << "\n";
+  }
+  out << "  ],\n  \"targets\": [\n";
+  for (std::size_t i = 0; i < verdicts.size(); ++i) {
+    out << "    {\"target\": " << json_string(verdicts[i].target)
+        << ", \"measured\": " << json_string(verdicts[i].measured)
+        << ", \"status\": " << json_string(verdicts[i].status) << "}"
+        << (i + 1 < verdicts.size() ? "," : "") << "\n";
+  }
+  out << "  ]\n}\n";
+}
+
+std::string markdown(const run_info& info, const std::vector<row>& rows,
+                     const std::vector<verdict>& verdicts) {
+  std::ostringstream md;
+  md << "Run " << info.started << " on " << info.cores << " cores (" << info.cpu
+     << "), load average " << fmt(info.load_before) << " at start and " << fmt(info.load_after)
+     << " at the end, redis " << info.redis_version
+     << ", " << fmt(info.measure_s, 1) << " s per scenario.\n\n";
+
+  md << "**Ceiling** (redis-benchmark, one redis-server, best of two runs; cycle = 1/(1/SET + "
+        "1/EVALSHA); server us = Redis's own time per SET + per EVALSHA, from commandstats)\n\n"
+     << "| connections | SET/s | EVALSHA/s | cycle ceiling/s | SET/s -P 16 | EVALSHA/s -P 16 | "
+        "cycle ceiling/s -P 16 | server us/cycle |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (int c : {1, 8, 64}) {
+    auto* plain = ceiling(rows, "plain", c);
+    auto* piped = ceiling(rows, "-P 16", c);
+    if (!plain && !piped) continue;
+    auto g = [](const row* r, const char* k) { return r ? r->get(k) : NAN; };
+    md << "| " << c << " | " << fmt_rate(g(plain, "set_rps")) << " | "
+       << fmt_rate(g(plain, "evalsha_rps")) << " | " << fmt_rate(g(plain, "cycles_per_s")) << " | "
+       << fmt_rate(g(piped, "set_rps")) << " | " << fmt_rate(g(piped, "evalsha_rps")) << " | "
+       << fmt_rate(g(piped, "cycles_per_s")) << " | " << fmt(g(plain, "server_usec_per_op"), 1)
+       << " |\n";
+  }
+  if (auto* p = rtt(rows)) {
+    md << "\nPING round trip (1 connection): " << fmt(p->get("rtt_ms"), 3) << " ms mean, "
+       << fmt(p->get("p50_ms"), 3) << " ms p50; one-locker bound 1/(2 x RTT) = "
+       << fmt_rate(p->get("one_locker_bound_per_s")) << " cycles/s.\n";
+  }
+  if (auto* d = find(rows, [](const row& r) { return r.scenario == "rtt" && r.library == "dlock"; })) {
+    md << "dlock's own blocking round trip (client.exec(PING), 1 thread): " << fmt(d->get("rtt_ms"), 3)
+       << " ms mean, " << fmt(d->get("p50_ms"), 3) << " ms p50, " << fmt(d->get("p99_ms"), 3)
+       << " ms p99.\n";
+  }
+
+  md << "\n**Uncontended** lock + unlock cycles, each locker on its own key\n\n"
+     << "| library | variant | nodes | lockers | cycles/s | p50 ms | p99 ms | x ceiling | "
+        "x ceiling -P 16 | x 1/(2 RTT) | cmds sent/cycle | server cmds/cycle | server us/cycle | "
+        "client CPU us/cycle |\n"
+     << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& r : rows) {
+    if (r.scenario != "uncontended") continue;
+    md << "| " << r.library << " | " << r.variant << " | " << r.nodes << " | " << r.concurrency
+       << " | " << fmt_rate(r.get("cycles_per_s")) << " | " << fmt(r.get("p50_ms"), 3) << " | "
+       << fmt(r.get("p99_ms"), 3) << " | " << fmt(r.get("x_ceiling")) << " | "
+       << fmt(r.get("x_ceiling_p16")) << " | " << fmt(r.get("x_one_locker_bound")) << " | "
+       << fmt(r.get("cmds_sent_per_op"), 2) << " | " << fmt(r.get("server_cmds_per_op"), 2)
+       << " | " << fmt(r.get("server_usec_per_op"), 1) << " | "
+       << fmt(r.get("client_cpu_us_per_op"), 1) << " |\n";
+  }
+
+  md << "\n**Contended**: workers on one key (a mutex; a semaphore of 4 permits), holding ~1 ms; "
+        "handoff = release sent -> next holder acquired; fairness: greedy workers\n\n"
+     << "| scenario | library | variant | nodes | workers | acquisitions/s | handoff p50 ms | "
+        "handoff p99 ms | p50 in RTT | cmds sent/acq | server cmds/acq | server us/acq | "
+        "client CPU us/acq | per worker min-max |\n"
+     << "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& r : rows) {
+    if (!is_contended(r)) continue;
+    md << "| " << r.scenario << " | " << r.library << " | " << r.variant << " | " << r.nodes
+       << " | " << r.concurrency
+       << " | " << fmt_rate(r.get("acquisitions_per_s")) << " | "
+       << fmt(r.get("handoff_p50_ms"), 3) << " | " << fmt(r.get("handoff_p99_ms"), 3) << " | "
+       << fmt(r.get("handoff_p50_rtts"), 1) << " | " << fmt(r.get("cmds_sent_per_op"), 2) << " | "
+       << fmt(r.get("server_cmds_per_op"), 2) << " | " << fmt(r.get("server_usec_per_op"), 1)
+       << " | " << fmt(r.get("client_cpu_us_per_op"), 1) << " | " << fmt(r.get("per_worker_min"), 0) << "-"
+       << fmt(r.get("per_worker_max"), 0) << " |\n";
+  }
+
+  if (auto* cpu = find(rows, [](const row& r) { return r.scenario == "client_cpu"; })) {
+    md << "\n**Client CPU** (callgrind, all threads of the client process): "
+       << fmt(cpu->get("instructions_per_cycle"), 0)
+       << " instructions per uncontended single-instance lock + unlock cycle.\n";
+  }
+
+  md << "\n**Targets** (issue 8)\n\n| target | measured | status |\n|---|---|---|\n";
+  for (const auto& v : verdicts) md << "| " << v.target << " | " << v.measured << " | " << v.status << " |\n";
+
+  std::string versions;
+  for (const auto& r : rows) {
+    if (is_lock_row(r) && r.library != "dlock" && !r.note.empty() &&
+        versions.find(r.note) == std::string::npos)
+      versions += (versions.empty() ? "" : "; ") + r.note;
+  }
+  if (!versions.empty()) md << "\nPeers: " << versions << " (node " << "in bench/peers).\n";
+  return md.str();
+}
+
+void write_plot_data(const std::string& dir, const std::vector<row>& rows) {
+  // throughput.dat: lockers, then one column per series (cycles/s); "?" marks a gap.
+  struct series {
+    std::string title;
+    std::function<bool(const row&)> match;
+  };
+  std::vector<series> cols{
+      {"ceiling -P 16", [](const row& r) { return r.scenario == "ceiling" && r.variant == "-P 16"; }},
+      {"ceiling", [](const row& r) { return r.scenario == "ceiling" && r.variant == "plain"; }},
+      {"dlock", [](const row& r) { return r.scenario == "uncontended" && r.library == "dlock" && r.nodes == 1; }},
+      {"dlock Redlock 3", [](const row& r) { return r.scenario == "uncontended" && r.library == "dlock" && r.nodes == 3; }},
+      {"dlock Redlock 5", [](const row& r) { return r.scenario == "uncontended" && r.library == "dlock" && r.nodes == 5; }},
+      {"node-redlock", [](const row& r) { return r.scenario == "uncontended" && r.library == "node-redlock" && r.nodes == 1; }},
+      {"redis-semaphore", [](const row& r) { return r.scenario == "uncontended" && r.library == "redis-semaphore" && r.nodes == 1; }},
+  };
+  std::ofstream t(dir + "/throughput.dat");
+  t << "lockers";
+  for (const auto& c : cols) t << " \"" << c.title << "\"";
+  t << "\n";
+  for (int n : {1, 8, 64}) {
+    t << n;
+    for (const auto& c : cols) {
+      const row* r = find(rows, [&](const row& x) { return x.concurrency == n && c.match(x); });
+      t << " " << (r ? json_number(r->get("cycles_per_s")) : "?");
+    }
+    t << "\n";
+  }
+  // handoff.dat: one line per contended row: label, workers, p50, p99 (ms).
+  std::ofstream h(dir + "/handoff.dat");
+  h << "label workers p50_ms p99_ms\n";
+  for (const auto& r : rows) {
+    if (r.scenario != "contended" && r.scenario != "semaphore") continue;
+    // A short label: the variant up to its first parenthesis or comma.
+    std::string variant = r.variant.substr(0, r.variant.find_first_of("(,"));
+    while (!variant.empty() && variant.back() == ' ') variant.pop_back();
+    h << "\"" << (r.scenario == "semaphore" ? "semaphore: " : "") << r.library << " " << variant
+      << " " << r.concurrency << "w\" " << r.concurrency << " " << json_number(r.get("handoff_p50_ms")) << " "
+      << json_number(r.get("handoff_p99_ms")) << "\n";
+  }
+}
+
+}  // namespace dlock::bench

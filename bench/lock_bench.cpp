@@ -1,0 +1,354 @@
+// lock_bench: dlock's macro benchmark. Starts five throwaway redis-servers on loopback ports,
+// then in one run measures, on those same servers:
+//   the ceiling      redis-benchmark: SET NX PX, EVALSHA <release>, plain and -P 16; PING RTT
+//   uncontended      dlock lock()+unlock() cycles/s, p50/p99, 1/8/64 lockers, 1, 3 and 5 nodes
+//   contended        8 and 64 workers on one key holding ~1 ms: acquisitions/s, handoff p50/p99
+//   fairness         8 greedy workers: acquisitions per worker, unfair and fair mode
+//   semaphore        limit 4, 8 and 64 workers holding ~1 ms: acquisitions/s, handoff p50/p99
+//   peers            node-redlock and redis-semaphore (npm, bench/peers) in the same scenarios
+//   client CPU       with --callgrind: instructions per cycle, counted by valgrind's callgrind
+// and writes bench/results/latest.{json,md} plus plot data, then prints the Markdown.
+//
+//   lock_bench [--seconds 1.5] [--warm-ms 300] [--out DIR] [--no-peers] [--callgrind]
+//   lock_bench --cycles N     one server, N cycles, nothing else (what callgrind runs)
+//
+// Every run is bounded: scenarios by their window, child processes by timeout(1). On SIGINT
+// or SIGTERM the servers are killed before exiting.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <map>
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dlock/client.hpp"
+#include "dlock/options.hpp"
+#include "harness/ceiling.hpp"
+#include "harness/measure.hpp"
+#include "harness/peers.hpp"
+#include "harness/report.hpp"
+#include "script.hpp"
+#include "support/redis_server.hpp"
+
+namespace {
+
+using namespace dlock::bench;
+using dlock::test::redis_server;
+
+// The servers' pids, for the signal handler: kill(2) is async-signal-safe, destructors are not.
+std::array<std::atomic<pid_t>, 8> server_pids{};
+
+void on_signal(int sig) {
+  for (auto& pid : server_pids) {
+    pid_t p = pid.load();
+    if (p > 0) ::kill(p, SIGKILL);
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+struct options {
+  double seconds = 1.5;
+  int warm_ms = 300;
+  std::string out = DLOCK_BENCH_RESULTS_DIR;
+  std::string peers_dir = DLOCK_BENCH_PEERS_DIR;
+  bool peers = true;
+  bool callgrind = false;
+  int cycles = 0;  // > 0: the callgrind mode
+  std::string command;
+};
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0) o.command += ' ';
+    o.command += argv[i];
+  }
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--seconds") o.seconds = std::stod(value());
+    else if (a == "--warm-ms") o.warm_ms = std::stoi(value());
+    else if (a == "--out") o.out = value();
+    else if (a == "--peers-dir") o.peers_dir = value();
+    else if (a == "--no-peers") o.peers = false;
+    else if (a == "--callgrind") o.callgrind = true;
+    else if (a == "--cycles") o.cycles = std::stoi(value());
+    else throw std::runtime_error("unknown argument " + a + " (see the comment atop lock_bench.cpp)");
+  }
+  return o;
+}
+
+std::string first_line_of(const std::string& file, const std::string& prefix) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
+  }
+  return {};
+}
+
+dlock::bench::run_info describe(const options& o, dlock::client& node) {
+  run_info info;
+  char buf[64];
+  std::time_t now = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  info.started = buf;
+  info.cpu = first_line_of("/proc/cpuinfo", "model name\t: ");
+  info.cores = static_cast<int>(std::thread::hardware_concurrency());
+  std::ifstream("/proc/loadavg") >> info.load_before;
+  std::istringstream server(node.exec({"INFO", "server"}).str());
+  std::string line;
+  while (std::getline(server, line)) {
+    if (line.rfind("redis_version:", 0) == 0) info.redis_version = line.substr(14);
+  }
+  while (!info.redis_version.empty() && std::isspace(static_cast<unsigned char>(info.redis_version.back())))
+    info.redis_version.pop_back();
+  info.command = o.command;
+  info.measure_s = o.seconds;
+  return info;
+}
+
+// Instructions of a whole `--cycles n` run under callgrind (client process, all threads).
+double callgrind_instructions(const std::string& self, int cycles, const std::string& out_file) {
+  std::string cmd = "timeout 600 valgrind --tool=callgrind --callgrind-out-file=" + out_file +
+                    " " + self + " --cycles " + std::to_string(cycles) + " >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) return -1;
+  std::string summary = first_line_of(out_file, "summary: ");
+  if (summary.empty()) summary = first_line_of(out_file, "totals: ");
+  return summary.empty() ? -1 : std::stod(summary);
+}
+
+// Inclusive instructions per function, from callgrind_annotate.
+std::map<std::string, double> inclusive_costs(const std::string& out_file) {
+  std::map<std::string, double> costs;
+  std::string cmd = "callgrind_annotate --inclusive=yes --threshold=100 " + out_file + " 2>/dev/null";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return costs;
+  char buf[8192];
+  while (std::fgets(buf, sizeof buf, pipe) != nullptr) {
+    // "29,099,007 (36.70%)  ???:dlock::detail::run_script(...) [/path/lock_bench]"
+    std::string line = buf;
+    auto paren = line.find(" (");
+    auto name = line.find(")  ");
+    if (paren == std::string::npos || name == std::string::npos || paren > 20) continue;
+    std::string number;
+    for (char c : line.substr(0, paren)) {
+      if (std::isdigit(static_cast<unsigned char>(c))) number += c;
+    }
+    if (number.empty()) continue;
+    std::string function = line.substr(name + 3);
+    while (!function.empty() && std::isspace(static_cast<unsigned char>(function.back()))) function.pop_back();
+    costs[function] += std::stod(number);
+  }
+  ::pclose(pipe);
+  return costs;
+}
+
+// Per-cycle inclusive cost of each function: the difference of two runs, so start-up, connect
+// and one-off initialisation cancel out. Written to callgrind-top.txt for docs/benchmarks.md.
+void write_per_cycle_profile(const std::string& small_file, const std::string& large_file,
+                             int cycles, const std::string& path) {
+  auto a = inclusive_costs(small_file), b = inclusive_costs(large_file);
+  std::vector<std::pair<double, std::string>> per_cycle;
+  for (const auto& [function, cost] : b) {
+    double d = (cost - (a.count(function) ? a[function] : 0.0)) / cycles;
+    if (d >= 200) per_cycle.emplace_back(d, function);
+  }
+  std::sort(per_cycle.rbegin(), per_cycle.rend());
+  std::ofstream out(path);
+  out << "# Inclusive instructions per uncontended lock()+unlock() cycle, by function\n"
+      << "# (callgrind, difference of a " << cycles << "-cycle-longer run; all threads)\n";
+  for (std::size_t i = 0; i < per_cycle.size() && i < 60; ++i) {
+    char num[32];
+    std::snprintf(num, sizeof num, "%10.0f  ", per_cycle[i].first);
+    out << num << per_cycle[i].second.substr(0, 220) << "\n";
+  }
+}
+
+std::optional<row> client_cpu(const options& o) {
+  if (std::system("command -v valgrind >/dev/null 2>&1") != 0) {
+    std::cerr << "lock_bench: valgrind not installed; skipping the client CPU figure\n";
+    return std::nullopt;
+  }
+  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::string dir = std::filesystem::temp_directory_path() / ("dlock-callgrind-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const int small = 200, large = 1200;
+  std::cerr << "lock_bench: callgrind, " << small << " and " << large << " cycles ...\n";
+  double a = callgrind_instructions(self, small, dir + "/small.out");
+  double b = callgrind_instructions(self, large, dir + "/large.out");
+  if (a <= 0 || b <= a) {
+    std::cerr << "lock_bench: callgrind run failed (see " << dir << ")\n";
+    return std::nullopt;
+  }
+  row r{"client_cpu", "dlock", "callgrind, lock()+unlock(), 1 node, 1 locker", 1, 1, {}, {}};
+  r.figures["instructions_per_cycle"] = (b - a) / (large - small);
+  write_per_cycle_profile(dir + "/small.out", dir + "/large.out", large - small,
+                          o.out + "/callgrind-per-cycle.txt");
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+int run_cycles_mode(const options& o) {
+  redis_server server;
+  server_pids[0] = server.pid();
+  dlock::client node{server.url()};
+  run_cycles(node, 20, "cg:warm");  // connect and load the scripts outside the difference
+  run_cycles(node, o.cycles, "cg:key");
+  server_pids[0] = 0;
+  return 0;
+}
+
+int run_all(const options& o) {
+  std::filesystem::create_directories(o.out);
+  timing t{std::chrono::milliseconds(o.warm_ms),
+           std::chrono::milliseconds(static_cast<long>(o.seconds * 1000)), std::chrono::milliseconds(1)};
+  timing contended_t = t;
+  contended_t.measure = t.measure * 2;  // handoffs are rarer than cycles: more samples
+
+  std::vector<std::unique_ptr<redis_server>> servers;
+  std::vector<dlock::client> clients;
+  for (int i = 0; i < 5; ++i) {
+    servers.push_back(std::make_unique<redis_server>());
+    server_pids[static_cast<std::size_t>(i)] = servers.back()->pid();
+    clients.emplace_back(servers.back()->url());
+  }
+  auto first = [&](int n) { return std::vector<dlock::client>(clients.begin(), clients.begin() + n); };
+  std::vector<unsigned short> ports;
+  for (auto& s : servers) ports.push_back(s->port());
+
+  const auto& release = dlock::detail::release_script;
+  for (auto& c : clients) {
+    auto sha = c.exec({"SCRIPT", "LOAD", release.body}).str();
+    if (sha != release.sha1) throw std::runtime_error("SCRIPT LOAD gave " + sha + ", embedded " + std::string(release.sha1));
+  }
+  run_info info = describe(o, clients[0]);
+  std::vector<row> rows;
+  auto progress = [](const std::string& what) { std::cerr << "lock_bench: " << what << "\n"; };
+
+  progress("ceiling (redis-benchmark) ...");
+  auto ceiling_rows = run_ceiling(ports[0], clients[0], release, {1, 8, 64}, o.seconds * 0.5);
+  rows.insert(rows.end(), ceiling_rows.begin(), ceiling_rows.end());
+  rows.push_back(run_exec_rtt(clients[0], t.measure / 2));
+
+  for (int nodes : {1, 3, 5}) {
+    for (int lockers : {1, 8, 64}) {
+      progress("dlock uncontended, " + std::to_string(nodes) + " node(s), " + std::to_string(lockers) + " lockers");
+      auto set = first(nodes);
+      flush_all(set);
+      rows.push_back(run_uncontended(set, lockers, t,
+                                     "bench:u:" + std::to_string(nodes) + ":" + std::to_string(lockers) + ":"));
+    }
+  }
+  // Contended mutex: the defaults (waiters woken by the release) and plain polling every 2 ms.
+  dlock::lock_options polling;
+  polling.retry_delay = std::chrono::milliseconds(2);
+  polling.wake_on_release = false;
+  dlock::lock_options fair;
+  fair.fair = true;
+  struct contended_plan {
+    contended_setup setup;
+    dlock::lock_options options;
+  };
+  std::vector<contended_plan> contended_runs;
+  for (int workers : {8, 64}) {
+    contended_runs.push_back({{"contended", "defaults (wake on release)", workers, 1, true}, {}});
+    contended_runs.push_back({{"contended", "polling, retry_delay 2 ms", workers, 1, true}, polling});
+  }
+  contended_runs.push_back({{"fairness", "defaults (unfair), greedy workers", 8, 1, false}, {}});
+  contended_runs.push_back({{"fairness", "fair = true, greedy workers", 8, 1, false}, fair});
+  for (const auto& run : contended_runs) {
+    progress("dlock " + run.setup.scenario + ", " + std::to_string(run.setup.workers) +
+             " workers, " + run.setup.variant);
+    auto set = first(1);
+    flush_all(set);
+    rows.push_back(run_contended(set, run.setup, contended_t,
+                                 mutex_contenders(set, "bench:" + run.setup.scenario, run.options)));
+  }
+  for (int workers : {8, 64}) {
+    progress("dlock semaphore (limit 4), " + std::to_string(workers) + " workers");
+    auto set = first(1);
+    flush_all(set);
+    rows.push_back(run_contended(set, {"semaphore", "limit 4, defaults", workers, 4, true},
+                                 contended_t, semaphore_contenders(set[0], "bench:sem", 4, {})));
+  }
+
+  if (o.peers) {
+    peers p = find_peers(o.peers_dir);
+    if (!p.usable) {
+      std::cerr << "lock_bench: skipping the npm peers: " << p.why_not << "\n";
+    } else {
+      std::vector<peer_scenario> plan;
+      for (std::string lib : {"node-redlock", "redis-semaphore"}) {
+        for (int nodes : {1, 3, 5})
+          for (int c : {1, 8, 64}) plan.push_back({lib, "uncontended", nodes, c, 0});
+      }
+      for (std::string lib : {"node-redlock", "redis-semaphore"}) {
+        for (int c : {8, 64})
+          for (int retry : {0, 2}) plan.push_back({lib, "contended", 1, c, retry});
+        plan.push_back({lib, "fairness", 1, 8, 0});
+      }
+      for (int c : {8, 64}) plan.push_back({"redis-semaphore", "semaphore", 1, c, 0, 4});
+      for (const auto& s : plan) {
+        int nodes = s.nodes;
+        progress(s.library + " " + s.scenario + ", " + std::to_string(nodes) + " node(s), " +
+                 std::to_string(s.concurrency) + (s.retry_ms ? ", retry 2 ms" : ""));
+        auto set = first(nodes);
+        flush_all(set);
+        std::vector<unsigned short> ps(ports.begin(), ports.begin() + nodes);
+        std::string error;
+        auto r = run_peer(p, s, ps, set, s.scenario == "uncontended" ? t : contended_t, error);
+        if (r) rows.push_back(*r);
+        else std::cerr << "lock_bench: " << s.library << " failed: " << error << "\n";
+      }
+    }
+  }
+
+  if (o.callgrind) {
+    if (auto r = client_cpu(o)) rows.push_back(*r);
+  }
+
+  std::ifstream("/proc/loadavg") >> info.load_after;
+  add_ratios(rows);
+  auto verdicts = judge_targets(rows);
+  write_json(o.out + "/latest.json", info, rows, verdicts);
+  auto md = markdown(info, rows, verdicts);
+  std::ofstream(o.out + "/latest.md") << md;
+  write_plot_data(o.out, rows);
+  std::cout << md;
+
+  for (auto& pid : server_pids) pid = 0;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::signal(SIGINT, on_signal);
+  ::signal(SIGTERM, on_signal);
+  ::signal(SIGPIPE, SIG_IGN);
+  try {
+    options o = parse(argc, argv);
+    return o.cycles > 0 ? run_cycles_mode(o) : run_all(o);
+  } catch (const std::exception& e) {
+    std::cerr << "lock_bench: " << e.what() << "\n";
+    return 1;
+  }
+}

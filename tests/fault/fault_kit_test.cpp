@@ -1,0 +1,248 @@
+// The fault kit checks itself, so that a quiet scenario means a safe library, not a broken
+// tool: the proxy delays, stalls, drops and refuses; the clock shim moves a live redis-server's
+// wall clock (and expires its keys); the overlap detector and the fence audit count what they
+// should on made-up histories.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <thread>
+
+#include "fault/history.hpp"
+#include "fault/tcp_proxy.hpp"
+#include "support/redis_server.hpp"
+
+namespace dlock::fault {
+namespace {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+using test::redis_server;
+
+constexpr stamp ms = 1'000'000;
+
+// A raw client: one connection, one command at a time, with a deadline.
+class raw_client {
+ public:
+  explicit raw_client(unsigned short port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
+  ~raw_client() { ::close(fd_); }
+  bool connected() const { return connected_; }
+  // Sends an inline command; returns the first reply line, or nothing by the deadline / on EOF.
+  std::optional<std::string> call(const std::string& command, std::chrono::milliseconds wait) {
+    std::string line = command + "\r\n";
+    if (::send(fd_, line.data(), line.size(), MSG_NOSIGNAL) < 0) return std::nullopt;
+    return next_line(wait);
+  }
+  std::optional<std::string> next_line(std::chrono::milliseconds wait) {
+    auto deadline = steady::now() + wait;
+    for (;;) {
+      if (auto end = buf_.find("\r\n"); end != std::string::npos) {
+        std::string out = buf_.substr(0, end);
+        buf_.erase(0, end + 2);
+        return out;
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now());
+      pollfd p{fd_, POLLIN, 0};
+      if (left <= 0ms || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) return std::nullopt;
+      char chunk[4096];
+      auto n = ::read(fd_, chunk, sizeof chunk);
+      if (n <= 0) {
+        eof_ = true;
+        return std::nullopt;
+      }
+      buf_.append(chunk, static_cast<std::size_t>(n));
+    }
+  }
+  bool eof() const { return eof_; }
+
+ private:
+  int fd_;
+  bool connected_ = false, eof_ = false;
+  std::string buf_;
+};
+
+TEST(kit_proxy, forwards_with_latency_each_way) {
+  redis_server server;
+  tcp_proxy proxy{server.port()};
+  raw_client c{proxy.port()};
+  ASSERT_TRUE(c.connected());
+  EXPECT_EQ(c.call("PING", 2s), "+PONG");
+  proxy.set_latency(100ms, 150ms);
+  auto start = steady::now();
+  EXPECT_EQ(c.call("PING", 2s), "+PONG");
+  EXPECT_GE(steady::now() - start, 250ms);
+  proxy.set_latency(0ms, 0ms);
+  start = steady::now();
+  EXPECT_EQ(c.call("PING", 2s), "+PONG");
+  EXPECT_LT(steady::now() - start, 200ms);
+}
+
+TEST(kit_proxy, stall_holds_bytes_and_delivers_them_on_heal) {
+  redis_server server;
+  tcp_proxy proxy{server.port()};
+  raw_client c{proxy.port()};
+  EXPECT_EQ(c.call("PING", 2s), "+PONG");
+  proxy.set_mode(tcp_proxy::mode::stall);
+  // The SET is held, not lost: it lands after the partition heals (a "ghost" write).
+  EXPECT_EQ(c.call("SET k v", 300ms), std::nullopt);
+  EXPECT_EQ(test::raw_command(server.port(), "EXISTS k"), ":0\r\n");
+  proxy.set_mode(tcp_proxy::mode::pass);
+  EXPECT_EQ(c.next_line(2s), "+OK");
+  EXPECT_EQ(test::raw_command(server.port(), "EXISTS k"), ":1\r\n");
+}
+
+TEST(kit_proxy, dropped_replies_run_on_the_server_and_the_connection_dies_on_heal) {
+  redis_server server;
+  tcp_proxy proxy{server.port()};
+  raw_client c{proxy.port()};
+  EXPECT_EQ(c.call("PING", 2s), "+PONG");
+  proxy.set_mode(tcp_proxy::mode::drop_replies);
+  EXPECT_EQ(c.call("SET k v", 300ms), std::nullopt);
+  EXPECT_EQ(test::raw_command(server.port(), "EXISTS k"), ":1\r\n");
+  proxy.set_mode(tcp_proxy::mode::pass);
+  EXPECT_EQ(c.next_line(2s), std::nullopt);
+  EXPECT_TRUE(c.eof());
+}
+
+TEST(kit_proxy, dropped_requests_never_reach_the_server) {
+  redis_server server;
+  tcp_proxy proxy{server.port()};
+  raw_client c{proxy.port()};
+  EXPECT_EQ(c.call("PING", 2s), "+PONG");
+  proxy.set_mode(tcp_proxy::mode::drop_requests);
+  EXPECT_EQ(c.call("SET k v", 300ms), std::nullopt);
+  proxy.set_mode(tcp_proxy::mode::pass);
+  EXPECT_EQ(c.next_line(1s), std::nullopt);
+  EXPECT_EQ(test::raw_command(server.port(), "EXISTS k"), ":0\r\n");
+}
+
+TEST(kit_proxy, refuse_closes_the_port) {
+  redis_server server;
+  tcp_proxy proxy{server.port()};
+  {
+    raw_client c{proxy.port()};
+    EXPECT_EQ(c.call("PING", 2s), "+PONG");
+    proxy.set_mode(tcp_proxy::mode::refuse);
+    EXPECT_EQ(c.next_line(1s), std::nullopt);
+    EXPECT_TRUE(c.eof());
+  }
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(raw_client{proxy.port()}.connected());
+  proxy.set_mode(tcp_proxy::mode::pass);
+  std::this_thread::sleep_for(50ms);
+  raw_client again{proxy.port()};
+  EXPECT_EQ(again.call("PING", 2s), "+PONG");
+}
+
+// Redis's TIME, in milliseconds.
+long long server_time_ms(unsigned short port) {
+  std::string r = test::raw_command(port, "TIME");  // *2 $10 <s> $6 <us>
+  std::vector<std::string> lines;
+  for (std::size_t at = 0; at < r.size();) {
+    auto end = r.find("\r\n", at);
+    if (end == std::string::npos) break;
+    lines.push_back(r.substr(at, end - at));
+    at = end + 2;
+  }
+  if (lines.size() < 5) return -1;
+  return std::stoll(lines[2]) * 1000 + std::stoll(lines[4]) / 1000;
+}
+
+long long wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+TEST(kit_clock_shim, moves_a_running_servers_wall_clock_and_expires_its_keys) {
+  std::string file = "/tmp/dlock-fault-clock-" + std::to_string(::getpid());
+  std::ofstream(file) << "0 1\n";
+  ::setenv("LD_PRELOAD", (test::self_dir() + "/fault_clock_shim.so").c_str(), 1);
+  ::setenv("DLOCK_FAULT_CLOCK", file.c_str(), 1);
+  redis_server server;
+  ::unsetenv("LD_PRELOAD");
+  ::unsetenv("DLOCK_FAULT_CLOCK");
+
+  EXPECT_NEAR(server_time_ms(server.port()), wall_ms(), 1000);
+  test::raw_command(server.port(), "SET k v PX 60000");
+  std::ofstream(file) << "120000 1\n";  // two minutes ahead: the key's expiry has passed
+  std::this_thread::sleep_for(20ms);
+  EXPECT_NEAR(server_time_ms(server.port()) - wall_ms(), 120000, 1000);
+  EXPECT_EQ(test::raw_command(server.port(), "EXISTS k"), ":0\r\n");
+
+  std::ofstream(file) << "120000 3\n";  // and now three times as fast
+  std::this_thread::sleep_for(20ms);
+  long long skew_before = server_time_ms(server.port()) - wall_ms();
+  std::this_thread::sleep_for(500ms);
+  long long skew_after = server_time_ms(server.port()) - wall_ms();
+  EXPECT_NEAR(skew_after - skew_before, 1000,
+              300);  // 500 ms real, 1500 ms on the server
+  std::remove(file.c_str());
+}
+
+interval held(const std::string& lock, int limit, stamp from_ms, stamp to_ms) {
+  return interval{lock, limit, from_ms * ms, to_ms * ms, 0};
+}
+
+TEST(kit_history, overlap_detector_counts_holdings_beyond_the_limit) {
+  EXPECT_EQ(count_overlaps({held("a", 1, 0, 10), held("a", 1, 10, 20), held("a", 1, 20, 30)}), 0u);
+  EXPECT_EQ(count_overlaps({held("a", 1, 0, 10), held("a", 1, 5, 20), held("a", 1, 19, 30)}), 2u);
+  // Different locks never overlap each other.
+  EXPECT_EQ(count_overlaps({held("a", 1, 0, 10), held("b", 1, 5, 20)}), 0u);
+  // A semaphore with two permits: the third concurrent holder is the overlap.
+  EXPECT_EQ(count_overlaps({held("s", 2, 0, 10), held("s", 2, 1, 10), held("s", 2, 2, 10),
+                            held("s", 2, 10, 20)}),
+            1u);
+  auto by_lock =
+      count_overlaps_by_lock({held("a", 1, 0, 10), held("a", 1, 1, 2), held("b", 1, 0, 1)});
+  EXPECT_EQ(by_lock["a"], 1u);
+  EXPECT_EQ(by_lock["b"], 0u);
+}
+
+write_record wrote(std::uint64_t token, stamp sent_ms, stamp answered_ms, bool accepted) {
+  return write_record{"r", token, sent_ms * ms, answered_ms * ms, accepted};
+}
+
+TEST(kit_history, fence_audit_flags_an_older_token_accepted_after_a_newer_one) {
+  auto audit = check_writes(
+      {wrote(1, 0, 1, true), wrote(2, 2, 3, true), wrote(1, 4, 5, false), wrote(2, 6, 7, true)});
+  EXPECT_EQ(audit.accepted, 3u);
+  EXPECT_EQ(audit.rejected, 1u);
+  EXPECT_EQ(audit.wrongly_accepted, 0u);
+  // Token 1 accepted after token 2's acceptance was known: wrong.
+  EXPECT_EQ(check_writes({wrote(2, 0, 1, true), wrote(1, 2, 3, true)}).wrongly_accepted, 1u);
+  // Concurrent writes may land in either order: not provably wrong.
+  EXPECT_EQ(check_writes({wrote(2, 0, 5, true), wrote(1, 1, 3, true)}).wrongly_accepted, 0u);
+}
+
+TEST(kit_history, reports_round_trip_through_files) {
+  report r;
+  r.intervals.push_back(held("single", 1, 1, 2));
+  r.writes.push_back(wrote(7, 1, 2, true));
+  r.counters["acquired.single"] = 3;
+  std::string path = "/tmp/dlock-fault-report-" + std::to_string(::getpid());
+  ASSERT_TRUE(r.save(path));
+  report back;
+  ASSERT_TRUE(back.load(path));
+  std::remove(path.c_str());
+  ASSERT_EQ(back.intervals.size(), 1u);
+  EXPECT_EQ(back.intervals[0].end, 2 * ms);
+  ASSERT_EQ(back.writes.size(), 1u);
+  EXPECT_EQ(back.writes[0].token, 7u);
+  EXPECT_EQ(back.counters["acquired.single"], 3);
+}
+
+}  // namespace
+}  // namespace dlock::fault

@@ -1,0 +1,231 @@
+// The fault-injection suite: one test per row of docs/guarantees.md's "Faults" table. Each runs
+// three worker processes contending for a single-node lock, a Redlock over three nodes and a
+// two-permit semaphore for a few seconds while the test injects its fault, then prints one line
+// (scenario.hpp) and asserts: no write with an older token was ever accepted by the fenced
+// resource; no overlap for the faults documented as safe without fencing; and, for the faults
+// that need fencing, that the scenario really produced overlaps, so the suite is known to bite.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <random>
+
+#include "fault/scenario.hpp"
+#include "support/redis_server.hpp"
+
+namespace dlock::fault {
+namespace {
+
+using namespace std::chrono_literals;
+using proxy_mode = tcp_proxy::mode;
+
+// Every scenario: the workers ran, finished and did real work; fencing never let a stale write
+// through.
+void expect_sound(const outcome& o) {
+  EXPECT_EQ(o.failed_workers, 0) << o.line;
+  EXPECT_GT(o.acquisitions, 15) << o.line;
+  EXPECT_GT(o.fence.accepted, 15u) << o.line;
+  EXPECT_EQ(o.fence.wrongly_accepted, 0u) << o.line;
+}
+
+// Rows "safe without fencing": no holder ever believed it held while another did.
+void expect_safe(const outcome& o) {
+  expect_sound(o);
+  EXPECT_EQ(o.overlaps, 0u) << o.line;
+}
+
+// Rows that need fencing: the fault did break mutual exclusion (so the suite can tell), and the
+// fenced resource refused the stale holders.
+void expect_bites(const outcome& o, const std::string& lock) {
+  expect_sound(o);
+  EXPECT_GT(o.overlaps_by_lock.count(lock) ? o.overlaps_by_lock.at(lock) : 0u, 0u)
+      << lock << " never overlapped: the fault no longer bites. " << o.line;
+}
+
+// A minority of the nodes hangs (SIGSTOP) for longer than the TTL, in turn. The single lock and the
+// semaphore live on node 0, so they stall while it hangs: unavailable, never unsafe.
+TEST(fault, hang_minority) {
+  scenario s{"hang_minority"};
+  auto o = s.run([](scenario& s) {
+    for (int i = 0; s.running(); ++i) {
+      auto& node = s.node(i % 3);
+      node.pause();
+      s.sleep(1200ms);
+      node.resume();
+      s.sleep(400ms);
+    }
+  });
+  expect_safe(o);
+}
+
+// Nodes crash (kill -9) in turn and stay down a while (a minority down), then restart with their
+// fsync'd AOF: keys come back with their absolute expiry.
+TEST(fault, crash_restart_aof) {
+  scenario s{"crash_restart_aof", {.persistence = true}};
+  auto o = s.run([](scenario& s) {
+    for (int i = 0; s.running(); ++i) {
+      auto& node = s.node(i % 3);
+      node.kill();
+      s.sleep(700ms);
+      node.restart();
+      s.sleep(500ms);
+    }
+  });
+  expect_safe(o);
+}
+
+// Nodes restart at once without persistence, forgetting every lock and fencing counter: node 0
+// (single lock, semaphore) while someone holds there, and every third time nodes 0 and 1 together
+// (a Redlock majority).
+TEST(fault, restart_without_persistence) {
+  scenario s{"restart_without_persistence"};
+  auto o = s.run([](scenario& s) {
+    for (int i = 0; s.running(); ++i) {
+      for (int tries = 0; tries < 50 && s.holder_of("single") < 0; ++tries) s.sleep(10ms);
+      s.node(0).restart();
+      if (i % 3 == 2) s.node(1).restart();
+      s.sleep(600ms);
+    }
+  });
+  expect_bites(o, "single");
+}
+
+// A slow node: DEBUG SLEEP blocks one node for 0.5 s, then CLIENT PAUSE WRITE holds another's
+// writes (and its key expiry) for 0.6 s, in turn.
+TEST(fault, slow_node) {
+  scenario s{"slow_node"};
+  auto o = s.run([](scenario& s) {
+    for (int i = 0; s.running(); ++i) {
+      test::raw_command(s.node(i % 3).port(),
+                        "DEBUG SLEEP 0.5");  // returns when it woke
+      test::raw_command(s.node((i + 1) % 3).port(), "CLIENT PAUSE 600 WRITE");
+      s.sleep(700ms);
+    }
+  });
+  expect_safe(o);
+}
+
+// Latency through the proxies: every 300 ms each worker-node link gets a new one-way delay of 0-50
+// ms each way, so round trips range around the node timeout (TTL / 10 = 80 ms).
+TEST(fault, latency) {
+  scenario s{"latency", {.proxied = true}};
+  auto o = s.run([](scenario& s) {
+    std::mt19937 rng{42};
+    std::uniform_int_distribution<int> delay(0, 50);
+    while (s.running()) {
+      for (int p = 0; p < s.options().processes; ++p) {
+        for (int n = 0; n < s.options().nodes; ++n) {
+          s.proxy(p, n).set_latency(std::chrono::milliseconds(delay(rng)),
+                                    std::chrono::milliseconds(delay(rng)));
+        }
+      }
+      s.sleep(300ms);
+    }
+  });
+  expect_safe(o);
+}
+
+// Partitions through the proxies, in turn: one client cut off from every node while it holds the
+// Redlock for longer than its TTL (its renewals cannot get through: the lease runs out and lost()
+// fires), a node cut off from every client (stall, as iptables DROP does), one client whose replies
+// are dropped and one whose requests are dropped (one-way), a node refusing connections.
+TEST(fault, partition) {
+  scenario s{"partition", {.proxied = true, .duration = 6500ms}};
+  auto o = s.run([](scenario& s) {
+    const int procs = s.options().processes, nodes = s.options().nodes;
+    auto all_nodes = [&](int p, proxy_mode m) {
+      for (int n = 0; n < nodes; ++n) s.proxy(p, n).set_mode(m);
+    };
+    auto all_clients = [&](int n, proxy_mode m) {
+      for (int p = 0; p < procs; ++p) s.proxy(p, n).set_mode(m);
+    };
+    for (int i = 0; s.running(); ++i) {
+      int p = i % procs, n = i % nodes;
+      for (int tries = 0; tries < 150 && s.running(); ++tries) {
+        if (int holder = s.holder_of("redlock", s.options().ttl); holder >= 0) {
+          p = holder;
+          break;
+        }
+        s.sleep(10ms);
+      }
+      all_nodes(p, proxy_mode::stall);
+      s.sleep(1200ms);
+      all_nodes(p, proxy_mode::pass);
+      all_clients(n, proxy_mode::stall);
+      s.sleep(1000ms);
+      all_clients(n, proxy_mode::pass);
+      all_nodes(p, proxy_mode::drop_replies);
+      s.sleep(800ms);
+      all_nodes(p, proxy_mode::pass);
+      all_nodes((p + 1) % procs, proxy_mode::drop_requests);
+      s.sleep(800ms);
+      all_nodes((p + 1) % procs, proxy_mode::pass);
+      all_clients(n, proxy_mode::refuse);
+      s.sleep(800ms);
+      all_clients(n, proxy_mode::pass);
+    }
+  });
+  expect_safe(o);
+  EXPECT_GT(o.lost, 0) << "no lease was lost to a partitioned client. " << o.line;
+}
+
+// Wall clocks jump forward by 2 TTLs (fault_clock_shim): node 0 alone (the single lock and the
+// semaphore live there; a Redlock holder with all three nodes survives), and every other time nodes
+// 0 and 1 together (a Redlock majority).
+TEST(fault, clock_jump) {
+  scenario s{"clock_jump", {.shimmed = {0, 1}}};
+  auto o = s.run([](scenario& s) {
+    auto jump = 2 * s.options().ttl;
+    std::chrono::milliseconds offset[2] = {0ms, 0ms};
+    for (int i = 0; s.running(); ++i) {
+      for (int tries = 0; tries < 50 && s.holder_of("single") < 0; ++tries) s.sleep(10ms);
+      s.set_clock(0, offset[0] += jump);
+      if (i % 2 == 1) s.set_clock(1, offset[1] += jump);
+      s.sleep(700ms);
+    }
+  });
+  expect_bites(o, "single");
+  expect_bites(o, "sem");
+  expect_bites(o, "redlock");
+}
+
+// Wall clocks run 1.5x fast on nodes 0 and 1, far beyond drift_factor (1 %): keys expire after two
+// thirds of their TTL. Holders renew by hand only when holding longer (no keep_alive), which is
+// when the fast clock shows.
+TEST(fault, clock_fast) {
+  scenario s{"clock_fast",
+             {.shimmed = {0, 1}, .worker_flags = {"--no-keep-alive", "--hold", "300-800"}}};
+  auto o = s.run([](scenario& s) {
+    s.set_clock(0, 0ms, 1.5);
+    s.set_clock(1, 0ms, 1.5);
+    while (s.running()) s.sleep(100ms);
+  });
+  expect_bites(o, "single");
+}
+
+// A client process is paused (SIGSTOP) for a TTL and a half while it holds the Redlock or the
+// single lock (and means to go on holding it), between checking its lease and writing
+// (--stale-check): when it wakes it writes with its old token. Only the fence stops it.
+TEST(fault, client_pause) {
+  scenario s{"client_pause", {.duration = 6500ms, .worker_flags = {"--stale-check"}}};
+  auto o = s.run([](scenario& s) {
+    for (int i = 0; s.running(); ++i) {
+      const char* lock = i % 2 ? "single" : "redlock";
+      int holder = -1;
+      for (int tries = 0; tries < 100 && s.running(); ++tries) {
+        if ((holder = s.holder_of(lock, 200ms)) >= 0) break;
+        s.sleep(10ms);
+      }
+      if (holder < 0) continue;
+      s.pause_worker(holder);
+      s.sleep(s.options().ttl * 3 / 2);
+      s.resume_worker(holder);
+      s.sleep(300ms);
+    }
+  });
+  expect_bites(o, "single");
+  expect_bites(o, "redlock");
+  EXPECT_GT(o.fence.rejected, 0u) << "no stale write reached the resource. " << o.line;
+}
+
+}  // namespace
+}  // namespace dlock::fault

@@ -1,0 +1,391 @@
+// fault_worker: one client process of a fault scenario; one thread per lock it contends for.
+//   fault_worker --out FILE --resource URL --prefix P --seconds S
+//                --lock KIND:NAME:LIMIT:URL[,URL...]   (repeat; KIND = mutex | semaphore)
+//                [--ttl MS] [--retry-delay MS] [--node-timeout MS] [--hold MIN-MAX]
+//                [--write-every MS] [--stale-check] [--no-keep-alive] [--mixed] [--seed N]
+// Each thread loops until S seconds have passed: acquire, hold for a random time (in --hold's
+// range, or one time in four for 1-2 TTLs) while writing to the fenced resource every
+// --write-every ms (mutexes only: dlock::fenced_set on P:NAME:data), release. It records each
+// holding as [acquired, last moment it believed it held] and each write with its verdict, and
+// saves a report (history.hpp) to FILE at the end.
+//   default        "careful": work, then check lost() and valid_until() right before each
+//                  write; the holding is believed up to that check (assumption 5)
+//   --stale-check  check, then work, then write: a pause during the work goes unnoticed, which
+//                  is the paused-client case (the holding is believed up to the write)
+//   --mixed        vary the API per holding (acquire_until + keep_alive, the Lockable facade
+//                  with manual extend(), one-round try_acquire, async_acquire) and the ending
+//                  (release, drop to the destructor, detach as a vanished holder would)
+// It also sets P:NAME:holder = its pid on the resource, expiring when it means to let go, so a
+// test can find the current holder to pause it.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dlock/dlock.hpp"
+#include "dlock/semaphore.hpp"
+#include "fault/history.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+struct lock_spec {
+  std::string kind, name;
+  int limit = 1;
+  std::vector<std::string> urls;
+};
+
+struct args {
+  std::string out, resource, prefix = "fault";
+  std::vector<lock_spec> locks;
+  double seconds = 5;
+  milliseconds ttl{800}, retry_delay{30}, node_timeout{0}, write_every{20};
+  milliseconds hold_min{20}, hold_max{400};
+  bool stale_check = false, keep_alive = true, mixed = false;
+  unsigned seed = 0;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr, "fault_worker: %s\n", why.c_str());
+  std::exit(64);
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, sep);) out.push_back(part);
+  return out;
+}
+
+args parse(int argc, char** argv) {
+  args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage("missing value for " + flag);
+      return argv[++i];
+    };
+    if (flag == "--out")
+      a.out = value();
+    else if (flag == "--resource")
+      a.resource = value();
+    else if (flag == "--prefix")
+      a.prefix = value();
+    else if (flag == "--seconds")
+      a.seconds = std::stod(value());
+    else if (flag == "--ttl")
+      a.ttl = milliseconds(std::stol(value()));
+    else if (flag == "--retry-delay")
+      a.retry_delay = milliseconds(std::stol(value()));
+    else if (flag == "--node-timeout")
+      a.node_timeout = milliseconds(std::stol(value()));
+    else if (flag == "--write-every")
+      a.write_every = milliseconds(std::stol(value()));
+    else if (flag == "--stale-check")
+      a.stale_check = true;
+    else if (flag == "--no-keep-alive")
+      a.keep_alive = false;
+    else if (flag == "--mixed")
+      a.mixed = true;
+    else if (flag == "--seed")
+      a.seed = static_cast<unsigned>(std::stoul(value()));
+    else if (flag == "--hold") {
+      auto range = split(value(), '-');
+      if (range.size() != 2) usage("--hold MIN-MAX");
+      a.hold_min = milliseconds(std::stol(range[0]));
+      a.hold_max = milliseconds(std::stol(range[1]));
+    } else if (flag == "--lock") {
+      auto parts = split(value(), ':');
+      // URLs contain ':' themselves: KIND:NAME:LIMIT: then the rest.
+      if (parts.size() < 4) usage("--lock KIND:NAME:LIMIT:URL[,URL...]");
+      lock_spec s{parts[0], parts[1], std::stoi(parts[2]), {}};
+      std::string rest;
+      for (std::size_t k = 3; k < parts.size(); ++k) rest += (k > 3 ? ":" : "") + parts[k];
+      s.urls = split(rest, ',');
+      a.locks.push_back(std::move(s));
+    } else {
+      usage("unknown flag " + flag);
+    }
+  }
+  if (a.out.empty() || a.resource.empty() || a.locks.empty())
+    usage("need --out, --resource, --lock");
+  return a;
+}
+
+std::string error_name(std::error_code ec) {
+  using dlock::errc;
+  static const std::pair<errc, const char*> names[] = {
+      {errc::not_acquired, "not_acquired"},
+      {errc::quorum_not_reached, "quorum_not_reached"},
+      {errc::lease_expired, "lease_expired"},
+      {errc::lease_lost, "lease_lost"},
+      {errc::not_held, "not_held"},
+      {errc::node_unreachable, "node_unreachable"},
+      {errc::timeout, "timeout"},
+      {errc::connection_lost, "connection_lost"},
+      {errc::protocol_error, "protocol_error"},
+      {errc::script_error, "script_error"},
+      {errc::server_error, "server_error"},
+      {errc::cancelled, "cancelled"},
+      {errc::out_of_memory, "out_of_memory"},
+      {errc::read_only, "read_only"}};
+  for (const auto& [e, name] : names) {
+    if (ec == e) return name;
+  }
+  std::string text = ec.category().name() + std::string(":") + std::to_string(ec.value());
+  return text;
+}
+
+// Shared by the threads of this process.
+class recorder {
+ public:
+  void add(dlock::fault::interval i) {
+    std::lock_guard lock{m_};
+    r_.intervals.push_back(std::move(i));
+  }
+  void add(dlock::fault::write_record w) {
+    std::lock_guard lock{m_};
+    r_.writes.push_back(std::move(w));
+  }
+  void count(const std::string& name, long long n = 1) {
+    std::lock_guard lock{m_};
+    r_.counters[name] += n;
+  }
+  bool save(const std::string& path) {
+    std::lock_guard lock{m_};
+    return r_.save(path);
+  }
+
+ private:
+  std::mutex m_;
+  dlock::fault::report r_;
+};
+
+dlock::fault::stamp stamp_of(steady::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+class contender {
+ public:
+  contender(const args& a, const lock_spec& spec, recorder& rec, unsigned seed)
+      : a_(a), spec_(spec), rec_(rec), rng_(seed), resource_(a.resource) {
+    for (const auto& u : spec.urls) nodes_.emplace_back(u);
+    data_key_ = a.prefix + ":" + spec.name + ":data";
+    holder_key_ = a.prefix + ":" + spec.name + ":holder";
+  }
+
+  void run(steady::time_point end) {
+    if (spec_.kind == "semaphore") {
+      dlock::semaphore sem{nodes_.front(),
+                           spec_.name,
+                           spec_.limit,
+                           {.ttl = a_.ttl,
+                            .retry_delay = a_.retry_delay,
+                            .node_timeout = a_.node_timeout,
+                            .key_prefix = a_.prefix + ":"}};
+      while (steady::now() < end) {
+        std::error_code ec;
+        dlock::lease permit =
+            pick(4) == 0 ? sem.try_acquire(ec) : sem.acquire_until(deadline(end), ec);
+        if (!permit) {
+          failed(ec);
+          continue;
+        }
+        hold(permit, end, false);
+        let_go(permit);
+      }
+      return;
+    }
+    dlock::mutex lock{nodes_,
+                      spec_.name,
+                      {.ttl = a_.ttl,
+                       .retry_delay = a_.retry_delay,
+                       .node_timeout = a_.node_timeout,
+                       .key_prefix = a_.prefix + ":"}};
+    while (steady::now() < end) {
+      int how = a_.mixed ? pick(4) : 0;
+      std::error_code ec;
+      if (how == 1) {  // the Lockable facade; renewals by hand
+        bool locked = false;
+        try {
+          locked = lock.try_lock_until(deadline(end));
+        } catch (const std::system_error& e) {  // errors that retrying cannot cure
+          rec_.count("error.lock_threw." + error_name(e.code()));
+        }
+        if (!locked) {
+          failed(lock.last_error(), lock.last_results());
+          continue;
+        }
+        // current_lease() is const for readers; this thread is its only user, and extend() is safe
+        // to call alongside reads.
+        hold(const_cast<dlock::lease&>(*lock.current_lease()), end, true,
+             /*manual=*/true);
+        lock.unlock();
+        if (lock.last_error()) rec_.count("error.release." + error_name(lock.last_error()));
+        continue;
+      }
+      dlock::lease l;
+      dlock::node_results votes;
+      if (how == 2) {
+        l = lock.try_acquire(ec, &votes);
+      } else if (how == 3) {
+        std::promise<std::pair<std::error_code, dlock::lease>> done;
+        lock.async_acquire([&done](std::error_code e, dlock::lease got) {
+          done.set_value({e, std::move(got)});
+        });
+        auto [e, got] = done.get_future().get();
+        ec = e;
+        l = std::move(got);
+      } else {
+        l = lock.acquire_until(deadline(end), ec, &votes);
+      }
+      if (!l) {
+        failed(ec, votes);
+        continue;
+      }
+      hold(l, end, true);
+      let_go(l);
+    }
+  }
+
+ private:
+  // After a failed acquisition: count it, and pause as a caller would (a one-round try on a dead
+  // node fails at once).
+  void failed(std::error_code ec, const dlock::node_results& votes = {}) {
+    if (ec) rec_.count("error.acquire." + error_name(ec));
+    // Unexpected server errors are shown as the node said them, so the summary can be traced.
+    if (ec == dlock::errc::server_error || ec == dlock::errc::script_error) {
+      for (const auto& v : votes) {
+        if (v.outcome == dlock::node_result::vote::failed) {
+          std::fprintf(stderr, "fault_worker %s: %s %s\n", spec_.name.c_str(), v.node.c_str(),
+                       dlock::to_string(v).c_str());
+        }
+      }
+    }
+    std::this_thread::sleep_for(a_.retry_delay);
+  }
+
+  int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng_); }
+  steady::time_point deadline(steady::time_point end) const {
+    return std::min(end, steady::now() + 2s);
+  }
+
+  // Holds `l` for a random time, writing through the fence every write_every; records the holding.
+  // `manual`: renew with extend() instead of keep_alive().
+  void hold(dlock::lease& l, steady::time_point end, bool fenced, bool manual = false) {
+    auto acquired = steady::now();
+    rec_.count("acquired." + spec_.name);
+    bool kept = a_.keep_alive && !manual;
+    if (kept) (void)l.keep_alive();
+    // One holding in four outlasts the TTL, so that renewals (and their failures) matter.
+    auto [low, high] = pick(4) == 0 ? std::pair{a_.ttl.count(), 2 * a_.ttl.count()}
+                                    : std::pair{a_.hold_min.count(), a_.hold_max.count()};
+    auto span = std::uniform_int_distribution<long>(low, high)(rng_);
+    if (fenced) {  // "I hold it, for about this long"
+      std::error_code ignored;
+      resource_.exec({"SET", holder_key_, std::to_string(::getpid()), "PX", std::to_string(span)},
+                     ignored);
+    }
+    auto until = std::min(acquired + milliseconds(span), end + a_.ttl);
+    auto believed = acquired;
+    auto still_held = [&](steady::time_point t) {
+      return !l.lost().stop_requested() && t < l.valid_until();
+    };
+    for (;;) {
+      if (a_.stale_check) {
+        if (!still_held(steady::now())) break;
+        std::this_thread::sleep_for(a_.write_every);  // a pause here goes unnoticed
+        believed = steady::now();
+      } else {
+        std::this_thread::sleep_for(a_.write_every);
+        if (manual && l.remaining() < a_.ttl / 2) {
+          if (auto ec = l.extend()) rec_.count("error.extend." + error_name(ec));
+        }
+        auto t = steady::now();
+        if (!still_held(t)) break;
+        believed = t;
+      }
+      if (fenced) write(l.fencing_token());
+      if (steady::now() >= until) break;
+    }
+    rec_.add(dlock::fault::interval{spec_.name, spec_.limit, stamp_of(acquired), stamp_of(believed),
+                                    l.fencing_token()});
+    // A kept-alive lease whose validity ran out must say so: lost() fires at the end of validity
+    // (the watchdog's timer), give or take the I/O thread's scheduling.
+    if (kept && !l.lost().stop_requested() && steady::now() >= l.valid_until()) {
+      auto give_up = steady::now() + 250ms;
+      while (!l.lost().stop_requested() && steady::now() < give_up)
+        std::this_thread::sleep_for(2ms);
+      if (!l.lost().stop_requested()) rec_.count("error.watchdog.lost_not_signalled");
+    }
+    if (l.lost().stop_requested()) rec_.count("lost");
+  }
+
+  // Releases `l`, or (mixed) drops it for the destructor to release, or detaches it as a holder
+  // that vanished would: its key stays until the TTL.
+  void let_go(dlock::lease& l) {
+    int how = a_.mixed ? pick(6) : 0;
+    if (how == 1) {
+      dlock::lease dropped = std::move(l);
+      return;
+    }
+    if (how == 2) {
+      (void)l.detach();
+      return;
+    }
+    if (auto ec = l.release(); ec && ec != dlock::errc::not_held) {
+      rec_.count("error.release." + error_name(ec));
+    }
+  }
+
+  void write(std::uint64_t token) {
+    dlock::fault::write_record w{spec_.name, token, dlock::fault::now_stamp(), 0, false};
+    std::error_code ec;
+    w.accepted = dlock::fenced_set(resource_, data_key_, std::to_string(token), token, ec);
+    w.answered = dlock::fault::now_stamp();
+    if (ec) {
+      rec_.count("error.write." + error_name(ec));  // outcome unknown: not audited
+      return;
+    }
+    rec_.add(w);
+  }
+
+  const args& a_;
+  const lock_spec& spec_;
+  recorder& rec_;
+  std::mt19937 rng_;
+  std::vector<dlock::client> nodes_;
+  dlock::client resource_;
+  std::string data_key_, holder_key_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  args a = parse(argc, argv);
+  recorder rec;
+  auto end = steady::now() +
+             std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(a.seconds));
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < a.locks.size(); ++i) {
+    threads.emplace_back([&, i] {
+      contender c{a, a.locks[i], rec,
+                  a.seed * 7919u + static_cast<unsigned>(i) * 104729u + ::getpid()};
+      c.run(end);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return rec.save(a.out) ? 0 : 1;
+}

@@ -1,0 +1,65 @@
+// tests/fault/history.hpp: what the holders saw, and the two checkers that judge it without
+// trusting dlock.
+//   stamp            steady_clock nanoseconds; CLOCK_MONOTONIC is one clock for every process on
+//                    the machine, so stamps of different worker processes compare directly
+//   interval         one holding of a lock or permit, [acquired, last moment the holder
+//                    believed it still held], as the holder itself recorded it
+//   write_record     one write to the fenced resource: token, when sent, when answered, verdict
+//   report           a worker's intervals, writes and counters; saved to / loaded from a file
+//   count_overlaps   the overlap detector: holdings that began while `limit` others were held
+//   check_writes     the fenced resource's audit: accepted, rejected (stale), wrongly accepted
+// Plain values and pure functions; a report is filled by one thread at a time (workers lock).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dlock::fault {
+
+using stamp = std::int64_t;
+stamp now_stamp();
+
+struct interval {
+  std::string lock;  // the lock's name within its scenario
+  int limit = 1;     // holders allowed at once: 1 for a mutex, L for a semaphore
+  stamp start = 0, end = 0;
+  std::uint64_t token = 0;
+};
+
+struct write_record {
+  std::string resource;
+  std::uint64_t token = 0;
+  stamp sent = 0, answered = 0;
+  bool accepted = false;
+};
+
+struct report {
+  std::vector<interval> intervals;
+  std::vector<write_record> writes;
+  std::map<std::string, long long> counters;  // "acquired.<lock>", "lost", "error.<op>.<errc>"
+
+  void merge(const report& other);
+  bool save(const std::string& path) const;
+  // Appends what `path` holds; false if it cannot be read.
+  bool load(const std::string& path);
+};
+
+// Sorted by start per lock, an interval overlaps when, at its start, `limit` intervals of the same
+// lock were still believed held (end > start). Touching ends (end == start) do not count.
+std::size_t count_overlaps(const std::vector<interval>& intervals);
+// Per lock name.
+std::map<std::string, std::size_t> count_overlaps_by_lock(const std::vector<interval>& intervals);
+
+struct fence_audit {
+  std::size_t accepted = 0;
+  std::size_t rejected = 0;  // stale writes refused by the resource
+  // Accepted writes with a token lower than one accepted before they were sent: the resource let a
+  // stale holder through. "Before" means that write's answer arrived before this one was sent, so
+  // the order is certain whatever the concurrency.
+  std::size_t wrongly_accepted = 0;
+};
+fence_audit check_writes(const std::vector<write_record>& writes);
+
+}  // namespace dlock::fault

@@ -1,0 +1,99 @@
+// tests/fault/scenario.hpp: one fault scenario, from the servers up to its one-line verdict.
+//   scenario_options  how many nodes, persistence, proxies, clock shims, workers, duration
+//   outcome           what the checkers found: acquisitions, overlaps, fence audit, errors
+//   scenario          starts N redis nodes and one resource server, runs fault_worker processes
+//                     that contend for three locks, lets the test inject faults meanwhile, then
+//                     heals everything, collects the workers' reports and judges them
+// The locks: "single", a dlock::mutex on node 0; "redlock", a dlock::mutex over all nodes; and
+// "sem", a dlock::semaphore with 2 permits on node 0. The fenced resource is the separate
+// resource server (never faulted), written with dlock::fenced_set.
+// Not thread-safe: one test thread drives a scenario.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fault/history.hpp"
+#include "fault/tcp_proxy.hpp"
+#include "support/redis_server.hpp"
+
+namespace dlock::fault {
+
+struct scenario_options {
+  int nodes = 3;             // Redlock over all of them; 1 leaves out the "redlock" lock
+  bool persistence = false;  // the nodes run --appendonly yes --appendfsync always
+  bool proxied = false;      // each worker reaches each node through a tcp_proxy of its own
+  std::vector<int> shimmed;  // nodes started under fault_clock_shim (set_clock moves them)
+  bool semaphore = true;     // also contend for the semaphore "sem"
+  int processes = 3;         // worker processes, one thread per lock in each
+  std::chrono::milliseconds duration{5000};  // how long the workers contend
+  std::chrono::milliseconds ttl{800};
+  std::vector<std::string> worker_flags;  // more fault_worker flags (--stale-check, --mixed ...)
+};
+
+struct outcome {
+  long long acquisitions = 0;
+  std::map<std::string, long long> acquisitions_by_lock;
+  std::size_t overlaps = 0;
+  std::map<std::string, std::size_t> overlaps_by_lock;
+  fence_audit fence;
+  long long lost = 0;                       // holdings whose lost() had fired by their end
+  std::map<std::string, long long> errors;  // "acquire.timeout" -> count
+  int failed_workers = 0;                   // workers that did not exit 0 in time
+  std::string line;                         // the one line printed
+};
+
+class scenario {
+ public:
+  scenario(std::string name, scenario_options options = {});
+  ~scenario();
+  scenario(const scenario&) = delete;
+  scenario& operator=(const scenario&) = delete;
+
+  const scenario_options& options() const noexcept { return options_; }
+  test::redis_server& node(int i) { return *nodes_.at(static_cast<std::size_t>(i)); }
+  test::redis_server& resource() { return *resource_; }
+  tcp_proxy& proxy(int process, int node);
+  // Sets a shimmed node's wall clock: offset from real time, and rate (1 = real speed).
+  void set_clock(int node, std::chrono::milliseconds offset, double rate = 1.0);
+  // The worker process that holds `lock` now and means to hold it for at least `left` more (as it
+  // announced on the resource), or -1.
+  int holder_of(const std::string& lock,
+                std::chrono::milliseconds left = std::chrono::milliseconds(0));
+  void pause_worker(int process);
+  void resume_worker(int process);
+
+  // Starts the workers, runs `faults` on this thread (it should return soon after running() turns
+  // false), heals (resumes nodes and workers, proxies back to pass), waits for the workers, judges
+  // their reports and prints outcome::line.
+  outcome run(const std::function<void(scenario&)>& faults);
+  // True while the workers are meant to contend.
+  bool running() const;
+  // Sleeps for `d`, or less when contention ends first.
+  void sleep(std::chrono::milliseconds d) const;
+
+ private:
+  std::vector<std::string> urls_for(int process) const;
+  outcome judge(const report& r, int failed_workers) const;
+
+  std::string name_;
+  scenario_options options_;
+  std::string dir_;
+  std::vector<std::unique_ptr<test::redis_server>> nodes_;
+  std::unique_ptr<test::redis_server> resource_;
+  std::vector<std::vector<std::unique_ptr<tcp_proxy>>> proxies_;  // [process][node]
+  std::vector<std::unique_ptr<test::child_process>> workers_;
+  std::vector<bool> worker_paused_;
+  std::chrono::steady_clock::time_point end_{};
+};
+
+// Appends `line` to fault-results.log next to the test binary (the lines of the last runs).
+void log_result(const std::string& line);
+
+}  // namespace dlock::fault

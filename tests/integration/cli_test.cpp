@@ -1,0 +1,501 @@
+// The `dlock` binary against real redis-servers: what issue 7 says it must show. Every test
+// runs the built CLI as a child process (DLOCK_CLI_PATH) and checks exit statuses, output and
+// the servers' state; every wait is bounded.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/redis_server.hpp"
+#include "support/test_keys.hpp"
+
+extern char** environ;
+
+namespace dlock {
+namespace {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+using test::redis_server;
+using test::test_key;
+namespace fs = std::filesystem;
+
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
+  auto until = steady::now() + limit;
+  while (steady::now() < until) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred();
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The environment for the CLI: ours without any DLOCK_* setting, plus `extra`.
+std::vector<std::string> cli_environment(const std::vector<std::string>& extra) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    if (std::string_view(*e).starts_with("DLOCK_")) continue;
+    env.emplace_back(*e);
+  }
+  env.insert(env.end(), extra.begin(), extra.end());
+  return env;
+}
+
+// One `dlock ...` process; stdout and stderr go to files, stdin is /dev/null.
+class cli_process {
+ public:
+  cli_process(const fs::path& dir, std::vector<std::string> args, std::vector<std::string> env = {}) {
+    static int counter = 0;
+    auto n = std::to_string(++counter);
+    out_ = dir / ("out." + n);
+    err_ = dir / ("err." + n);
+    args.insert(args.begin(), DLOCK_CLI_PATH);
+    std::vector<char*> argv, envp;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    auto full_env = cli_environment(env);
+    for (auto& e : full_env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) throw std::runtime_error("cannot start " DLOCK_CLI_PATH);
+  }
+  ~cli_process() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  cli_process(const cli_process&) = delete;
+  cli_process& operator=(const cli_process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void signal(int sig) { ::kill(pid_, sig); }
+  // The exit status if it has ended (then as wait() gives it), else nullopt.
+  std::optional<int> try_wait() {
+    if (pid_ <= 0) return status_;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) != pid_) return std::nullopt;
+    pid_ = -1;
+    status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return status_;
+  }
+  // The exit status, 128 + signal, or -1 when it did not end in time (it is then killed).
+  int wait(std::chrono::milliseconds limit = 20s) {
+    auto until = steady::now() + limit;
+    for (;;) {
+      if (auto s = try_wait()) return *s;
+      if (steady::now() >= until) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, nullptr, 0);
+        pid_ = -1;
+        status_ = -1;
+        return -1;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+  }
+  std::string out() const { return read_file(out_); }
+  std::string err() const { return read_file(err_); }
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+  fs::path out_, err_;
+};
+
+struct cli_result {
+  int status;
+  std::string out, err;
+  std::chrono::milliseconds took;
+};
+
+// A process that exists and is not a zombie (an orphan's zombie may wait for a busy init).
+bool running(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  auto close = text.rfind(')');
+  if (text.empty() || close == std::string::npos || close + 2 >= text.size()) return false;
+  char state = text[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
+// Live processes of process group `pgid`.
+std::vector<pid_t> group_members(pid_t pgid) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    auto name = e.path().filename().string();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    auto close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(text.substr(close + 2));
+    char state;
+    long ppid, pgrp;
+    if (!(rest >> state >> ppid >> pgrp)) continue;
+    if (pgrp == pgid && state != 'Z' && state != 'X') out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+std::size_t lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/dlock-cli-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+
+  cli_result run(std::vector<std::string> args, std::vector<std::string> env = {},
+                 std::chrono::milliseconds limit = 20s) {
+    auto start = steady::now();
+    cli_process p{dir_, std::move(args), std::move(env)};
+    int status = p.wait(limit);
+    return {status, p.out(), p.err(),
+            std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - start)};
+  }
+  std::unique_ptr<cli_process> start(std::vector<std::string> args, std::vector<std::string> env = {}) {
+    return std::make_unique<cli_process>(dir_, std::move(args), std::move(env));
+  }
+
+  bool exists(const std::string& key, redis_server* s = nullptr) {
+    return test::raw_command((s ? s : &server_)->port(), "EXISTS " + key).rfind(":1", 0) == 0;
+  }
+  long long pttl(const std::string& key) {
+    auto r = test::raw_command(server_.port(), "PTTL " + key);
+    return r.size() > 1 ? std::stoll(r.substr(1)) : -3;
+  }
+  pid_t read_pid(const fs::path& file) {
+    pid_t pid = 0;
+    EXPECT_TRUE(eventually([&] {
+      std::ifstream in(file);
+      return static_cast<bool>(in >> pid) && pid > 0;
+    })) << file;
+    return pid;
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  redis_server server_;
+  fs::path dir_;
+};
+
+
+// One line on stderr, "dlock: ...", as the issue asks of every usage error.
+void expect_one_line_message(const cli_result& r) {
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_EQ(r.err.rfind("dlock: ", 0), 0u) << r.err;
+}
+
+TEST_F(CliTest, TwoNonblockingRunsAtOnceOneRunsTheOtherExits75AtOnce) {
+  const std::string key = test_key(), ran = path("ran");
+  const std::string script = "echo $$ >> " + ran + "; sleep 2";
+  auto t0 = steady::now();
+  auto a = start({"-r", server_.url(), "run", "-n", key, "--", "sh", "-c", script});
+  auto b = start({"-r", server_.url(), "run", "-n", key, "--", "sh", "-c", script});
+  std::optional<int> first;
+  ASSERT_TRUE(eventually([&] { return (first = a->try_wait()) || (first = b->try_wait()); }));
+  auto loser_took = steady::now() - t0;
+  EXPECT_EQ(*first, 75) << a->err() << b->err();
+  EXPECT_LT(loser_took, 1500ms) << "the loser must not wait for the winner's 2 s";
+  int sa = a->wait(), sb = b->wait();
+  EXPECT_EQ(std::min(sa, sb), 0);
+  EXPECT_EQ(std::max(sa, sb), 75);
+  EXPECT_EQ(lines(read_file(ran)), 1u) << "exactly one CMD ran";
+  // -E replaces 75, like flock's -E.
+  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c", "touch " + path("m") + "; exec sleep 30"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
+  EXPECT_EQ(run({"-r", server_.url(), "run", "-n", "-E", "9", key, "--", "true"}).status, 9);
+  holder->signal(SIGTERM);
+  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+}
+
+TEST_F(CliTest, RunExitsWithCmdStatusAndReleasesAtOnce) {
+  const std::string key = test_key();
+  auto r = run({"-r", server_.url(), "run", key, "--", "sh", "-c", "exit 7"});
+  EXPECT_EQ(r.status, 7) << r.err;
+  EXPECT_FALSE(exists(key)) << "released, not left to expire (TTL 10 s)";
+  auto second = run({"-r", server_.url(), "run", "-n", key, "--", "true"});
+  EXPECT_EQ(second.status, 0) << second.err;
+  EXPECT_LT(second.took, 5s);
+  // A CMD ended by a signal reports 128 + N, as a shell does.
+  EXPECT_EQ(run({"-r", server_.url(), "run", key, "--", "sh", "-c", "kill -KILL $$"}).status,
+            128 + SIGKILL);
+  EXPECT_FALSE(exists(key));
+  auto missing = run({"-r", server_.url(), "run", key, "--", "no-such-command-dlock-test"});
+  EXPECT_EQ(missing.status, 127);
+  expect_one_line_message(missing);
+}
+
+TEST_F(CliTest, SigtermToDlockReachesCmdThenTheLockIsFreeAndNoProcessIsLeft) {
+  const std::string key = test_key();
+  // CMD runs a child of its own (sleep) and waits; TERM must reach both.
+  const std::string script = "echo $$ > " + path("pid") + "; trap 'echo term > " + path("got") +
+                             "; exit 3' TERM; sleep 30 & wait";
+  auto d = start({"-r", server_.url(), "run", key, "--", "sh", "-c", script});
+  pid_t cmd = read_pid(path("pid"));
+  ASSERT_GT(cmd, 0);
+  ASSERT_TRUE(eventually([&] { return group_members(cmd).size() >= 2; })) << "sh and sleep";
+  EXPECT_TRUE(exists(key));
+  d->signal(SIGTERM);
+  EXPECT_EQ(d->wait(), 3) << d->err();  // CMD's own status: it handled the TERM
+  EXPECT_EQ(read_file(path("got")), "term\n");
+  EXPECT_FALSE(exists(key)) << "released as soon as CMD exited";
+  EXPECT_TRUE(eventually([&] { return group_members(cmd).empty(); }, 3s))
+      << "left behind: " << group_members(cmd).size();
+  EXPECT_FALSE(running(cmd));
+}
+
+TEST_F(CliTest, SignalWhileWaitingEndsTheWait) {
+  const std::string key = test_key();
+  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c", "touch " + path("m") + "; exec sleep 30"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
+  auto waiter = start({"-r", server_.url(), "run", key, "--", "touch", path("never")});
+  std::this_thread::sleep_for(300ms);
+  auto t0 = steady::now();
+  waiter->signal(SIGINT);
+  EXPECT_EQ(waiter->wait(), 128 + SIGINT);
+  EXPECT_LT(steady::now() - t0, 2s);
+  EXPECT_FALSE(fs::exists(path("never")));
+  holder->signal(SIGTERM);
+  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+}
+
+TEST_F(CliTest, KillDashNineOfDlockFreesTheLockWithinTheTtl) {
+  const std::string key = test_key();
+  auto d = start({"-r", server_.url(), "run", "--ttl", "1s", key, "--", "sh", "-c",
+                  "echo $$ > " + path("pid") + "; exec sleep 30"});
+  pid_t cmd = read_pid(path("pid"));
+  ASSERT_TRUE(exists(key));
+  d->signal(SIGKILL);
+  EXPECT_EQ(d->wait(), 128 + SIGKILL);
+  auto t0 = steady::now();
+  ASSERT_TRUE(eventually([&] { return !exists(key); }, 5s));
+  EXPECT_LE(steady::now() - t0, 1200ms) << "the key must expire within its 1 s TTL";
+  // CMD does not run on unwatched: the kernel kills it with dlock (PR_SET_PDEATHSIG).
+  EXPECT_TRUE(eventually([&] { return !running(cmd); }, 3s));
+  auto next = run({"-r", server_.url(), "run", "-n", key, "--", "true"});
+  EXPECT_EQ(next.status, 0) << next.err;
+}
+
+TEST_F(CliTest, LeaseLostWhileCmdRunsStopsCmdAndExits71) {
+  const std::string key = test_key();
+  // CMD ignores SIGTERM, so only the SIGKILL after --lost-grace stops it.
+  auto d = start({"-r", server_.url(), "run", "--ttl", "1s", "--lost-grace", "300ms", key, "--",
+                  "sh", "-c", "echo $$ > " + path("pid") + "; trap '' TERM; while :; do sleep 0.1; done"});
+  pid_t cmd = read_pid(path("pid"));
+  ASSERT_TRUE(exists(key));
+  auto t0 = steady::now();
+  server_.restart();  // kill -9 and start again without persistence: the key is gone
+  EXPECT_EQ(d->wait(15s), 71) << d->err();
+  EXPECT_LT(steady::now() - t0, 5s);
+  EXPECT_NE(d->err().find("lost the lock"), std::string::npos) << d->err();
+  EXPECT_FALSE(running(cmd));
+  EXPECT_TRUE(eventually([&] { return group_members(cmd).empty(); }, 3s));
+}
+
+TEST_F(CliTest, ThreeNodesWorkWithOneDownAndExit69WithTwoDown) {
+  redis_server second, third;
+  const std::string key = test_key();
+  std::vector<std::string> env{"DLOCK_REDIS=" + server_.url() + "," + second.url() + "," + third.url()};
+  third.kill();
+  auto one_down = run({"run", "-n", key, "--", "sh", "-c", "echo $DLOCK_FENCE"}, env);
+  EXPECT_EQ(one_down.status, 0) << one_down.err;
+  EXPECT_FALSE(exists(key)) << "released on the live nodes";
+  second.kill();
+  auto t0 = steady::now();
+  auto two_down = run({"-r", server_.url(), "-r", second.url(), "-r", third.url(), "run", "-n", key,
+                       "--", "touch", path("never")});
+  EXPECT_EQ(two_down.status, 69) << two_down.err;
+  expect_one_line_message(two_down);
+  EXPECT_NE(two_down.err.find("quorum"), std::string::npos) << two_down.err;
+  // Waiting does not hang on an outage: it is waited out for 2 x --timeout, then 69.
+  auto waiting = run({"--timeout", "200ms", "run", key, "--", "touch", path("never")}, env);
+  EXPECT_EQ(waiting.status, 69) << waiting.err;
+  EXPECT_LT(steady::now() - t0, 8s);
+  EXPECT_FALSE(fs::exists(path("never")));
+}
+
+TEST_F(CliTest, FenceStrictlyIncreasesAcrossRunsAndCmdSeesItsEnvironment) {
+  const std::string key = test_key();
+  std::uint64_t last = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto r = run({"-r", server_.url(), "run", key, "--", "sh", "-c",
+                  "echo \"$DLOCK_KEY $DLOCK_TOKEN $DLOCK_FENCE\"; ls -l /proc/$$/fd | grep -c socket: || true"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    std::istringstream in(r.out);
+    std::string k, token;
+    std::uint64_t fence = 0;
+    int sockets = -1;
+    ASSERT_TRUE(in >> k >> token >> fence >> sockets) << r.out;
+    EXPECT_EQ(k, key);
+    EXPECT_EQ(token.size(), 32u) << token;
+    EXPECT_GT(fence, last);
+    EXPECT_EQ(sockets, 0) << "CMD inherited dlock's connections to Redis";
+    last = fence;
+  }
+  auto status = run({"-r", server_.url(), "status", "--json", key});
+  EXPECT_EQ(status.status, 0);
+  EXPECT_NE(status.out.find("\"held\":false"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("\"fence\":" + std::to_string(last)), std::string::npos) << status.out;
+}
+
+TEST_F(CliTest, BadInputExits64WithAOneLineMessage) {
+  const std::string key = test_key();
+  const std::vector<std::vector<std::string>> cases{
+      {"--bogus", "status", key},
+      {"-r", server_.url(), "run", "--ttl", "5parsecs", key, "--", "true"},
+      {"-r", server_.url(), "run", "-w", "-1s", key, "--", "true"},
+      {"-r", "foo://bar", "status", key},
+      {"-r", "redis://127.0.0.1:99999", "status", key},
+      {"-r", server_.url(), "run", "--ttl", "0", key, "--", "true"},
+      {"-r", server_.url(), "acquire", "--ttl", "0", key},
+      {"-r", server_.url(), "run", key},
+      {"-r", server_.url(), "run", "-n", "-w", "1s", key, "--", "true"},
+      {"-r", server_.url(), "-r", server_.url(), "status", key},
+      {"--timeout", "0", "-r", server_.url(), "status", key},
+      {"-r", server_.url(), "frobnicate"},
+      {},
+  };
+  for (const auto& args : cases) {
+    auto r = run(args);
+    std::string shown;
+    for (const auto& a : args) shown += a + " ";
+    EXPECT_EQ(r.status, 64) << shown << "\n" << r.err;
+    expect_one_line_message(r);
+  }
+  EXPECT_FALSE(exists(key));
+  // A bad URL in $DLOCK_REDIS too.
+  auto env = run({"status", key}, {"DLOCK_REDIS=redis://127.0.0.1:6379,nonsense"});
+  EXPECT_EQ(env.status, 64) << env.err;
+  expect_one_line_message(env);
+}
+
+TEST_F(CliTest, AcquireStatusExtendRelease) {
+  const std::string key = test_key();
+  auto a = run({"-r", server_.url(), "acquire", "--ttl", "5s", key});
+  ASSERT_EQ(a.status, 0) << a.err;
+  std::istringstream in(a.out);
+  std::string token;
+  std::uint64_t fence = 0;
+  ASSERT_TRUE(in >> token >> fence) << a.out;
+  EXPECT_GT(pttl(key), 3000);
+  EXPECT_LE(pttl(key), 5000);
+
+  auto st = run({"-r", server_.url(), "status", "--json", key});
+  EXPECT_EQ(st.status, 0);
+  EXPECT_NE(st.out.find("\"held\":true"), std::string::npos) << st.out;
+  EXPECT_NE(st.out.find("\"token\":\"" + token + "\""), std::string::npos) << st.out;
+  EXPECT_NE(st.out.find("\"fence\":" + std::to_string(fence)), std::string::npos) << st.out;
+  EXPECT_NE(st.out.find("\"command\":\"dlock acquire\""), std::string::npos) << st.out;
+  auto text = run({"-r", server_.url(), "status", key});
+  EXPECT_NE(text.out.find(key + ": held by "), std::string::npos) << text.out;
+
+  EXPECT_EQ(run({"-r", server_.url(), "acquire", "-n", key}).status, 75);
+  EXPECT_EQ(run({"-r", server_.url(), "release", key, "not-the-token"}).status, 71);
+  EXPECT_TRUE(exists(key)) << "a wrong token never deletes the holder's key";
+
+  EXPECT_EQ(run({"-r", server_.url(), "extend", key, token, "--ttl", "60s"}).status, 0);
+  EXPECT_GT(pttl(key), 50'000);
+  EXPECT_EQ(run({"-r", server_.url(), "release", key, token}).status, 0);
+  EXPECT_FALSE(exists(key));
+  auto again = run({"-r", server_.url(), "release", key, token});
+  EXPECT_EQ(again.status, 71);
+  expect_one_line_message(again);
+  EXPECT_EQ(run({"-r", server_.url(), "extend", key, token}).status, 71);
+  auto free = run({"-r", server_.url(), "status", key});
+  EXPECT_EQ(free.status, 0);
+  EXPECT_EQ(free.out.rfind(key + ": free", 0), 0u) << free.out;
+}
+
+TEST_F(CliTest, PasswordFromEnvironmentOrFileNeverOnlyArgv) {
+  redis_server secured{{.extra = {"--requirepass", "s3cret"}}};
+  const std::string key = test_key();
+  auto none = run({"-r", secured.url(), "status", key});
+  EXPECT_EQ(none.status, 69) << none.err;
+  auto env = run({"-r", secured.url(), "status", key}, {"DLOCK_PASSWORD=s3cret"});
+  EXPECT_EQ(env.status, 0) << env.err;
+  {
+    std::ofstream f(path("password"));
+    f << "s3cret\n";
+  }
+  auto file = run({"-r", secured.url(), "--password-file", path("password"), "run", key, "--", "true"});
+  EXPECT_EQ(file.status, 0) << file.err;
+  auto missing = run({"-r", secured.url(), "--password-file", path("nope"), "status", key});
+  EXPECT_EQ(missing.status, 64);
+  expect_one_line_message(missing);
+}
+
+TEST_F(CliTest, VerboseWaitShowsTheHolderAndTheTimeWaited) {
+  const std::string key = test_key();
+  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c", "touch " + path("m") + "; exec sleep 30"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
+  auto r = run({"-v", "-r", server_.url(), "run", "-w", "1500ms", key, "--", "true"});
+  EXPECT_EQ(r.status, 75);
+  EXPECT_NE(r.err.find("held by "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("pid " + std::to_string(holder->pid())), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("sh -c touch"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("waited 1."), std::string::npos) << r.err;
+  holder->signal(SIGTERM);
+  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+}
+
+
+TEST_F(CliTest, SemaphoreRunsUpToLimitCmdsAtOnce) {
+  const std::string key = test_key("sem");
+  auto holder = [&](const std::string& marker) {
+    return start({"-r", server_.url(), "run", "--semaphore", "2", key, "--", "sh", "-c",
+                  "touch " + path(marker) + "; exec sleep 30"});
+  };
+  auto a = holder("m1");
+  auto b = holder("m2");
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("m1")) && fs::exists(path("m2")); }))
+      << a->err() << b->err();
+  auto third = run({"-r", server_.url(), "run", "-n", "--semaphore", "2", key, "--", "true"});
+  EXPECT_EQ(third.status, 75) << third.err;
+  a->signal(SIGTERM);
+  EXPECT_EQ(a->wait(), 128 + SIGTERM);
+  auto now_free = run({"-r", server_.url(), "run", "-n", "--semaphore", "2", key, "--", "true"});
+  EXPECT_EQ(now_free.status, 0) << now_free.err;
+  b->signal(SIGTERM);
+  EXPECT_EQ(b->wait(), 128 + SIGTERM);
+  // A semaphore lives on one node; a limit below 1 is a usage error.
+  redis_server other;
+  auto two_nodes = run({"-r", server_.url(), "-r", other.url(), "run", "--semaphore", "2", key, "--", "true"});
+  EXPECT_EQ(two_nodes.status, 64);
+  expect_one_line_message(two_nodes);
+  EXPECT_EQ(run({"-r", server_.url(), "run", "--semaphore", "0", key, "--", "true"}).status, 64);
+}
+
+}  // namespace
+}  // namespace dlock

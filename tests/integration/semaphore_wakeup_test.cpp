@@ -1,0 +1,342 @@
+// Waiting for a permit without polling: a release wakes as many queued waiters as permits it
+// freed, through pub/sub; the retry delay is only a backstop; fair mode still serves in ticket
+// order; the limit holds. Each test runs once per variant (unfair and fair).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "dlock/semaphore.hpp"
+#include "semaphore_core.hpp"
+#include "support/redis_server.hpp"
+#include "support/test_keys.hpp"
+
+namespace dlock {
+namespace {
+
+using namespace std::chrono_literals;
+using test::redis_server;
+using test::test_key;
+using steady = std::chrono::steady_clock;
+
+double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+long long integer_of(const reply& r) { return r.is_nil() ? 0 : std::stoll(r.str()); }
+
+// INCR on entry with the highest value kept, DECR on exit (as in semaphore_test.cpp).
+constexpr std::string_view enter_script =
+    "local v = redis.call('INCR', KEYS[1]) "
+    "if v > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], v) end "
+    "return v";
+
+class SemaphoreWakeupBase : public ::testing::Test {
+ protected:
+  virtual bool fair() const = 0;
+  semaphore_options options(semaphore_options o = {}) const {
+    o.fair = fair();
+    return o;
+  }
+  detail::semaphore_keys keys() const { return detail::make_semaphore_keys(test_key(), fair()); }
+
+  // Every queued waiter has an entry in waiter-info (both variants), with its wake channel once
+  // its client's inbox is subscribed; wait until `n` of them can be woken (or just queued).
+  void wait_for_queue(std::size_t n, bool wakeable = true) {
+    auto until = steady::now() + 10s;
+    while (steady::now() < until) {
+      std::size_t count = 0;
+      auto entries = client_.exec({"HVALS", keys().waiter_info});
+      for (const auto& e : entries.elements()) {
+        if (!wakeable || e.str().find(" dlock:wake:") != std::string::npos) ++count;
+      }
+      if (count >= n) return;
+      std::this_thread::sleep_for(5ms);
+    }
+    FAIL() << "waiters did not queue";
+  }
+
+  // Scripts run by the server so far (EVALSHA calls, as dlock sends them).
+  long long scripts_run() {
+    auto info = client_.exec({"INFO", "commandstats"}).str();
+    auto at = info.find("cmdstat_evalsha:calls=");
+    return at == std::string::npos ? 0 : std::stoll(info.substr(at + 22));
+  }
+
+  // Loads every semaphore script, so that no NOSCRIPT round trip is counted later.
+  void load_scripts() {
+    semaphore warm{client_, test_key("warm"), 1, options()};
+    auto p = warm.try_acquire();
+    ASSERT_TRUE(p);
+    ASSERT_FALSE(p.release());
+  }
+
+  // How long a waiter needs after the holder's release (the waiter's backstop is 2-4 s).
+  steady::duration handoff(bool wake) {
+    semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
+    semaphore waiter{client_, test_key(), 1,
+                     options({.retry_delay = 4s, .wake_on_release = wake})};
+    auto held = holder.try_acquire();
+    EXPECT_TRUE(held);
+    auto acquired = std::async(std::launch::async, [&] {
+      auto p = waiter.try_acquire_for(20s);
+      auto at = steady::now();
+      EXPECT_TRUE(p);
+      return at;
+    });
+    if (wake || fair()) wait_for_queue(1, wake);  // a polling fair waiter queues too
+    std::this_thread::sleep_for(wake ? 50ms : 300ms);  // the waiter sleeps in its backstop
+    auto released = steady::now();
+    EXPECT_FALSE(held.release());
+    return acquired.get() - released;
+  }
+
+  redis_server server_;
+  client client_{server_.url()};
+};
+
+// Runs each test once per variant.
+class SemaphoreWakeupTest : public SemaphoreWakeupBase, public ::testing::WithParamInterface<bool> {
+ protected:
+  bool fair() const override { return GetParam(); }
+};
+
+class SemaphoreWakeupFairTest : public SemaphoreWakeupBase {
+ protected:
+  bool fair() const override { return true; }
+};
+
+INSTANTIATE_TEST_SUITE_P(Variants, SemaphoreWakeupTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Fair" : "Unfair"; });
+
+TEST_P(SemaphoreWakeupTest, ReleaseWakesTheWaiterLongBeforeItsBackstop) {
+  auto woken = handoff(true);
+  EXPECT_LT(woken, 1s) << ms(woken) << " ms";
+  // The same wait with wake-ups off is plain polling: it shows the test can fail.
+  auto polled = handoff(false);
+  EXPECT_GT(polled, 1s) << ms(polled) << " ms";
+  std::printf("[ report   ] handoff with wake-up %.1f ms, polling (2-4 s backstop) %.1f ms\n",
+              ms(woken), ms(polled));
+}
+
+TEST_P(SemaphoreWakeupTest, OneReleaseWakesOneWaiterNotAHerd) {
+  load_scripts();
+  semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
+  auto held = holder.try_acquire();
+  ASSERT_TRUE(held);
+  constexpr int waiters = 12;
+  std::atomic<int> winners{0};
+  std::atomic<bool> hand_on{false};
+  std::vector<std::unique_ptr<semaphore>> sems;
+  std::vector<std::future<void>> done;
+  for (int i = 0; i < waiters; ++i) {
+    sems.push_back(std::make_unique<semaphore>(client_, test_key(), 1,
+                                               options({.ttl = 30s, .retry_delay = 10s})));
+  }
+  for (int i = 0; i < waiters; ++i) {
+    done.push_back(std::async(std::launch::async, [&, i] {
+      auto p = sems[i]->try_acquire_for(40s);
+      if (!p) return;
+      ++winners;
+      while (!hand_on) std::this_thread::sleep_for(1ms);  // the others keep waiting meanwhile
+      EXPECT_FALSE(p.release());                           // wakes the next one
+    }));
+  }
+  wait_for_queue(waiters);
+  std::this_thread::sleep_for(100ms);  // all asleep in their 5-10 s backstop
+  auto before = scripts_run();
+  EXPECT_FALSE(held.release());  // one script (the release), then the woken waiter's acquire
+  auto until = steady::now() + 3s;
+  while (winners == 0 && steady::now() < until) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(200ms);  // a herd would show up here
+  auto after = scripts_run();
+  EXPECT_EQ(winners.load(), 1);
+  // Expected 2; a herd would be 1 + waiters. A busy machine may add a stray retry.
+  EXPECT_LE(after - before, 4) << "a release woke more than one waiter";
+  std::printf("[ report   ] scripts run after one release with %d waiters queued: %lld\n", waiters,
+              after - before);
+  auto start = steady::now();
+  hand_on = true;  // each winner's release wakes the next: no backstop in this chain
+  for (auto& d : done) d.get();
+  EXPECT_EQ(winners.load(), waiters);
+  EXPECT_LT(steady::now() - start, 4s) << "a handoff waited for its 5-10 s backstop";
+}
+
+TEST_P(SemaphoreWakeupTest, WeightedReleaseOfKPermitsWakesKWaiters) {
+  load_scripts();
+  constexpr std::ptrdiff_t k = 3;
+  constexpr int waiters = 7;
+  semaphore holder{client_, test_key(), k, options({.ttl = 30s})};
+  auto held = holder.try_acquire(k);
+  ASSERT_TRUE(held);
+  std::atomic<int> winners{0};
+  std::atomic<bool> hand_on{false};
+  std::vector<std::unique_ptr<semaphore>> sems;
+  std::vector<std::future<void>> done;
+  for (int i = 0; i < waiters; ++i) {
+    sems.push_back(std::make_unique<semaphore>(client_, test_key(), k,
+                                               options({.ttl = 30s, .retry_delay = 10s})));
+  }
+  for (int i = 0; i < waiters; ++i) {
+    done.push_back(std::async(std::launch::async, [&, i] {
+      auto p = sems[i]->try_acquire_for(40s);
+      if (!p) return;
+      ++winners;
+      while (!hand_on) std::this_thread::sleep_for(1ms);
+      EXPECT_FALSE(p.release());
+    }));
+  }
+  wait_for_queue(waiters);
+  std::this_thread::sleep_for(100ms);
+  auto before = scripts_run();
+  EXPECT_FALSE(held.release());  // frees k permits: wakes the first k waiters, nobody else
+  auto until = steady::now() + 3s;
+  while (winners < k && steady::now() < until) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(200ms);
+  auto after = scripts_run();
+  EXPECT_EQ(winners.load(), k);
+  EXPECT_LE(after - before, 1 + k + 2) << "expected the release and " << k << " acquires";
+  std::printf("[ report   ] scripts run after releasing %td permits with %d waiters queued: %lld\n",
+              k, waiters, after - before);
+  hand_on = true;
+  for (auto& d : done) d.get();
+  EXPECT_EQ(winners.load(), waiters);
+}
+
+TEST_P(SemaphoreWakeupTest, ALostNotificationCostsAtMostTheBackstop) {
+  semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
+  auto held = holder.try_acquire();
+  ASSERT_TRUE(held);
+  semaphore waiter{client_, test_key(), 1, options({.retry_delay = 300ms})};
+  auto acquired = std::async(std::launch::async, [&] {
+    auto p = waiter.try_acquire_for(20s);
+    return std::make_pair(static_cast<bool>(p), steady::now());
+  });
+  wait_for_queue(1);
+  // Freed behind dlock's back, as an expiry would: nobody is told.
+  auto freed = steady::now();
+  client_.exec({"ZREM", keys().expiries, held.value()});
+  if (fair()) client_.exec({"ZREM", keys().owners, held.value()});
+  auto [ok, at] = acquired.get();
+  EXPECT_TRUE(ok);
+  EXPECT_LT(at - freed, 1s) << ms(at - freed) << " ms";  // the 150-300 ms backstop, with room
+  held.detach();
+}
+
+TEST_P(SemaphoreWakeupTest, AWaiterThatGivesUpLeavesTheQueue) {
+  semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
+  auto held = holder.try_acquire();
+  ASSERT_TRUE(held);
+  semaphore waiter{client_, test_key(), 1, options({.retry_delay = 50ms})};
+  auto gave_up = std::async(std::launch::async, [&] { return !waiter.try_acquire_for(1s); });
+  wait_for_queue(1);
+  EXPECT_TRUE(gave_up.get());
+  EXPECT_EQ(client_.exec({"HLEN", keys().waiter_info}).integer(), 0);
+  EXPECT_EQ(client_.exec({"ZCARD", keys().waiters}).integer(), fair() ? 1 : 0);  // the holder
+  EXPECT_FALSE(held.release());
+}
+
+TEST_P(SemaphoreWakeupTest, AWokenWaiterThatGivesUpHandsItsWakeUpOn) {
+  // Two queued waiters; the release wakes the first, which leaves without using the permit (as
+  // when its deadline passed just then). Its leaving must wake the second one at once.
+  load_scripts();
+  semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
+  auto held = holder.try_acquire();
+  ASSERT_TRUE(held);
+  semaphore second{client_, test_key(), 1, options({.retry_delay = 10s})};
+  // The first waiter, queued by hand under a channel nobody listens on.
+  auto k = keys();
+  if (fair()) {
+    client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "5", k.owners, k.expiries,
+                  k.weights, k.counter, k.waiter_info, "gone", "1", "1", "30000", "30000",
+                  "dlock:wake:nobody"});
+  } else {
+    client_.exec({"EVAL", detail::sem_acquire_script.body, "6", k.expiries, k.weights, k.counter,
+                  k.waiters, k.waiter_info, k.tickets, "gone", "1", "1", "30000",
+                  "30000 dlock:wake:nobody"});
+  }
+  auto acquired = std::async(std::launch::async, [&] {
+    auto p = second.try_acquire_for(20s);
+    return std::make_pair(static_cast<bool>(p), steady::now());
+  });
+  wait_for_queue(2);
+  std::this_thread::sleep_for(100ms);  // asleep in its 5-10 s backstop
+  EXPECT_FALSE(held.release());      // wakes "gone" only
+  auto info = client_.exec({"HGET", k.waiter_info, "gone"}).str();
+  EXPECT_NE(info.find(" woken"), std::string::npos) << info;
+  auto left = steady::now();
+  client_.exec({"EVALSHA", detail::sem_release_script.sha1, "4", k.expiries, k.weights,
+                k.waiters, k.waiter_info, "gone"});
+  auto [ok, at] = acquired.get();
+  EXPECT_TRUE(ok);
+  EXPECT_LT(at - left, 1s) << ms(at - left) << " ms";
+}
+
+TEST_P(SemaphoreWakeupTest, WokenWaitersNeverExceedTheLimit) {
+  // Progress comes from wake-ups alone (the backstop is 1-2 s): the limit must still hold.
+  constexpr std::ptrdiff_t limit = 3;
+  constexpr int threads = 8, rounds = 10;
+  std::string occupancy = test_key("occupancy"), highest = test_key("max");
+  std::atomic<int> failures{0};
+  std::vector<std::thread> pool;
+  auto start = steady::now();
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      semaphore s{client_, test_key(), limit, options({.retry_delay = 2s})};
+      for (int i = 0; i < rounds; ++i) {
+        std::ptrdiff_t want = (t + i) % 3 == 0 ? 2 : 1;  // some weighted permits among them
+        auto p = s.try_acquire_for(30s, want);
+        if (!p) {
+          ++failures;
+          return;
+        }
+        for (std::ptrdiff_t w = 0; w < want; ++w) {
+          client_.exec({"EVAL", enter_script, "2", occupancy, highest});
+        }
+        std::this_thread::sleep_for(2ms);
+        client_.exec({"DECRBY", occupancy, std::to_string(want)});
+        EXPECT_FALSE(p.release());
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  auto took = steady::now() - start;
+  EXPECT_EQ(failures, 0);
+  long long max = integer_of(client_.exec({"GET", highest}));
+  EXPECT_LE(max, limit);
+  EXPECT_EQ(max, limit) << "no contention: the test proved nothing";
+  EXPECT_EQ(integer_of(client_.exec({"GET", occupancy})), 0);
+  std::printf("[ report   ] %d acquisitions by %d threads, limit %td, 1-2 s backstop: %.0f ms\n",
+              threads * rounds, threads, limit, ms(took));
+}
+
+TEST_F(SemaphoreWakeupFairTest, GrantsInTicketOrderThroughWakeUps) {
+  semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
+  auto held = holder.try_acquire();
+  ASSERT_TRUE(held);
+  constexpr int waiters = 6;
+  std::vector<std::future<void>> done;
+  for (int i = 0; i < waiters; ++i) {
+    done.push_back(std::async(std::launch::async, [&, i] {
+      semaphore s{client_, test_key(), 1, options({.retry_delay = 4s})};
+      auto p = s.try_acquire_for(30s);
+      ASSERT_TRUE(p);
+      client_.exec({"RPUSH", test_key("order"), std::to_string(i)});
+      EXPECT_FALSE(p.release());  // wakes the next ticket
+    }));
+    wait_for_queue(static_cast<std::size_t>(i) + 1);  // arrival order is i's order
+  }
+  auto start = steady::now();
+  EXPECT_FALSE(held.release());
+  for (auto& d : done) d.get();
+  auto took = steady::now() - start;
+  auto order = client_.exec({"LRANGE", test_key("order"), "0", "-1"});
+  ASSERT_EQ(order.elements().size(), static_cast<std::size_t>(waiters));
+  for (int i = 0; i < waiters; ++i) EXPECT_EQ(order.elements()[i].str(), std::to_string(i));
+  // Six handoffs by polling would take 2-4 s each.
+  EXPECT_LT(took, 2s) << ms(took) << " ms";
+}
+
+}  // namespace
+}  // namespace dlock

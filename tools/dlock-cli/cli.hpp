@@ -1,0 +1,95 @@
+// tools/dlock-cli/cli.hpp: what the subcommands of `dlock` share.
+//   exit_status       the documented exit codes (sysexits.h names where one fits)
+//   usage_error       bad input found after parsing; main() prints it on one line, exits 64
+//   global_options    -r/--redis, credentials, --timeout, -v, resolved by make_clients()
+//   subcommand        one subcommand: its CLI11 app and the function that runs it
+//   add_*_command     one per subcommand file (run.cpp, acquire.cpp, ...)
+//   say / say_verbose one "dlock: ..." line on stderr
+//   duration_option   a CLI11 option that takes 500ms / 30s / 2m / plain milliseconds
+// Single-threaded by design: the CLI parses, then runs one command on the main thread.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "dlock/client.hpp"
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
+
+namespace dlock::cli {
+
+enum exit_status : int {
+  exit_ok = 0,
+  exit_usage = 64,        // EX_USAGE: bad option, duration, URL, TTL ...
+  exit_unavailable = 69,  // EX_UNAVAILABLE: no quorum of Redis nodes reachable (or they refuse)
+  exit_software = 70,     // EX_SOFTWARE: an internal error of dlock
+  exit_lease_lost = 71,   // the lease was lost while CMD ran (or a token no longer holds the lock)
+  exit_conflict = 75,     // EX_TEMPFAIL: not acquired within the wait (-n, -w); see -E
+};
+
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct global_options {
+  std::vector<std::string> urls;  // -r/--redis, else $DLOCK_REDIS (comma-separated), else default
+  std::string password_file;      // --password-file; else $DLOCK_PASSWORD
+  std::string user;               // --user; else $DLOCK_USER
+  std::chrono::milliseconds timeout{1000};  // --timeout: connect and per-request deadline
+  bool verbose = false;
+};
+
+inline constexpr const char* default_url = "redis://127.0.0.1:6379";
+
+// The URLs to use, after -r, $DLOCK_REDIS and the default. Throws usage_error for an empty list
+// entry.
+std::vector<std::string> resolve_urls(const global_options& g);
+// One client per URL, with the credentials and timeout applied. Throws usage_error for a bad URL
+// or an unreadable password file. Starts no I/O.
+std::vector<client> make_clients(const global_options& g);
+
+struct subcommand {
+  CLI::App* app;
+  std::function<int()> execute;
+};
+
+subcommand add_run_command(CLI::App& parent, const global_options& g);
+subcommand add_acquire_command(CLI::App& parent, const global_options& g);
+subcommand add_release_command(CLI::App& parent, const global_options& g);
+subcommand add_extend_command(CLI::App& parent, const global_options& g);
+subcommand add_status_command(CLI::App& parent, const global_options& g);
+subcommand add_demo_command(CLI::App& parent, const global_options& g);
+subcommand add_demo_worker_command(CLI::App& parent, const global_options& g);
+
+// `--name DURATION` stored into `into`; a malformed value fails the parse (exit 64).
+CLI::Option* duration_option(CLI::App& app, const std::string& name,
+                             std::chrono::milliseconds& into, const std::string& help);
+CLI::Option* duration_option(CLI::App& app, const std::string& name,
+                             std::optional<std::chrono::milliseconds>& into,
+                             const std::string& help);
+// Throws usage_error unless 1 ms <= ttl <= dlock::max_ttl.
+void check_ttl(std::chrono::milliseconds ttl, const char* option = "--ttl");
+
+void set_verbose(bool on) noexcept;
+bool verbose() noexcept;
+// Prints "dlock: <message>\n" on stderr in one write.
+void say(const char* format, ...) __attribute__((format(printf, 1, 2)));
+// As say(), only with -v.
+void say_verbose(const char* format, ...) __attribute__((format(printf, 1, 2)));
+
+// The exit status for a failed lock operation: 64 for invalid_argument, 75 (or the override)
+// for not_acquired, 71 for lease_lost / not_held, 69 for everything the nodes caused.
+int exit_status_for(std::error_code ec, int conflict_status = exit_conflict);
+
+// A duration in seconds with one decimal, for progress lines ("4.2 s").
+std::string seconds_text(std::chrono::steady_clock::duration d);
+
+}  // namespace dlock::cli

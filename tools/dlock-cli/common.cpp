@@ -1,0 +1,180 @@
+// The plumbing every subcommand shares: where the nodes are, how to log in, what to print and
+// which exit status an error becomes.
+#include <CLI/CLI.hpp>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "cli.hpp"
+#include "dlock/error.hpp"
+#include "dlock/options.hpp"
+#include "duration.hpp"
+
+namespace dlock::cli {
+namespace {
+
+bool verbose_flag = false;
+
+void vsay(const char* format, va_list args) {
+  char buf[2048];
+  std::vsnprintf(buf, sizeof buf, format, args);
+  std::string line = std::string("dlock: ") + buf + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
+// A URL for messages: the user:password part, if any, is masked.
+std::string redact(const std::string& url) {
+  auto scheme = url.find("://");
+  auto at = url.rfind('@');
+  if (scheme == std::string::npos || at == std::string::npos || at < scheme) return url;
+  return url.substr(0, scheme + 3) + "***" + url.substr(at);
+}
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    auto first = item.find_first_not_of(" \t");
+    auto last = item.find_last_not_of(" \t");
+    out.push_back(first == std::string::npos ? std::string() : item.substr(first, last - first + 1));
+  }
+  if (!text.empty() && text.back() == ',') out.emplace_back();
+  return out;
+}
+
+std::string read_password_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw usage_error("cannot read --password-file " + path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  if (text.empty()) throw usage_error("--password-file " + path + " is empty");
+  return text;
+}
+
+}  // namespace
+
+std::vector<std::string> resolve_urls(const global_options& g) {
+  std::vector<std::string> urls = g.urls;
+  if (urls.empty()) {
+    const char* env = std::getenv("DLOCK_REDIS");
+    urls = env && *env ? split_commas(env) : std::vector<std::string>{default_url};
+  }
+  for (const auto& u : urls) {
+    if (u.empty()) throw usage_error("empty Redis URL in -r/--redis or $DLOCK_REDIS");
+  }
+  return urls;
+}
+
+std::vector<client> make_clients(const global_options& g) {
+  if (g.timeout < std::chrono::milliseconds(1)) throw usage_error("--timeout must be at least 1ms");
+  client_options options;
+  options.connect_timeout = g.timeout;
+  options.request_timeout = g.timeout;
+  if (!g.password_file.empty()) {
+    options.password = read_password_file(g.password_file);
+  } else if (const char* env = std::getenv("DLOCK_PASSWORD"); env && *env) {
+    options.password = env;
+  }
+  options.user = g.user;
+  if (options.user.empty()) {
+    if (const char* env = std::getenv("DLOCK_USER"); env && *env) options.user = env;
+  }
+  std::vector<client> nodes;
+  std::set<std::string> seen;
+  for (const auto& url : resolve_urls(g)) {
+    std::error_code ec;
+    endpoint where = parse_endpoint(url, ec);
+    if (ec) {
+      throw usage_error("bad Redis URL '" + redact(url) +
+                        "': expected redis://[user:password@]host[:port][/db] or "
+                        "unix:///path/to/redis.sock[?db=N]");
+    }
+    // One node listed twice would vote twice: a "quorum" that one crash can break.
+    if (!seen.insert(where.to_string() + "/" + std::to_string(where.db)).second) {
+      throw usage_error("Redis node " + where.to_string() + " is listed twice");
+    }
+    nodes.emplace_back(std::move(where), options);
+  }
+  return nodes;
+}
+
+CLI::Option* duration_option(CLI::App& app, const std::string& name,
+                             std::chrono::milliseconds& into, const std::string& help) {
+  auto* opt = app.add_option_function<std::string>(
+      name,
+      [&into, name](const std::string& text) {
+        auto d = parse_duration(text);
+        if (!d) {
+          throw CLI::ValidationError(name, "bad duration '" + text +
+                                               "' (use e.g. 500ms, 30s, 2m, or milliseconds)");
+        }
+        into = *d;
+      },
+      help);
+  return opt->type_name("DURATION");
+}
+
+CLI::Option* duration_option(CLI::App& app, const std::string& name,
+                             std::optional<std::chrono::milliseconds>& into,
+                             const std::string& help) {
+  auto* opt = app.add_option_function<std::string>(
+      name,
+      [&into, name](const std::string& text) {
+        auto d = parse_duration(text);
+        if (!d) {
+          throw CLI::ValidationError(name, "bad duration '" + text +
+                                               "' (use e.g. 500ms, 30s, 2m, or milliseconds)");
+        }
+        into = *d;
+      },
+      help);
+  return opt->type_name("DURATION");
+}
+
+void check_ttl(std::chrono::milliseconds ttl, const char* option) {
+  if (ttl < std::chrono::milliseconds(1)) {
+    throw usage_error(std::string(option) + " must be at least 1ms");
+  }
+  if (ttl > max_ttl) throw usage_error(std::string(option) + " must be at most 30 days");
+}
+
+void set_verbose(bool on) noexcept { verbose_flag = on; }
+bool verbose() noexcept { return verbose_flag; }
+
+void say(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  vsay(format, args);
+  va_end(args);
+}
+
+void say_verbose(const char* format, ...) {
+  if (!verbose_flag) return;
+  va_list args;
+  va_start(args, format);
+  vsay(format, args);
+  va_end(args);
+}
+
+int exit_status_for(std::error_code ec, int conflict_status) {
+  if (!ec) return exit_ok;
+  if (ec == errc::invalid_argument) return exit_usage;
+  if (ec == errc::not_acquired) return conflict_status;
+  if (ec == errc::lease_lost || ec == errc::not_held) return exit_lease_lost;
+  if (ec == errc::would_block_io_thread) return exit_software;
+  return exit_unavailable;
+}
+
+std::string seconds_text(std::chrono::steady_clock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", std::chrono::duration<double>(d).count());
+  return buf;
+}
+
+}  // namespace dlock::cli

@@ -1,0 +1,23 @@
+// tools/dlock-cli/duration.hpp: the command line's durations.
+//   parse_duration   "500ms", "30s", "2m", "1h" or plain milliseconds ("250") -> milliseconds
+//   format_duration  a duration for messages: "750 ms", "1.5 s", "2 min 5 s"
+// Pure functions; thread-safe.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace dlock::cli {
+
+// Reads a non-negative whole number followed by an optional unit: ms, s, m (minutes) or h; no
+// unit means milliseconds. Returns nullopt for anything else: empty text, a sign, spaces,
+// fractions, an unknown unit, or a value past ~292 million years (int64 milliseconds). Zero is a
+// valid duration; commands that need a positive one (a TTL) check that themselves.
+std::optional<std::chrono::milliseconds> parse_duration(std::string_view text);
+
+// For human-readable messages, never for parsing back.
+std::string format_duration(std::chrono::milliseconds d);
+
+}  // namespace dlock::cli

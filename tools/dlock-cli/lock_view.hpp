@@ -1,0 +1,78 @@
+// tools/dlock-cli/lock_view.hpp: reading and annotating a lock on its nodes, for the CLI.
+//   exec_all       one command to every node at once; waits for all replies (each bounded by
+//                  the client's request timeout)
+//   holder_info    who holds a lock: host, pid, command, since when; kept in {K}:holder by the
+//                  CLI beside the lock (the library knows nothing of it), next to the token
+//   publish_holder / clear_holder  write and remove it
+//   lock_view      what the nodes say about a lock: token, PTTL, fence counter, holder
+//   inspect_lock   reads a lock_view (GET, PTTL, GET {K}:fence, GET {K}:holder on every node)
+// Holder info is advisory: it is shown only when its token matches the lock's current value.
+// Blocking calls; call them from the main thread, never from dlock's I/O thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "dlock/client.hpp"
+
+namespace dlock::cli {
+
+struct node_reply {
+  std::error_code ec;
+  reply value;
+};
+std::vector<node_reply> exec_all(std::vector<client>& nodes, const command& cmd);
+
+struct holder_info {
+  std::string token;
+  std::string host;
+  long pid = 0;
+  std::int64_t since_unix_ms = 0;
+  std::string command;  // what runs under the lock, shortened for display
+};
+// A holder_info for this host and the given pid, since now.
+holder_info make_holder_info(std::string token, long pid, std::string command);
+std::string encode(const holder_info& h);
+std::optional<holder_info> decode_holder(std::string_view text);
+// "host pid 42 (`make deploy`) for 12.3 s"
+std::string describe(const holder_info& h);
+
+// SET {K}:holder <info> PX ttl on every node. Waits for the replies unless `wait` is false
+// (then the write is fire-and-forget: for refreshes while CMD runs).
+void publish_holder(std::vector<client>& nodes, const std::string& key, const holder_info& h,
+                    std::chrono::milliseconds ttl, bool wait = true);
+// Deletes {K}:holder on every node where it names `token`.
+void clear_holder(std::vector<client>& nodes, const std::string& key, const std::string& token);
+
+struct node_view {
+  std::string node;                 // endpoint::to_string()
+  std::error_code ec;               // set when the node did not answer
+  std::string message;              // the error, for display
+  std::optional<std::string> token; // the lock key's value, if any
+  long long pttl_ms = -2;           // PTTL of the lock key (-2: no key)
+  std::uint64_t fence = 0;          // the fencing counter on this node
+  std::optional<holder_info> holder;
+};
+
+struct lock_view {
+  std::string key;
+  std::vector<node_view> nodes;
+  std::size_t quorum = 1;
+  std::size_t reachable = 0;
+  std::optional<std::string> token;  // the value held on the most nodes
+  std::size_t holding = 0;           // how many nodes hold `token`
+  long long pttl_ms = -2;            // when fewer than a quorum will still hold it, if held
+  std::uint64_t fence = 0;           // the highest counter: the next holder gets more
+  std::optional<holder_info> holder; // matching `token`
+
+  bool answered() const noexcept { return reachable >= quorum; }
+  bool held() const noexcept { return token && holding >= quorum; }
+};
+
+lock_view inspect_lock(std::vector<client>& nodes, const std::string& key);
+
+}  // namespace dlock::cli

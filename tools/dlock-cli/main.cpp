@@ -1,0 +1,91 @@
+// dlock: a distributed flock(1) on Redis, built on the dlock library.
+//   dlock [-r URL]... [--password-file F] [--timeout D] [-v] COMMAND ...
+//   run, acquire, release, extend, status, demo (see each file, and `dlock COMMAND --help`)
+// main() parses, runs the one chosen command and turns what went wrong into an exit status.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "cli.hpp"
+#include "dlock/error.hpp"
+#include "process.hpp"
+
+namespace {
+
+constexpr const char* footer = R"(Nodes: one URL is a single-instance lock, several (3, 5 ...) a Redlock over independent
+masters. URLs come from -r (repeatable), else $DLOCK_REDIS (comma-separated), else
+redis://127.0.0.1:6379. The password comes from --password-file or $DLOCK_PASSWORD, so it
+need not appear in argv. Durations: 500ms, 30s, 2m, 1h, or plain milliseconds.
+
+Exit status:
+  CMD's own    run: CMD ran (128 + N when a signal N ended it)
+  0            acquire/release/extend/status succeeded
+  64           usage error (bad option, duration, URL, TTL)
+  69           no quorum of Redis nodes reachable, or they refused (auth, ACL, wrong type)
+  70           internal error
+  71           the lease was lost while CMD ran; release/extend: TOKEN no longer holds KEY
+  75           not acquired: held by another (-n, or -w ran out); change with -E
+  128 + N      interrupted by signal N while waiting)";
+
+std::string one_line(std::string text) {
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  return text;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace dlock::cli;
+  remember_inherited_fds();
+
+  CLI::App app{"dlock: run commands under a distributed lock on Redis (a distributed flock)",
+               "dlock"};
+  app.footer(footer);
+  app.set_version_flag("--version", "dlock 0.1.0");
+  app.require_subcommand(1);
+  global_options g;
+  app.add_option("-r,--redis", g.urls, "Redis node URL; repeat for a Redlock over N nodes")
+      ->type_name("URL");
+  app.add_option("--password-file", g.password_file,
+                 "Read the Redis password from this file (else $DLOCK_PASSWORD)")
+      ->type_name("FILE");
+  app.add_option("--user", g.user, "Redis ACL user name (else $DLOCK_USER)");
+  duration_option(app, "--timeout", g.timeout,
+                  "Per-request deadline, also for connecting (default 1s); a node outage is "
+                  "waited out for twice this");
+  app.add_flag("-v,--verbose", g.verbose, "Tell what happens on stderr (waiting, holder, release)");
+
+  std::vector<subcommand> commands{
+      add_run_command(app, g),    add_acquire_command(app, g), add_release_command(app, g),
+      add_extend_command(app, g), add_status_command(app, g),  add_demo_command(app, g),
+      add_demo_worker_command(app, g)};
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    say("%s (see dlock --help)", one_line(e.what()).c_str());
+    return exit_usage;
+  }
+  set_verbose(g.verbose);
+
+  for (auto& c : commands) {
+    if (!c.app->parsed()) continue;
+    try {
+      return c.execute();
+    } catch (const usage_error& e) {
+      say("%s", one_line(e.what()).c_str());
+      return exit_usage;
+    } catch (const std::system_error& e) {
+      say("%s", one_line(e.what()).c_str());
+      if (e.code() == dlock::errc::invalid_argument) return exit_usage;
+      return e.code().category() == dlock::category() ? exit_unavailable : exit_software;
+    } catch (const std::exception& e) {
+      say("internal error: %s", one_line(e.what()).c_str());
+      return exit_software;
+    }
+  }
+  return exit_usage;
+}
