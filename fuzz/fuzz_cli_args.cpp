@@ -38,10 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   app.add_option("--user", g.user, "ACL user");
   duration_option(app, "--timeout", g.timeout, "per-request deadline");
   app.add_flag("-v,--verbose", g.verbose, "verbose");
-  std::vector<subcommand> commands{add_run_command(app, g),        add_acquire_command(app, g),
-                                   add_release_command(app, g),    add_extend_command(app, g),
-                                   add_status_command(app, g),     add_demo_command(app, g),
-                                   add_demo_worker_command(app, g)};
+  std::vector<subcommand> commands = add_all_commands(app, g);
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const CLI::ParseError&) {

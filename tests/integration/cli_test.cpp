@@ -499,3 +499,26 @@ TEST_F(CliTest, SemaphoreRunsUpToLimitCmdsAtOnce) {
 
 }  // namespace
 }  // namespace dlock
+
+namespace dlock {
+namespace {
+
+TEST_F(CliTest, DoctorWarnsAboutAWeakDeploymentAndPassesASoundOne) {
+  // One node without persistence: too few nodes, and a restart forgets the locks.
+  auto weak = run({"-r", server_.url(), "doctor"});
+  EXPECT_EQ(weak.status, 1) << weak.out << weak.err;
+  EXPECT_NE(weak.out.find("too_few_nodes"), std::string::npos) << weak.out;
+  EXPECT_NE(weak.out.find("forgets_on_restart"), std::string::npos) << weak.out;
+  // Three independent nodes with an fsync'd AOF: nothing to say.
+  test::server_options durable{.persistence = true};
+  redis_server a{durable}, b{durable}, c{durable};
+  auto sound = run({"-r", a.url(), "-r", b.url(), "-r", c.url(), "doctor"});
+  EXPECT_EQ(sound.status, 0) << sound.out << sound.err;
+  // A node that cannot be inspected.
+  auto down = run({"--timeout", "200ms", "-r", "redis://127.0.0.1:" + std::to_string(test::free_port()),
+                   "doctor"});
+  EXPECT_EQ(down.status, 69) << down.out << down.err;
+}
+
+}  // namespace
+}  // namespace dlock

@@ -68,6 +68,9 @@ subcommand add_extend_command(CLI::App& parent, const global_options& g);
 subcommand add_status_command(CLI::App& parent, const global_options& g);
 subcommand add_demo_command(CLI::App& parent, const global_options& g);
 subcommand add_demo_worker_command(CLI::App& parent, const global_options& g);
+subcommand add_doctor_command(CLI::App& parent, const global_options& g);
+// Every subcommand above, in the order `dlock --help` lists them.
+std::vector<subcommand> add_all_commands(CLI::App& parent, const global_options& g);
 
 // `--name DURATION` stored into `into`; a malformed value fails the parse (exit 64).
 CLI::Option* duration_option(CLI::App& app, const std::string& name,

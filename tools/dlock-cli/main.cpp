@@ -20,7 +20,8 @@ need not appear in argv. Durations: 500ms, 30s, 2m, 1h, or plain milliseconds.
 
 Exit status:
   CMD's own    run: CMD ran (128 + N when a signal N ended it)
-  0            acquire/release/extend/status succeeded
+  0            acquire/release/extend/status succeeded; doctor found nothing to warn about
+  1            doctor: warnings (one line each, with the fix)
   64           usage error (bad option, duration, URL, TTL)
   69           no quorum of Redis nodes reachable, or they refused (auth, ACL, wrong type)
   70           internal error
@@ -57,10 +58,7 @@ int main(int argc, char** argv) {
                   "waited out for twice this");
   app.add_flag("-v,--verbose", g.verbose, "Tell what happens on stderr (waiting, holder, release)");
 
-  std::vector<subcommand> commands{
-      add_run_command(app, g),    add_acquire_command(app, g), add_release_command(app, g),
-      add_extend_command(app, g), add_status_command(app, g),  add_demo_command(app, g),
-      add_demo_worker_command(app, g)};
+  std::vector<subcommand> commands = add_all_commands(app, g);
 
   try {
     app.parse(argc, argv);
