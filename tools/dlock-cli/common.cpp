@@ -104,8 +104,12 @@ std::vector<client> make_clients(const global_options& g) {
   return nodes;
 }
 
-CLI::Option* duration_option(CLI::App& app, const std::string& name,
-                             std::chrono::milliseconds& into, const std::string& help) {
+namespace {
+
+// Both duration_option overloads: `into` is a milliseconds or an optional of one.
+template <class Target>
+CLI::Option* add_duration_option(CLI::App& app, const std::string& name, Target& into,
+                                 const std::string& help) {
   auto* opt = app.add_option_function<std::string>(
       name,
       [&into, name](const std::string& text) {
@@ -120,21 +124,17 @@ CLI::Option* duration_option(CLI::App& app, const std::string& name,
   return opt->type_name("DURATION");
 }
 
+}  // namespace
+
+CLI::Option* duration_option(CLI::App& app, const std::string& name,
+                             std::chrono::milliseconds& into, const std::string& help) {
+  return add_duration_option(app, name, into, help);
+}
+
 CLI::Option* duration_option(CLI::App& app, const std::string& name,
                              std::optional<std::chrono::milliseconds>& into,
                              const std::string& help) {
-  auto* opt = app.add_option_function<std::string>(
-      name,
-      [&into, name](const std::string& text) {
-        auto d = parse_duration(text);
-        if (!d) {
-          throw CLI::ValidationError(name, "bad duration '" + text +
-                                               "' (use e.g. 500ms, 30s, 2m, or milliseconds)");
-        }
-        into = *d;
-      },
-      help);
-  return opt->type_name("DURATION");
+  return add_duration_option(app, name, into, help);
 }
 
 void check_ttl(std::chrono::milliseconds ttl, const char* option) {
