@@ -21,12 +21,9 @@ namespace {
 using std::chrono::milliseconds;
 using namespace std::chrono_literals;
 
-struct acquire_options {
+struct acquire_options : wait_flags {
   std::string key;
   milliseconds ttl{30'000};
-  std::optional<milliseconds> wait;
-  bool nonblock = false;
-  int conflict_status = exit_conflict;
 };
 
 int acquire_command(const global_options& g, const acquire_options& o) {
@@ -80,13 +77,7 @@ subcommand add_acquire_command(CLI::App& parent, const global_options& g) {
       "acquire", "Take the lock KEY and keep it after exiting; prints \"TOKEN FENCE\"");
   app->fallthrough();
   duration_option(*app, "--ttl", o->ttl, "Lock TTL: it expires after this unless extended (default 30s)");
-  auto* wait = duration_option(*app, "-w,--wait", o->wait,
-                               "Give up (exit 75) if not acquired within this time");
-  auto* nb = app->add_flag("-n,--nonblock", o->nonblock, "Fail at once (exit 75) if the lock is held");
-  wait->excludes(nb);
-  app->add_option("-E,--conflict-exit-code", o->conflict_status,
-                  "Exit status when not acquired (default 75)")
-      ->check(CLI::Range(0, 255));
+  add_wait_flags(*app, *o);
   app->add_option("KEY", o->key, "The lock's name (its Redis key)")->required();
   return {app, [&g, o] { return acquire_command(g, *o); }};
 }

@@ -137,6 +137,16 @@ CLI::Option* duration_option(CLI::App& app, const std::string& name,
   return add_duration_option(app, name, into, help);
 }
 
+void add_wait_flags(CLI::App& app, wait_flags& into) {
+  auto* wait = duration_option(app, "-w,--wait", into.wait,
+                               "Give up (exit 75) if not acquired within this time");
+  auto* nb = app.add_flag("-n,--nonblock", into.nonblock, "Fail at once (exit 75) if the lock is held");
+  wait->excludes(nb);
+  app.add_option("-E,--conflict-exit-code", into.conflict_status,
+                 "Exit status when not acquired (default 75)")
+      ->check(CLI::Range(0, 255));
+}
+
 void check_ttl(std::chrono::milliseconds ttl, const char* option) {
   if (ttl < std::chrono::milliseconds(1)) {
     throw usage_error(std::string(option) + " must be at least 1ms");

@@ -41,13 +41,10 @@ using steady = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using namespace std::chrono_literals;
 
-struct run_options {
+struct run_options : wait_flags {
   std::string key;
   std::vector<std::string> cmd;
   milliseconds ttl{10'000};
-  std::optional<milliseconds> wait;
-  bool nonblock = false;
-  int conflict_status = exit_conflict;
   milliseconds lost_grace{5'000};
   bool foreground = false;
   std::optional<int> semaphore_limit;
@@ -285,13 +282,7 @@ subcommand add_run_command(CLI::App& parent, const global_options& g) {
   app->fallthrough();
   duration_option(*app, "--ttl", o->ttl,
                   "Lock TTL; renewed every TTL/3 while CMD runs (default 10s)");
-  auto* wait = duration_option(*app, "-w,--wait", o->wait,
-                               "Give up (exit 75) if not acquired within this time");
-  auto* nb = app->add_flag("-n,--nonblock", o->nonblock, "Fail at once (exit 75) if the lock is held");
-  wait->excludes(nb);
-  app->add_option("-E,--conflict-exit-code", o->conflict_status,
-                  "Exit status when not acquired (default 75)")
-      ->check(CLI::Range(0, 255));
+  add_wait_flags(*app, *o);
   duration_option(*app, "--lost-grace", o->lost_grace,
                   "After the lease is lost: time between SIGTERM and SIGKILL to CMD (default 5s)");
   app->add_flag("--foreground", o->foreground,
