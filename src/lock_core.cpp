@@ -14,6 +14,7 @@
 #include <asio/dispatch.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <climits>
 
 #include "algo/retry.hpp"
@@ -49,11 +50,15 @@ std::string same_slot_key(const std::string& key, std::string_view suffix) {
 
 struct lock_core::round_op {
   round_op(std::size_t n, steady::time_point start, const lock_options& o, std::string t,
-           round_handler h)
-      : token(std::move(t)), round(n, start, o.ttl, o.drift_factor), handler(std::move(h)) {}
+           round_handler h, std::shared_ptr<acquire_op> a)
+      : token(std::move(t)),
+        round(n, start, o.ttl, o.drift_factor),
+        handler(std::move(h)),
+        acquisition(std::move(a)) {}
   std::string token;
   quorum_round round;
   round_handler handler;
+  std::shared_ptr<acquire_op> acquisition;  // the acquisition this round belongs to, if any
   bool decided = false;
   std::int64_t fence = 0;
   std::size_t fence_confirmed = 0, fence_outstanding = 0;
@@ -67,6 +72,10 @@ struct lock_core::acquire_op {
   node_results* out = nullptr;
   std::shared_ptr<wake_waiter> waiter;  // the sleep between rounds, and the wake-ups that end it
   bool last_round_queued = false;       // the latest round carried a waiter entry
+  bool done = false;                    // the handler ran (a round's grant, or a handoff)
+  bool handed_off = false;              // a release gave us the lock (release.lua)
+  int releases_in_flight = 0;           // of our token, sent by failed rounds
+  std::vector<steady::time_point> attempt_started;  // per attempt: when its round began
 };
 
 lock_core::lock_core(std::vector<client> nodes, std::string key, lock_options options)
@@ -95,6 +104,16 @@ void lock_core::start_acquire(steady::time_point deadline, int attempts, acquire
   op->attempts_left = std::max(attempts, 1);
   op->handler = std::move(handler);
   op->out = out;
+  if (accepts_handoff()) {
+    // Weak: the waiter belongs to the op, and must not keep it (or the core) alive.
+    std::weak_ptr<lock_core> weak_self = shared_from_this();
+    std::weak_ptr<acquire_op> weak_op = op;
+    op->waiter->on_handoff([weak_self, weak_op](std::string_view grant) {
+      auto self = weak_self.lock();
+      auto acquisition = weak_op.lock();
+      return self && acquisition && self->take_handoff(acquisition, grant);
+    });
+  }
   // All of an acquisition runs on the I/O thread, where the inboxes and timers live; the
   // commands would be handed to it anyway.
   asio::dispatch(executor(), [self = shared_from_this(), op] { self->attempt(op); });
@@ -113,46 +132,105 @@ void lock_core::attempt(const std::shared_ptr<acquire_op>& op) {
   auto channels = op->waiter->begin_attempt(op->attempts_left > 0);
   std::vector<std::string> waiter_entries(nodes_.size());
   std::string ttl = std::to_string(waiter_entry_ttl(options_.retry_delay).count()) + " ";
+  // "<lock ttl> <attempt>": release.lua may hand the lock to this entry (see take_handoff).
+  std::string handoff = accepts_handoff() ? " " + std::to_string(options_.ttl.count()) + " " +
+                                                std::to_string(op->attempt_started.size())
+                                          : std::string();
   op->last_round_queued = false;
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     if (channels[i].empty()) continue;
-    waiter_entries[i] = ttl + channels[i];
+    waiter_entries[i] = ttl + channels[i] + handoff;
     op->last_round_queued = true;
   }
+  op->attempt_started.push_back(steady::now());
   start_round(op->token, std::move(waiter_entries),
               [self = shared_from_this(), op](std::error_code ec, std::shared_ptr<round_op> round) {
+                if (op->done) return;  // a handoff came first; this round's grant is the same key
                 if (!ec) {
                   auto state = std::make_shared<lease_state>();
                   state->token = op->token;
                   state->fence = static_cast<std::uint64_t>(round->fence);
                   state->set_deadline(round->round.valid_until());
-                  return self->finish(op, {}, make_lease(self, std::move(state)), *round);
+                  return self->finish(op, {}, make_lease(self, std::move(state)),
+                                      round->round.votes());
                 }
                 auto delay = self->retry_delay(round->round.votes());
                 bool time_left = op->deadline == steady::time_point::max() ||
                                  steady::now() + delay < op->deadline;
                 if (!is_retryable(ec) || op->attempts_left <= 0 || !time_left) {
-                  return self->finish(op, ec, lease{}, *round);
+                  return self->finish(op, ec, lease{}, round->round.votes());
                 }
                 // The sleep between two rounds, which a wake-up (or completed inbox
                 // subscriptions) cuts short.
                 op->waiter->sleep(delay, [self, op] { self->attempt(op); });
-              });
+              },
+              op);
+}
+
+// A release handed us the lock (release.lua): the key holds our token since the moment the
+// release ran, for ttl. When was that, on our clock? After the round of attempt <attempt> began:
+// that round wrote the entry the release used, so it ran on the server before the release did.
+// Counting the lease from that round's start is therefore safe, whatever delayed the message,
+// like a round's own validity; it only gives away the time the waiter spent queued since.
+bool lock_core::take_handoff(const std::shared_ptr<acquire_op>& op, std::string_view grant) {
+  if (op->done) return true;
+  // A release of our token that is still on its way could delete the key we were just given;
+  // let the next attempt find out instead (it sees the key as ours and is granted at once).
+  if (op->releases_in_flight > 0) return false;
+  std::uint64_t fence = 0;
+  std::size_t attempt = 0;
+  auto space = grant.find(' ');
+  if (space == std::string_view::npos) return false;
+  auto parse = [](std::string_view text, auto& out) {
+    auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return err == std::errc() && end == text.data() + text.size();
+  };
+  if (!parse(grant.substr(0, space), fence) || !parse(grant.substr(space + 1), attempt) ||
+      attempt >= op->attempt_started.size()) {
+    return false;
+  }
+  auto valid_until = op->attempt_started[attempt] + options_.ttl -
+                     drift_allowance(options_.ttl, options_.drift_factor);
+  if (steady::now() >= valid_until) {
+    // Born expired (queued longer than the TTL before the release): give it back, wait on.
+    ++op->releases_in_flight;
+    release_everywhere(op->token, {}, [op](std::size_t, std::error_code) { --op->releases_in_flight; });
+    return false;
+  }
+  op->handed_off = true;
+  auto state = std::make_shared<lease_state>();
+  state->token = op->token;
+  state->fence = fence;
+  state->set_deadline(valid_until);
+  node_results votes(1);
+  votes[0].node = nodes_[0].where().to_string();
+  votes[0].outcome = node_result::vote::granted;
+  finish(op, {}, make_lease(shared_from_this(), std::move(state)), votes);
+  return true;
 }
 
 void lock_core::finish(const std::shared_ptr<acquire_op>& op, std::error_code ec, lease l,
-                       const round_op& round) {
+                       const node_results& votes) {
+  op->done = true;
   op->waiter->finish();
-  // A grant that carried a waiter entry (or in fair mode) dequeues on the granting node itself;
-  // every other entry must go, or the next release would wake a waiter that no longer waits.
-  bool dequeued_by_grant = !ec && nodes_.size() == 1 && (op->last_round_queued || options_.fair);
+  // A grant that carried a waiter entry (or in fair mode) dequeues on the granting node itself,
+  // as does a handoff; every other entry must go, or the next release would wake a waiter that
+  // no longer waits.
+  bool dequeued_by_grant = !ec && nodes_.size() == 1 &&
+                           (op->last_round_queued || options_.fair || op->handed_off);
   if (op->waiter->queued() && !dequeued_by_grant) {
     for (auto& node : nodes_) {
       run_script(node, leave_script, {queue_key_, waiter_info_key_}, {op->token}, node_timeout_,
                  [](std::error_code, reply) {});
     }
+    // Giving up: a release may have handed us the lock after we stopped listening. This
+    // release, behind the leave on the same connection, gives such a key back (to the next
+    // waiter) and finds nothing otherwise.
+    if (ec && accepts_handoff()) {
+      release_everywhere(op->token, {}, [](std::size_t, std::error_code) {});
+    }
   }
-  if (op->out) *op->out = round.round.votes();
+  if (op->out) *op->out = votes;
   op->handler(ec, std::move(l));
 }
 
@@ -168,9 +246,9 @@ steady::duration lock_core::retry_delay(const node_results& votes) const {
 }
 
 void lock_core::start_round(std::string token, std::vector<std::string> waiter_entries,
-                            round_handler handler) {
+                            round_handler handler, std::shared_ptr<acquire_op> acquisition) {
   auto op = std::make_shared<round_op>(nodes_.size(), steady::now(), options_, std::move(token),
-                                       std::move(handler));
+                                       std::move(handler), std::move(acquisition));
   for (std::size_t i = 0; i < nodes_.size(); ++i) op->round.votes()[i].node = nodes_[i].where().to_string();
   std::string ttl = std::to_string(options_.ttl.count());
   std::string_view mode = options_.fair ? "fair" : "";
@@ -237,8 +315,13 @@ void lock_core::finish_round(const std::shared_ptr<round_op>& op, std::error_cod
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     skip[i] = op->round.votes()[i].outcome == node_result::vote::taken;
   }
+  if (op->acquisition) {
+    if (op->acquisition->done) return handler(ec, op);  // handed the lock meanwhile: keep it
+    ++op->acquisition->releases_in_flight;
+  }
   release_everywhere(op->token, std::move(skip), [op, ec, handler = std::move(handler)](
                                                      std::size_t, std::error_code) mutable {
+    if (op->acquisition) --op->acquisition->releases_in_flight;
     // A round lost early to fast failures (dead nodes refuse at once) is judged again now:
     // each node answers our release after the acquire sent before it on the same connection,
     // so every node that answers at all has voted by now. Votes against may prove another
@@ -263,7 +346,8 @@ void lock_core::release_everywhere(
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     if (skip[i]) continue;
     auto& node = nodes_[i];
-    run_script(node, release_script, {key_, queue_key_, waiter_info_key_}, {token}, node_timeout_,
+    run_script(node, release_script, {key_, queue_key_, waiter_info_key_, fence_key_}, {token},
+               node_timeout_,
                [t](std::error_code ec, reply r) {
                  if (ec && !t->first_error) t->first_error = ec;
                  if (!ec && r.is_integer() && r.integer() == 1) ++t->released;

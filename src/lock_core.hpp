@@ -52,13 +52,19 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
   using round_handler = unique_function<void(std::error_code, std::shared_ptr<round_op>)>;
 
   void start_round(std::string token, std::vector<std::string> waiter_entries,
-                   round_handler handler);
+                   round_handler handler, std::shared_ptr<acquire_op> acquisition = nullptr);
   void decide(const std::shared_ptr<round_op>& op);
   void raise_fence(const std::shared_ptr<round_op>& op, const fence_plan& plan);
   void finish_round(const std::shared_ptr<round_op>& op, std::error_code ec);
   void attempt(const std::shared_ptr<acquire_op>& op);
   void finish(const std::shared_ptr<acquire_op>& op, std::error_code ec, lease l,
-              const round_op& round);
+              const node_results& votes);
+  // A single node hands the lock to its first waiter on release (release.lua); N nodes cannot
+  // (one node's grant is no quorum), so Redlock waiters are only woken.
+  bool accepts_handoff() const noexcept { return nodes_.size() == 1 && options_.wake_on_release; }
+  // The handoff message "<fence> <attempt>": finishes `op` with the lock; false when it cannot
+  // be taken (then it counts as a wake-up).
+  bool take_handoff(const std::shared_ptr<acquire_op>& op, std::string_view grant);
   steady::duration retry_delay(const node_results& votes) const;
   // Runs release.lua on every node; reports how many deleted our key and the first error.
   // `skip[i]` leaves node i out (empty: none).

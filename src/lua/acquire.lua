@@ -6,11 +6,14 @@
 --          share one hash slot.
 -- ARGV[1]: the owner token; ARGV[2]: the TTL in ms;
 -- ARGV[3]: "<waiter ttl ms> <wake channel>" to queue when not granted, or "" not to queue;
+--          "<waiter ttl ms> <wake channel> <ttl ms> <attempt>" to queue and accept a handoff:
+--          release.lua then gives the lock straight to this waiter, for <ttl ms>, and names
+--          <attempt> (the waiter's count of its attempts) so that the waiter can date the grant;
 -- ARGV[4]: "fair" to grant only to the queue's head (or when the queue is empty), else "".
 -- Returns {1, fence} when granted (also when the key already holds this owner's token, e.g. a
--- late SET of our own earlier attempt), {0, holder's PTTL} when not (0 when the lock is free
--- but another waiter is ahead in fair mode), and a WRONGTYPE error when the key holds
--- something that is not a lock (SET NX alone would say "busy" forever).
+-- late SET of our own earlier attempt, or a handoff), {0, holder's PTTL} when not (0 when the
+-- lock is free but another waiter is ahead in fair mode), and a WRONGTYPE error when the key
+-- holds something that is not a lock (SET NX alone would say "busy" forever; GET raises it).
 local key, fence_key, queue, info, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, ttl_ms, waiter, fair = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == 'fair'
 
@@ -32,12 +35,13 @@ local function live_head(now)
   end
 end
 
-local function grant()
+-- `fence`: the token already drawn for this ownership, or nil to draw a new one.
+local function grant(fence)
   if waiter ~= '' or fair then
     redis.call('ZREM', queue, owner)
     redis.call('HDEL', info, owner)
   end
-  return {1, redis.call('INCR', fence_key)}
+  return {1, fence or redis.call('INCR', fence_key)}
 end
 
 local now
@@ -51,22 +55,20 @@ end
 if our_turn and redis.call('SET', key, owner, 'NX', 'PX', ttl_ms) then
   return grant()
 end
-local kind = redis.call('TYPE', key).ok
-if kind ~= 'string' and kind ~= 'none' then
-  return redis.error_reply('WRONGTYPE the lock key holds a value that is not a string')
-end
 if redis.call('GET', key) == owner then
+  -- Whatever set our token (a late SET of ours, a handoff) drew a fence then, and nobody can
+  -- have drawn one since, so the counter still reads it: drawing again would only leave gaps.
   redis.call('PEXPIRE', key, ttl_ms)
-  return grant()
+  return grant(tonumber(redis.call('GET', fence_key)))
 end
 
 if waiter ~= '' then
   now = now or now_ms()
-  local waiter_ttl, channel = string.match(waiter, '^(%d+) (.+)$')
+  local waiter_ttl, rest = string.match(waiter, '^(%d+) (.+)$')
   if redis.call('ZSCORE', queue, owner) == false then
     redis.call('ZADD', queue, redis.call('INCR', tickets), owner)
   end
-  redis.call('HSET', info, owner, (now + tonumber(waiter_ttl)) .. ' ' .. channel)
+  redis.call('HSET', info, owner, (now + tonumber(waiter_ttl)) .. ' ' .. rest)
   -- The queue vanishes on its own once every waiter is gone.
   for _, k in ipairs({queue, info, tickets}) do
     redis.call('PEXPIRE', k, 2 * tonumber(waiter_ttl))

@@ -43,27 +43,33 @@ void inbox::subscribe(unique_function<void(std::error_code)> done) {
                 });
 }
 
-void inbox::listen(const std::string& token, std::function<void()> on_wake) {
+void inbox::listen(const std::string& token, std::function<void(std::string_view)> on_wake) {
   listeners_[token] = std::move(on_wake);
 }
 
 void inbox::forget(const std::string& token) { listeners_.erase(token); }
 
-// ["message", channel, payload]: the payload is the token of the waiter to wake.
+// ["message", channel, payload]: the payload starts with the token of the waiter to wake.
 void inbox::on_message(const reply& r) {
   const auto& e = r.elements();
   if (e.size() != 3) return;
-  auto it = listeners_.find(e[2].str());
-  if (it == listeners_.end()) return;  // that waiter gave up meanwhile
+  std::string_view payload = e[2].str();
+  auto space = payload.find(' ');
+  std::string_view token = payload.substr(0, space);
+  std::string_view rest = space == std::string_view::npos ? "" : payload.substr(space + 1);
+  auto it = listeners_.find(std::string(token));
+  // A waiter that gave up meanwhile: a handoff it missed is undone by the release it sends
+  // when it gives up (lock_core).
+  if (it == listeners_.end()) return;
   auto wake = it->second;  // the listener may forget itself while running
-  wake();
+  wake(rest);
 }
 
 void inbox::on_drop() {
   subscribed_ = false;
-  std::vector<std::function<void()>> all;
+  std::vector<std::function<void(std::string_view)>> all;
   for (auto& [token, wake] : listeners_) all.push_back(wake);
-  for (auto& wake : all) wake();
+  for (auto& wake : all) wake("");
 }
 
 }  // namespace dlock::detail
@@ -101,16 +107,20 @@ std::vector<std::string> wake_waiter::begin_attempt(bool queue) {
     // Weak: the inbox outlives any one acquisition and must not keep it alive.
     std::weak_ptr<wake_waiter> weak = shared_from_this();
     for (auto* box : boxes_) {
-      box->listen(token_, [weak] {
-        if (auto self = weak.lock()) self->on_wake();
+      box->listen(token_, [weak](std::string_view handoff) {
+        if (auto self = weak.lock()) self->on_wake(handoff);
       });
     }
   }
   return channels;
 }
 
-void wake_waiter::on_wake() {
+void wake_waiter::on_wake(std::string_view handoff) {
   if (done_) return;
+  if (!handoff.empty() && on_handoff_) {
+    auto take = on_handoff_;  // taking it may finish() this waiter, which drops on_handoff_
+    if (take(handoff)) return;
+  }
   if (in_attempt_) {
     wake_pending_ = true;  // try again as soon as this attempt fails
   } else {
@@ -149,6 +159,7 @@ void wake_waiter::sleep(std::chrono::steady_clock::duration backstop,
 
 void wake_waiter::finish() {
   done_ = true;
+  on_handoff_ = nullptr;
   in_attempt_ = false;
   timer_.cancel();
   if (!listening_) return;

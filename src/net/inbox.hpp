@@ -1,7 +1,8 @@
 // net/inbox.hpp: where waiters of this process are woken. Private.
 //   inbox             one pub/sub channel per client (dlock:wake:<random>), subscribed on a
 //                     connection of its own; a release publishes the token of the waiter it
-//                     hands the lock (or a permit) to, and the inbox calls that waiter's listener
+//                     wakes (or "<token> <fence> <attempt>" when it handed that waiter the
+//                     lock), and the inbox calls that waiter's listener
 //   wake_waiter       the waiting side of one acquisition, lock's or semaphore's: listens on the
 //                     inboxes of its nodes, subscribes the missing ones, and sleeps between two
 //                     attempts until the backstop delay ends or a wake-up cuts it short
@@ -15,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -32,9 +34,10 @@ class inbox : public std::enable_shared_from_this<inbox> {
   // Subscribes if needed; `done` runs when confirmed or failed.
   void subscribe(unique_function<void(std::error_code)> done);
 
-  // `on_wake` runs for each message naming `token`, and once for every waiter when the
-  // subscription drops (a message may have been lost then: the waiter should try again).
-  void listen(const std::string& token, std::function<void()> on_wake);
+  // `on_wake` runs for each message naming `token`, with what followed the token ("" for a
+  // plain wake-up, "<fence> <attempt>" for a handoff), and once with "" for every waiter when
+  // the subscription drops (a message may have been lost then: the waiter should try again).
+  void listen(const std::string& token, std::function<void(std::string_view)> on_wake);
   void forget(const std::string& token);
 
  private:
@@ -47,7 +50,7 @@ class inbox : public std::enable_shared_from_this<inbox> {
   bool subscribed_ = false;
   bool subscribing_ = false;
   std::vector<unique_function<void(std::error_code)>> waiting_for_subscription_;
-  std::unordered_map<std::string, std::function<void()>> listeners_;
+  std::unordered_map<std::string, std::function<void(std::string_view)>> listeners_;
 };
 
 // A queued waiter refreshes its entry at every attempt, at least once per retry_delay; an entry
@@ -76,13 +79,20 @@ class wake_waiter : public std::enable_shared_from_this<wake_waiter> {
   void sleep(std::chrono::steady_clock::duration backstop, unique_function<void()> next);
   // Stops listening; a sleep still pending ends without running its `next`.
   void finish();
+  // Where a handoff message goes ("<fence> <attempt>", see release.lua); it returns false when
+  // it did not take the lock, and the message then counts as a plain wake-up, as it does
+  // without a handler. Runs on the I/O thread, never after finish().
+  void on_handoff(std::function<bool(std::string_view)> handler) {
+    on_handoff_ = std::move(handler);
+  }
   // Some attempt queued on some node: the entry stays there unless that node granted.
   bool queued() const noexcept { return queued_; }
 
  private:
-  void on_wake();
+  void on_wake(std::string_view handoff);
 
   std::vector<inbox*> boxes_;
+  std::function<bool(std::string_view)> on_handoff_;
   std::string token_;
   bool enabled_;
   asio::steady_timer timer_;

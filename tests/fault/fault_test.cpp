@@ -9,6 +9,9 @@
 
 #include <random>
 
+#include <future>
+
+#include "dlock/mutex.hpp"
 #include "fault/scenario.hpp"
 #include "support/redis_server.hpp"
 
@@ -17,6 +20,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using proxy_mode = tcp_proxy::mode;
+using steady = std::chrono::steady_clock;
 
 // Every scenario: the workers ran, finished and did real work; fencing never let a stale write
 // through.
@@ -43,6 +47,51 @@ void expect_bites(const outcome& o, const std::string& lock) {
 
 // A minority of the nodes hangs (SIGSTOP) for longer than the TTL, in turn. The single lock and the
 // semaphore live on node 0, so they stall while it hangs: unavailable, never unsafe.
+// A release hands the lock to the queue's head (release.lua). Here the head is a waiter whose
+// replies are slow (400 ms each way down): it is handed the lock after its last attempt ran but
+// before it learned "taken" and gave up, and the handoff message reaches it only after it
+// stopped listening. Its give-up must give that key back, or the lock sits with nobody until
+// its TTL (30 s) runs out.
+TEST(fault, handoff_to_a_waiter_that_gave_up) {
+  test::redis_server server;
+  tcp_proxy slow_down{server.port()};
+  slow_down.set_latency(0ms, 400ms);
+  client direct{server.url()};
+  client via_proxy{slow_down.url()};
+  const std::string key = "fault:handoff-give-up";
+  mutex holder{direct, key};
+  ASSERT_TRUE(holder.try_lock());
+  {
+    // A first wait subscribes the slow client's wake inbox, so that the next one queues at once.
+    mutex warm_up{via_proxy, key, {.retry_delay = 50ms}};
+    ASSERT_FALSE(warm_up.try_lock_for(1500ms));
+  }
+  auto queued = [&] { return direct.exec({"ZCARD", "{" + key + "}:waiters"}).integer(); };
+  auto until = steady::now() + 3s;
+  while (queued() != 0 && steady::now() < until) std::this_thread::sleep_for(2ms);
+  ASSERT_EQ(queued(), 0) << "the warm-up did not leave the queue";
+  mutex waiter{via_proxy, key, {.retry_delay = 10s}};
+  auto start = steady::now();
+  // Its one attempt queues at once, and "taken" arrives 0.4 s later with 0.6 s left: less than
+  // the 5-10 s backstop, so the waiter gives up then.
+  auto got = std::async(std::launch::async, [&] { return waiter.try_lock_for(1000ms); });
+  until = steady::now() + 5s;
+  while (queued() == 0 && steady::now() < until) std::this_thread::sleep_for(2ms);
+  ASSERT_LT(steady::now(), until) << "the waiter never queued";
+  holder.unlock();  // hands the lock to the waiter, which will hear of it 0.4 s later
+  auto handed_to = direct.exec({"GET", key});
+  EXPECT_FALSE(handed_to.is_nil()) << "no handoff happened: the test tests nothing";
+  EXPECT_FALSE(got.get()) << "the waiter took the lock: the timing did not hold";
+  std::printf("[ report   ] waiter gave up after %.0f ms\n",
+              std::chrono::duration<double, std::milli>(steady::now() - start).count());
+  until = steady::now() + 3s;
+  while (!direct.exec({"GET", key}).is_nil() && steady::now() < until) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(direct.exec({"GET", key}).is_nil())
+      << "orphaned: held by the waiter that gave up, PTTL " << direct.exec({"PTTL", key}).integer();
+}
+
 TEST(fault, hang_minority) {
   scenario s{"hang_minority"};
   auto o = s.run([](scenario& s) {

@@ -206,6 +206,111 @@ TEST_F(WakeupTest, SixtyFourFairWaitersNeitherOverlapNorStarve) {
   contend(server_, test_key(), 8, 8, 5, true);
 }
 
+// A single node hands the lock over inside the release script: when unlock() returns, the key
+// already holds the waiter's token, and the waiter needs no acquire of its own.
+TEST_F(WakeupTest, ReleaseHandsTheLockToTheQueuedWaiter) {
+  mutex holder{client_, test_key()};
+  ASSERT_TRUE(holder.try_lock());
+  auto holder_fence = holder.current_lease()->fencing_token();
+  mutex waiter{client_, test_key(), {.retry_delay = 10s}};  // one attempt, then only the backstop
+  auto got = std::async(std::launch::async, [&] { return waiter.try_lock_for(20s); });
+  wait_for_queue(1);
+  auto scripts_run = [&] {
+    auto info = client_.exec({"INFO", "commandstats"}).str();
+    auto at = info.find("cmdstat_evalsha:calls=");
+    return at == std::string::npos ? 0 : std::stoll(info.substr(at + 22));
+  };
+  auto before = scripts_run();
+  holder.unlock();
+  auto now_held_by = client_.exec({"GET", test_key()});
+  ASSERT_FALSE(now_held_by.is_nil()) << "the release left the lock free";
+  EXPECT_GT(client_.exec({"PTTL", test_key()}).integer(), 0);
+  ASSERT_TRUE(got.get());
+  EXPECT_EQ(waiter.current_lease()->value(), now_held_by.str());
+  EXPECT_EQ(waiter.current_lease()->fencing_token(), holder_fence + 1);
+  EXPECT_EQ(scripts_run() - before, 1) << "the waiter ran an acquire of its own";
+  EXPECT_EQ(client_.exec({"ZCARD", "{" + test_key() + "}:waiters"}).integer(), 0);
+  waiter.unlock();
+  EXPECT_TRUE(client_.exec({"GET", test_key()}).is_nil());
+}
+
+// The waiter cannot know when the release ran, only that it ran after the round that queued
+// it: its lease counts from that round, never from the message's arrival.
+TEST_F(WakeupTest, AHandedOverLeaseCountsFromTheRoundThatQueued) {
+  mutex holder{client_, test_key()};
+  ASSERT_TRUE(holder.try_lock());
+  mutex waiter{client_, test_key(), {.ttl = 3s, .retry_delay = 20s}};
+  auto got = std::async(std::launch::async, [&] { return waiter.try_lock_for(20s); });
+  wait_for_queue(1);
+  std::this_thread::sleep_for(1s);
+  holder.unlock();
+  ASSERT_TRUE(got.get());
+  EXPECT_GT(client_.exec({"PTTL", test_key()}).integer(), 2500);  // the server counts from now
+  EXPECT_LT(waiter.current_lease()->remaining(), 2100ms);       // we count from the queueing
+  EXPECT_GT(waiter.current_lease()->remaining(), 1000ms);
+  waiter.unlock();
+}
+
+// PUBLISH reports how many subscribers got the message: none means the waiter's process is
+// gone, and the release serves the next waiter instead of handing the lock to nobody.
+TEST_F(WakeupTest, AWaiterNobodyListensForIsSkipped) {
+  mutex holder{client_, test_key()};
+  ASSERT_TRUE(holder.try_lock());
+  mutex waiter{client_, test_key(), {.retry_delay = 10s}};
+  auto got = std::async(std::launch::async, [&] { return waiter.try_lock_for(20s); });
+  wait_for_queue(1);
+  // A ghost ahead of the live waiter, as a crashed process leaves it: live deadline, no listener.
+  std::string queue = "{" + test_key() + "}:waiters", info = "{" + test_key() + "}:waiter-info";
+  client_.exec({"ZADD", queue, "-1", "ghost"});
+  client_.exec({"HSET", info, "ghost", "99999999999999 dlock:wake:nobody-listens 30000 0"});
+  auto released = steady::now();
+  holder.unlock();
+  EXPECT_NE(client_.exec({"GET", test_key()}).str(), "ghost");
+  ASSERT_TRUE(got.get());
+  EXPECT_LT(steady::now() - released, 1s);  // not the 5-10 s backstop
+  EXPECT_EQ(client_.exec({"ZSCORE", queue, "ghost"}).is_nil(), true);
+  waiter.unlock();
+}
+
+// Waiters that give up (short timeouts) while releases hand the lock on: a handoff that reaches
+// a waiter after it stopped listening must be given back, or the lock would sit with nobody
+// until its TTL ran out.
+TEST_F(WakeupTest, WaitersThatGiveUpLeaveNoOrphanedLock) {
+  constexpr int threads = 8;
+  std::atomic<bool> stop{false};
+  std::atomic<int> acquired{0}, gave_up{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      client own{server_.url()};
+      mutex m{own, test_key(), {.ttl = 30s, .retry_delay = 200ms}};
+      for (int i = 0; !stop; ++i) {
+        if (!m.try_lock_for(std::chrono::microseconds(200 + 300 * ((t + i) % 7)))) {
+          ++gave_up;
+          continue;
+        }
+        ++acquired;
+        std::this_thread::sleep_for(std::chrono::microseconds(300));
+        m.unlock();
+      }
+    });
+  }
+  std::this_thread::sleep_for(3s);
+  stop = true;
+  for (auto& t : pool) t.join();
+  std::printf("[ report   ] %d acquisitions, %d waits given up\n", acquired.load(), gave_up.load());
+  EXPECT_GT(acquired.load(), 0);
+  EXPECT_GT(gave_up.load(), 0);
+  // Every holder released and every quitter gave its handoffs back: nobody holds the lock (a
+  // give-up's release may still be on its way for a moment).
+  auto until = steady::now() + 2s;
+  while (!client_.exec({"GET", test_key()}).is_nil() && steady::now() < until) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(client_.exec({"GET", test_key()}).is_nil())
+      << "held by a waiter that gave up; PTTL " << client_.exec({"PTTL", test_key()}).integer();
+}
+
 TEST_F(WakeupTest, FairModeIsRejectedForSeveralNodes) {
   redis_server second;
   EXPECT_THROW((mutex{{client_, client{second.url()}}, test_key(), {.fair = true}}),
