@@ -74,7 +74,11 @@ struct lock_core::acquire_op {
   bool last_round_queued = false;       // the latest round carried a waiter entry
   bool done = false;                    // the handler ran (a round's grant, or a handoff)
   bool handed_off = false;              // a release gave us the lock (release.lua)
-  int releases_in_flight = 0;           // of our token, sent by failed rounds
+  // This acquisition sent a release of its own token (a failed round's cleanup). That release
+  // may run after a handoff and delete it, and its reply may arrive before the handoff's
+  // message (they travel on different connections): no handoff is trusted from then on, and
+  // the next attempt finds out instead (a handed-over key reads as ours and is granted).
+  bool released_own_token = false;
   std::vector<steady::time_point> attempt_started;  // per attempt: when its round began
 };
 
@@ -133,9 +137,12 @@ void lock_core::attempt(const std::shared_ptr<acquire_op>& op) {
   std::vector<std::string> waiter_entries(nodes_.size());
   std::string ttl = std::to_string(waiter_entry_ttl(options_.retry_delay).count()) + " ";
   // "<lock ttl> <attempt>": release.lua may hand the lock to this entry (see take_handoff).
-  std::string handoff = accepts_handoff() ? " " + std::to_string(options_.ttl.count()) + " " +
-                                                std::to_string(op->attempt_started.size())
-                                          : std::string();
+  std::string handoff;
+  if (accepts_handoff()) {
+    // Appended piecewise: GCC 12's -Wrestrict misfires on `" " + std::to_string(...)` at -O2.
+    handoff.append(" ").append(std::to_string(options_.ttl.count()));
+    handoff.append(" ").append(std::to_string(op->attempt_started.size()));
+  }
   op->last_round_queued = false;
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     if (channels[i].empty()) continue;
@@ -174,9 +181,7 @@ void lock_core::attempt(const std::shared_ptr<acquire_op>& op) {
 // like a round's own validity; it only gives away the time the waiter spent queued since.
 bool lock_core::take_handoff(const std::shared_ptr<acquire_op>& op, std::string_view grant) {
   if (op->done) return true;
-  // A release of our token that is still on its way could delete the key we were just given;
-  // let the next attempt find out instead (it sees the key as ours and is granted at once).
-  if (op->releases_in_flight > 0) return false;
+  if (op->released_own_token) return false;
   std::uint64_t fence = 0;
   std::size_t attempt = 0;
   auto space = grant.find(' ');
@@ -193,8 +198,8 @@ bool lock_core::take_handoff(const std::shared_ptr<acquire_op>& op, std::string_
                      drift_allowance(options_.ttl, options_.drift_factor);
   if (steady::now() >= valid_until) {
     // Born expired (queued longer than the TTL before the release): give it back, wait on.
-    ++op->releases_in_flight;
-    release_everywhere(op->token, {}, [op](std::size_t, std::error_code) { --op->releases_in_flight; });
+    op->released_own_token = true;
+    release_everywhere(op->token, {}, [](std::size_t, std::error_code) {});
     return false;
   }
   op->handed_off = true;
@@ -317,11 +322,12 @@ void lock_core::finish_round(const std::shared_ptr<round_op>& op, std::error_cod
   }
   if (op->acquisition) {
     if (op->acquisition->done) return handler(ec, op);  // handed the lock meanwhile: keep it
-    ++op->acquisition->releases_in_flight;
+    if (std::find(skip.begin(), skip.end(), false) != skip.end()) {
+      op->acquisition->released_own_token = true;
+    }
   }
   release_everywhere(op->token, std::move(skip), [op, ec, handler = std::move(handler)](
                                                      std::size_t, std::error_code) mutable {
-    if (op->acquisition) --op->acquisition->releases_in_flight;
     // A round lost early to fast failures (dead nodes refuse at once) is judged again now:
     // each node answers our release after the acquire sent before it on the same connection,
     // so every node that answers at all has voted by now. Votes against may prove another
@@ -333,16 +339,16 @@ void lock_core::finish_round(const std::shared_ptr<round_op>& op, std::error_cod
 
 void lock_core::release_everywhere(
     const std::string& token, std::vector<bool> skip,
-    unique_function<void(std::size_t, std::error_code)> handler) {
+    unique_function<void(std::size_t, std::error_code)> handler, std::size_t enough) {
   struct tally {
-    std::size_t outstanding, released = 0;
+    std::size_t outstanding, released = 0, enough;
     std::error_code first_error;
     unique_function<void(std::size_t, std::error_code)> handler;
   };
   skip.resize(nodes_.size(), false);
   std::size_t targets = static_cast<std::size_t>(std::count(skip.begin(), skip.end(), false));
   if (targets == 0) return handler(0, {});
-  auto t = std::make_shared<tally>(tally{targets, 0, {}, std::move(handler)});
+  auto t = std::make_shared<tally>(tally{targets, 0, enough, {}, std::move(handler)});
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     if (skip[i]) continue;
     auto& node = nodes_[i];
@@ -351,18 +357,26 @@ void lock_core::release_everywhere(
                [t](std::error_code ec, reply r) {
                  if (ec && !t->first_error) t->first_error = ec;
                  if (!ec && r.is_integer() && r.integer() == 1) ++t->released;
-                 if (--t->outstanding == 0) t->handler(t->released, t->first_error);
+                 --t->outstanding;
+                 if (!t->handler) return;  // reported already
+                 if (t->outstanding == 0 || t->released >= t->enough) {
+                   std::exchange(t->handler, {})(t->released, t->first_error);
+                 }
                });
   }
 }
 
+// Reports as soon as a quorum deleted the key: from then on no quorum can still vouch for this
+// lease, and the next holder may form its own; the remaining nodes' releases go on meanwhile.
 void lock_core::start_release(const std::shared_ptr<lease_state>& state, done_handler handler) {
   if (state->released.exchange(true)) return handler(errc::not_held);
-  release_everywhere(state->token, {}, [handler = std::move(handler)](std::size_t released,
-                                                                  std::error_code first_error) mutable {
-    if (released > 0) return handler({});
-    handler(first_error ? first_error : std::error_code(errc::not_held));
-  });
+  release_everywhere(
+      state->token, {},
+      [handler = std::move(handler)](std::size_t released, std::error_code first_error) mutable {
+        if (released > 0) return handler({});
+        handler(first_error ? first_error : std::error_code(errc::not_held));
+      },
+      nodes_.size() / 2 + 1);
 }
 
 void lock_core::start_extend(const std::shared_ptr<lease_state>& state,

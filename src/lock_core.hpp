@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <stop_token>
 #include <string>
@@ -66,10 +67,12 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
   // be taken (then it counts as a wake-up).
   bool take_handoff(const std::shared_ptr<acquire_op>& op, std::string_view grant);
   steady::duration retry_delay(const node_results& votes) const;
-  // Runs release.lua on every node; reports how many deleted our key and the first error.
+  // Runs release.lua on every node; reports how many deleted our key and the first error,
+  // once every node answered, or as soon as `enough` of them deleted it.
   // `skip[i]` leaves node i out (empty: none).
   void release_everywhere(const std::string& token, std::vector<bool> skip,
-                          unique_function<void(std::size_t released, std::error_code)> handler);
+                          unique_function<void(std::size_t released, std::error_code)> handler,
+                          std::size_t enough = SIZE_MAX);
 
   std::vector<client> nodes_;
   std::string key_;
