@@ -1,7 +1,8 @@
 // lock_bench: dlock's macro benchmark. Starts five throwaway redis-servers on loopback ports,
 // then in one run measures, on those same servers:
 //   the ceiling      redis-benchmark: SET NX PX, EVALSHA <release>, plain and -P 16; PING RTT
-//   uncontended      dlock lock()+unlock() cycles/s, p50/p99, 1/8/64 lockers, 1, 3 and 5 nodes
+//   uncontended      dlock lock()+unlock() cycles/s, p50/p99, 1/8/64 lockers, 1, 3 and 5 nodes:
+//                    N threads (blocking calls), and N async callback chains on the I/O thread
 //   contended        8 and 64 workers on one key holding ~1 ms: acquisitions/s, handoff p50/p99
 //   fairness         8 greedy workers: acquisitions per worker, unfair and fair mode
 //   semaphore        limit 4, 8 and 64 workers holding ~1 ms: acquisitions/s, handoff p50/p99
@@ -11,6 +12,8 @@
 //
 //   lock_bench [--seconds 1.5] [--warm-ms 300] [--out DIR] [--no-peers] [--callgrind]
 //   lock_bench --cycles N     one server, N cycles, nothing else (what callgrind runs)
+//   lock_bench --async-lockers N [--seconds S]   one server, the async uncontended scenario
+//                             with N lockers, nothing else (for perf); prints one line
 //
 // Every run is bounded: scenarios by their window, child processes by timeout(1). On SIGINT
 // or SIGTERM the servers are killed before exiting.
@@ -68,6 +71,7 @@ struct options {
   bool peers = true;
   bool callgrind = false;
   int cycles = 0;  // > 0: the callgrind mode
+  int async_lockers = 0;  // > 0: only the async uncontended scenario (profiling)
   std::string command;
 };
 
@@ -90,6 +94,7 @@ options parse(int argc, char** argv) {
     else if (a == "--no-peers") o.peers = false;
     else if (a == "--callgrind") o.callgrind = true;
     else if (a == "--cycles") o.cycles = std::stoi(value());
+    else if (a == "--async-lockers") o.async_lockers = std::stoi(value());
     else throw std::runtime_error("unknown argument " + a + " (see the comment atop lock_bench.cpp)");
   }
   return o;
@@ -216,6 +221,21 @@ int run_cycles_mode(const options& o) {
   return 0;
 }
 
+int run_async_mode(const options& o) {
+  redis_server server;
+  server_pids[0] = server.pid();
+  std::vector<dlock::client> nodes{dlock::client{server.url()}};
+  timing t{std::chrono::milliseconds(o.warm_ms),
+           std::chrono::milliseconds(static_cast<long>(o.seconds * 1000)), std::chrono::milliseconds(1)};
+  auto r = run_uncontended_async(nodes, o.async_lockers, t, "bench:a:");
+  std::cout << o.async_lockers << " async lockers, 1 node: " << r.get("cycles_per_s")
+            << " cycles/s, p50 " << r.get("p50_ms") << " ms, p99 " << r.get("p99_ms")
+            << " ms, client CPU " << r.get("client_cpu_us_per_op") << " us/cycle, errors "
+            << r.get("errors") << ", " << r.get("cycles_total") << " cycles in all\n";
+  server_pids[0] = 0;
+  return 0;
+}
+
 int run_all(const options& o) {
   std::filesystem::create_directories(o.out);
   timing t{std::chrono::milliseconds(o.warm_ms),
@@ -249,12 +269,17 @@ int run_all(const options& o) {
   rows.push_back(run_exec_rtt(clients[0], t.measure / 2));
 
   for (int nodes : {1, 3, 5}) {
-    for (int lockers : {1, 8, 64}) {
-      progress("dlock uncontended, " + std::to_string(nodes) + " node(s), " + std::to_string(lockers) + " lockers");
-      auto set = first(nodes);
-      flush_all(set);
-      rows.push_back(run_uncontended(set, lockers, t,
-                                     "bench:u:" + std::to_string(nodes) + ":" + std::to_string(lockers) + ":"));
+    for (bool async : {false, true}) {
+      for (int lockers : {1, 8, 64}) {
+        progress("dlock uncontended" + std::string(async ? " async, " : ", ") +
+                 std::to_string(nodes) + " node(s), " + std::to_string(lockers) + " lockers");
+        auto set = first(nodes);
+        flush_all(set);
+        std::string prefix = std::string(async ? "bench:ua:" : "bench:u:") +
+                             std::to_string(nodes) + ":" + std::to_string(lockers) + ":";
+        rows.push_back(async ? run_uncontended_async(set, lockers, t, prefix)
+                             : run_uncontended(set, lockers, t, prefix));
+      }
     }
   }
   // Contended mutex: the defaults (waiters woken by the release) and plain polling every 2 ms.
@@ -346,7 +371,9 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   try {
     options o = parse(argc, argv);
-    return o.cycles > 0 ? run_cycles_mode(o) : run_all(o);
+    if (o.cycles > 0) return run_cycles_mode(o);
+    if (o.async_lockers > 0) return run_async_mode(o);
+    return run_all(o);
   } catch (const std::exception& e) {
     std::cerr << "lock_bench: " << e.what() << "\n";
     return 1;

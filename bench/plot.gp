@@ -1,6 +1,7 @@
 # plot.gp: the two pictures of docs/benchmarks.md, from lock_bench's plot data.
 #   gnuplot -e "results='bench/results'; docs='docs'" bench/plot.gp
-# throughput.dat: lockers, then cycles/s per series ("?" = not measured).
+# throughput.dat: lockers, then cycles/s per series ("?" = not measured); columns 9-11 are
+# dlock's async variant (1, 3, 5 nodes), dashed in the colour of the same nodes' thread series.
 # handoff.dat: label, workers, p50 ms, p99 ms per contended run.
 if (!exists("results")) results = 'bench/results'
 if (!exists("docs")) docs = 'docs'
@@ -18,7 +19,8 @@ set ylabel "cycles/s (log scale)"
 set logscale xy
 set xtics ("1" 1, "8" 8, "64" 64)
 set xrange [0.8:80]
-plot for [i=2:8] results.'/throughput.dat' using 1:i title columnheader(i) lw 2 pt 7
+plot for [i=2:8] results.'/throughput.dat' using 1:i title columnheader(i) lw 2 pt 7, \
+     for [i=9:11] results.'/throughput.dat' using 1:i title columnheader(i) lw 2 pt 5 dt 2 lt (i-6)
 
 unset logscale
 unset xtics

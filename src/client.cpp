@@ -16,21 +16,39 @@ const endpoint& client::where() const noexcept { return conn_->where(); }
 const client_options& client::options() const noexcept { return conn_->options(); }
 detail::io_executor client::get_executor() const noexcept { return conn_->executor(); }
 
-void client::start_exec(command cmd, std::chrono::milliseconds timeout,
-                        detail::unique_function<void(std::error_code, reply)> handler) {
-  // now + timeout saturates: milliseconds::max() means no deadline, where plain addition would
-  // overflow (UB) into a deadline in the past.
+namespace {
+
+// now + timeout, saturating: milliseconds::max() means no deadline, where plain addition would
+// overflow (UB) into a deadline in the past.
+detail::clock::time_point deadline_after(std::chrono::milliseconds timeout) {
   auto now = detail::clock::now();
   auto room = std::chrono::duration_cast<std::chrono::milliseconds>(
       detail::clock::time_point::max() - now);
-  auto deadline = timeout <= std::chrono::milliseconds::zero() ? now
-                  : timeout < room                             ? now + timeout
-                                                               : detail::clock::time_point::max();
-  std::size_t count = cmd.size();
-  conn_->submit(std::string(cmd.bytes()), count, deadline, std::move(handler));
+  return timeout <= std::chrono::milliseconds::zero() ? now
+         : timeout < room                             ? now + timeout
+                                                      : detail::clock::time_point::max();
 }
 
+}  // namespace
+
+void client::start_exec(command cmd, std::chrono::milliseconds timeout,
+                        detail::unique_function<void(std::error_code, reply)> handler) {
+  std::size_t count = cmd.size();
+  conn_->submit(std::string(cmd.bytes()), count, deadline_after(timeout), std::move(handler));
+}
+
+bool client::try_exec_direct(const command& cmd, std::chrono::milliseconds timeout,
+                             std::error_code& ec, reply& out) {
+  return conn_->try_exchange_direct(cmd.bytes(), cmd.size(), deadline_after(timeout), ec, out);
+}
+
+// The caller's thread does the round trip itself when the connection is idle (no wake-up of
+// the I/O thread, no wake-up back); otherwise the request queues behind the others.
 reply client::exec(command cmd, std::error_code& ec) {
+  reply out;
+  if (!detail::on_io_thread() && try_exec_direct(cmd, options().request_timeout, ec, out)) {
+    return out;
+  }
   return detail::wait<reply>(ec, [&](auto handler) {
     start_exec(std::move(cmd), options().request_timeout, std::move(handler));
   });

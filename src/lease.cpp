@@ -1,6 +1,7 @@
 #include "dlock/lease.hpp"
 
 #include "lease_state.hpp"
+#include "net/runtime.hpp"
 
 namespace dlock {
 
@@ -87,6 +88,11 @@ std::error_code lease::release() noexcept {
   if (!state_) return {};
   detail::stop_keep_alive(owner_, state_);
   std::error_code ec;
+  if (owner_->try_release_direct(state_, ec)) {
+    state_.reset();
+    owner_.reset();
+    return ec;
+  }
   detail::wait<int>(ec, [&](auto handler) {
     owner_->start_release(state_, [h = std::move(handler)](std::error_code e) mutable {
       h(e, 0);
@@ -95,6 +101,34 @@ std::error_code lease::release() noexcept {
   state_.reset();
   owner_.reset();
   return ec;
+}
+
+detail::io_executor lease::executor() const noexcept {
+  return owner_ ? owner_->executor() : detail::runtime::shared().executor();
+}
+
+std::chrono::milliseconds lease::default_ttl() const noexcept {
+  return owner_ ? owner_->default_ttl() : std::chrono::milliseconds::zero();
+}
+
+// What release() does, without the wait: the lease lets go of its state at once (release()
+// does so after the wait), and the completion keeps the owner and the state alive until the
+// script answered, so the lease, the mutex and the client may all be gone by then.
+void lease::start_release(detail::unique_function<void(std::error_code)> handler) {
+  if (!state_) return handler(errc::not_held);
+  auto owner = std::move(owner_);
+  auto state = std::move(state_);
+  detail::stop_keep_alive(owner, state);
+  auto& core = *owner;
+  core.start_release(state, [owner = std::move(owner), state, h = std::move(handler)](
+                                std::error_code ec) mutable { h(ec); });
+}
+
+void lease::start_extend(std::chrono::milliseconds ttl,
+                         detail::unique_function<void(std::error_code)> handler) {
+  if (!state_) return handler(errc::not_held);
+  owner_->start_extend(state_, ttl, [owner = owner_, state = state_, h = std::move(handler)](
+                                        std::error_code ec) mutable { h(ec); });
 }
 
 std::string lease::detach() noexcept {

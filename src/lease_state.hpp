@@ -56,6 +56,11 @@ class lease_owner {
   virtual io_executor executor() const noexcept = 0;
   // Deletes the holder's entry where it is still this token's. not_held when none was.
   virtual void start_release(const std::shared_ptr<lease_state>& state, done_handler handler) = 0;
+  // The same, blocking, on the calling thread, when the owner can do that without the I/O
+  // thread (an idle connection); false when it sent nothing, and start_release must do it.
+  virtual bool try_release_direct(const std::shared_ptr<lease_state>&, std::error_code&) {
+    return false;
+  }
   // Pushes the expiry out to `ttl`; lease_lost (and lost() fired) when the entry is gone.
   virtual void start_extend(const std::shared_ptr<lease_state>& state,
                             std::chrono::milliseconds ttl, done_handler handler) = 0;

@@ -98,8 +98,9 @@ lock_core::lock_core(std::vector<client> nodes, std::string key, lock_options op
 }
 
 void lock_core::start_acquire(steady::time_point deadline, int attempts, acquire_handler handler,
-                              node_results* out) {
+                              node_results* out, std::string token) {
   auto op = std::make_shared<acquire_op>();
+  if (!token.empty()) op->token = std::move(token);
   std::vector<inbox*> boxes;
   for (auto& node : nodes_) boxes.push_back(&node.wake_inbox());
   op->waiter = std::make_shared<wake_waiter>(executor(), std::move(boxes), op->token,
@@ -121,6 +122,69 @@ void lock_core::start_acquire(steady::time_point deadline, int attempts, acquire
   // All of an acquisition runs on the I/O thread, where the inboxes and timers live; the
   // commands would be handed to it anyway.
   asio::dispatch(executor(), [self = shared_from_this(), op] { self->attempt(op); });
+}
+
+bool lock_core::acquire_direct(int attempts, lease& result, std::error_code& ec,
+                               node_results* out, std::string& token) {
+  if (nodes_.size() != 1 || on_io_thread()) return false;
+  std::string candidate = random_token();
+  auto start = steady::now();
+  std::string ttl = std::to_string(options_.ttl.count());
+  reply r;
+  std::error_code run_ec;
+  if (!run_script_direct(nodes_[0], acquire_script,
+                         {key_, fence_key_, queue_key_, waiter_info_key_, tickets_key_},
+                         {candidate, ttl, "", options_.fair ? "fair" : ""}, node_timeout_, run_ec,
+                         r)) {
+    return false;  // nothing sent: the async path starts from scratch
+  }
+  token = std::move(candidate);
+  const auto& e = r.elements();
+  bool answered = !run_ec && r.is_array() && e.size() == 2 && e[0].is_integer() &&
+                  e[1].is_integer();
+  if (!answered) return false;  // errors and odd replies: the async path reports them
+  quorum_round round(1, start, options_.ttl, options_.drift_factor);
+  round.votes()[0].node = nodes_[0].where().to_string();
+  if (e[0].integer() == 1) {
+    round.granted(0, e[1].integer());
+    if (steady::now() >= round.valid_until()) return false;  // born expired: try again
+    auto state = std::make_shared<lease_state>();
+    state->token = token;
+    state->fence = static_cast<std::uint64_t>(e[1].integer());
+    state->set_deadline(round.valid_until());
+    result = make_lease(shared_from_this(), std::move(state));
+    ec.clear();
+    if (out) *out = round.votes();
+    return true;
+  }
+  if (attempts > 1) return false;  // taken: the async path waits (and queues) from here
+  round.taken(0, e[1].integer());
+  ec = errc::not_acquired;
+  if (out) *out = round.votes();
+  return true;
+}
+
+bool lock_core::try_release_direct(const std::shared_ptr<lease_state>& state,
+                                   std::error_code& ec) {
+  if (nodes_.size() != 1 || state->released.load()) return false;
+  reply r;
+  std::error_code run_ec;
+  // Marked first, so that a keep-alive renewal starting now does not send after the release.
+  if (state->released.exchange(true)) return false;
+  if (!run_script_direct(nodes_[0], release_script,
+                         {key_, queue_key_, waiter_info_key_, fence_key_}, {state->token},
+                         node_timeout_, run_ec, r)) {
+    state->released.store(false);  // nothing sent: start_release takes over
+    return false;
+  }
+  if (run_ec) {
+    ec = run_ec;
+  } else if (r.is_integer() && r.integer() == 1) {
+    ec.clear();
+  } else {
+    ec = errc::not_held;
+  }
+  return true;
 }
 
 // Waiting without polling: a waiter that will try again queues itself on the nodes whose wake
@@ -419,6 +483,10 @@ void lock_core::start_extend(const std::shared_ptr<lease_state>& state,
                    return handler({});
                  }
                  std::error_code failure = op->round.failure();
+                 // Released meanwhile: "not ours" is the release's doing, not a loss.
+                 if (failure == errc::not_acquired && op->state->released.load()) {
+                   return handler(errc::not_held);
+                 }
                  if (failure == errc::not_acquired) {
                    op->state->mark_lost(errc::lease_lost);
                    return handler(errc::lease_lost);

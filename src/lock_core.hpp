@@ -38,8 +38,18 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
   // Up to `attempts` rounds until `deadline`, one owner token for all of them (so a late SET
   // of an earlier round counts as ours, not as a rival). `out`, if set, gets the last round's
   // votes before the handler runs.
+  // `token`: the owner token to use, or "" for a fresh one.
   void start_acquire(steady::time_point deadline, int attempts, acquire_handler handler,
-                     node_results* out);
+                     node_results* out, std::string token = {});
+  // A blocking acquisition's first round, on the calling thread when the node's connection is
+  // idle (run_script_direct; single node only, never on the I/O thread). True when it decided:
+  // `result` holds the lease, or `ec` says not_acquired for a one-attempt try. Otherwise the
+  // caller goes on with start_acquire(..., token), one attempt fewer when `token` is set (a
+  // round went out under it, and a late SET of it must count as ours).
+  bool acquire_direct(int attempts, lease& result, std::error_code& ec, node_results* out,
+                      std::string& token);
+  bool try_release_direct(const std::shared_ptr<lease_state>& state,
+                          std::error_code& ec) override;
   // Compare-and-delete on every node. not_held when no node had the key.
   void start_release(const std::shared_ptr<lease_state>& state, done_handler handler) override;
   // Compare-and-pexpire on every node; needs a quorum within the lease's validity.

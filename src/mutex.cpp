@@ -47,22 +47,29 @@ void mutex::start_acquire(clock::time_point deadline, int attempts,
   core_->start_acquire(deadline, attempts, std::move(handler), nodes);
 }
 
-lease mutex::acquire_until(clock::time_point deadline, std::error_code& ec, node_results* nodes) {
+// Every blocking acquisition: the first round from this thread when the connection is idle
+// (no hand-over to the I/O thread and back), the rest, if any, the async way.
+lease mutex::acquire_blocking(clock::time_point deadline, int attempts, std::error_code& ec,
+                              node_results* nodes) {
+  lease l;
+  std::string token;
+  if (core_->acquire_direct(attempts, l, ec, nodes, token)) return l;
+  if (!token.empty()) --attempts;
   return detail::wait<lease>(ec, [&](auto handler) {
-    start_acquire(deadline, INT_MAX, std::move(handler), nodes);
+    core_->start_acquire(deadline, attempts, std::move(handler), nodes, std::move(token));
   });
+}
+
+lease mutex::acquire_until(clock::time_point deadline, std::error_code& ec, node_results* nodes) {
+  return acquire_blocking(deadline, INT_MAX, ec, nodes);
 }
 
 lease mutex::acquire(std::error_code& ec, node_results* nodes) {
-  return detail::wait<lease>(ec, [&](auto handler) {
-    start_acquire(clock::time_point::max(), attempts_for_acquire(), std::move(handler), nodes);
-  });
+  return acquire_blocking(clock::time_point::max(), attempts_for_acquire(), ec, nodes);
 }
 
 lease mutex::try_acquire(std::error_code& ec, node_results* nodes) {
-  return detail::wait<lease>(ec, [&](auto handler) {
-    start_acquire(clock::time_point::max(), 1, std::move(handler), nodes);
-  });
+  return acquire_blocking(clock::time_point::max(), 1, ec, nodes);
 }
 
 lease mutex::acquire() {

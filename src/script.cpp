@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "dlock/detail/async.hpp"
+
 namespace dlock::detail {
 namespace {
 
@@ -48,6 +50,30 @@ void run_script(client& node, const script& s, std::initializer_list<std::string
         if (left <= std::chrono::milliseconds::zero()) return handler(errc::timeout, {});
         node.start_exec(command(std::span<const std::string_view>(argv)), left, std::move(handler));
       });
+}
+
+bool run_script_direct(client& node, const script& s, std::initializer_list<std::string_view> keys,
+                       std::initializer_list<std::string_view> args,
+                       std::chrono::milliseconds timeout, std::error_code& ec, reply& out) {
+  if (on_io_thread()) return false;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (!node.try_exec_direct(script_command("EVALSHA", s.sha1, keys, args), timeout, ec, out)) {
+    return false;
+  }
+  if (!is_noscript(out)) return true;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  if (left <= std::chrono::milliseconds::zero()) {
+    ec = errc::timeout;
+    out = reply{};
+    return true;
+  }
+  command eval = script_command("EVAL", s.body, keys, args);
+  if (node.try_exec_direct(eval, left, ec, out)) return true;
+  // EVALSHA went out, so this call must finish: another thread's request took the connection
+  // in between, and EVAL queues behind it.
+  out = wait<reply>(ec, [&](auto handler) { node.start_exec(std::move(eval), left, std::move(handler)); });
+  return true;
 }
 
 }  // namespace dlock::detail

@@ -1,6 +1,7 @@
 // script.hpp: the embedded Lua scripts and how to run them. Private.
 //   script      a script's body and SHA1 (generated at build time from src/lua/*.lua)
-//   run_script  EVALSHA, falling back to EVAL when the node answers NOSCRIPT
+//   run_script         EVALSHA, falling back to EVAL when the node answers NOSCRIPT
+//   run_script_direct  the same, blocking, on the caller's thread when the connection is idle
 #pragma once
 
 #include <chrono>
@@ -30,5 +31,14 @@ inline constexpr script leave_script{scripts::leave_body, scripts::leave_sha1};
 void run_script(client& node, const script& s, std::initializer_list<std::string_view> keys,
                 std::initializer_list<std::string_view> args, std::chrono::milliseconds timeout,
                 unique_function<void(std::error_code, reply)> handler);
+
+// The blocking form of run_script for a thread that is not the I/O thread: when the node's
+// connection is idle (client::try_exec_direct), this thread sends EVALSHA (and EVAL on
+// NOSCRIPT) and reads the reply itself, within `timeout` for both, and returns true with the
+// reply in `out` and the error in `ec`. Returns false having sent nothing when the connection
+// is busy, connecting or TLS: then use run_script.
+bool run_script_direct(client& node, const script& s, std::initializer_list<std::string_view> keys,
+                       std::initializer_list<std::string_view> args,
+                       std::chrono::milliseconds timeout, std::error_code& ec, reply& out);
 
 }  // namespace dlock::detail

@@ -6,6 +6,9 @@
 #include <array>
 #include <stdexcept>
 
+#include "dlock/detail/async.hpp"
+#include "net/runtime.hpp"
+
 namespace dlock::detail {
 namespace {
 
@@ -25,6 +28,7 @@ class token_source {
 
  private:
   void refill(pid_t pid) {
+    if (on_io_thread()) free_io_thread_openssl_state_at_exit();  // RAND_bytes' per-thread state
     if (RAND_bytes(bytes_.data(), static_cast<int>(bytes_.size())) != 1) {
       throw std::runtime_error("dlock: the CSPRNG failed to produce a token");
     }

@@ -1,5 +1,6 @@
 // The dlock side of lock_bench: threads that use the public API exactly as an application
-// would (dlock::mutex's lock()/unlock()), timed with steady_clock.
+// would (dlock::mutex's lock()/unlock()), and callback chains that use its async API
+// (async_acquire, lease::async_release) on dlock's I/O thread, timed with steady_clock.
 //
 // Every scenario runs a warm-up that is not recorded, then a window that is. A sample counts
 // only when it starts and ends inside the window, so that thread start-up and the drain at the
@@ -17,6 +18,8 @@
 #include <numeric>
 #include <sstream>
 #include <thread>
+
+#include <asio/post.hpp>
 
 #include "dlock/mutex.hpp"
 
@@ -184,6 +187,104 @@ row run_uncontended(std::vector<client> nodes, int lockers, const timing& t,
   r.figures["p99_ms"] = p.p99_ms;
   r.figures["samples"] = static_cast<double>(p.samples);
   r.figures["errors"] = static_cast<double>(errors.load());
+  add_server_figures(r, before, after, "dlock", total_cycles);
+  if (total_cycles > 0) r.figures["client_cpu_us_per_op"] = cpu_used / total_cycles;
+  return r;
+}
+
+namespace {
+
+// One async locker: a callback chain that never leaves dlock's I/O thread once started. Each
+// cycle is async_acquire, then async_release of the granted lease from inside the acquire's
+// completion, then the next cycle from inside the release's completion. A cycle's latency runs
+// from just before async_acquire to the release's completion, as in the thread variant.
+struct async_locker {
+  std::unique_ptr<mutex> lock;
+  std::vector<double> samples;
+  std::uint64_t cycles = 0;
+  std::uint64_t errors = 0;
+  bench_clock::time_point t0;
+};
+
+struct async_run {
+  explicit async_run(detail::io_executor e) : ex(std::move(e)) {}
+
+  bench_clock::time_point begin, end;
+  detail::io_executor ex;
+  std::mutex done_mutex;
+  std::condition_variable all_done;
+  int running = 0;
+
+  void next(async_locker& me) {
+    me.t0 = bench_clock::now();
+    if (me.t0 >= end) return finish();
+    me.lock->async_acquire([this, &me](std::error_code ec, lease l) {
+      if (ec) return failed(me);
+      l.async_release([this, &me](std::error_code rec) {
+        auto t1 = bench_clock::now();
+        ++me.cycles;
+        if (rec) ++me.errors;  // counted and still timed, as unlock()'s last_error() is
+        if (me.t0 >= begin && t1 <= end) me.samples.push_back(ms_between(me.t0, t1));
+        next(me);
+      });
+    });
+  }
+  // Posted, not called: an error may complete at once, and the chain must not recurse on it.
+  void failed(async_locker& me) {
+    ++me.errors;
+    asio::post(ex, [this, &me] { next(me); });
+  }
+  void finish() {
+    std::lock_guard guard(done_mutex);
+    if (--running == 0) all_done.notify_all();
+  }
+};
+
+}  // namespace
+
+row run_uncontended_async(std::vector<client> nodes, int lockers, const timing& t,
+                          const std::string& key_prefix) {
+  std::vector<async_locker> chains(static_cast<std::size_t>(lockers));
+  for (int i = 0; i < lockers; ++i) {
+    auto& c = chains[static_cast<std::size_t>(i)];
+    c.lock = std::make_unique<mutex>(nodes, key_prefix + std::to_string(i), lock_options{});
+    c.samples.reserve(65536);
+  }
+  async_run run(nodes.front().get_executor());
+  run.running = lockers;
+  auto before = commandstats(nodes);
+  double cpu_before = process_cpu_us();
+
+  auto start = bench_clock::now() + milliseconds(20);  // as the thread variant
+  run.begin = start + t.warm;
+  run.end = run.begin + t.measure;
+  std::this_thread::sleep_until(start);
+  // Every chain starts on the I/O thread; the main thread only waits.
+  for (auto& c : chains) asio::post(run.ex, [&run, &c] { run.next(c); });
+  {
+    std::unique_lock guard(run.done_mutex);
+    run.all_done.wait(guard, [&] { return run.running == 0; });
+  }
+  double cpu_used = process_cpu_us() - cpu_before;
+  auto after = commandstats(nodes);
+
+  std::vector<std::vector<double>> latencies;
+  double total_cycles = 0, errors = 0;
+  for (auto& c : chains) {
+    latencies.push_back(std::move(c.samples));
+    total_cycles += static_cast<double>(c.cycles);
+    errors += static_cast<double>(c.errors);
+  }
+  auto all = merge(latencies);
+  auto p = summarize(all);
+  row r{"uncontended", "dlock", async_variant, static_cast<int>(nodes.size()), lockers, {}, {}};
+  r.figures["cycles_per_s"] = static_cast<double>(all.size()) /
+                              std::chrono::duration<double>(t.measure).count();
+  r.figures["p50_ms"] = p.p50_ms;
+  r.figures["p99_ms"] = p.p99_ms;
+  r.figures["samples"] = static_cast<double>(p.samples);
+  r.figures["errors"] = errors;
+  r.figures["cycles_total"] = total_cycles;  // warm-up and drain included
   add_server_figures(r, before, after, "dlock", total_cycles);
   if (total_cycles > 0) r.figures["client_cpu_us_per_op"] = cpu_used / total_cycles;
   return r;

@@ -3,6 +3,8 @@
 //   summarize        p50/p99/mean of latency samples (ms)
 //   command_counts   INFO commandstats of a set of servers, summed, and deltas between two
 //   run_uncontended  N threads, each its own key: lock()+unlock() cycles/s and cycle latency
+//   run_uncontended_async  the same with N callback chains on dlock's I/O thread, no thread per
+//                    locker: async_acquire -> async_release -> next cycle
 // Both runners also report client_cpu_us_per_op: this process's CPU time (getrusage, all
 // threads) per cycle or acquisition.
 //   run_contended    N threads on one mutex or semaphore holding ~1 ms: acquisitions/s, handoff
@@ -88,6 +90,10 @@ void flush_all(std::vector<client>& nodes);
 
 row run_uncontended(std::vector<client> nodes, int lockers, const timing& t,
                     const std::string& key_prefix);
+// Variant name of the async rows; report.cpp tells the two variants apart by it.
+inline constexpr const char* async_variant = "async, async_acquire+async_release";
+row run_uncontended_async(std::vector<client> nodes, int lockers, const timing& t,
+                          const std::string& key_prefix);
 // One worker's handle on the lock under test (a mutex, or a semaphore's permit).
 class contender {
  public:

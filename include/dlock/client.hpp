@@ -118,6 +118,13 @@ class client {
   void start_exec(command cmd, std::chrono::milliseconds timeout,
                   detail::unique_function<void(std::error_code, reply)> handler);
 
+  // Internal: the blocking fast path behind exec(). When the connection is idle (nothing
+  // queued or in flight, plain TCP or unix socket) and this is not the I/O thread, the calling
+  // thread sends `cmd` and reads its reply itself, within `timeout`, and returns true with the
+  // reply and ec as exec() would; otherwise it returns false having sent nothing.
+  bool try_exec_direct(const command& cmd, std::chrono::milliseconds timeout,
+                       std::error_code& ec, reply& out);
+
   // Closes the connection; requests in flight complete with errc::cancelled. A later request
   // reconnects.
   void disconnect();

@@ -1,13 +1,15 @@
 // dlock/lease.hpp: proof of holding a lock.
 //   lease  move-only value: owner token, fencing token, validity, loss signal; releases the
-//          lock (best effort) when destroyed while still held
+//          lock (best effort) when destroyed while still held; async_release() and
+//          async_extend() for any Asio completion token
 // A lease may be read from any thread; release() and extend() are safe to call concurrently
-// with reads and with each other.
+// with reads and with each other. async_release() empties the lease object at once, so it must
+// not race with other calls on the same object.
 //
 // |       | extend()                         | release()               | validity ends / lost  |
 // | Held  | Held, longer validity; or Lost   | Released                | Lost: lost() fires    |
 // | Lost  | errc::lease_lost                 | errc::not_held (no-op)  | -                     |
-// | Empty | errc::not_held                   | no-op                   | -                     |
+// | Empty | errc::not_held                   | no-op (async: not_held) | -                     |
 #pragma once
 
 #include <chrono>
@@ -16,7 +18,10 @@
 #include <stop_token>
 #include <string>
 #include <system_error>
+#include <utility>
 
+#include "dlock/detail/async.hpp"
+#include "dlock/detail/unique_function.hpp"
 #include "dlock/watchdog.hpp"
 
 namespace dlock {
@@ -65,6 +70,20 @@ class lease {
   // quorum_not_reached (nodes unreachable; the lease may still be held), not_held.
   std::error_code extend() noexcept;
   std::error_code extend(std::chrono::milliseconds ttl) noexcept;
+  // Asynchronous extend(): signature void(std::error_code), same outcomes. The lease keeps its
+  // state; do not move or destroy it before the completion if you still need it afterwards.
+  template <class CompletionToken>
+  auto async_extend(CompletionToken&& token) {
+    return async_extend(default_ttl(), std::forward<CompletionToken>(token));
+  }
+  template <class CompletionToken>
+  auto async_extend(std::chrono::milliseconds ttl, CompletionToken&& token) {
+    return detail::initiate<void(std::error_code)>(
+        std::forward<CompletionToken>(token), executor(),
+        [this, ttl](detail::unique_function<void(std::error_code)> h) {
+          start_extend(ttl, std::move(h));
+        });
+  }
 
   // Renews the lease in the background until it is released, lost, or a cap in `options` is
   // reached (see watchdog.hpp). Returns at once. Calling it again replaces the earlier renewal.
@@ -75,6 +94,17 @@ class lease {
   // the node timeout; never throws. Returns not_held when no node had it (expired or released
   // before), or the error that kept a node from answering. The lease is empty afterwards.
   std::error_code release() noexcept;
+  // Asynchronous release(): signature void(std::error_code), same outcomes; does not block.
+  // The lease is empty as soon as the operation starts (for a callback or use_future, before
+  // async_release returns); the release itself outlives the lease and the lock object. Unlike
+  // release(), an empty lease (default, moved from, released before) completes with not_held.
+  // The completion runs on the handler's associated executor (by default dlock's I/O thread).
+  template <class CompletionToken>
+  auto async_release(CompletionToken&& token) {
+    return detail::initiate<void(std::error_code)>(
+        std::forward<CompletionToken>(token), executor(),
+        [this](detail::unique_function<void(std::error_code)> h) { start_release(std::move(h)); });
+  }
 
   // Gives up the lease without releasing the lock (the key stays until it expires); returns
   // the owner token so another process can release it (see `dlock release`).
@@ -85,6 +115,14 @@ class lease {
                                   std::shared_ptr<detail::lease_state>) noexcept;
   lease(std::shared_ptr<detail::lease_owner> owner,
         std::shared_ptr<detail::lease_state> state) noexcept;
+
+  // The type-erased cores of the async API. The executor is the owner's I/O executor, or the
+  // runtime's for an empty lease.
+  detail::io_executor executor() const noexcept;
+  std::chrono::milliseconds default_ttl() const noexcept;
+  void start_release(detail::unique_function<void(std::error_code)> handler);
+  void start_extend(std::chrono::milliseconds ttl,
+                    detail::unique_function<void(std::error_code)> handler);
 
   std::shared_ptr<detail::lease_owner> owner_;
   std::shared_ptr<detail::lease_state> state_;

@@ -107,6 +107,8 @@ class mutex {
 
  private:
   bool lock_until(clock::time_point deadline);
+  lease acquire_blocking(clock::time_point deadline, int attempts, std::error_code& ec,
+                         node_results* nodes);
   int attempts_for_acquire() const noexcept;
   void remember(lease l, std::error_code ec, node_results results) noexcept;
 

@@ -3,19 +3,24 @@
 //               order, enforces deadlines, reconnects on demand with backoff, speaks TLS with
 //               host-name verification for rediss://, logs in
 //   socket_link one connect's socket (and TLS session); defined in connection.cpp
-// Thread-safety: submit() and close() may be called from any thread; everything else runs on
-// the runtime's I/O thread.
+// Thread-safety: submit(), close() and try_exchange_direct() may be called from any thread;
+// everything else runs on the runtime's I/O thread, which owns the socket except while a
+// caller's direct exchange holds it (see `driver_`).
 #pragma once
 
 #include <asio/generic/stream_protocol.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "dlock/client.hpp"
 #include "resp/reply_reader.hpp"
@@ -48,6 +53,18 @@ class connection : public std::enable_shared_from_this<connection> {
               reply_handler handler);
   void close(std::error_code reason);
 
+  // The blocking fast path, for a thread that is not the I/O thread. When the connection is
+  // ready, plain (no TLS), not a subscriber and idle (nothing queued, in flight or being
+  // written), the calling thread writes `payload` itself and reads the `replies` replies on the
+  // socket until `deadline`, without waking the I/O thread; it then returns true with the
+  // reply (an array when replies > 1) in `out` and the error, as submit()'s handler would get
+  // them. Otherwise it returns false having written nothing, and the caller uses submit().
+  // A missed deadline, a reset or bytes that are not RESP fail the connection as on the async
+  // path (timeout, connection_lost, protocol_error). A connection found closed by the server
+  // while idle is failed too, and false is returned: submit() then goes out on a fresh one.
+  bool try_exchange_direct(std::string_view payload, std::size_t replies,
+                           clock::time_point deadline, std::error_code& ec, reply& out);
+
   // Makes this a subscriber connection: pub/sub "message" pushes go to on_push instead of being
   // taken for replies, and on_drop runs whenever the socket ends (subscriptions die with it).
   // Both run on the I/O thread. Call once, before the first request.
@@ -61,8 +78,18 @@ class connection : public std::enable_shared_from_this<connection> {
     clock::time_point deadline;
     reply_handler handler;
     bool internal = false;  // AUTH/SELECT of the handshake
+    bool in_transit = false;  // counted in in_transit_ until written or completed
   };
   enum class state { idle, connecting, ready };
+  // Who may touch the socket and `reader_`. The I/O thread holds it (`io`) from the first
+  // connect on, and gives it up (`idle`) only when the connection is ready, plain, not a
+  // subscriber, with nothing queued, in flight, being written or being read; a caller then
+  // takes it (idle -> `direct`) for one exchange. The I/O thread never waits for a caller: when
+  // it needs the socket meanwhile, it marks it `direct_wanted`, and the caller hands it back as
+  // `io` and posts after_direct(). A caller whose exchange failed hands it back as `broken`: the
+  // I/O thread fails the socket (it may still deliver a late reply) before anything else.
+  enum class driver : std::uint8_t { io, idle, direct, direct_wanted, broken };
+  enum class claim { io, caller, broken };
 
   void enqueue(request req);
   void kick();
@@ -79,6 +106,19 @@ class connection : public std::enable_shared_from_this<connection> {
   void become_ready();
   void start_write();
   void start_read();
+  void ensure_reading();
+  // Whether this connection may go without a read armed while nothing is in flight (and so be
+  // handed to callers): plain sockets of request/reply connections. TLS may receive records
+  // (session tickets, alerts) unasked, and a subscriber receives pushes at any time.
+  bool idles_without_read() const noexcept { return !tls_context_ && !on_push_; }
+  // A socket that nobody reads while idle: readable, hung up or in error means the server
+  // closed it or sent bytes nobody asked for. Checked before the first write after idling.
+  static bool spoke_while_idle(int fd) noexcept;
+  claim claim_socket();
+  bool take_socket();     // for a write: false when a caller holds it or it had to be failed
+  void maybe_release();   // gives the socket to callers if nothing is under way
+  void after_direct();    // posted by a caller that handed the socket back as io or broken
+  void hand_back(bool broken);  // caller side
   void on_reply(reply r);
   void complete(request& req, std::error_code ec, reply r);
   // Ends the current socket. In-flight requests fail with `inflight_error`; if the failure was
@@ -105,7 +145,20 @@ class connection : public std::enable_shared_from_this<connection> {
   std::deque<request> pending_;   // not yet written
   std::deque<request> inflight_;  // written, awaiting replies in order
   bool writing_ = false;
+  bool reading_ = false;  // an async read is armed on the current socket
   std::unique_ptr<reply_reader> reader_;
+
+  std::atomic<driver> driver_{driver::io};
+  // Requests submitted and not yet written (or completed), and close()s not yet run. A caller's
+  // exchange must not overtake them: a thread that submits A and then makes blocking call B
+  // expects A to reach the server first, as when both were queued. (Counting until enqueue()
+  // would not do: the caller may hold the socket already, and enqueue() leaves A queued.)
+  std::atomic<std::uint32_t> in_transit_{0};
+  // Published with driver_ = idle (release), read by the caller that took it (acquire).
+  int direct_fd_ = -1;
+  socket_link* direct_link_ = nullptr;
+  // A fail() that came while a caller held the socket: run when it is handed back.
+  std::optional<std::error_code> deferred_fail_;
 
   std::function<void(const reply&)> on_push_;
   std::function<void()> on_drop_;
@@ -115,5 +168,9 @@ class connection : public std::enable_shared_from_this<connection> {
   std::error_code last_connect_error_;
   std::string last_connect_text_;  // what requests failed fast during the backoff are told
 };
+
+// How many direct exchanges (try_exchange_direct() returning true) this process made: for tests
+// and benchmarks.
+std::uint64_t direct_exchange_count() noexcept;
 
 }  // namespace dlock::detail

@@ -1,10 +1,16 @@
 #include "net/runtime.hpp"
 
+#include <openssl/crypto.h>
+
 #include <asio/error.hpp>
+#include <asio/post.hpp>
 #include <asio/ssl/error.hpp>
 
 #include <chrono>
 #include <cstdlib>
+#include <future>
+#include <memory>
+#include <mutex>
 
 #include "dlock/detail/async.hpp"
 
@@ -48,6 +54,24 @@ void runtime::stop_at_exit() noexcept {
 runtime& runtime::shared() {
   static runtime* instance = new runtime();  // see the header: deliberately never destroyed
   return *instance;
+}
+
+// Atexit handlers run in reverse order of registration, and the runtime registered its own
+// (stop_at_exit) before any caller of this could run, so this one runs first.
+void free_io_thread_openssl_state_at_exit() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::atexit([] {
+      if (on_io_thread()) return OPENSSL_thread_stop();
+      auto done = std::make_shared<std::promise<void>>();
+      auto freed = done->get_future();
+      asio::post(runtime::shared().executor(), [done] {
+        OPENSSL_thread_stop();
+        done->set_value();
+      });
+      freed.wait_for(std::chrono::seconds(1));  // bounded: a user's handler may block that thread
+    });
+  });
 }
 
 }  // namespace dlock::detail

@@ -32,4 +32,10 @@ class runtime {
   std::atomic<bool> stopped_{false};
 };
 
+// OpenSSL frees a thread's state (error queue, DRBG, ...) when the thread ends, but the I/O
+// thread ends only as the process exits, after the leak checker has looked. Whoever makes the
+// I/O thread use OpenSSL (a TLS connection, a token drawn there) calls this once: the I/O
+// thread then frees its OpenSSL state at exit, before the runtime stops it.
+void free_io_thread_openssl_state_at_exit();
+
 }  // namespace dlock::detail

@@ -1,0 +1,442 @@
+// The blocking fast path (connection::try_exchange_direct, client::exec, run_script_direct)
+// against real redis-server processes and a scripted non-Redis peer: blocking calls take it,
+// replies never shift between direct and queued requests, pipelined commands, a server that
+// closes an idle connection (CLIENT KILL, crash and restart), a hung server, bytes that are not
+// RESP, and the I/O thread waiting for, or closing during, a caller's exchange.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dlock/client.hpp"
+#include "dlock/error.hpp"
+#include "net/connection.hpp"
+#include "script.hpp"
+#include "support/redis_server.hpp"
+#include "support/test_keys.hpp"
+
+namespace dlock {
+namespace {
+
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+using steady = std::chrono::steady_clock;
+using test::redis_server;
+using test::test_key;
+
+milliseconds since(steady::time_point t0) {
+  return std::chrono::duration_cast<milliseconds>(steady::now() - t0);
+}
+
+std::uint64_t direct_count() { return detail::direct_exchange_count(); }
+
+// After a request completed on the I/O thread, that thread gives the socket up a moment after
+// the handler ran; a blocking call made in between queues. Blocks until a blocking call is
+// taken directly (each try is a PING), or gives up after `limit`.
+bool until_direct(client& c, milliseconds limit = 2s) {
+  auto until = steady::now() + limit;
+  while (steady::now() < until) {
+    auto before = direct_count();
+    std::error_code ec;
+    c.exec({"PING"}, ec);
+    if (!ec && direct_count() > before) return true;
+    std::this_thread::sleep_for(2ms);
+  }
+  return false;
+}
+
+class DirectIoTest : public ::testing::Test {
+ protected:
+  redis_server server_;
+};
+
+TEST_F(DirectIoTest, BlockingExecTakesTheDirectPath) {
+  client c{server_.url()};
+  ASSERT_EQ(c.exec({"PING"}).str(), "PONG");  // connects on the I/O thread
+  ASSERT_TRUE(until_direct(c));
+  auto before = direct_count();
+  for (int i = 0; i < 200; ++i) {
+    std::string p = "echo-" + std::to_string(i);
+    ASSERT_EQ(c.exec({"ECHO", p}).str(), p);
+  }
+  // One thread, nothing else on the connection: every call after the first is direct.
+  EXPECT_EQ(direct_count() - before, 200u);
+
+  // Error replies map to their errc and keep the server's text, as on the async path.
+  EXPECT_EQ(c.exec({"SET", test_key(), "text"}).str(), "OK");
+  std::error_code ec;
+  reply r = c.exec({"INCR", test_key()}, ec);
+  EXPECT_EQ(ec, errc::server_error) << ec.message();
+  EXPECT_TRUE(r.is_error());
+  r = c.exec({"LPUSH", test_key(), "x"}, ec);
+  EXPECT_EQ(ec, errc::wrong_type);
+  EXPECT_NE(r.str().find("WRONGTYPE"), std::string::npos) << r.to_string();
+  EXPECT_EQ(c.exec({"ECHO", "still-paired"}).str(), "still-paired");
+}
+
+TEST_F(DirectIoTest, LargeReplyCrossesManyReads) {
+  client c{server_.url()};
+  ASSERT_TRUE(until_direct(c));
+  std::string big(1 << 20, 'x');
+  for (std::size_t i = 0; i < big.size(); i += 7) big[i] = static_cast<char>('a' + i % 26);
+  auto before = direct_count();
+  EXPECT_EQ(c.exec({"SET", test_key(), big}).str(), "OK");
+  EXPECT_EQ(c.exec({"GET", test_key()}).str(), big);
+  EXPECT_EQ(direct_count() - before, 2u);
+}
+
+TEST_F(DirectIoTest, PipelinedCommandIsAnArrayOfReplies) {
+  client c{server_.url()};
+  ASSERT_TRUE(until_direct(c));
+  const std::string k = test_key("k"), n = test_key("n");
+  auto before = direct_count();
+  command cmd{"SET", k, "v"};
+  cmd.then({"GET", k}).then({"INCR", n}).then({"INCR", k}).then({"INCR", n});
+  std::error_code ec;
+  reply r = c.exec(std::move(cmd), ec);
+  EXPECT_EQ(direct_count() - before, 1u);
+  // Like the async path: the request succeeded; one element is an error reply.
+  EXPECT_FALSE(ec) << ec.message();
+  ASSERT_TRUE(r.is_array()) << r.to_string();
+  ASSERT_EQ(r.elements().size(), 5u);
+  EXPECT_EQ(r.elements()[0].str(), "OK");
+  EXPECT_EQ(r.elements()[1].str(), "v");
+  EXPECT_EQ(r.elements()[2].integer(), 1);
+  EXPECT_TRUE(r.elements()[3].is_error());
+  EXPECT_EQ(r.elements()[4].integer(), 2);
+  EXPECT_EQ(c.exec({"ECHO", "next"}).str(), "next");
+}
+
+// Blocking calls (often direct) and async calls (queued on the I/O thread) from many threads on
+// one client: every reply is the one for its own request. Each thread INCRs keys of its own,
+// so the expected value of every reply is known.
+TEST_F(DirectIoTest, ManyThreadsMixingBlockingAndAsyncNeverShiftReplies) {
+  client c{server_.url(), {.request_timeout = 10s}};
+  ASSERT_EQ(c.exec({"PING"}).str(), "PONG");
+  constexpr int threads = 8, rounds = 2000;
+  std::atomic<int> wrong{0}, errors{0};
+  auto before = direct_count();
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      const std::string sync_key = test_key("sync-" + std::to_string(t));
+      const std::string async_key = test_key("async-" + std::to_string(t));
+      std::int64_t sync_n = 0, async_n = 0;
+      for (int i = 0; i < rounds; ++i) {
+        if (t % 2 == 0 || i % 3 != 0) {
+          std::error_code ec;
+          reply r = c.exec({"INCR", sync_key}, ec);
+          if (ec) ++errors;
+          if (r.integer() != ++sync_n) ++wrong;
+        } else {
+          // Three async INCRs in flight at once, then the replies in order.
+          std::vector<std::future<std::int64_t>> f;
+          for (int j = 0; j < 3; ++j) {
+            auto p = std::make_shared<std::promise<std::int64_t>>();
+            f.push_back(p->get_future());
+            c.start_exec({"INCR", async_key}, 10s, [p](std::error_code ec, reply r) {
+              p->set_value(ec ? -1 : r.integer());
+            });
+          }
+          for (auto& one : f) {
+            if (one.wait_for(15s) != std::future_status::ready) {
+              ++errors;
+              continue;
+            }
+            if (one.get() != ++async_n) ++wrong;
+          }
+        }
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_GT(direct_count() - before, 0u) << "no blocking call took the direct path";
+  // The server agrees with what the threads counted.
+  for (int t = 0; t < threads; ++t) {
+    EXPECT_EQ(c.exec({"GET", test_key("sync-" + std::to_string(t))}).str(),
+              std::to_string(t % 2 == 0 ? rounds : rounds - (rounds + 2) / 3));
+  }
+}
+
+// A thread that sends A asynchronously and then makes blocking call B sees A run first: the
+// direct path never overtakes a request already submitted.
+TEST_F(DirectIoTest, BlockingCallNeverOvertakesThisThreadsAsyncRequest) {
+  client c{server_.url()};
+  ASSERT_TRUE(until_direct(c));
+  std::atomic<int> failed{0};
+  for (int i = 0; i < 300; ++i) {
+    std::string v = std::to_string(i);
+    c.start_exec({"SET", test_key(), v}, 2s, [&failed](std::error_code ec, reply) {
+      if (ec) ++failed;
+    });
+    ASSERT_EQ(c.exec({"GET", test_key()}).str(), v) << "round " << i;
+    if (i % 3 == 0) std::this_thread::sleep_for(100us);  // sometimes idle again first
+  }
+  EXPECT_EQ(failed.load(), 0);
+}
+
+TEST_F(DirectIoTest, ClientKillWhileIdleIsNoticedAndTheNextCallReconnects) {
+  client c{server_.url()};
+  client other{server_.url()};
+  ASSERT_TRUE(until_direct(c));
+  std::int64_t id = c.exec({"CLIENT", "ID"}).integer();
+  EXPECT_EQ(other.exec({"CLIENT", "KILL", "ID", std::to_string(id)}).integer(), 1);
+  // Blocking: the dropped socket is seen before anything is written on it.
+  std::error_code ec;
+  reply r = c.exec({"CLIENT", "ID"}, ec);
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_NE(r.integer(), id);
+  EXPECT_EQ(c.exec({"ECHO", "after-kill"}).str(), "after-kill");
+
+  // Async: the I/O thread checks an idle socket the same way before writing.
+  ASSERT_TRUE(until_direct(c));
+  id = c.exec({"CLIENT", "ID"}).integer();
+  EXPECT_EQ(other.exec({"CLIENT", "KILL", "ID", std::to_string(id)}).integer(), 1);
+  auto p = std::make_shared<std::promise<std::pair<std::error_code, reply>>>();
+  auto f = p->get_future();
+  c.start_exec({"CLIENT", "ID"}, 2s, [p](std::error_code e, reply rr) {
+    p->set_value({e, std::move(rr)});
+  });
+  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  auto [e2, r2] = f.get();
+  EXPECT_FALSE(e2) << e2.message();
+  EXPECT_NE(r2.integer(), id);
+}
+
+TEST_F(DirectIoTest, ServerCrashAndRestartWhileIdleNeverHangs) {
+  const auto timeout = 500ms;
+  client c{server_.url(), {.request_timeout = timeout, .reconnect_backoff_min = 10ms,
+                           .reconnect_backoff_max = 50ms}};
+  ASSERT_TRUE(until_direct(c));
+  server_.kill();
+  server_.restart();
+  std::error_code ec;
+  auto t0 = steady::now();
+  reply r = c.exec({"PING"}, ec);
+  EXPECT_LT(since(t0), timeout + 500ms);
+  if (ec) {
+    EXPECT_TRUE(ec == errc::connection_lost || ec == errc::node_unreachable) << ec.message();
+  } else {
+    EXPECT_EQ(r.str(), "PONG");
+  }
+  EXPECT_EQ(c.exec({"ECHO", "after-restart"}).str(), "after-restart");
+
+  // Killed and not back yet: a typed error at once, not a hang; then it recovers.
+  ASSERT_TRUE(until_direct(c));
+  server_.kill();
+  t0 = steady::now();
+  c.exec({"PING"}, ec);
+  EXPECT_TRUE(ec == errc::connection_lost || ec == errc::node_unreachable) << ec.message();
+  EXPECT_LT(since(t0), timeout + 500ms);
+  server_.restart();
+  auto until = steady::now() + 3s;
+  while (steady::now() < until && c.exec({"PING"}, ec).str() != "PONG") {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_EQ(c.exec({"ECHO", "back"}).str(), "back");
+}
+
+TEST_F(DirectIoTest, HungServerTimesOutByTheDeadlineAndTheNextCallWorks) {
+  const auto timeout = 300ms;
+  client c{server_.url(), {.request_timeout = timeout}};
+  ASSERT_TRUE(until_direct(c));
+  server_.pause();
+  auto before = direct_count();
+  std::error_code ec;
+  auto t0 = steady::now();
+  reply r = c.exec({"ECHO", "during"}, ec);
+  auto took = since(t0);
+  EXPECT_EQ(direct_count() - before, 1u);
+  EXPECT_EQ(ec, errc::timeout) << ec.message();
+  EXPECT_FALSE(r.is_string()) << r.to_string();
+  EXPECT_GE(took, timeout - 5ms);
+  EXPECT_LT(took, timeout + 250ms);
+  server_.resume();
+  // The late reply to "during" goes to the closed socket, never to these.
+  for (int i = 0; i < 20; ++i) {
+    std::string p = "after-" + std::to_string(i);
+    EXPECT_EQ(c.exec({"ECHO", p}).str(), p);
+  }
+}
+
+// While a caller's exchange holds the socket, an async request waits for it and goes out on
+// the same connection as soon as the exchange is over.
+TEST_F(DirectIoTest, AsyncRequestWaitsForADirectExchange) {
+  client c{server_.url(), {.request_timeout = 3s}};
+  ASSERT_TRUE(until_direct(c));
+  std::int64_t id = c.exec({"CLIENT", "ID"}).integer();
+  server_.pause();
+  auto before = direct_count();
+  auto blocking = std::async(std::launch::async, [&] {
+    std::error_code ec;
+    reply r = c.exec({"ECHO", "direct"}, ec);
+    return std::make_pair(ec, r);
+  });
+  std::this_thread::sleep_for(100ms);  // the direct exchange is waiting for the paused server
+  auto p = std::make_shared<std::promise<std::pair<std::error_code, reply>>>();
+  auto f = p->get_future();
+  c.start_exec({"CLIENT", "ID"}, 3s, [p](std::error_code e, reply rr) {
+    p->set_value({e, std::move(rr)});
+  });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(f.wait_for(0s), std::future_status::timeout) << "answered while paused?";
+  server_.resume();
+  auto [ec, r] = blocking.get();
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_EQ(r.str(), "direct");
+  EXPECT_EQ(direct_count() - before, 1u);
+  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  auto [e2, r2] = f.get();
+  EXPECT_FALSE(e2) << e2.message();
+  EXPECT_EQ(r2.integer(), id);  // the same connection
+}
+
+// disconnect() during a caller's exchange: the close waits for the caller (its fd stays
+// valid), then happens; the next call reconnects.
+TEST_F(DirectIoTest, DisconnectDuringADirectExchangeWaitsForIt) {
+  const auto timeout = 400ms;
+  client c{server_.url(), {.request_timeout = timeout}};
+  ASSERT_TRUE(until_direct(c));
+  std::int64_t id = c.exec({"CLIENT", "ID"}).integer();
+  server_.pause();
+  auto blocking = std::async(std::launch::async, [&] {
+    std::error_code ec;
+    auto t0 = steady::now();
+    c.exec({"ECHO", "direct"}, ec);
+    return std::make_pair(ec, since(t0));
+  });
+  std::this_thread::sleep_for(100ms);
+  c.disconnect();
+  auto [ec, took] = blocking.get();
+  EXPECT_EQ(ec, errc::timeout) << ec.message();  // it kept its socket until its deadline
+  EXPECT_LT(took, timeout + 250ms);
+  server_.resume();
+  reply r = c.exec({"CLIENT", "ID"}, ec);
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_NE(r.integer(), id);
+}
+
+// Answers the first read with +PONG, every later one with bytes that are not RESP.
+class scripted_peer {
+ public:
+  scripted_peer() {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(listen_fd_, 16) != 0) {
+      throw std::runtime_error("scripted_peer: cannot listen");
+    }
+    socklen_t len = sizeof addr;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~scripted_peer() {
+    stop_ = true;
+    thread_.join();
+    for (int fd : clients_) ::close(fd);
+    ::close(listen_fd_);
+  }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  int closed() const { return closed_; }
+
+ private:
+  void run() {
+    while (!stop_) {
+      std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+      for (int fd : clients_) fds.push_back({fd, POLLIN, 0});
+      if (::poll(fds.data(), fds.size(), 10) <= 0) continue;
+      if (fds[0].revents & POLLIN) {
+        int fd = ::accept(listen_fd_, nullptr, nullptr);
+        if (fd >= 0) clients_.push_back(fd);
+      }
+      for (std::size_t i = 1; i < fds.size(); ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        char buf[4096];
+        auto n = ::read(fds[i].fd, buf, sizeof buf);
+        if (n <= 0) {
+          ++closed_;
+          ::close(fds[i].fd);
+          std::erase(clients_, fds[i].fd);
+          continue;
+        }
+        std::string_view answer = reads_++ == 0 ? "+PONG\r\n" : "HTTP/1.1 400 Bad Request\r\n\r\n";
+        (void)!::write(fds[i].fd, answer.data(), answer.size());
+      }
+    }
+  }
+
+  int listen_fd_ = -1;
+  unsigned short port_ = 0;
+  std::vector<int> clients_;
+  int reads_ = 0;
+  std::atomic<int> closed_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST(DirectIoPeerTest, BytesThatAreNotRespAreAProtocolErrorAndDropTheConnection) {
+  scripted_peer peer;
+  client c{peer.url(), {.request_timeout = 2s, .reconnect_backoff_min = 1s}};
+  EXPECT_EQ(c.exec({"PING"}).str(), "PONG");
+  std::this_thread::sleep_for(50ms);  // the I/O thread gives the socket up
+  auto before = direct_count();
+  std::error_code ec;
+  auto t0 = steady::now();
+  c.exec({"PING"}, ec);
+  EXPECT_EQ(direct_count() - before, 1u);
+  EXPECT_EQ(ec, errc::protocol_error) << ec.message();
+  EXPECT_LT(since(t0), 1s);
+  auto until = steady::now() + 3s;
+  while (peer.closed() == 0 && steady::now() < until) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(peer.closed(), 1) << "the connection stayed open after the protocol error";
+}
+
+TEST_F(DirectIoTest, RunScriptDirectFallsBackFromNoscriptToEval) {
+  client c{server_.url()};
+  ASSERT_TRUE(until_direct(c));
+  const std::string key = test_key();
+  ASSERT_EQ(c.exec({"SCRIPT", "FLUSH"}).str(), "OK");
+  std::error_code ec;
+  reply out;
+  auto before = direct_count();
+  // fenced_set: KEYS = data key, high-water key; ARGV = token, value.
+  ASSERT_TRUE(detail::run_script_direct(c, detail::fenced_set_script, {key, key + ":high"},
+                                        {"5", "v5"}, 1s, ec, out));
+  EXPECT_FALSE(ec) << ec.message() << " " << out.to_string();
+  EXPECT_EQ(direct_count() - before, 2u);  // EVALSHA (NOSCRIPT), then EVAL
+  before = direct_count();
+  ASSERT_TRUE(detail::run_script_direct(c, detail::fenced_set_script, {key, key + ":high"},
+                                        {"7", "v7"}, 1s, ec, out));
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_EQ(direct_count() - before, 1u);  // cached now: EVALSHA only
+  EXPECT_EQ(c.exec({"GET", key}).str(), "v7");
+}
+
+TEST(DirectIoNotTakenTest, NotTakenOnAnUnconnectedConnection) {
+  redis_server s;
+  client c{s.url()};
+  std::error_code ec;
+  reply out;
+  // Never connected: the I/O thread owns the socket, nothing is sent.
+  EXPECT_FALSE(c.try_exec_direct({"PING"}, 1s, ec, out));
+  EXPECT_FALSE(ec);
+  EXPECT_FALSE(detail::run_script_direct(c, detail::fenced_set_script, {"a", "b"}, {"1", "x"}, 1s,
+                                         ec, out));
+}
+
+}  // namespace
+}  // namespace dlock
