@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "dlock/error.hpp"
+#include "support/fake_peer.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
@@ -31,6 +32,7 @@ namespace {
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
+using test::fake_peer;
 using test::redis_server;
 using test::server_options;
 using test::test_key;
@@ -74,86 +76,6 @@ outcome wait(std::future<outcome>& f, milliseconds limit = 5s) {
   return f.get();
 }
 
-// A loopback TCP listener that is not Redis. `garbage` answers every read with an HTTP error
-// line; `silent` accepts and never writes. It counts connections accepted and those the client
-// closed, so tests can see whether dlock dropped or retried a connection.
-class fake_peer {
- public:
-  enum class mode { garbage, silent };
-
-  explicit fake_peer(mode m, unsigned short port = 0) : mode_(m) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(port);
-    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-        ::listen(listen_fd_, 16) != 0) {
-      ::close(listen_fd_);
-      throw std::runtime_error("fake_peer: cannot listen on port " + std::to_string(port));
-    }
-    socklen_t len = sizeof addr;
-    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this] { run(); });
-  }
-  ~fake_peer() {
-    stop_ = true;
-    thread_.join();
-    for (int fd : clients_) ::close(fd);
-    ::close(listen_fd_);
-  }
-  fake_peer(const fake_peer&) = delete;
-  fake_peer& operator=(const fake_peer&) = delete;
-
-  unsigned short port() const { return port_; }
-  std::string url(std::string_view userinfo = {}) const {
-    std::string auth = userinfo.empty() ? "" : std::string(userinfo) + "@";
-    return "redis://" + auth + "127.0.0.1:" + std::to_string(port_);
-  }
-  int accepted() const { return accepted_; }
-  int closed() const { return closed_; }
-
- private:
-  void run() {
-    while (!stop_) {
-      std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
-      for (int fd : clients_) fds.push_back({fd, POLLIN, 0});
-      if (::poll(fds.data(), fds.size(), 10) <= 0) continue;
-      if (fds[0].revents & POLLIN) {
-        int fd = ::accept(listen_fd_, nullptr, nullptr);
-        if (fd >= 0) {
-          clients_.push_back(fd);
-          ++accepted_;
-        }
-      }
-      for (std::size_t i = 1; i < fds.size(); ++i) {
-        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        char buf[4096];
-        auto n = ::read(fds[i].fd, buf, sizeof buf);
-        if (n <= 0) {
-          ++closed_;
-          ::close(fds[i].fd);
-          std::erase(clients_, fds[i].fd);
-        } else if (mode_ == mode::garbage) {
-          static constexpr std::string_view answer = "HTTP/1.1 400 Bad Request\r\n\r\n";
-          (void)!::write(fds[i].fd, answer.data(), answer.size());
-        }
-      }
-    }
-  }
-
-  mode mode_;
-  int listen_fd_ = -1;
-  unsigned short port_ = 0;
-  std::vector<int> clients_;  // touched by the peer's thread only
-  std::atomic<int> accepted_{0};
-  std::atomic<int> closed_{0};
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
 
 class ClientTest : public ::testing::Test {
  protected:

@@ -20,6 +20,7 @@
 #include "dlock/error.hpp"
 #include "net/connection.hpp"
 #include "script.hpp"
+#include "support/fake_peer.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
@@ -327,69 +328,8 @@ TEST_F(DirectIoTest, DisconnectDuringADirectExchangeWaitsForIt) {
   EXPECT_NE(r.integer(), id);
 }
 
-// Answers the first read with +PONG, every later one with bytes that are not RESP.
-class scripted_peer {
- public:
-  scripted_peer() {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-        ::listen(listen_fd_, 16) != 0) {
-      throw std::runtime_error("scripted_peer: cannot listen");
-    }
-    socklen_t len = sizeof addr;
-    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this] { run(); });
-  }
-  ~scripted_peer() {
-    stop_ = true;
-    thread_.join();
-    for (int fd : clients_) ::close(fd);
-    ::close(listen_fd_);
-  }
-  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
-  int closed() const { return closed_; }
-
- private:
-  void run() {
-    while (!stop_) {
-      std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
-      for (int fd : clients_) fds.push_back({fd, POLLIN, 0});
-      if (::poll(fds.data(), fds.size(), 10) <= 0) continue;
-      if (fds[0].revents & POLLIN) {
-        int fd = ::accept(listen_fd_, nullptr, nullptr);
-        if (fd >= 0) clients_.push_back(fd);
-      }
-      for (std::size_t i = 1; i < fds.size(); ++i) {
-        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        char buf[4096];
-        auto n = ::read(fds[i].fd, buf, sizeof buf);
-        if (n <= 0) {
-          ++closed_;
-          ::close(fds[i].fd);
-          std::erase(clients_, fds[i].fd);
-          continue;
-        }
-        std::string_view answer = reads_++ == 0 ? "+PONG\r\n" : "HTTP/1.1 400 Bad Request\r\n\r\n";
-        (void)!::write(fds[i].fd, answer.data(), answer.size());
-      }
-    }
-  }
-
-  int listen_fd_ = -1;
-  unsigned short port_ = 0;
-  std::vector<int> clients_;
-  int reads_ = 0;
-  std::atomic<int> closed_{0};
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
 TEST(DirectIoPeerTest, BytesThatAreNotRespAreAProtocolErrorAndDropTheConnection) {
-  scripted_peer peer;
+  test::fake_peer peer{test::fake_peer::mode::pong_then_garbage};
   client c{peer.url(), {.request_timeout = 2s, .reconnect_backoff_min = 1s}};
   EXPECT_EQ(c.exec({"PING"}).str(), "PONG");
   std::this_thread::sleep_for(50ms);  // the I/O thread gives the socket up
