@@ -434,5 +434,35 @@ TEST_F(TlsTest, SecretsStayOutOfErrors) {
   check(r.text);
 }
 
+// The `dlock` command's TLS flags reach the library: with --tls-ca it verifies against the
+// private CA and runs CMD under the lock; without it the system store refuses the certificate
+// (exit 69, OpenSSL's reason in the message); a CA file that cannot be read is a usage error.
+TEST_F(TlsTest, TheCommandLineToolSpeaksTlsWithItsFlags) {
+  redis_server server{tls_server("server", /*auth_clients=*/true)};
+  std::string url = rediss("localhost", server.port());
+  auto dlock = [&](const std::string& flags, const std::string& out) {
+    std::string line = std::string(DLOCK_CLI_PATH) + " -r " + url + " --timeout 2s " + flags +
+                       " run " + test_key() + " -- /bin/sh -c 'echo held' >" + file(out) + " 2>&1";
+    test::child_process p({"/bin/sh", "-c", line});
+    int status = p.wait(30s);
+    std::ifstream in(file(out));
+    return std::make_pair(status, std::string(std::istreambuf_iterator<char>(in), {}));
+  };
+  auto [ok, ok_text] = dlock("--tls-ca " + file("ca.crt") + " --tls-cert " + file("client.crt") +
+                                 " --tls-key " + file("client.key"),
+                             "cli-ok.txt");
+  EXPECT_EQ(ok, 0) << ok_text;
+  EXPECT_EQ(ok_text, "held\n");
+  auto [untrusted, untrusted_text] = dlock("", "cli-untrusted.txt");
+  EXPECT_EQ(untrusted, 69) << untrusted_text;
+  EXPECT_NE(untrusted_text.find("certificate"), std::string::npos) << untrusted_text;
+  auto [no_cert, no_cert_text] = dlock("--tls-ca " + file("ca.crt"), "cli-no-cert.txt");
+  EXPECT_EQ(no_cert, 69) << no_cert_text;
+  EXPECT_NE(no_cert_text.find("client certificate"), std::string::npos) << no_cert_text;
+  auto [missing, missing_text] = dlock("--tls-ca " + file("nope.crt"), "cli-missing.txt");
+  EXPECT_EQ(missing, 64) << missing_text;
+  EXPECT_NE(missing_text.find("--tls-ca"), std::string::npos) << missing_text;
+}
+
 }  // namespace
 }  // namespace dlock

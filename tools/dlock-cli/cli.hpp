@@ -44,6 +44,7 @@ struct global_options {
   std::vector<std::string> urls;  // -r/--redis, else $DLOCK_REDIS (comma-separated), else default
   std::string password_file;      // --password-file; else $DLOCK_PASSWORD
   std::string user;               // --user; else $DLOCK_USER
+  dlock::tls_options tls;         // --tls-ca, --tls-cert, --tls-key, --tls-server-name
   std::chrono::milliseconds timeout{1000};  // --timeout: connect and per-request deadline
   bool verbose = false;
 };

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "cli.hpp"
 #include "dlock/error.hpp"
@@ -85,6 +86,15 @@ std::vector<client> make_clients(const global_options& g) {
   if (options.user.empty()) {
     if (const char* env = std::getenv("DLOCK_USER"); env && *env) options.user = env;
   }
+  // Checked here so that a typo is a usage error, not an unreachable node.
+  for (const auto& [flag, path] : {std::pair{"--tls-ca", g.tls.ca_file},
+                                   std::pair{"--tls-cert", g.tls.cert_file},
+                                   std::pair{"--tls-key", g.tls.key_file}}) {
+    if (!path.empty() && !std::ifstream(path)) {
+      throw usage_error(std::string("cannot read ") + flag + " " + path);
+    }
+  }
+  options.tls = g.tls;
   std::vector<client> nodes;
   std::set<std::string> seen;
   for (const auto& url : resolve_urls(g)) {

@@ -1,5 +1,5 @@
 // dlock: a distributed flock(1) on Redis, built on the dlock library.
-//   dlock [-r URL]... [--password-file F] [--timeout D] [-v] COMMAND ...
+//   dlock [-r URL]... [--password-file F] [--tls-ca F ...] [--timeout D] [-v] COMMAND ...
 //   run, acquire, release, extend, status, demo (see each file, and `dlock COMMAND --help`)
 // main() parses, runs the one chosen command and turns what went wrong into an exit status.
 #include <CLI/CLI.hpp>
@@ -16,7 +16,8 @@ namespace {
 constexpr const char* footer = R"(Nodes: one URL is a single-instance lock, several (3, 5 ...) a Redlock over independent
 masters. URLs come from -r (repeatable), else $DLOCK_REDIS (comma-separated), else
 redis://127.0.0.1:6379. The password comes from --password-file or $DLOCK_PASSWORD, so it
-need not appear in argv. Durations: 500ms, 30s, 2m, 1h, or plain milliseconds.
+need not appear in argv. rediss:// URLs speak TLS and always verify the server's certificate
+(--tls-ca for a private CA, --tls-cert/--tls-key for mutual TLS). Durations: 500ms, 30s, 2m, 1h, or plain milliseconds.
 
 Exit status:
   CMD's own    run: CMD ran (128 + N when a signal N ended it)
@@ -53,6 +54,18 @@ int main(int argc, char** argv) {
                  "Read the Redis password from this file (else $DLOCK_PASSWORD)")
       ->type_name("FILE");
   app.add_option("--user", g.user, "Redis ACL user name (else $DLOCK_USER)");
+  app.add_option("--tls-ca", g.tls.ca_file,
+                 "rediss://: trust the CAs in this PEM file (default: the system's store)")
+      ->type_name("FILE");
+  app.add_option("--tls-cert", g.tls.cert_file,
+                 "rediss://: client certificate (chain) for mutual TLS, PEM")
+      ->type_name("FILE");
+  app.add_option("--tls-key", g.tls.key_file,
+                 "rediss://: the client certificate's unencrypted key, PEM (default: --tls-cert)")
+      ->type_name("FILE");
+  app.add_option("--tls-server-name", g.tls.server_name,
+                 "rediss://: the name the server's certificate must carry, if not the URL's host")
+      ->type_name("NAME");
   duration_option(app, "--timeout", g.timeout,
                   "Per-request deadline, also for connecting (default 1s); a node outage is "
                   "waited out for twice this");
