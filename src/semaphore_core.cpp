@@ -188,6 +188,28 @@ void semaphore_core::start_release(const std::shared_ptr<lease_state>& state,
   });
 }
 
+bool semaphore_core::try_release_direct(const std::shared_ptr<lease_state>& state,
+                                        std::error_code& ec) {
+  // Marked first, so that a keep-alive refresh starting now does not send after the release.
+  if (state->released.exchange(true)) return false;  // start_release reports not_held
+  reply r;
+  std::error_code run_ec;
+  if (!run_script_direct(node_, sem_release_script,
+                         {keys_.expiries, keys_.weights, keys_.waiters, keys_.waiter_info},
+                         {state->token}, node_timeout_, run_ec, r)) {
+    state->released.store(false);  // nothing sent: start_release takes over
+    return false;
+  }
+  if (run_ec) {
+    ec = run_ec;
+  } else if (!r.is_integer()) {
+    ec = errc::protocol_error;
+  } else {
+    ec = r.integer() == 1 ? std::error_code() : std::error_code(errc::not_held);
+  }
+  return true;
+}
+
 void semaphore_core::start_extend(const std::shared_ptr<lease_state>& state,
                                   std::chrono::milliseconds ttl, done_handler handler) {
   if (state->released.load()) return handler(errc::not_held);
@@ -203,6 +225,8 @@ void semaphore_core::start_extend(const std::shared_ptr<lease_state>& state,
                                                                       reply r) mutable {
         if (ec) return handler(ec);
         if (!r.is_integer()) return handler(errc::protocol_error);
+        // Released meanwhile: the entry is gone by the release's doing, not lost.
+        if (r.integer() != 1 && state->released.load()) return handler(errc::not_held);
         if (r.integer() != 1) {
           // Gone or expired on the server: the script did not add it back, and neither do we.
           state->mark_lost(errc::lease_lost);

@@ -61,6 +61,9 @@ class semaphore_core final : public lease_owner,
                      acquire_handler handler);
   // Removes the permit's entries. not_held when it had expired or was gone.
   void start_release(const std::shared_ptr<lease_state>& state, done_handler handler) override;
+  // release() on the caller's thread when the connection is idle (run_script_direct).
+  bool try_release_direct(const std::shared_ptr<lease_state>& state,
+                          std::error_code& ec) override;
   // Refresh: expiry = server now + ttl if still live; lease_lost (and lost() fired) if not.
   void start_extend(const std::shared_ptr<lease_state>& state, std::chrono::milliseconds ttl,
                     done_handler handler) override;

@@ -18,6 +18,8 @@
 
 #include "dlock/client.hpp"
 #include "dlock/error.hpp"
+#include "dlock/mutex.hpp"
+#include "dlock/semaphore.hpp"
 #include "net/connection.hpp"
 #include "script.hpp"
 #include "support/fake_peer.hpp"
@@ -376,6 +378,58 @@ TEST(DirectIoNotTakenTest, NotTakenOnAnUnconnectedConnection) {
   EXPECT_FALSE(ec);
   EXPECT_FALSE(detail::run_script_direct(c, detail::fenced_set_script, {"a", "b"}, {"1", "x"}, 1s,
                                          ec, out));
+}
+
+// The callers wired to the direct path: a single-node lock's first acquire round and its
+// release, and a semaphore permit's release; each is one exchange on the caller's thread, and
+// does what the async path would (checked on the server).
+TEST_F(DirectIoTest, LockAcquireAndReleaseAndPermitReleaseTakeTheDirectPath) {
+  client c{server_.url()};
+  mutex m{c, test_key()};
+  semaphore sem{c, test_key("sem"), 2};
+  // One cycle of each first: a script's first run is EVALSHA, NOSCRIPT, then EVAL (two).
+  m.acquire().release();
+  sem.acquire().release();
+  ASSERT_TRUE(until_direct(c));
+  auto before = direct_count();
+  std::error_code ec;
+  lease held = m.acquire(ec);
+  ASSERT_TRUE(held) << ec.message();
+  EXPECT_EQ(direct_count() - before, 1u);
+  EXPECT_EQ(c.exec({"GET", test_key()}).str(), held.value());
+  EXPECT_GT(held.remaining(), 0ms);
+  ASSERT_TRUE(until_direct(c));
+  before = direct_count();
+  EXPECT_FALSE(held.release());
+  EXPECT_EQ(direct_count() - before, 1u);
+  EXPECT_TRUE(c.exec({"GET", test_key()}).is_nil());
+
+  lease permit = sem.acquire(ec);
+  ASSERT_TRUE(permit) << ec.message();
+  ASSERT_TRUE(until_direct(c));
+  before = direct_count();
+  EXPECT_FALSE(permit.release());
+  EXPECT_EQ(direct_count() - before, 1u);
+  EXPECT_EQ(permit.release(), std::error_code());  // empty now: a no-op, as before
+}
+
+// A busy lock: the direct round answers "taken" for a one-attempt try without a second round.
+TEST_F(DirectIoTest, TryLockOnAHeldLockIsOneDirectRound) {
+  client c{server_.url()};
+  mutex holder{c, test_key()};
+  ASSERT_TRUE(holder.try_lock());
+  mutex other{c, test_key()};
+  ASSERT_TRUE(until_direct(c));
+  auto before = direct_count();
+  node_results votes;
+  std::error_code ec;
+  EXPECT_FALSE(other.try_acquire(ec, &votes));
+  EXPECT_EQ(ec, errc::not_acquired);
+  EXPECT_EQ(direct_count() - before, 1u);
+  ASSERT_EQ(votes.size(), 1u);
+  EXPECT_EQ(votes[0].outcome, node_result::vote::taken);
+  EXPECT_GT(votes[0].holder_ttl_ms, 0);
+  holder.unlock();
 }
 
 }  // namespace
