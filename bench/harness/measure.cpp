@@ -138,6 +138,30 @@ void flush_all(std::vector<client>& nodes) {
   for (auto& node : nodes) node.exec({"FLUSHALL"});
 }
 
+namespace {
+
+// The row both uncontended variants report: latencies are in-window cycles; counts, server
+// figures and client CPU cover every cycle, warm-up included.
+row uncontended_row(const std::string& variant, std::size_t nodes, int lockers,
+                    std::vector<std::vector<double>>& latencies, double total_cycles,
+                    double errors, const timing& t, const command_counts& before,
+                    const command_counts& after, double cpu_used) {
+  auto all = merge(latencies);
+  auto p = summarize(all);
+  row r{"uncontended", "dlock", variant, static_cast<int>(nodes), lockers, {}, {}};
+  r.figures["cycles_per_s"] = static_cast<double>(all.size()) /
+                              std::chrono::duration<double>(t.measure).count();
+  r.figures["p50_ms"] = p.p50_ms;
+  r.figures["p99_ms"] = p.p99_ms;
+  r.figures["samples"] = static_cast<double>(p.samples);
+  r.figures["errors"] = errors;
+  add_server_figures(r, before, after, "dlock", total_cycles);
+  if (total_cycles > 0) r.figures["client_cpu_us_per_op"] = cpu_used / total_cycles;
+  return r;
+}
+
+}  // namespace
+
 row run_uncontended(std::vector<client> nodes, int lockers, const timing& t,
                     const std::string& key_prefix) {
   std::vector<std::vector<double>> latencies(static_cast<std::size_t>(lockers));
@@ -176,20 +200,10 @@ row run_uncontended(std::vector<client> nodes, int lockers, const timing& t,
   double cpu_used = process_cpu_us() - cpu_before;
   auto after = commandstats(nodes);
 
-  auto all = merge(latencies);
-  auto p = summarize(all);
   double total_cycles = std::accumulate(cycles.begin(), cycles.end(), 0.0);
-  row r{"uncontended", "dlock", "threads, lock()+unlock()", static_cast<int>(nodes.size()),
-        lockers, {}, {}};
-  r.figures["cycles_per_s"] = static_cast<double>(all.size()) /
-                              std::chrono::duration<double>(t.measure).count();
-  r.figures["p50_ms"] = p.p50_ms;
-  r.figures["p99_ms"] = p.p99_ms;
-  r.figures["samples"] = static_cast<double>(p.samples);
-  r.figures["errors"] = static_cast<double>(errors.load());
-  add_server_figures(r, before, after, "dlock", total_cycles);
-  if (total_cycles > 0) r.figures["client_cpu_us_per_op"] = cpu_used / total_cycles;
-  return r;
+  return uncontended_row("threads, lock()+unlock()", nodes.size(), lockers, latencies,
+                         total_cycles, static_cast<double>(errors.load()), t, before, after,
+                         cpu_used);
 }
 
 namespace {
@@ -275,18 +289,9 @@ row run_uncontended_async(std::vector<client> nodes, int lockers, const timing& 
     total_cycles += static_cast<double>(c.cycles);
     errors += static_cast<double>(c.errors);
   }
-  auto all = merge(latencies);
-  auto p = summarize(all);
-  row r{"uncontended", "dlock", async_variant, static_cast<int>(nodes.size()), lockers, {}, {}};
-  r.figures["cycles_per_s"] = static_cast<double>(all.size()) /
-                              std::chrono::duration<double>(t.measure).count();
-  r.figures["p50_ms"] = p.p50_ms;
-  r.figures["p99_ms"] = p.p99_ms;
-  r.figures["samples"] = static_cast<double>(p.samples);
-  r.figures["errors"] = errors;
+  row r = uncontended_row(async_variant, nodes.size(), lockers, latencies, total_cycles, errors,
+                          t, before, after, cpu_used);
   r.figures["cycles_total"] = total_cycles;  // warm-up and drain included
-  add_server_figures(r, before, after, "dlock", total_cycles);
-  if (total_cycles > 0) r.figures["client_cpu_us_per_op"] = cpu_used / total_cycles;
   return r;
 }
 

@@ -18,6 +18,7 @@
 
 #include "dlock/mutex.hpp"
 #include "dlock/semaphore.hpp"
+#include "support/commandstats.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
@@ -174,15 +175,10 @@ TEST_F(LeaseAsyncTest, ReleaseStopsKeepAliveWithoutFiringLost) {
     ASSERT_EQ(client_.exec({"EXISTS", test_key()}).integer(), 0) << "round " << i;
   }
   // No renewal keeps running against the released leases: the server's script calls stop.
-  auto evalsha_calls = [&] {
-    auto text = client_.exec({"INFO", "commandstats"}).str();
-    auto at = text.find("cmdstat_evalsha:calls=");
-    return at == std::string::npos ? std::string() : text.substr(at, text.find(',', at) - at);
-  };
   std::this_thread::sleep_for(50ms);
-  auto before = evalsha_calls();
+  auto before = test::scripts_run(client_);
   std::this_thread::sleep_for(100ms);
-  EXPECT_EQ(evalsha_calls(), before);
+  EXPECT_EQ(test::scripts_run(client_), before);
 }
 
 TEST_F(LeaseAsyncTest, SemaphorePermitReleasesAsynchronously) {

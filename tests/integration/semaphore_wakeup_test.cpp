@@ -11,6 +11,7 @@
 
 #include "dlock/semaphore.hpp"
 #include "semaphore_core.hpp"
+#include "support/commandstats.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
@@ -57,12 +58,7 @@ class SemaphoreWakeupBase : public ::testing::Test {
     FAIL() << "waiters did not queue";
   }
 
-  // Scripts run by the server so far (EVALSHA calls, as dlock sends them).
-  long long scripts_run() {
-    auto info = client_.exec({"INFO", "commandstats"}).str();
-    auto at = info.find("cmdstat_evalsha:calls=");
-    return at == std::string::npos ? 0 : std::stoll(info.substr(at + 22));
-  }
+  long long scripts_run() { return test::scripts_run(client_); }
 
   // Loads every semaphore script, so that no NOSCRIPT round trip is counted later.
   void load_scripts() {
