@@ -90,6 +90,7 @@ lock_core::lock_core(std::vector<client> nodes, std::string key, lock_options op
       waiter_info_key_(same_slot_key(key_, ":waiter-info")),
       tickets_key_(same_slot_key(key_, ":tickets")),
       options_(std::move(options)) {
+  for (const auto& node : nodes_) node_names_.push_back(node.where().to_string());
   node_timeout_ = options_.node_timeout;
   if (node_timeout_.count() == 0) {
     node_timeout_ = std::min(std::max(options_.ttl / 10, std::chrono::milliseconds(1)),
@@ -144,7 +145,7 @@ bool lock_core::acquire_direct(int attempts, lease& result, std::error_code& ec,
                   e[1].is_integer();
   if (!answered) return false;  // errors and odd replies: the async path reports them
   quorum_round round(1, start, options_.ttl, options_.drift_factor);
-  round.votes()[0].node = nodes_[0].where().to_string();
+  round.votes()[0].node = node_names_[0];
   if (e[0].integer() == 1) {
     round.granted(0, e[1].integer());
     if (steady::now() >= round.valid_until()) return false;  // born expired: try again
@@ -166,11 +167,11 @@ bool lock_core::acquire_direct(int attempts, lease& result, std::error_code& ec,
 
 bool lock_core::try_release_direct(const std::shared_ptr<lease_state>& state,
                                    std::error_code& ec) {
-  if (nodes_.size() != 1 || state->released.load()) return false;
+  if (nodes_.size() != 1) return false;
+  // Marked first, so that a keep-alive renewal starting now does not send after the release.
+  if (state->released.exchange(true)) return false;  // start_release reports not_held
   reply r;
   std::error_code run_ec;
-  // Marked first, so that a keep-alive renewal starting now does not send after the release.
-  if (state->released.exchange(true)) return false;
   if (!run_script_direct(nodes_[0], release_script,
                          {key_, queue_key_, waiter_info_key_, fence_key_}, {state->token},
                          node_timeout_, run_ec, r)) {
@@ -272,7 +273,7 @@ bool lock_core::take_handoff(const std::shared_ptr<acquire_op>& op, std::string_
   state->fence = fence;
   state->set_deadline(valid_until);
   node_results votes(1);
-  votes[0].node = nodes_[0].where().to_string();
+  votes[0].node = node_names_[0];
   votes[0].outcome = node_result::vote::granted;
   finish(op, {}, make_lease(shared_from_this(), std::move(state)), votes);
   return true;
@@ -318,7 +319,7 @@ void lock_core::start_round(std::string token, std::vector<std::string> waiter_e
                             round_handler handler, std::shared_ptr<acquire_op> acquisition) {
   auto op = std::make_shared<round_op>(nodes_.size(), steady::now(), options_, std::move(token),
                                        std::move(handler), std::move(acquisition));
-  for (std::size_t i = 0; i < nodes_.size(); ++i) op->round.votes()[i].node = nodes_[i].where().to_string();
+  for (std::size_t i = 0; i < nodes_.size(); ++i) op->round.votes()[i].node = node_names_[i];
   std::string ttl = std::to_string(options_.ttl.count());
   std::string_view mode = options_.fair ? "fair" : "";
   for (std::size_t i = 0; i < nodes_.size(); ++i) {

@@ -85,6 +85,7 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
                           std::size_t enough = SIZE_MAX);
 
   std::vector<client> nodes_;
+  std::vector<std::string> node_names_;  // endpoint::to_string() of each, for the votes
   std::string key_;
   std::string fence_key_;
   std::string queue_key_, waiter_info_key_, tickets_key_;  // the waiter queue (acquire.lua)
