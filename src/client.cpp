@@ -29,16 +29,30 @@ detail::clock::time_point deadline_after(std::chrono::milliseconds timeout) {
                                                       : detail::clock::time_point::max();
 }
 
+reply session_refusal() {
+  return reply::make_string(reply::kind::error,
+                            "dlock: this command would change the shared connection's state "
+                            "(database, user, transaction, tracking); set the database and user "
+                            "in the client's URL or options, use dlock::transaction for "
+                            "WATCH/MULTI/EXEC");
+}
+
 }  // namespace
 
 void client::start_exec(command cmd, std::chrono::milliseconds timeout,
                         detail::unique_function<void(std::error_code, reply)> handler) {
+  if (cmd.changes_session() && !dedicated_) return handler(errc::invalid_argument, session_refusal());
   std::size_t count = cmd.size();
   conn_->submit(std::string(cmd.bytes()), count, deadline_after(timeout), std::move(handler));
 }
 
 bool client::try_exec_direct(const command& cmd, std::chrono::milliseconds timeout,
                              std::error_code& ec, reply& out) {
+  if (cmd.changes_session() && !dedicated_) {
+    ec = errc::invalid_argument;
+    out = session_refusal();
+    return true;
+  }
   return conn_->try_exchange_direct(cmd.bytes(), cmd.size(), deadline_after(timeout), ec, out);
 }
 

@@ -9,6 +9,13 @@
 // A failed round releases on every node, including those that timed out or errored, because
 // their SET may have run (or may still run) after the answer was lost; the round reports only
 // after those releases returned, so that a retry never meets our own leftovers.
+//
+// Ownership is per round: round n of an acquisition writes the value "<id>.<n>", a handoff
+// "<id>.h<n>", and every release compares the exact value. A release whose outcome we never
+// learned (timed out, delayed in the network, re-sent after NOSCRIPT) can therefore only ever
+// delete the key of the round it was sent for, never that of a later round; a later round
+// takes over a key that holds any value of its acquisition (acquire.lua), so a late SET of an
+// earlier round still counts as ours.
 #include "lock_core.hpp"
 
 #include <asio/dispatch.hpp>
@@ -55,7 +62,7 @@ struct lock_core::round_op {
         round(n, start, o.ttl, o.drift_factor),
         handler(std::move(h)),
         acquisition(std::move(a)) {}
-  std::string token;
+  std::string token;  // this round's owner value, "<id>.<round>"
   quorum_round round;
   round_handler handler;
   std::shared_ptr<acquire_op> acquisition;  // the acquisition this round belongs to, if any
@@ -65,7 +72,7 @@ struct lock_core::round_op {
 };
 
 struct lock_core::acquire_op {
-  std::string token = random_token();
+  std::string id = random_token();  // names the acquisition in the waiter queue and inboxes
   steady::time_point deadline;
   int attempts_left = 0;
   acquire_handler handler;
@@ -74,12 +81,16 @@ struct lock_core::acquire_op {
   bool last_round_queued = false;       // the latest round carried a waiter entry
   bool done = false;                    // the handler ran (a round's grant, or a handoff)
   bool handed_off = false;              // a release gave us the lock (release.lua)
-  // This acquisition sent a release of its own token (a failed round's cleanup). That release
-  // may run after a handoff and delete it, and its reply may arrive before the handoff's
-  // message (they travel on different connections): no handoff is trusted from then on, and
-  // the next attempt finds out instead (a handed-over key reads as ours and is granted).
-  bool released_own_token = false;
-  std::vector<steady::time_point> attempt_started;  // per attempt: when its round began
+  bool round_in_flight = false;
+  // A handoff naming an earlier round that came while a later round was in flight: that round
+  // may have taken the handed-over key over (acquire.lua), so its answer decides (take_handoff).
+  std::optional<std::pair<std::uint64_t, std::size_t>> deferred_handoff;  // fence, round
+  std::vector<steady::time_point> round_started;  // per round: when it began
+
+  std::string round_value(std::size_t round) const { return id + "." + std::to_string(round); }
+  std::string handoff_value(std::size_t round) const {
+    return id + ".h" + std::to_string(round);
+  }
 };
 
 lock_core::lock_core(std::vector<client> nodes, std::string key, lock_options options)
@@ -99,12 +110,17 @@ lock_core::lock_core(std::vector<client> nodes, std::string key, lock_options op
 }
 
 void lock_core::start_acquire(steady::time_point deadline, int attempts, acquire_handler handler,
-                              node_results* out, std::string token) {
+                              node_results* out, std::string id) {
   auto op = std::make_shared<acquire_op>();
-  if (!token.empty()) op->token = std::move(token);
+  if (!id.empty()) {
+    // Round 0 went out from the caller's thread (acquire_direct); it never queues, so no
+    // handoff names it, and the rounds here go on from 1.
+    op->id = std::move(id);
+    op->round_started.push_back(steady::now());
+  }
   std::vector<inbox*> boxes;
   for (auto& node : nodes_) boxes.push_back(&node.wake_inbox());
-  op->waiter = std::make_shared<wake_waiter>(executor(), std::move(boxes), op->token,
+  op->waiter = std::make_shared<wake_waiter>(executor(), std::move(boxes), op->id,
                                              options_.wake_on_release);
   op->deadline = deadline;
   op->attempts_left = std::max(attempts, 1);
@@ -126,20 +142,20 @@ void lock_core::start_acquire(steady::time_point deadline, int attempts, acquire
 }
 
 bool lock_core::acquire_direct(int attempts, lease& result, std::error_code& ec,
-                               node_results* out, std::string& token) {
+                               node_results* out, std::string& id) {
   if (nodes_.size() != 1 || on_io_thread()) return false;
   std::string candidate = random_token();
+  std::string value = candidate + ".0";
   auto start = steady::now();
   std::string ttl = std::to_string(options_.ttl.count());
   reply r;
   std::error_code run_ec;
   if (!run_script_direct(nodes_[0], acquire_script,
                          {key_, fence_key_, queue_key_, waiter_info_key_, tickets_key_},
-                         {candidate, ttl, "", options_.fair ? "fair" : ""}, node_timeout_, run_ec,
-                         r)) {
+                         {value, ttl, "", options_.fair ? "fair" : ""}, node_timeout_, run_ec, r)) {
     return false;  // nothing sent: the async path starts from scratch
   }
-  token = std::move(candidate);
+  id = std::move(candidate);
   const auto& e = r.elements();
   bool answered = !run_ec && r.is_array() && e.size() == 2 && e[0].is_integer() &&
                   e[1].is_integer();
@@ -150,7 +166,7 @@ bool lock_core::acquire_direct(int attempts, lease& result, std::error_code& ec,
     round.granted(0, e[1].integer());
     if (steady::now() >= round.valid_until()) return false;  // born expired: try again
     auto state = std::make_shared<lease_state>();
-    state->token = token;
+    state->token = std::move(value);
     state->fence = static_cast<std::uint64_t>(e[1].integer());
     state->set_deadline(round.valid_until());
     result = make_lease(shared_from_this(), std::move(state));
@@ -189,24 +205,25 @@ bool lock_core::try_release_direct(const std::shared_ptr<lease_state>& state,
 }
 
 // Waiting without polling: a waiter that will try again queues itself on the nodes whose wake
-// inbox is subscribed (acquire.lua), and a release publishes the first live waiter's token to
+// inbox is subscribed (acquire.lua), and a release publishes the first live waiter's id to
 // that waiter's inbox (release.lua), which cuts the sleep short (wake_waiter, net/inbox.hpp,
 // shared with the semaphore). The sleep between attempts stays as the backstop for anything lost
 // on the way (a dropped subscription, a release by a client that does not notify, a holder that
 // expired instead of releasing).
 void lock_core::attempt(const std::shared_ptr<acquire_op>& op) {
   --op->attempts_left;
+  std::size_t round = op->round_started.size();
   // Listens before queueing (inside begin_attempt): the release may publish before this
   // round's reply comes back.
   auto channels = op->waiter->begin_attempt(op->attempts_left > 0);
   std::vector<std::string> waiter_entries(nodes_.size());
   std::string ttl = std::to_string(waiter_entry_ttl(options_.retry_delay).count()) + " ";
-  // "<lock ttl> <attempt>": release.lua may hand the lock to this entry (see take_handoff).
+  // "<lock ttl> <round>": release.lua may hand the lock to this entry (see take_handoff).
   std::string handoff;
   if (accepts_handoff()) {
     // Appended piecewise: GCC 12's -Wrestrict misfires on `" " + std::to_string(...)` at -O2.
     handoff.append(" ").append(std::to_string(options_.ttl.count()));
-    handoff.append(" ").append(std::to_string(op->attempt_started.size()));
+    handoff.append(" ").append(std::to_string(round));
   }
   op->last_round_queued = false;
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
@@ -214,17 +231,26 @@ void lock_core::attempt(const std::shared_ptr<acquire_op>& op) {
     waiter_entries[i] = ttl + channels[i] + handoff;
     op->last_round_queued = true;
   }
-  op->attempt_started.push_back(steady::now());
-  start_round(op->token, std::move(waiter_entries),
+  op->round_started.push_back(steady::now());
+  op->round_in_flight = true;
+  start_round(op->round_value(round), std::move(waiter_entries),
               [self = shared_from_this(), op](std::error_code ec, std::shared_ptr<round_op> round) {
-                if (op->done) return;  // a handoff came first; this round's grant is the same key
+                op->round_in_flight = false;
+                auto deferred = std::exchange(op->deferred_handoff, std::nullopt);
+                if (op->done) return;  // a handoff came first; this round found the key taken
                 if (!ec) {
                   auto state = std::make_shared<lease_state>();
-                  state->token = op->token;
+                  state->token = round->token;
                   state->fence = static_cast<std::uint64_t>(round->fence);
                   state->set_deadline(round->round.valid_until());
                   return self->finish(op, {}, make_lease(self, std::move(state)),
                                       round->round.votes());
+                }
+                // The round found the key another's, so it ran before the handoff did and
+                // cannot have taken the handed-over key over: the handoff stands.
+                if (deferred && round->round.votes()[0].outcome == node_result::vote::taken &&
+                    self->accept_handoff(op, deferred->first, deferred->second)) {
+                  return;
                 }
                 auto delay = self->retry_delay(round->round.votes());
                 bool time_left = op->deadline == steady::time_point::max() ||
@@ -239,37 +265,50 @@ void lock_core::attempt(const std::shared_ptr<acquire_op>& op) {
               op);
 }
 
-// A release handed us the lock (release.lua): the key holds our token since the moment the
-// release ran, for ttl. When was that, on our clock? After the round of attempt <attempt> began:
-// that round wrote the entry the release used, so it ran on the server before the release did.
-// Counting the lease from that round's start is therefore safe, whatever delayed the message,
-// like a round's own validity; it only gives away the time the waiter spent queued since.
+// A release handed us the lock (release.lua): the key holds "<id>.h<round>" since the moment the
+// release ran, for ttl. When was that, on our clock? After round <round> began: that round
+// wrote the entry the release used, so it ran on the server before the release did. Counting
+// the lease from that round's start is therefore safe, whatever delayed the message, like a
+// round's own validity; it only gives away the time the waiter spent queued since.
+//
+// A later round than the one named may have run after the release and taken the key over
+// (acquire.lua rewrites it to its own value, which its cleanup may then delete): such a
+// handoff is trusted only once that round has answered "taken", and is a mere wake-up when it
+// is no longer in flight (it failed, so the next round settles what the key holds).
 bool lock_core::take_handoff(const std::shared_ptr<acquire_op>& op, std::string_view grant) {
   if (op->done) return true;
-  if (op->released_own_token) return false;
   std::uint64_t fence = 0;
-  std::size_t attempt = 0;
+  std::size_t round = 0;
   auto space = grant.find(' ');
   if (space == std::string_view::npos) return false;
   auto parse = [](std::string_view text, auto& out) {
     auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), out);
     return err == std::errc() && end == text.data() + text.size();
   };
-  if (!parse(grant.substr(0, space), fence) || !parse(grant.substr(space + 1), attempt) ||
-      attempt >= op->attempt_started.size()) {
+  if (!parse(grant.substr(0, space), fence) || !parse(grant.substr(space + 1), round) ||
+      round >= op->round_started.size()) {
     return false;
   }
-  auto valid_until = op->attempt_started[attempt] + options_.ttl -
+  if (round + 1 < op->round_started.size()) {
+    if (op->round_in_flight) op->deferred_handoff.emplace(fence, round);
+    return false;
+  }
+  return accept_handoff(op, fence, round);
+}
+
+bool lock_core::accept_handoff(const std::shared_ptr<acquire_op>& op, std::uint64_t fence,
+                               std::size_t round) {
+  auto valid_until = op->round_started[round] + options_.ttl -
                      drift_allowance(options_.ttl, options_.drift_factor);
   if (steady::now() >= valid_until) {
     // Born expired (queued longer than the TTL before the release): give it back, wait on.
-    op->released_own_token = true;
-    release_everywhere(op->token, {}, [](std::size_t, std::error_code) {});
+    // Only this handoff's own value can be deleted by it, whenever it runs.
+    release_everywhere(op->handoff_value(round), {}, [](release_tally) {});
     return false;
   }
   op->handed_off = true;
   auto state = std::make_shared<lease_state>();
-  state->token = op->token;
+  state->token = op->handoff_value(round);
   state->fence = fence;
   state->set_deadline(valid_until);
   node_results votes(1);
@@ -289,15 +328,17 @@ void lock_core::finish(const std::shared_ptr<acquire_op>& op, std::error_code ec
   bool dequeued_by_grant = !ec && nodes_.size() == 1 &&
                            (op->last_round_queued || options_.fair || op->handed_off);
   if (op->waiter->queued() && !dequeued_by_grant) {
+    // Giving up: a release may have handed us the lock after we stopped listening. The same
+    // script that takes us out of the queue gives such a key back (to the next waiter).
+    bool give_up = ec && accepts_handoff();
     for (auto& node : nodes_) {
-      run_script(node, leave_script, {queue_key_, waiter_info_key_}, {op->token}, node_timeout_,
-                 [](std::error_code, reply) {});
-    }
-    // Giving up: a release may have handed us the lock after we stopped listening. This
-    // release, behind the leave on the same connection, gives such a key back (to the next
-    // waiter) and finds nothing otherwise.
-    if (ec && accepts_handoff()) {
-      release_everywhere(op->token, {}, [](std::size_t, std::error_code) {});
+      if (give_up) {
+        run_script(node, release_script, {key_, queue_key_, waiter_info_key_, fence_key_},
+                   {op->id, "give-up"}, node_timeout_, [](std::error_code, reply) {});
+      } else {
+        run_script(node, leave_script, {queue_key_, waiter_info_key_}, {op->id}, node_timeout_,
+                   [](std::error_code, reply) {});
+      }
     }
   }
   if (op->out) *op->out = votes;
@@ -385,63 +426,72 @@ void lock_core::finish_round(const std::shared_ptr<round_op>& op, std::error_cod
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     skip[i] = op->round.votes()[i].outcome == node_result::vote::taken;
   }
-  if (op->acquisition) {
-    if (op->acquisition->done) return handler(ec, op);  // handed the lock meanwhile: keep it
-    if (std::find(skip.begin(), skip.end(), false) != skip.end()) {
-      op->acquisition->released_own_token = true;
-    }
-  }
-  release_everywhere(op->token, std::move(skip), [op, ec, handler = std::move(handler)](
-                                                     std::size_t, std::error_code) mutable {
-    // A round lost early to fast failures (dead nodes refuse at once) is judged again now:
-    // each node answers our release after the acquire sent before it on the same connection,
-    // so every node that answers at all has voted by now. Votes against may prove another
-    // owner (not_acquired), or every node may have failed alike (wrong_type, auth_failed).
-    if (!op->round.quorum_granted()) ec = op->round.failure();
-    handler(ec, op);
-  });
+  if (op->acquisition && op->acquisition->done) return handler(ec, op);  // handed the lock
+  release_everywhere(op->token, std::move(skip),
+                     [op, ec, handler = std::move(handler)](release_tally) mutable {
+                       // A round lost early to fast failures (dead nodes refuse at once) is
+                       // judged again now: each node answers our release after the acquire sent
+                       // before it on the same connection, so every node that answers at all
+                       // has voted by now. Votes against may prove another owner
+                       // (not_acquired), or every node may have failed alike (wrong_type,
+                       // auth_failed).
+                       if (!op->round.quorum_granted()) ec = op->round.failure();
+                       handler(ec, op);
+                     });
 }
 
-void lock_core::release_everywhere(
-    const std::string& token, std::vector<bool> skip,
-    unique_function<void(std::size_t, std::error_code)> handler, std::size_t enough) {
+void lock_core::release_everywhere(const std::string& value, std::vector<bool> skip,
+                                   unique_function<void(release_tally)> handler,
+                                   std::size_t enough) {
   struct tally {
-    std::size_t outstanding, released = 0, enough;
-    std::error_code first_error;
-    unique_function<void(std::size_t, std::error_code)> handler;
+    std::size_t outstanding, enough;
+    release_tally so_far;
+    unique_function<void(release_tally)> handler;
   };
   skip.resize(nodes_.size(), false);
   std::size_t targets = static_cast<std::size_t>(std::count(skip.begin(), skip.end(), false));
-  if (targets == 0) return handler(0, {});
-  auto t = std::make_shared<tally>(tally{targets, 0, enough, {}, std::move(handler)});
+  if (targets == 0) return handler({});
+  auto t = std::make_shared<tally>(tally{targets, enough, {}, std::move(handler)});
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     if (skip[i]) continue;
     auto& node = nodes_[i];
-    run_script(node, release_script, {key_, queue_key_, waiter_info_key_, fence_key_}, {token},
+    run_script(node, release_script, {key_, queue_key_, waiter_info_key_, fence_key_}, {value},
                node_timeout_,
                [t](std::error_code ec, reply r) {
-                 if (ec && !t->first_error) t->first_error = ec;
-                 if (!ec && r.is_integer() && r.integer() == 1) ++t->released;
+                 auto& so_far = t->so_far;
+                 if (ec && !so_far.first_error) so_far.first_error = ec;
+                 if (!ec && r.is_integer()) {
+                   ++so_far.answered;
+                   if (r.integer() == 1) ++so_far.released;
+                 }
                  --t->outstanding;
                  if (!t->handler) return;  // reported already
-                 if (t->outstanding == 0 || t->released >= t->enough) {
-                   std::exchange(t->handler, {})(t->released, t->first_error);
+                 if (t->outstanding == 0 || so_far.answered >= t->enough) {
+                   std::exchange(t->handler, {})(so_far);
                  }
                });
   }
 }
 
-// Reports as soon as a quorum deleted the key: from then on no quorum can still vouch for this
-// lease, and the next holder may form its own; the remaining nodes' releases go on meanwhile.
+// Released once the nodes that answered leave too few that may still hold the key to form a
+// quorum: from then on no quorum can vouch for this lease, and the next holder may form its
+// own; the remaining nodes' releases go on meanwhile. With fewer answers, a quorum may still
+// hold the key until it expires, and the caller is told so (quorum_not_reached, or the error
+// when no node answered at all) even if some node did delete it.
 void lock_core::start_release(const std::shared_ptr<lease_state>& state, done_handler handler) {
   if (state->released.exchange(true)) return handler(errc::not_held);
+  std::size_t quorum = nodes_.size() / 2 + 1;
+  std::size_t settled = nodes_.size() - quorum + 1;
   release_everywhere(
       state->token, {},
-      [handler = std::move(handler)](std::size_t released, std::error_code first_error) mutable {
-        if (released > 0) return handler({});
-        handler(first_error ? first_error : std::error_code(errc::not_held));
+      [handler = std::move(handler), settled](release_tally t) mutable {
+        if (t.answered >= settled) {
+          return handler(t.released > 0 ? std::error_code() : errc::not_held);
+        }
+        if (t.answered == 0 && t.first_error) return handler(t.first_error);
+        handler(errc::quorum_not_reached);
       },
-      nodes_.size() / 2 + 1);
+      settled);
 }
 
 void lock_core::start_extend(const std::shared_ptr<lease_state>& state,

@@ -37,7 +37,7 @@ mutex::mutex(std::vector<client> nodes, std::string name, lock_options options) 
   core_ = std::make_shared<detail::lock_core>(std::move(nodes), std::move(key), std::move(options));
 }
 
-mutex::~mutex() = default;  // current_'s destructor releases
+mutex::~mutex() = default;  // each thread's lease releases as by_thread_ goes
 
 int mutex::attempts_for_acquire() const noexcept { return core_->options().retry_count + 1; }
 
@@ -92,10 +92,14 @@ lease mutex::adopt(std::string token, std::uint64_t fencing_token) {
 }
 
 void mutex::remember(lease l, std::error_code ec, node_results results) noexcept {
-  std::lock_guard guard(state_mutex_);
-  if (l) current_ = std::move(l);
-  last_error_ = ec;
-  last_results_ = std::move(results);
+  lease replaced;  // released outside the lock (it may block)
+  {
+    std::lock_guard guard(state_mutex_);
+    auto& mine = by_thread_[std::this_thread::get_id()];
+    if (l) replaced = std::exchange(mine.held, std::move(l));
+    mine.last_error = ec;
+    mine.last_results = std::move(results);
+  }
 }
 
 bool mutex::lock_until(clock::time_point deadline) {
@@ -130,26 +134,39 @@ void mutex::unlock() noexcept {
   lease held;
   {
     std::lock_guard guard(state_mutex_);
-    held = std::move(current_);
+    auto mine = by_thread_.find(std::this_thread::get_id());
+    if (mine != by_thread_.end()) held = std::move(mine->second.held);
   }
-  std::error_code ec = held.release();
+  std::error_code ec = errc::not_held;
+  if (held) {
+    // Judged before the release: once it has run, "not ours" could not tell a lease that ran
+    // out (another owner may have held the lock meanwhile) from one released twice.
+    bool lost = held.lost().stop_requested();
+    bool expired = held.remaining() == std::chrono::milliseconds::zero();
+    ec = held.release();
+    if (ec == errc::not_held && lost) ec = errc::lease_lost;
+    if (ec == errc::not_held && expired) ec = errc::lease_expired;
+  }
   std::lock_guard guard(state_mutex_);
-  last_error_ = ec;
+  by_thread_[std::this_thread::get_id()].last_error = ec;
 }
 
 const lease* mutex::current_lease() const noexcept {
   std::lock_guard guard(state_mutex_);
-  return current_ ? &current_ : nullptr;
+  auto mine = by_thread_.find(std::this_thread::get_id());
+  return mine != by_thread_.end() && mine->second.held ? &mine->second.held : nullptr;
 }
 
 std::error_code mutex::last_error() const noexcept {
   std::lock_guard guard(state_mutex_);
-  return last_error_;
+  auto mine = by_thread_.find(std::this_thread::get_id());
+  return mine != by_thread_.end() ? mine->second.last_error : std::error_code();
 }
 
 node_results mutex::last_results() const {
   std::lock_guard guard(state_mutex_);
-  return last_results_;
+  auto mine = by_thread_.find(std::this_thread::get_id());
+  return mine != by_thread_.end() ? mine->second.last_results : node_results();
 }
 
 const std::string& mutex::key() const noexcept { return core_->key(); }

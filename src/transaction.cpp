@@ -41,7 +41,9 @@ struct transaction_pool {
         return c;
       }
     }
-    return client(where, options);  // connects on its first request
+    client c(where, options);  // connects on its first request
+    c.dedicated_ = true;
+    return c;
   }
 
   // Only a connection with no WATCH or MULTI left on it goes back.

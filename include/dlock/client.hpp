@@ -26,6 +26,7 @@ namespace dlock {
 namespace detail {
 class connection;
 class inbox;
+struct transaction_pool;
 }
 
 // TLS settings, used only when the endpoint has tls set (rediss://). Verification is always on:
@@ -79,10 +80,15 @@ class command {
 
   const std::string& bytes() const noexcept { return bytes_; }
   std::size_t size() const noexcept { return count_; }
+  // Some command in it changes its connection's state (SELECT, AUTH, HELLO, RESET, QUIT,
+  // MULTI/EXEC/DISCARD, WATCH/UNWATCH, READONLY/READWRITE/ASKING, CLIENT TRACKING/CACHING/
+  // SETNAME/SETINFO/NO-EVICT/NO-TOUCH): a client refuses to run it (see client::exec).
+  bool changes_session() const noexcept { return changes_session_; }
 
  private:
   std::string bytes_;
   std::size_t count_ = 0;
+  bool changes_session_ = false;
 };
 
 class client {
@@ -101,6 +107,9 @@ class client {
   // command. Signature void(std::error_code, reply). An error reply from the server completes
   // with its errc (wrong_type, no_permission, ...) and the reply carries the server's text.
   // timeout, connection_lost: the command may have run. node_unreachable: it was not sent.
+  // invalid_argument, nothing sent: a command that would change the shared connection's state
+  // (command::changes_session()), under every lock of this client; set the database and user
+  // in the URL or client_options, and use dlock::transaction for WATCH/MULTI/EXEC.
   template <class CompletionToken>
   auto async_exec(command cmd, CompletionToken&& token) {
     return detail::initiate<void(std::error_code, reply)>(
@@ -133,8 +142,11 @@ class client {
   detail::inbox& wake_inbox() const noexcept { return *inbox_; }
 
  private:
+  friend struct detail::transaction_pool;  // its clients are its own: they may WATCH and MULTI
+
   std::shared_ptr<detail::connection> conn_;
   std::shared_ptr<detail::inbox> inbox_;
+  bool dedicated_ = false;  // not shared: commands that change the session are allowed
 };
 
 // Maps an error reply's text ("WRONGTYPE ...", "NOPERM ...") to an errc.

@@ -4,7 +4,10 @@
 // One concept for both deployments: with one client it is the classic single-instance lock
 // (SET NX PX + compare-and-delete), with N it runs Redlock's quorum round over all N at once.
 // Thread-safety: a mutex object may be shared by threads of one process; like std::mutex it is
-// not reentrant (a second lock() from the holder's process waits for the first unlock()).
+// not reentrant (a second lock() from the holder's process waits for the first unlock()). The
+// Lockable calls keep one lease per thread: unlock() releases the calling thread's own
+// acquisition only, never one another thread made after the caller's lease ran out; as with
+// std::mutex, the thread that locked must be the one that unlocks.
 //
 // |      | try_lock()               | unlock()                 | validity ends / lease lost  |
 // | Free | Held, or false if taken  | no-op                    | -                           |
@@ -15,6 +18,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "dlock/client.hpp"
@@ -85,14 +90,19 @@ class mutex {
   [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& tp) {
     return lock_until(clock::now() + std::chrono::ceil<clock::duration>(tp - Clock::now()));
   }
-  // Releases the lease taken by lock()/try_lock*(). Never throws; see last_error().
+  // Releases the lease the calling thread took by lock()/try_lock*(). Never throws; see
+  // last_error(): not_held when this thread holds nothing, lease_expired (or lease_lost) when
+  // its lease had run out (or was lost) before, so that another owner may have held the lock
+  // meanwhile, quorum_not_reached when a quorum of nodes may still hold the key until it expires.
   void unlock() noexcept;
 
-  // The lease held through the Lockable API, or nullptr. Valid until unlock().
+  // The lease the calling thread holds through the Lockable API, or nullptr. Valid until this
+  // thread's unlock().
   const lease* current_lease() const noexcept;
-  // The error of the last Lockable call (try_lock's reason, unlock's failure), or none.
+  // The error of the calling thread's last Lockable call (try_lock's reason, unlock's
+  // failure), or none.
   std::error_code last_error() const noexcept;
-  // The last Lockable round's per-node votes.
+  // The per-node votes of the calling thread's last Lockable round.
   node_results last_results() const;
 
   // The key in Redis: key_prefix + name.
@@ -112,11 +122,16 @@ class mutex {
   int attempts_for_acquire() const noexcept;
   void remember(lease l, std::error_code ec, node_results results) noexcept;
 
+  // What one thread holds through the Lockable API, and how its last call went.
+  struct holding {
+    lease held;
+    std::error_code last_error;
+    node_results last_results;
+  };
+
   std::shared_ptr<detail::lock_core> core_;
   mutable std::mutex state_mutex_;
-  lease current_;
-  std::error_code last_error_;
-  node_results last_results_;
+  std::unordered_map<std::thread::id, holding> by_thread_;
 };
 
 }  // namespace dlock

@@ -1,21 +1,27 @@
 -- Acquire a lock and draw its fencing token, atomically; optionally queue as a waiter.
--- KEYS[1]: the lock key (value = owner token, expiry = PX).
+-- KEYS[1]: the lock key (value = owner value, expiry = PX).
 -- KEYS[2]: the lock's fencing counter; it never expires.
--- KEYS[3]: the waiter queue (zset: owner token -> ticket); KEYS[4]: waiter info (hash: owner
---          token -> "<deadline ms> <wake channel>"); KEYS[5]: the ticket counter. All five keys
---          share one hash slot.
--- ARGV[1]: the owner token; ARGV[2]: the TTL in ms;
+-- KEYS[3]: the waiter queue (zset: acquisition id -> ticket); KEYS[4]: waiter info (hash:
+--          acquisition id -> "<deadline ms> <wake channel>"); KEYS[5]: the ticket counter. All
+--          five keys share one hash slot (dlock/key_layout.hpp).
+-- ARGV[1]: this round's owner value, "<acquisition id>.<round>": each round of an acquisition
+--          writes a value of its own, so that a release sent for one round (compare-and-delete
+--          on the exact value) can never delete the key a later round holds;
+-- ARGV[2]: the TTL in ms;
 -- ARGV[3]: "<waiter ttl ms> <wake channel>" to queue when not granted, or "" not to queue;
---          "<waiter ttl ms> <wake channel> <ttl ms> <attempt>" to queue and accept a handoff:
---          release.lua then gives the lock straight to this waiter, for <ttl ms>, and names
---          <attempt> (the waiter's count of its attempts) so that the waiter can date the grant;
+--          "<waiter ttl ms> <wake channel> <ttl ms> <round>" to queue and accept a handoff:
+--          release.lua then gives the lock straight to this waiter, for <ttl ms>, under the
+--          value "<acquisition id>.h<round>", and names <round> so that the waiter can date it;
 -- ARGV[4]: "fair" to grant only to the queue's head (or when the queue is empty), else "".
--- Returns {1, fence} when granted (also when the key already holds this owner's token, e.g. a
--- late SET of our own earlier attempt, or a handoff), {0, holder's PTTL} when not (0 when the
--- lock is free but another waiter is ahead in fair mode), and a WRONGTYPE error when the key
--- holds something that is not a lock (SET NX alone would say "busy" forever; GET raises it).
+-- Returns {1, fence} when granted (also when the key already holds a value of this
+-- acquisition: a late SET of an earlier round, or a handoff; the key is then rewritten to this
+-- round's value, so that a release still in flight for the earlier value finds nothing),
+-- {0, holder's PTTL} when not (0 when the lock is free but another waiter is ahead in fair
+-- mode), and a WRONGTYPE error when the key holds something that is not a lock (SET NX alone
+-- would say "busy" forever; GET raises it).
 local key, fence_key, queue, info, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, ttl_ms, waiter, fair = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == 'fair'
+local id = string.match(owner, '^[^.]*')
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -38,8 +44,8 @@ end
 -- `fence`: the token already drawn for this ownership, or nil to draw a new one.
 local function grant(fence)
   if waiter ~= '' or fair then
-    redis.call('ZREM', queue, owner)
-    redis.call('HDEL', info, owner)
+    redis.call('ZREM', queue, id)
+    redis.call('HDEL', info, id)
   end
   return {1, fence or redis.call('INCR', fence_key)}
 end
@@ -49,29 +55,33 @@ local our_turn = true
 if fair then
   now = now_ms()
   local head = live_head(now)
-  our_turn = head == nil or head == owner
+  our_turn = head == nil or head == id
 end
 
 if our_turn and redis.call('SET', key, owner, 'NX', 'PX', ttl_ms) then
   return grant()
 end
-if redis.call('GET', key) == owner then
-  -- Whatever set our token (a late SET of ours, a handoff) drew a fence then, and nobody can
-  -- have drawn one since, so the counter still reads it: drawing again would only leave gaps.
-  redis.call('PEXPIRE', key, ttl_ms)
+local holder = redis.call('GET', key)
+if holder == owner or (holder and string.sub(holder, 1, #id + 1) == id .. '.') then
+  -- Whatever set a value of ours (a late SET of an earlier round, a handoff) drew a fence then,
+  -- and nobody can have drawn one since, so the counter still reads it: drawing again would
+  -- only leave gaps.
+  redis.call('SET', key, owner, 'PX', ttl_ms)
   return grant(tonumber(redis.call('GET', fence_key)))
 end
 
 if waiter ~= '' then
   now = now or now_ms()
   local waiter_ttl, rest = string.match(waiter, '^(%d+) (.+)$')
-  if redis.call('ZSCORE', queue, owner) == false then
-    redis.call('ZADD', queue, redis.call('INCR', tickets), owner)
+  waiter_ttl = tonumber(waiter_ttl)
+  if redis.call('ZSCORE', queue, id) == false then
+    redis.call('ZADD', queue, redis.call('INCR', tickets), id)
   end
-  redis.call('HSET', info, owner, (now + tonumber(waiter_ttl)) .. ' ' .. rest)
-  -- The queue vanishes on its own once every waiter is gone.
+  redis.call('HSET', info, id, (now + waiter_ttl) .. ' ' .. rest)
+  -- The queue vanishes on its own once every waiter is gone: its keys live twice the longest
+  -- waiter ttl (only ever pushed out, so a waiter with a short one cannot cut a longer one's).
   for _, k in ipairs({queue, info, tickets}) do
-    redis.call('PEXPIRE', k, 2 * tonumber(waiter_ttl))
+    if redis.call('PTTL', k) < 2 * waiter_ttl then redis.call('PEXPIRE', k, 2 * waiter_ttl) end
   end
 end
 return {0, math.max(redis.call('PTTL', key), 0)}

@@ -1,17 +1,29 @@
 -- Release a lock only if this owner holds it (compare-and-delete), and pass it on.
 -- KEYS[1]: the lock key; KEYS[2]: the waiter queue; KEYS[3]: waiter info; KEYS[4]: the fencing
--- counter (see acquire.lua). ARGV[1]: the owner token.
--- Returns 1 when the key held the token and was deleted, 0 when it was gone or someone else's.
+-- counter (see acquire.lua).
+-- ARGV[1]: the owner value to release (exact match), or with ARGV[2] = "give-up" an acquisition
+--          id: a waiter that gives up leaves the queue and releases whatever value of its own
+--          the key holds (a handoff that reached it after it stopped listening, or a late SET
+--          of one of its rounds). Leaving and releasing in one script keeps them in order even
+--          when one of two separate scripts would have to be re-sent after NOSCRIPT: a release
+--          run before the leave could hand the lock to the departing waiter.
+-- Returns 1 when the key held the value and was deleted, 0 when it was gone or someone else's.
 -- Only the queue's first live waiter is told, so a release wakes one waiter, not all of them.
--- A waiter whose entry asks for a handoff ("<deadline> <channel> <ttl ms> <attempt>") is given
--- the lock right here: the key is set to its token and it is sent "<token> <fence> <attempt>",
--- which saves it the round trip of trying again. Any other waiter is sent its token, a wake-up.
--- PUBLISH counts the subscribers that got the message: none means the waiter's process is gone
--- (its connection closed), so its entry is dropped and the next one is served instead.
+-- A waiter whose entry asks for a handoff ("<deadline> <channel> <ttl ms> <round>") is given
+-- the lock right here: the key is set to "<its id>.h<round>" and it is sent
+-- "<id> <fence> <round>", which saves it the round trip of trying again. Any other waiter is
+-- sent its id, a wake-up. PUBLISH counts the subscribers that got the message: none means the
+-- waiter's process is gone (its connection closed), so its entry is dropped and the next one is
+-- served instead.
 local key, queue, info, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local owner = ARGV[1]
+local owner, give_up = ARGV[1], ARGV[2] == 'give-up'
 
-if redis.call('GET', key) ~= owner then
+local holder = redis.call('GET', key)
+if give_up then
+  redis.call('ZREM', queue, owner)
+  redis.call('HDEL', info, owner)
+  if not holder or string.sub(holder, 1, #owner + 1) ~= owner .. '.' then return 0 end
+elseif holder ~= owner then
   return 0
 end
 redis.call('DEL', key)
@@ -24,18 +36,18 @@ while true do
   local head = redis.call('ZRANGE', queue, 0, 0)[1]
   if not head then break end
   local entry = redis.call('HGET', info, head)
-  local deadline, channel, ttl_ms, attempt
+  local deadline, channel, ttl_ms, round
   if entry then
-    deadline, channel, ttl_ms, attempt = string.match(entry, '^(%d+) (%S+) ?(%d*) ?(%d*)$')
+    deadline, channel, ttl_ms, round = string.match(entry, '^(%d+) (%S+) ?(%d*) ?(%d*)$')
   end
   if deadline and tonumber(deadline) > now then
-    local handoff = ttl_ms ~= '' and attempt ~= ''
+    local handoff = ttl_ms ~= '' and round ~= ''
     local message = head
     local fence
     if handoff then
       -- Drawn only once someone received it (below): a vanished waiter leaves no gap.
       fence = (tonumber(redis.call('GET', fence_key)) or 0) + 1
-      message = head .. ' ' .. fence .. ' ' .. attempt
+      message = head .. ' ' .. fence .. ' ' .. round
     end
     -- pcall: the key is already deleted (a script is never rolled back), so a refused PUBLISH
     -- (an ACL user without the channel) must not turn this release into an error; the waiter
@@ -45,7 +57,7 @@ while true do
     if receivers > 0 then
       if handoff then
         redis.call('SET', fence_key, fence)
-        redis.call('SET', key, head, 'PX', ttl_ms)
+        redis.call('SET', key, head .. '.h' .. round, 'PX', ttl_ms)
         redis.call('ZREM', queue, head)
         redis.call('HDEL', info, head)
       end

@@ -12,6 +12,9 @@ inbox::inbox(endpoint where, client_options options)
 
 void inbox::subscribe(unique_function<void(std::error_code)> done) {
   if (subscribed_) return done({});
+  // A node that is down or refuses SUBSCRIBE (ACL) is asked again only after a backoff of its
+  // own, so that waiters who ask at every attempt do not turn into a SUBSCRIBE storm.
+  if (!subscribing_ && clock::now() < retry_after_) return done(last_error_);
   waiting_for_subscription_.push_back(std::move(done));
   if (subscribing_) return;
   subscribing_ = true;
@@ -39,6 +42,13 @@ void inbox::subscribe(unique_function<void(std::error_code)> done) {
                                    r.elements()[0].str() == "subscribe";
                   if (!ec && !confirmed) ec = errc::protocol_error;
                   self->subscribed_ = !ec;
+                  if (ec) {
+                    self->last_error_ = ec;
+                    self->retry_after_ = clock::now() + self->backoff_;
+                    self->backoff_ = std::min(2 * self->backoff_, max_subscribe_backoff);
+                  } else {
+                    self->backoff_ = min_subscribe_backoff;
+                  }
                   for (auto& h : std::exchange(self->waiting_for_subscription_, {})) h(ec);
                 });
 }
@@ -65,8 +75,11 @@ void inbox::on_message(const reply& r) {
   wake(rest);
 }
 
+// Only the loss of a confirmed subscription can have lost a message; a connect or SUBSCRIBE
+// that failed lost nothing, and waking every waiter for it would make them spin while a node
+// is down (each attempt fails fast, and each failure would end the next sleep at once).
 void inbox::on_drop() {
-  subscribed_ = false;
+  if (!std::exchange(subscribed_, false)) return;
   std::vector<std::function<void(std::string_view)>> all;
   for (auto& [token, wake] : listeners_) all.push_back(wake);
   for (auto& wake : all) wake("");
@@ -145,14 +158,21 @@ void wake_waiter::sleep(std::chrono::steady_clock::duration backstop,
     if (!self->done_) next();
   });
   if (missing.empty() || subscribing_) return;
-  // Subscribe the inboxes not yet subscribed; once all have answered, try again at once.
+  // Subscribe the inboxes not yet subscribed; once all have answered and one of them is newly
+  // subscribed, try again at once, to queue there. Failures leave the backstop alone: the pace
+  // of attempts must not depend on what the inboxes do.
   subscribing_ = true;
-  auto outstanding = std::make_shared<std::size_t>(missing.size());
+  struct progress {
+    std::size_t outstanding;
+    bool any_subscribed = false;
+  };
+  auto p = std::make_shared<progress>(progress{missing.size()});
   for (auto* box : missing) {
-    box->subscribe([self = shared_from_this(), outstanding](std::error_code) {
-      if (--*outstanding > 0) return;
+    box->subscribe([self = shared_from_this(), p](std::error_code ec) {
+      if (!ec) p->any_subscribed = true;
+      if (--p->outstanding > 0) return;
       self->subscribing_ = false;
-      if (!self->done_ && !self->in_attempt_) self->timer_.cancel();
+      if (p->any_subscribed && !self->done_ && !self->in_attempt_) self->timer_.cancel();
     });
   }
 }

@@ -31,12 +31,13 @@ class inbox : public std::enable_shared_from_this<inbox> {
   const std::string& channel() const noexcept { return channel_; }
   // True once SUBSCRIBE is confirmed on the current socket; false again after it drops.
   bool subscribed() const noexcept { return subscribed_; }
-  // Subscribes if needed; `done` runs when confirmed or failed.
+  // Subscribes if needed; `done` runs when confirmed or failed. After a failure, calls within
+  // a backoff (250 ms, doubling to 10 s) fail at once with the same error.
   void subscribe(unique_function<void(std::error_code)> done);
 
   // `on_wake` runs for each message naming `token`, with what followed the token ("" for a
-  // plain wake-up, "<fence> <attempt>" for a handoff), and once with "" for every waiter when
-  // the subscription drops (a message may have been lost then: the waiter should try again).
+  // plain wake-up, "<fence> <round>" for a handoff), and once with "" for every waiter when
+  // a confirmed subscription drops (a message may have been lost then: try again).
   void listen(const std::string& token, std::function<void(std::string_view)> on_wake);
   void forget(const std::string& token);
 
@@ -51,6 +52,12 @@ class inbox : public std::enable_shared_from_this<inbox> {
   bool subscribing_ = false;
   std::vector<unique_function<void(std::error_code)>> waiting_for_subscription_;
   std::unordered_map<std::string, std::function<void(std::string_view)>> listeners_;
+  // After a failed subscription: no new SUBSCRIBE before retry_after_ (doubling backoff_).
+  static constexpr std::chrono::milliseconds min_subscribe_backoff{250};
+  static constexpr std::chrono::milliseconds max_subscribe_backoff{10000};
+  std::chrono::milliseconds backoff_ = min_subscribe_backoff;
+  clock::time_point retry_after_{};
+  std::error_code last_error_;
 };
 
 // A queued waiter refreshes its entry at every attempt, at least once per retry_delay; an entry
@@ -75,7 +82,7 @@ class wake_waiter : public std::enable_shared_from_this<wake_waiter> {
   // After a failed attempt: runs `next` (on the I/O thread) after `backstop`, or sooner: at once
   // when woken during the attempt, or when every inbox is subscribed now although the attempt
   // could not queue everywhere; as soon as a wake-up arrives; when the subscriptions this starts
-  // for the missing inboxes have answered.
+  // for the missing inboxes have answered and one of them succeeded (failures never shorten it).
   void sleep(std::chrono::steady_clock::duration backstop, unique_function<void()> next);
   // Stops listening; a sleep still pending ends without running its `next`.
   void finish();

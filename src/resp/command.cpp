@@ -35,6 +35,29 @@ bool breaks_reply_pairing(const Range& args) {
   return false;
 }
 
+// Commands that change the state of the connection they run on (database, user, protocol,
+// name, transaction, tracking, cluster read mode, or the connection itself): on the shared
+// connection of a client, every lock and request after them would silently run in another
+// database or as another user, or be queued inside someone's MULTI.
+template <class Range>
+bool changes_connection_state(const Range& args) {
+  auto it = args.begin();
+  std::string_view verb(it->data(), it->size());
+  for (std::string_view v : {"select", "reset", "auth", "hello", "multi", "exec", "discard",
+                             "watch", "unwatch", "readonly", "readwrite", "asking", "quit"}) {
+    if (equals_nocase(verb, v)) return true;
+  }
+  if (equals_nocase(verb, "client") && args.size() > 1) {
+    ++it;
+    std::string_view sub(it->data(), it->size());
+    for (std::string_view v : {"tracking", "caching", "setname", "setinfo", "no-evict",
+                               "no-touch"}) {
+      if (equals_nocase(sub, v)) return true;
+    }
+  }
+  return false;
+}
+
 // "<type><decimal>\r\n"
 void append_header(std::string& out, char type, std::size_t n) {
   char buf[24];
@@ -77,17 +100,20 @@ command::command(std::initializer_list<std::string_view> args) { then(args); }
 command::command(std::span<const std::string> args) { then(args); }
 command::command(std::span<const std::string_view> args) {
   append_formatted(bytes_, args);
+  changes_session_ = changes_connection_state(args);
   ++count_;
 }
 
 command& command::then(std::initializer_list<std::string_view> args) {
   append_formatted(bytes_, args);
+  changes_session_ = changes_session_ || changes_connection_state(args);
   ++count_;
   return *this;
 }
 
 command& command::then(std::span<const std::string> args) {
   append_formatted(bytes_, args);
+  changes_session_ = changes_session_ || changes_connection_state(args);
   ++count_;
   return *this;
 }

@@ -49,13 +49,16 @@ TEST_F(MutexTest, WorksWithUniqueLockAndExcludesASecondLocker) {
 TEST_F(MutexTest, TryLockForWaitsForTheHolderToRelease) {
   mutex a{client_, test_key()};
   mutex b{client_, test_key(), {.retry_delay = 10ms}};
-  ASSERT_TRUE(a.try_lock());
-  std::thread releaser([&] {
+  std::promise<void> locked;
+  std::thread holder([&] {  // locks and unlocks on its own thread, as a Lockable must
+    ASSERT_TRUE(a.try_lock());
+    locked.set_value();
     std::this_thread::sleep_for(100ms);
     a.unlock();
   });
+  locked.get_future().wait();
   EXPECT_TRUE(b.try_lock_for(5s));
-  releaser.join();
+  holder.join();
   EXPECT_FALSE(a.try_lock_for(50ms));
   b.unlock();
 }
@@ -63,9 +66,12 @@ TEST_F(MutexTest, TryLockForWaitsForTheHolderToRelease) {
 TEST_F(MutexTest, OwnerTokenIs128RandomBits) {
   mutex a{client_, test_key()};
   auto first = a.acquire();
+  // "<acquisition id>.<round>": the id is the 128 random bits, the round number makes each
+  // round's value its own (see lock_core.cpp).
   std::string token = first.value();
-  EXPECT_EQ(token.size(), 32u);
-  EXPECT_EQ(token.find_first_not_of("0123456789abcdef"), std::string::npos);
+  ASSERT_EQ(token.size(), 34u) << token;
+  EXPECT_EQ(token.find_first_not_of("0123456789abcdef"), 32u);
+  EXPECT_EQ(token.substr(32), ".0");
   first.release();
   auto second = a.acquire();
   EXPECT_NE(second.value(), token);

@@ -152,13 +152,18 @@ TEST_F(WakeupTest, ACrashedWaiterAtTheHeadStallsOthersOnlyUntilItsTicketExpires)
   crashed.wait();
   mutex next{client_, test_key(), {.retry_delay = 100ms, .fair = true}};
   auto asked = steady::now();
-  auto got = std::async(std::launch::async, [&] { return next.try_lock_for(20s); });
+  // The lease form: the Lockable calls keep a lease per thread, and this one is read here.
+  auto got = std::async(std::launch::async, [&] {
+    std::error_code ec;
+    return next.acquire_until(steady::now() + 20s, ec);
+  });
   wait_for_queue(2);
   holder.unlock();  // wakes the dead head; the live waiter must still get through
-  EXPECT_TRUE(got.get());
+  lease won = got.get();
+  EXPECT_TRUE(won);
   // The dead entry lives max(4 x 100 ms, 1 s) from its last refresh, then the backstop finds it.
   EXPECT_LT(steady::now() - asked, 5s);
-  next.unlock();
+  won.release();
 }
 
 void contend(redis_server& server, const std::string& key, int processes, int threads,
@@ -209,19 +214,24 @@ TEST_F(WakeupTest, ReleaseHandsTheLockToTheQueuedWaiter) {
   ASSERT_TRUE(holder.try_lock());
   auto holder_fence = holder.current_lease()->fencing_token();
   mutex waiter{client_, test_key(), {.retry_delay = 10s}};  // one attempt, then only the backstop
-  auto got = std::async(std::launch::async, [&] { return waiter.try_lock_for(20s); });
+  // The lease form: the Lockable calls keep a lease per thread, and this one is read here.
+  auto got = std::async(std::launch::async, [&] {
+    std::error_code ec;
+    return waiter.acquire_until(steady::now() + 20s, ec);
+  });
   wait_for_queue(1);
   auto before = test::scripts_run(client_);
   holder.unlock();
   auto now_held_by = client_.exec({"GET", test_key()});
   ASSERT_FALSE(now_held_by.is_nil()) << "the release left the lock free";
   EXPECT_GT(client_.exec({"PTTL", test_key()}).integer(), 0);
-  ASSERT_TRUE(got.get());
-  EXPECT_EQ(waiter.current_lease()->value(), now_held_by.str());
-  EXPECT_EQ(waiter.current_lease()->fencing_token(), holder_fence + 1);
+  lease won = got.get();
+  ASSERT_TRUE(won);
+  EXPECT_EQ(won.value(), now_held_by.str());
+  EXPECT_EQ(won.fencing_token(), holder_fence + 1);
   EXPECT_EQ(test::scripts_run(client_) - before, 1) << "the waiter ran an acquire of its own";
   EXPECT_EQ(client_.exec({"ZCARD", "{" + test_key() + "}:waiters"}).integer(), 0);
-  waiter.unlock();
+  won.release();
   EXPECT_TRUE(client_.exec({"GET", test_key()}).is_nil());
 }
 
@@ -231,15 +241,20 @@ TEST_F(WakeupTest, AHandedOverLeaseCountsFromTheRoundThatQueued) {
   mutex holder{client_, test_key()};
   ASSERT_TRUE(holder.try_lock());
   mutex waiter{client_, test_key(), {.ttl = 3s, .retry_delay = 20s}};
-  auto got = std::async(std::launch::async, [&] { return waiter.try_lock_for(20s); });
+  // The lease form: the Lockable calls keep a lease per thread, and this one is read here.
+  auto got = std::async(std::launch::async, [&] {
+    std::error_code ec;
+    return waiter.acquire_until(steady::now() + 20s, ec);
+  });
   wait_for_queue(1);
   std::this_thread::sleep_for(1s);
   holder.unlock();
-  ASSERT_TRUE(got.get());
+  lease won = got.get();
+  ASSERT_TRUE(won);
   EXPECT_GT(client_.exec({"PTTL", test_key()}).integer(), 2500);  // the server counts from now
-  EXPECT_LT(waiter.current_lease()->remaining(), 2100ms);       // we count from the queueing
-  EXPECT_GT(waiter.current_lease()->remaining(), 1000ms);
-  waiter.unlock();
+  EXPECT_LT(won.remaining(), 2100ms);       // we count from the queueing
+  EXPECT_GT(won.remaining(), 1000ms);
+  won.release();
 }
 
 // PUBLISH reports how many subscribers got the message: none means the waiter's process is
@@ -248,7 +263,11 @@ TEST_F(WakeupTest, AWaiterNobodyListensForIsSkipped) {
   mutex holder{client_, test_key()};
   ASSERT_TRUE(holder.try_lock());
   mutex waiter{client_, test_key(), {.retry_delay = 10s}};
-  auto got = std::async(std::launch::async, [&] { return waiter.try_lock_for(20s); });
+  // The lease form: the Lockable calls keep a lease per thread, and this one is read here.
+  auto got = std::async(std::launch::async, [&] {
+    std::error_code ec;
+    return waiter.acquire_until(steady::now() + 20s, ec);
+  });
   wait_for_queue(1);
   // A ghost ahead of the live waiter, as a crashed process leaves it: live deadline, no listener.
   std::string queue = "{" + test_key() + "}:waiters", info = "{" + test_key() + "}:waiter-info";
@@ -257,10 +276,11 @@ TEST_F(WakeupTest, AWaiterNobodyListensForIsSkipped) {
   auto released = steady::now();
   holder.unlock();
   EXPECT_NE(client_.exec({"GET", test_key()}).str(), "ghost");
-  ASSERT_TRUE(got.get());
+  lease won = got.get();
+  ASSERT_TRUE(won);
   EXPECT_LT(steady::now() - released, 1s);  // not the 5-10 s backstop
   EXPECT_EQ(client_.exec({"ZSCORE", queue, "ghost"}).is_nil(), true);
-  waiter.unlock();
+  won.release();
 }
 
 // Waiters that give up (short timeouts) while releases hand the lock on: a handoff that reaches
