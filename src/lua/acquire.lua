@@ -13,7 +13,7 @@
 --          release.lua then gives the lock straight to this waiter, for <ttl ms>, under the
 --          value "<acquisition id>.h<round>", and names <round> so that the waiter can date it;
 -- ARGV[4]: "fair" to grant only to the queue's head (or when the queue is empty), else "".
--- Returns {1, fence} when granted (also when the key already holds a value of this
+-- Returns {1, fence} when granted (also when the key already holds an earlier value of this
 -- acquisition: a late SET of an earlier round, or a handoff; the key is then rewritten to this
 -- round's value, so that a release still in flight for the earlier value finds nothing),
 -- {0, holder's PTTL} when not (0 when the lock is free but another waiter is ahead in fair
@@ -61,11 +61,26 @@ end
 if our_turn and redis.call('SET', key, owner, 'NX', 'PX', ttl_ms) then
   return grant()
 end
+-- Where a value of this acquisition stands in its history: round n writes "<id>.<n>", and the
+-- handoff to round n's queue entry "<id>.h<n>" comes after round n ran and before round n + 1.
+local function order(value)
+  local handoff, n = string.match(string.sub(value, #id + 2), '^(h?)(%d+)$')
+  if not n then return nil end
+  return 2 * tonumber(n) + (handoff == 'h' and 1 or 0)
+end
+
 local holder = redis.call('GET', key)
-if holder == owner or (holder and string.sub(holder, 1, #id + 1) == id .. '.') then
-  -- Whatever set a value of ours (a late SET of an earlier round, a handoff) drew a fence then,
-  -- and nobody can have drawn one since, so the counter still reads it: drawing again would
-  -- only leave gaps.
+if holder and string.sub(holder, 1, #id + 1) == id .. '.' then
+  local theirs, ours = order(holder), order(owner)
+  if holder ~= owner and not (theirs and ours and theirs < ours) then
+    -- A later value of ours holds the key: this is an earlier round that ran late. It must not
+    -- take the key back (a release still on its way for its value would then delete it), nor
+    -- queue.
+    return {0, math.max(redis.call('PTTL', key), 0)}
+  end
+  -- Whatever set an earlier value of ours (a late SET of an earlier round, a handoff) drew a
+  -- fence then, and nobody can have drawn one since, so the counter still reads it: drawing
+  -- again would only leave gaps.
   redis.call('SET', key, owner, 'PX', ttl_ms)
   return grant(tonumber(redis.call('GET', fence_key)))
 end

@@ -40,6 +40,9 @@ struct conn {
   int client = -1, server = -1;
   pipe_dir up, down;  // up: client -> server, down: server -> client
   bool dead = false;
+  // The client closed with requests still on the way: they reach the server all the same, as
+  // TCP delivers what was sent before a FIN (a timed-out command that runs late); then it ends.
+  bool client_gone = false;
 };
 
 void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
@@ -166,6 +169,7 @@ void tcp_proxy::run() {
 
     // Close what died, then write whatever is due.
     for (auto& c : conns) {
+      if (c.client_gone && c.up.queue.empty()) c.dead = true;
       if (!c.dead) continue;
       ::close(c.client);
       ::close(c.server);
@@ -198,7 +202,7 @@ void tcp_proxy::run() {
     };
     for (auto& c : conns) {
       flush(c, c.up, c.server);
-      flush(c, c.down, c.client);
+      if (!c.client_gone) flush(c, c.down, c.client);
     }
 
     std::vector<pollfd> fds;
@@ -206,7 +210,9 @@ void tcp_proxy::run() {
     if (listen_fd_ >= 0) fds.push_back({listen_fd_, POLLIN, 0});
     std::size_t first_conn = fds.size();
     for (auto& c : conns) {
-      fds.push_back({c.client, static_cast<short>(POLLIN | (c.down.want_write ? POLLOUT : 0)), 0});
+      // A negative fd is skipped by poll(): a gone client is not read from again.
+      fds.push_back({c.client_gone ? -1 : c.client,
+                     static_cast<short>(POLLIN | (c.down.want_write ? POLLOUT : 0)), 0});
       fds.push_back({c.server, static_cast<short>(POLLIN | (c.up.want_write ? POLLOUT : 0)), 0});
     }
     int timeout_ms = -1;
@@ -253,10 +259,15 @@ void tcp_proxy::run() {
       char buf[65536];
       ssize_t n = ::recv(from, buf, sizeof buf, 0);
       if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
-        c.dead = true;
+        if (from == c.client && !c.up.queue.empty() && !c.up.tainted) {
+          c.client_gone = true;
+        } else {
+          c.dead = true;
+        }
         return;
       }
       if (n < 0) return;
+      if (c.client_gone) return;  // replies for a client that is gone
       if (drop) {
         d.tainted = true;
         return;

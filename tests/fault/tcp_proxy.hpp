@@ -12,7 +12,8 @@
 // | refuse         | the port is closed: connections end, connect() is refused (a dead host) |
 // A stall is what iptables DROP does to a live connection: nothing arrives until the partition
 // heals, then TCP delivers everything, late (a SET NX sent during the partition can land after
-// the client gave up). Dropping one direction loses bytes, which TCP never does on a live
+// the client gave up). Likewise a connection the client closes still delivers, with its delay,
+// what the client sent before closing, and only then ends. Dropping one direction loses bytes, which TCP never does on a live
 // connection, so a connection that lost bytes is closed when the mode changes back.
 #pragma once
 

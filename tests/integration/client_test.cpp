@@ -692,5 +692,42 @@ TEST_F(ClientTest, AsyncExecWithUseFuture) {
   }
 }
 
+
+// Commands that change the shared connection's state would move every lock of the client to
+// another database or user, or into a user's MULTI: refused before anything is sent.
+TEST_F(ClientTest, ExecRefusesCommandsThatChangeTheConnectionsState) {
+  client c{server_.url()};
+  c.exec({"SET", test_key(), "db0"});
+  const std::vector<std::vector<std::string>> refused{
+      {"SELECT", "1"},      {"select", "1"},       {"RESET"},          {"AUTH", "x"},
+      {"HELLO", "3"},       {"MULTI"},             {"EXEC"},           {"DISCARD"},
+      {"WATCH", "k"},       {"UNWATCH"},           {"READONLY"},       {"READWRITE"},
+      {"ASKING"},           {"QUIT"},              {"CLIENT", "TRACKING", "on"},
+      {"CLIENT", "CACHING", "yes"}, {"client", "setname", "x"}, {"CLIENT", "NO-EVICT", "on"},
+      {"CLIENT", "NO-TOUCH", "on"}, {"CLIENT", "SETINFO", "lib-name", "x"}};
+  for (const auto& args : refused) {
+    std::error_code ec;
+    reply r = c.exec(command(std::span<const std::string>(args)), ec);
+    EXPECT_EQ(ec, errc::invalid_argument) << args[0];
+    EXPECT_TRUE(r.is_error()) << args[0];
+    auto async = c.async_exec(command(std::span<const std::string>(args)), asio::use_future);
+    try {
+      async.get();
+      ADD_FAILURE() << args[0] << " accepted by async_exec";
+    } catch (const std::system_error& e) {
+      EXPECT_EQ(e.code(), errc::invalid_argument) << args[0];
+    }
+  }
+  std::error_code ec;
+  c.exec(command{"PING"}.then({"SELECT", "1"}), ec);  // hidden in a pipeline
+  EXPECT_EQ(ec, errc::invalid_argument);
+  // Nothing went out: still database 0, no name, no transaction open.
+  EXPECT_EQ(c.exec({"GET", test_key()}).str(), "db0");
+  EXPECT_TRUE(c.exec({"CLIENT", "GETNAME"}).is_nil());
+  EXPECT_EQ(c.exec({"INCR", test_key("n")}).integer(), 1);  // not QUEUED inside a MULTI
+  // Reading connection state stays allowed.
+  EXPECT_FALSE(c.exec({"CLIENT", "ID"}, ec).is_error());
+  EXPECT_FALSE(ec);
+}
 }  // namespace
 }  // namespace dlock

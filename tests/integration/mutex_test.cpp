@@ -312,5 +312,45 @@ TEST_F(MutexTest, KilledHolderFreesTheLockAfterItsTtlNotBefore) {
   m.unlock();
 }
 
+
+// A mutex shared by threads: A's lease runs out while A is still inside, B locks, and A's
+// unlock() must release A's own (expired) acquisition, never B's.
+TEST_F(MutexTest, UnlockReleasesOnlyTheCallingThreadsAcquisition) {
+  mutex m{client_, test_key(), {.ttl = 500ms, .retry_delay = 10ms}};
+  ASSERT_TRUE(m.try_lock());  // thread A, this one
+  std::this_thread::sleep_for(700ms);
+  std::promise<std::string> b_locked;
+  std::promise<void> a_unlocked;
+  std::thread b([&] {
+    if (!m.try_lock_for(2s)) return b_locked.set_value("");
+    b_locked.set_value(m.current_lease()->value());
+    a_unlocked.get_future().wait();
+    m.unlock();
+  });
+  std::string b_value = b_locked.get_future().get();
+  ASSERT_FALSE(b_value.empty());
+  m.unlock();
+  EXPECT_EQ(m.last_error(), errc::lease_expired);
+  EXPECT_EQ(client_.exec({"GET", test_key()}).str(), b_value) << "A's unlock released B's lease";
+  mutex rival{client_, test_key()};
+  EXPECT_FALSE(rival.try_lock());
+  a_unlocked.set_value();
+  b.join();
+}
+
+// unlock() on a thread that holds nothing touches no other thread's lease.
+TEST_F(MutexTest, UnlockOnAThreadThatHoldsNothingIsNotHeld) {
+  mutex m{client_, test_key()};
+  ASSERT_TRUE(m.try_lock());
+  std::thread([&] {
+    m.unlock();
+    EXPECT_EQ(m.last_error(), errc::not_held);
+    EXPECT_EQ(m.current_lease(), nullptr);
+  }).join();
+  ASSERT_NE(m.current_lease(), nullptr);
+  EXPECT_EQ(client_.exec({"GET", test_key()}).str(), m.current_lease()->value());
+  m.unlock();
+  EXPECT_FALSE(m.last_error());
+}
 }  // namespace
 }  // namespace dlock

@@ -330,5 +330,44 @@ TEST_F(WakeupTest, FairModeIsRejectedForSeveralNodes) {
                std::system_error);
 }
 
+
+// The queue keys live twice the longest waiter ttl: a waiter with a short retry_delay must not
+// cut them to its own, or a patient waiter would lose its place (and fair mode its order).
+TEST_F(WakeupTest, AHastyWaiterNeverShortensThePatientOnesQueue) {
+  mutex holder{client_, test_key()};
+  ASSERT_TRUE(holder.try_lock());
+  mutex patient{client_, test_key(), {.retry_delay = 5s}};  // entry 20 s: queue keys 40 s
+  auto p = std::async(std::launch::async, [&] {
+    std::error_code ec;
+    return patient.acquire_until(steady::now() + 20s, ec);
+  });
+  wait_for_queue(1);
+  mutex hasty{client_, test_key(), {.retry_delay = 10ms}};  // entry 1 s: would set 2 s
+  auto h = std::async(std::launch::async, [&] {
+    std::error_code ec;
+    return hasty.acquire_until(steady::now() + 500ms, ec);
+  });
+  wait_for_queue(2);
+  for (const char* suffix : {":waiters", ":waiter-info", ":tickets"}) {
+    EXPECT_GT(client_.exec({"PTTL", "{" + test_key() + "}" + suffix}).integer(), 30000) << suffix;
+  }
+  EXPECT_FALSE(h.get());
+  holder.unlock();
+  lease won = p.get();
+  EXPECT_TRUE(won);
+}
+
+// A node that refuses connections makes every round fail at once, and its inbox can never
+// subscribe: the retry pacing must hold all the same (3 retries: at least 3 x retry_delay / 2).
+TEST_F(WakeupTest, RetriesKeepTheirPaceWhenTheNodeIsDown) {
+  client dead{"redis://127.0.0.1:" + std::to_string(test::free_port()),
+              client_options{.reconnect_backoff_min = 1ms, .reconnect_backoff_max = 5ms}};
+  mutex m{dead, test_key(), {.retry_delay = 200ms, .retry_count = 3}};
+  auto start = steady::now();
+  std::error_code ec;
+  EXPECT_FALSE(m.acquire(ec));
+  EXPECT_EQ(ec, errc::node_unreachable);
+  EXPECT_GE(steady::now() - start, 300ms) << "the sleeps between retries were cut short";
+}
 }  // namespace
 }  // namespace dlock

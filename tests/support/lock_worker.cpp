@@ -98,9 +98,31 @@ int run_fenced(const args& a, const dlock::lock_options& options) {
   return 1;
 }
 
+// One thread of `counter` mode: increments under the lock, then records its longest wait.
+void count(const args& a, const dlock::lock_options& options) {
+  dlock::client resource{a.resource};
+  dlock::mutex lock{clients(a.locks), a.key, options};
+  long long longest_wait_ms = 0;
+  for (int i = 0; i < a.iterations; ++i) {
+    if (a.nolock) {
+      increment(resource, a.key + ":counter");
+      continue;
+    }
+    auto asked = std::chrono::steady_clock::now();
+    std::unique_lock guard{lock};
+    auto waited = std::chrono::steady_clock::now() - asked;
+    longest_wait_ms = std::max<long long>(
+        longest_wait_ms, std::chrono::duration_cast<std::chrono::milliseconds>(waited).count());
+    increment(resource, a.key + ":counter");
+  }
+  std::ostringstream me;
+  me << ::getpid() << "/" << std::this_thread::get_id();
+  resource.exec({"HSET", a.key + ":maxwait", me.str(), std::to_string(longest_wait_ms)});
+}
+
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   args a = parse(argc, argv);
   dlock::lock_options options{.ttl = std::chrono::milliseconds(a.ttl_ms),
                               .retry_delay = std::chrono::milliseconds(a.retry_delay_ms),
@@ -123,26 +145,23 @@ int main(int argc, char** argv) {
   std::vector<std::thread> threads;
   for (int t = 0; t < a.threads; ++t) {
     threads.emplace_back([&] {
-      dlock::client resource{a.resource};
-      dlock::mutex lock{clients(a.locks), a.key, options};
-      long long longest_wait_ms = 0;
-      for (int i = 0; i < a.iterations; ++i) {
-        if (a.nolock) {
-          increment(resource, a.key + ":counter");
-          continue;
-        }
-        auto asked = std::chrono::steady_clock::now();
-        std::unique_lock guard{lock};
-        auto waited = std::chrono::steady_clock::now() - asked;
-        longest_wait_ms = std::max<long long>(
-            longest_wait_ms, std::chrono::duration_cast<std::chrono::milliseconds>(waited).count());
-        increment(resource, a.key + ":counter");
+      try {
+        count(a, options);
+      } catch (const std::exception& e) {  // say what, rather than a bare abort
+        std::fprintf(stderr, "lock_worker: %s\n", e.what());
+        std::_Exit(70);
       }
-      std::ostringstream me;
-      me << ::getpid() << "/" << std::this_thread::get_id();
-      resource.exec({"HSET", a.key + ":maxwait", me.str(), std::to_string(longest_wait_ms)});
     });
   }
   for (auto& t : threads) t.join();
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lock_worker: %s\n", e.what());
+    return 70;
+  }
 }

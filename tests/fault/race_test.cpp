@@ -1,0 +1,111 @@
+// Races between one client's own requests that only a slow network shows: each test puts the
+// client behind tcp_proxy, delays its requests or replies so that the server runs them in an
+// order the client did not send them in, and checks that no key of a live lease is lost and no
+// lock is left with nobody.
+//   - a failed round's cleanup release, delayed past the next round
+//   - a giving-up waiter whose leave would have to be re-sent after NOSCRIPT
+#include <gtest/gtest.h>
+
+#include <asio/use_future.hpp>
+
+#include <future>
+#include <thread>
+
+#include "dlock/detail/scripts.hpp"
+#include "dlock/mutex.hpp"
+#include "fault/tcp_proxy.hpp"
+#include "support/monitor.hpp"
+#include "support/redis_server.hpp"
+#include "support/test_keys.hpp"
+
+namespace dlock::fault {
+namespace {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+using test::redis_server;
+using test::test_key;
+
+// Round 0's acquire times out in a slow network, and so does its cleanup release, sent on a
+// fresh connection; the network heals and round 1 succeeds on a third one. Round 0's requests
+// are still on their way and reach the server afterwards: the late acquire, then the late
+// release. Neither may touch round 1's key (with one owner token for every round, the release
+// deleted it and a rival acquired while the holder had seconds of validity left).
+TEST(RaceTest, ALateCleanupReleaseNeverDeletesALaterRoundsKey) {
+  redis_server server;
+  tcp_proxy proxy(server.port());
+  client direct{server.url()};
+  client slow{proxy.url()};
+  mutex m{slow, test_key(), {.ttl = 5s, .retry_delay = 40ms, .retry_count = 50,
+                             .node_timeout = 100ms}};
+  proxy.set_latency(400ms, 0ms);
+  auto start = steady::now();
+  std::thread heal([&] {
+    std::this_thread::sleep_for(150ms);  // after round 0's acquire and cleanup went out
+    proxy.set_latency(0ms, 0ms);
+  });
+  auto acquired = m.async_acquire(asio::use_future);
+  heal.join();
+  ASSERT_EQ(acquired.wait_for(5s), std::future_status::ready);
+  lease l = acquired.get();
+  ASSERT_TRUE(l);
+  // Round 0's acquire lands at ~400 ms, its cleanup release at ~500 ms.
+  std::this_thread::sleep_until(start + 1s);
+  ASSERT_GT(l.remaining(), 2s);
+  EXPECT_EQ(direct.exec({"GET", test_key()}).str(), l.value())
+      << "a late release of an earlier round deleted the key of a live lease";
+  mutex rival{direct, test_key()};
+  EXPECT_FALSE(rival.try_lock()) << "two holders";
+}
+
+// A waiter gives up after SCRIPT FLUSH, when another client's release has put release.lua back
+// in the script cache but not the leave script. Sent as two scripts, the leave fails NOSCRIPT
+// and goes again as EVAL one (slow) round trip later, while the release runs at once: a holder
+// releasing in between hands the lock to the departing waiter, which is no longer listening,
+// and the lock sits with nobody until its TTL.
+TEST(RaceTest, AWaiterGivingUpAfterScriptFlushLeavesNoOrphanedLock) {
+  redis_server server;
+  tcp_proxy proxy(server.port());
+  client direct{server.url()};
+  client slow{proxy.url()};
+  mutex holder{direct, test_key(), {.ttl = 10s}};
+  lease held = holder.acquire();
+  mutex waiter{slow, test_key(), {.ttl = 10s, .retry_delay = 100ms}};
+  auto gave_up = std::async(std::launch::async, [&] {
+    std::error_code ec;
+    return waiter.acquire_until(steady::now() + 1500ms, ec);
+  });
+  std::string queue = "{" + test_key() + "}:waiters";
+  auto until = steady::now() + 5s;
+  while (direct.exec({"ZCARD", queue}).integer() < 1 && steady::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_EQ(direct.exec({"ZCARD", queue}).integer(), 1) << "the waiter never queued";
+
+  direct.exec({"SCRIPT", "FLUSH"});
+  {
+    mutex other{direct, test_key("other")};  // EVAL again: acquire and release are cached
+    (void)other.acquire();
+  }
+  test::raw_connection monitor(server.port());
+  monitor.send("MONITOR");
+  ASSERT_EQ(monitor.next_line(steady::now() + 2s).value_or(""), "+OK");
+  proxy.set_latency(0ms, 300ms);  // the waiter's replies, its NOSCRIPT among them, come late
+
+  // The waiter's first release is its giving up: the holder releases right behind it.
+  bool seen = false;
+  while (!seen) {
+    auto line = monitor.next_line(steady::now() + 5s);
+    ASSERT_TRUE(line) << "the waiter never gave up";
+    auto args = test::monitor_args(*line);
+    seen = args.size() > 1 && args[0] == "EVALSHA" && args[1] == detail::scripts::release_sha1;
+  }
+  EXPECT_FALSE(held.release());
+  EXPECT_FALSE(gave_up.get());
+  std::this_thread::sleep_for(1s);  // the re-sent leave has landed by now
+  EXPECT_TRUE(direct.exec({"GET", test_key()}).is_nil())
+      << "the lock was handed to a waiter that had given up: nobody holds it until its TTL";
+}
+
+}  // namespace
+}  // namespace dlock::fault
