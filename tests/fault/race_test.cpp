@@ -36,6 +36,10 @@ TEST(RaceTest, ALateCleanupReleaseNeverDeletesALaterRoundsKey) {
   tcp_proxy proxy(server.port());
   client direct{server.url()};
   client slow{proxy.url()};
+  {
+    mutex warm_up{direct, test_key("warm")};  // caches the scripts: no NOSCRIPT detour below
+    (void)warm_up.acquire();
+  }
   mutex m{slow, test_key(), {.ttl = 5s, .retry_delay = 40ms, .retry_count = 50,
                              .node_timeout = 100ms}};
   proxy.set_latency(400ms, 0ms);
