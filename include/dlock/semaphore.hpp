@@ -149,10 +149,9 @@ class semaphore {
   void start_acquire(clock::time_point deadline, int attempts, std::ptrdiff_t permits,
                      detail::unique_function<void(std::error_code, lease)> handler);
 
-  // key_prefix + name (also each permit's key()); the Redis keys are derived from it and share
-  // its hash slot: {key}:sem:holders|weights|fence|waiters|waiter-info|tickets, or
-  // {key}:fairsem:owners|timeouts|weights|counter|waiter-info (a key that has a {tag} keeps it
-  // instead of being wrapped).
+  // key_prefix + name (also each permit's key()). The Redis keys come from it and share its
+  // hash slot: semaphore_keys_for(key, fair) in dlock/key_layout.hpp, such as
+  // {key}:sem:holders or {key}:fairsem:owners for a key without a hash tag.
   const std::string& key() const noexcept;
   std::ptrdiff_t limit() const noexcept;
   const semaphore_options& options() const noexcept;
