@@ -47,6 +47,31 @@ TEST(KeyLayoutServerTest, HashSlotAgreesWithClusterKeyslot) {
   }
 }
 
+TEST(KeyLayoutServerTest, ALockNamedLikeACompanionKeyIsRefused) {
+  // No server listens there: invalid_argument comes before any I/O.
+  client nowhere{"redis://127.0.0.1:1"};
+  auto refused = [&](std::string name, std::string prefix = "") {
+    try {
+      mutex m{nowhere, std::move(name), {.key_prefix = std::move(prefix)}};
+      return false;
+    } catch (const std::system_error& e) {
+      EXPECT_EQ(e.code(), errc::invalid_argument);
+      return true;
+    }
+  };
+  EXPECT_TRUE(refused("{x}:fence"));
+  EXPECT_TRUE(refused(":waiters", "{x}"));  // judged on the whole key
+  EXPECT_TRUE(refused("{x}{}:tickets"));
+  EXPECT_TRUE(refused("{x}:sem:fence"));
+  EXPECT_TRUE(refused("{count}:high-fence"));
+  EXPECT_TRUE(refused(lock_keys_for("a}b").waiter_info));
+  EXPECT_TRUE(refused(semaphore_keys_for("app:{jobs}", true).owners));
+  for (std::string name : {"x", "{x}", "{x}{}", "{x}:sem", "orders:{42}:fence", "{x}:fence:1",
+                           "a}b", "x:fence", "{x}}:fence"}) {
+    EXPECT_FALSE(refused(name)) << name;
+  }
+}
+
 class KeyLayoutMutexTest : public ::testing::Test {
  protected:
   redis_server server_;
