@@ -90,7 +90,8 @@ void semaphore_core::attempt(const std::shared_ptr<acquire_op>& op) {
   if (options_.fair) {
     // Queued (queue_ms > 0) even without a channel: its ticket keeps its place in the queue.
     run_script(node_, sem_fair_acquire_script,
-               {keys_.owners, keys_.expiries, keys_.weights, keys_.tickets, keys_.waiter_info},
+               {keys_.owners, keys_.expiries, keys_.weights, keys_.tickets, keys_.waiter_info,
+                keys_.fence},
                {op->token, limit, op->permits, ttl, std::to_string(queue_ms.count()), channel},
                node_timeout_, std::move(on_reply));
   } else {

@@ -15,7 +15,8 @@
 //   fair    first come, first served: a counter hands out tickets, an owner set ranks by ticket,
 //           a timeouts set expires holders (ZINTERSTORE ... WEIGHTS 0 1 drops them from both).
 //           A blocking acquire keeps its place in the queue while it waits; a later arrival
-//           never overtakes it. The ticket is the permit's fencing token.
+//           never overtakes it. The fencing token comes from a separate counter, drawn at
+//           the grant: with limit > 1, waiters may be granted out of ticket order.
 // All processes using one name must agree on `fair` and on `limit` (they are not stored).
 //
 // Waiting does not poll (wake_on_release): a waiter that will try again queues itself with its

@@ -458,17 +458,54 @@ TEST_F(SemaphoreTest, FairWaiterKeepsItsPlaceAgainstLaterArrivals) {
   EXPECT_FALSE(s.try_acquire());
 }
 
+// With limit 2 two waiters can be granted in either order of their tickets; the fencing token
+// follows the grants, not the tickets: X queued first, Y polls first once both holders leave.
+TEST_F(SemaphoreTest, FairFencingTokensIncreaseInGrantOrderNotTicketOrder) {
+  auto keys = semaphore_keys_for(test_key(), true);
+  semaphore holders{client_, test_key(), 2, {.fair = true}};
+  semaphore x{client_, test_key(), 2, {.fair = true, .retry_delay = 1s, .wake_on_release = false}};
+  semaphore y{client_, test_key(), 2,
+              {.fair = true, .retry_delay = 20ms, .wake_on_release = false}};
+  auto h1 = holders.acquire(), h2 = holders.acquire();
+  auto queued = [&](long long n) {
+    auto until = steady::now() + 5s;
+    while (client_.exec({"ZCARD", keys.owners}).integer() < n && steady::now() < until) {
+      std::this_thread::sleep_for(1ms);
+    }
+    return client_.exec({"ZCARD", keys.owners}).integer() == n;
+  };
+  std::future<lease> x_permit = x.async_acquire(asio::use_future);
+  ASSERT_TRUE(queued(3));
+  std::future<lease> y_permit = y.async_acquire(asio::use_future);
+  ASSERT_TRUE(queued(4));
+  EXPECT_FALSE(h1.release());
+  EXPECT_FALSE(h2.release());
+  lease y_lease = y_permit.get();  // within about 20 ms; X polls again only after 500 ms or more
+  ASSERT_TRUE(y_lease);
+  EXPECT_EQ(x_permit.wait_for(0s), std::future_status::timeout) << "X was granted first";
+  lease x_lease = x_permit.get();
+  ASSERT_TRUE(x_lease);
+  EXPECT_GT(x_lease.fencing_token(), y_lease.fencing_token());
+}
+
+// Earlier versions handed out the tickets as fences, so a new fence counter starts above them.
+TEST_F(SemaphoreTest, FairFenceCounterStartsAboveTheTicketsOfEarlierVersions) {
+  client_.exec({"SET", semaphore_keys_for(test_key(), true).tickets, "100"});
+  semaphore s{client_, test_key(), 1, {.fair = true}};
+  EXPECT_GT(s.acquire().fencing_token(), 100u);
+}
+
 TEST_F(SemaphoreTest, FairWaiterThatVanishesBlocksTheQueueOnlyBriefly) {
   auto keys = semaphore_keys_for(test_key(), true);
   // A waiter that queued for 300 ms and then died (it never polls again).
-  reply ghost = client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "5", keys.owners,
+  reply ghost = client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "6", keys.owners,
                               keys.expiries, keys.weights, keys.tickets, keys.waiter_info,
-                              "ghost", "1", "1", "10000", "300", ""});
+                              keys.fence, "ghost", "1", "1", "10000", "300", ""});
   ASSERT_EQ(ghost.elements().size(), 3u);
   EXPECT_EQ(ghost.elements()[0].integer(), 1);  // the permit was free: the ghost holds it
-  reply queued = client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "5", keys.owners,
+  reply queued = client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "6", keys.owners,
                                keys.expiries, keys.weights, keys.tickets, keys.waiter_info,
-                               "ghost2", "1", "1", "10000", "300", ""});
+                               keys.fence, "ghost2", "1", "1", "10000", "300", ""});
   EXPECT_EQ(queued.elements()[0].integer(), 0);
   EXPECT_NE(queued.elements()[1].integer(), 0);  // queued behind the holder
   client_.exec({"ZREM", keys.expiries, "ghost"});  // the holder leaves...

@@ -245,8 +245,8 @@ TEST_P(SemaphoreWakeupTest, AWokenWaiterThatGivesUpHandsItsWakeUpOn) {
   // The first waiter, queued by hand under a channel nobody listens on.
   auto k = keys();
   if (fair()) {
-    client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "5", k.owners, k.expiries,
-                  k.weights, k.tickets, k.waiter_info, "gone", "1", "1", "30000", "30000",
+    client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "6", k.owners, k.expiries,
+                  k.weights, k.tickets, k.waiter_info, k.fence, "gone", "1", "1", "30000", "30000",
                   "dlock:wake:nobody"});
   } else {
     client_.exec({"EVAL", detail::sem_acquire_script.body, "6", k.expiries, k.weights, k.fence,
