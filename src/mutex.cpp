@@ -2,6 +2,7 @@
 
 #include <climits>
 
+#include "dlock/key_layout.hpp"
 #include "lock_core.hpp"
 
 namespace dlock {
@@ -15,6 +16,11 @@ void check_arguments(const std::vector<client>& nodes, const std::string& key,
   if (nodes.empty()) reject("a lock needs at least one node");
   if (key.empty()) reject("the lock name is empty");
   if (key.size() > max_key_bytes) reject("the lock key is longer than dlock::max_key_bytes");
+  // Such a key would share its value with another name's fencing counter or queue.
+  if (is_companion_key(key)) {
+    reject("the lock key is one of dlock's companion keys of another name (such as {x}:fence; "
+           "see dlock/key_layout.hpp)");
+  }
   if (o.ttl < std::chrono::milliseconds(1) || o.ttl > max_ttl) reject("TTL must be 1 ms to 30 days");
   if (o.retry_delay.count() < 0) reject("retry_delay is negative");
   if (o.retry_count < 0) reject("retry_count is negative");

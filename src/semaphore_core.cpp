@@ -30,32 +30,6 @@
 
 namespace dlock::detail {
 
-semaphore_keys make_semaphore_keys(const std::string& key, bool fair) {
-  std::string base = "{" + key + "}";
-  auto open = key.find('{');
-  if (open != std::string::npos) {
-    auto close = key.find('}', open + 1);
-    if (close != std::string::npos && close > open + 1) base = key;  // keeps its own tag
-  }
-  semaphore_keys keys;
-  if (fair) {
-    keys.expiries = base + ":fairsem:timeouts";
-    keys.owners = base + ":fairsem:owners";
-    keys.weights = base + ":fairsem:weights";
-    keys.counter = base + ":fairsem:counter";
-    keys.waiters = keys.owners;
-    keys.waiter_info = base + ":fairsem:waiter-info";
-  } else {
-    keys.expiries = base + ":sem:holders";
-    keys.weights = base + ":sem:weights";
-    keys.counter = base + ":sem:fence";
-    keys.waiters = base + ":sem:waiters";
-    keys.waiter_info = base + ":sem:waiter-info";
-    keys.tickets = base + ":sem:tickets";
-  }
-  return keys;
-}
-
 struct semaphore_core::acquire_op {
   explicit acquire_op(semaphore_wait::config c) : wait(c) {}
   std::string token = random_token();
@@ -71,7 +45,7 @@ semaphore_core::semaphore_core(client node, std::string key, std::ptrdiff_t limi
       key_(std::move(key)),
       limit_(limit),
       options_(std::move(options)),
-      keys_(make_semaphore_keys(key_, options_.fair)) {
+      keys_(semaphore_keys_for(key_, options_.fair)) {
   node_timeout_ = options_.node_timeout;
   if (node_timeout_.count() == 0) {
     node_timeout_ = std::min(std::max(options_.ttl / 10, std::chrono::milliseconds(1)),
@@ -116,13 +90,14 @@ void semaphore_core::attempt(const std::shared_ptr<acquire_op>& op) {
   if (options_.fair) {
     // Queued (queue_ms > 0) even without a channel: its ticket keeps its place in the queue.
     run_script(node_, sem_fair_acquire_script,
-               {keys_.owners, keys_.expiries, keys_.weights, keys_.counter, keys_.waiter_info},
+               {keys_.owners, keys_.expiries, keys_.weights, keys_.tickets, keys_.waiter_info,
+                keys_.fence},
                {op->token, limit, op->permits, ttl, std::to_string(queue_ms.count()), channel},
                node_timeout_, std::move(on_reply));
   } else {
     std::string waiter = channel.empty() ? std::string() : waiter_entry_ + channel;
     run_script(node_, sem_acquire_script,
-               {keys_.expiries, keys_.weights, keys_.counter, keys_.waiters, keys_.waiter_info,
+               {keys_.expiries, keys_.weights, keys_.fence, keys_.waiters, keys_.waiter_info,
                 keys_.tickets},
                {op->token, limit, op->permits, ttl, waiter}, node_timeout_, std::move(on_reply));
   }

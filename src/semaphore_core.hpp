@@ -1,6 +1,5 @@
 // semaphore_core.hpp: the engine behind dlock::semaphore and its permits. Private.
 //   sem_*_script         the semaphore's Lua scripts (src/lua/sem_*.lua)
-//   semaphore_keys       the Redis keys of one semaphore, all in one hash slot
 //   semaphore_core       the acquire loop (driven by algo/semaphore_wait, woken through the
 //                        client's inbox), and the lease_owner of every permit: release (which
 //                        wakes waiters) and refresh; runs on the I/O thread
@@ -13,6 +12,7 @@
 #include <string>
 
 #include "algo/semaphore_wait.hpp"
+#include "dlock/key_layout.hpp"
 #include "dlock/semaphore.hpp"
 #include "lease_state.hpp"
 #include "script.hpp"
@@ -24,22 +24,6 @@ inline constexpr script sem_fair_acquire_script{scripts::sem_fair_acquire_body,
                                                 scripts::sem_fair_acquire_sha1};
 inline constexpr script sem_release_script{scripts::sem_release_body, scripts::sem_release_sha1};
 inline constexpr script sem_refresh_script{scripts::sem_refresh_body, scripts::sem_refresh_sha1};
-
-struct semaphore_keys {
-  std::string expiries;  // unfair: holders (token -> expiry); fair: timeouts (token -> expiry)
-  std::string owners;    // fair only: token -> ticket
-  std::string weights;   // token -> permits, for entries of more than one
-  std::string counter;   // unfair: fencing counter; fair: ticket counter
-  // Who a release wakes, in ticket order: unfair: a waiter queue of its own (token -> ticket,
-  // tickets drawn from `tickets`); fair: the owners set itself (`tickets` is empty).
-  std::string waiters;
-  std::string waiter_info;  // queued waiters: token -> "<deadline ms>[ <channel>[ woken]]"
-  std::string tickets;
-};
-
-// Keys under `key`'s hash tag (or "{key}" when it has none), so that one script may touch them
-// all and Redis Cluster would accept it. The two variants use distinct keys.
-semaphore_keys make_semaphore_keys(const std::string& key, bool fair);
 
 class semaphore_core final : public lease_owner,
                              public std::enable_shared_from_this<semaphore_core> {

@@ -6,6 +6,7 @@
 #include "dlock/endpoint.hpp"
 #include "dlock/error.hpp"
 #include "dlock/fencing.hpp"
+#include "dlock/key_layout.hpp"
 #include "dlock/lease.hpp"
 #include "dlock/mutex.hpp"
 #include "dlock/options.hpp"

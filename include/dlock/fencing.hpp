@@ -36,8 +36,9 @@ class fence_checker {
 };
 
 // Atomically, on the server: if `token` >= the highest token recorded for `key` (kept in
-// "{key}:high-fence"), SET key value, record the token and return true; else return false and
-// leave the key alone. Blocks up to the client's request timeout; errors go to ec.
+// high_fence_key(key): "{key}:high-fence" for a plain key), SET key value, record the token
+// and return true; else return false and leave the key alone. Blocks up to the client's
+// request timeout; errors go to ec.
 bool fenced_set(client& redis, std::string_view key, std::string_view value, std::uint64_t token,
                 std::error_code& ec);
 

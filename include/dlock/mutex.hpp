@@ -38,8 +38,10 @@ class mutex {
   using clock = std::chrono::steady_clock;
 
   // Throws std::system_error(errc::invalid_argument), before any I/O, for: no nodes, an empty
-  // name, a key longer than max_key_bytes, a TTL outside 1 ms..max_ttl, a negative delay or
-  // timeout, a drift_factor outside 0..0.5. With N nodes the quorum is N/2 + 1; use N >= 3 odd.
+  // name, a key longer than max_key_bytes, a key that is another name's companion key
+  // (is_companion_key in dlock/key_layout.hpp, such as "{x}:fence"), a TTL outside
+  // 1 ms..max_ttl, a negative delay or timeout, a drift_factor outside 0..0.5. With N nodes the
+  // quorum is N/2 + 1; use N >= 3 odd.
   mutex(client node, std::string name, lock_options options = {});
   mutex(std::vector<client> nodes, std::string name, lock_options options = {});
   ~mutex();  // releases a lease still held through lock()/try_lock*()

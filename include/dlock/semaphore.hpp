@@ -15,7 +15,8 @@
 //   fair    first come, first served: a counter hands out tickets, an owner set ranks by ticket,
 //           a timeouts set expires holders (ZINTERSTORE ... WEIGHTS 0 1 drops them from both).
 //           A blocking acquire keeps its place in the queue while it waits; a later arrival
-//           never overtakes it. The ticket is the permit's fencing token.
+//           never overtakes it. The fencing token comes from a separate counter, drawn at
+//           the grant: with limit > 1, waiters may be granted out of ticket order.
 // All processes using one name must agree on `fair` and on `limit` (they are not stored).
 //
 // Waiting does not poll (wake_on_release): a waiter that will try again queues itself with its
@@ -149,10 +150,9 @@ class semaphore {
   void start_acquire(clock::time_point deadline, int attempts, std::ptrdiff_t permits,
                      detail::unique_function<void(std::error_code, lease)> handler);
 
-  // key_prefix + name (also each permit's key()); the Redis keys are derived from it and share
-  // its hash slot: {key}:sem:holders|weights|fence|waiters|waiter-info|tickets, or
-  // {key}:fairsem:owners|timeouts|weights|counter|waiter-info (a key that has a {tag} keeps it
-  // instead of being wrapped).
+  // key_prefix + name (also each permit's key()). The Redis keys come from it and share its
+  // hash slot: semaphore_keys_for(key, fair) in dlock/key_layout.hpp, such as
+  // {key}:sem:holders or {key}:fairsem:owners for a key without a hash tag.
   const std::string& key() const noexcept;
   std::ptrdiff_t limit() const noexcept;
   const semaphore_options& options() const noexcept;

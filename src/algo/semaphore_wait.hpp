@@ -18,7 +18,7 @@ namespace dlock::detail {
 
 struct semaphore_reply {
   bool granted = false;
-  std::int64_t ticket = 0;          // granted: the fencing token; fair: also while queued
+  std::int64_t ticket = 0;          // granted: the fencing token; fair, queued: the ticket
   bool queued = false;              // fair: not granted, but our place in the queue is kept
   std::int64_t next_expiry_ms = -1; // unfair, not granted: ms until the earliest holder expires
 };

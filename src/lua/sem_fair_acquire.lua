@@ -5,16 +5,19 @@
 -- KEYS[2]: timeouts, a sorted set: member = owner token, score = its expiry in server ms (a
 --          holder's TTL, or a queued waiter's short lease that each poll renews).
 -- KEYS[3]: weights, a hash: owner token -> permits wanted, only for more than one.
--- KEYS[4]: the ticket counter (never expires; the tickets double as fencing tokens).
+-- KEYS[4]: the ticket counter (never expires).
 -- KEYS[5]: waiter info, a hash: owner token -> "<deadline ms>[ <wake channel>]" for every
 --          queued waiter (" woken" appended by sem_release.lua); holders have none.
+-- KEYS[6]: the fencing counter (never expires), drawn at each grant.
 -- ARGV[1]: the owner token; ARGV[2]: the limit; ARGV[3]: permits wanted (1..limit);
 -- ARGV[4]: the TTL in milliseconds; ARGV[5]: how long to keep a place in the queue when not
 --          granted, in milliseconds (0: leave at once, as a non-blocking try does);
 -- ARGV[6]: the wake channel a release may PUBLISH our token on while we queue, or "".
--- Returns {1, ticket, rank} when granted (also when this token already holds), {0, ticket,
--- rank} when queued, {0, 0, rank} when not granted and not queued. Time comes from TIME.
+-- Returns {1, fence, rank} when granted (also when this token already holds: a retried attempt
+-- whose reply was lost, which draws a new fence), {0, ticket, rank} when queued, {0, 0, rank}
+-- when not granted and not queued. Time comes from TIME.
 local owners, timeouts, weights, counter, info = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local fence_key = KEYS[6]
 local owner, limit, want = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local ttl_ms, queue_ms, channel = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] or ''
 
@@ -43,6 +46,17 @@ local function keep(expiry)
   end
 end
 
+-- The fence is drawn at the grant, not at arrival: with a limit above 1, waiters may be granted
+-- out of ticket order (the one that polls first), and fences must grow in grant order. A
+-- counter that does not exist yet starts above every ticket so far, because earlier versions
+-- handed out the tickets as fences.
+local function draw_fence()
+  if redis.call('EXISTS', fence_key) == 0 then
+    redis.call('SET', fence_key, redis.call('GET', counter) or 0)
+  end
+  return redis.call('INCR', fence_key)
+end
+
 local ticket = redis.call('ZSCORE', owners, owner)
 if ticket then
   ticket = tonumber(ticket)
@@ -66,7 +80,7 @@ if rank < limit then
   if used <= limit then
     redis.call('HDEL', info, owner)
     keep(now + ttl_ms)
-    return {1, ticket, rank}
+    return {1, draw_fence(), rank}
   end
 end
 

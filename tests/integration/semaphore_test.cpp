@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "dlock/key_layout.hpp"
 #include "semaphore_core.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
@@ -63,29 +64,11 @@ class SemaphoreVariantTest : public SemaphoreTest, public ::testing::WithParamIn
     o.fair = fair();
     return o;
   }
-  detail::semaphore_keys keys() const { return detail::make_semaphore_keys(test_key(), fair()); }
+  semaphore_keys keys() const { return semaphore_keys_for(test_key(), fair()); }
 };
 
 INSTANTIATE_TEST_SUITE_P(Variants, SemaphoreVariantTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Fair" : "Unfair"; });
-
-TEST(SemaphoreKeysTest, AllKeysShareOneHashTag) {
-  auto unfair = detail::make_semaphore_keys("jobs", false);
-  EXPECT_EQ(unfair.expiries, "{jobs}:sem:holders");
-  EXPECT_EQ(unfair.weights, "{jobs}:sem:weights");
-  EXPECT_EQ(unfair.counter, "{jobs}:sem:fence");
-  EXPECT_EQ(unfair.waiters, "{jobs}:sem:waiters");
-  EXPECT_EQ(unfair.waiter_info, "{jobs}:sem:waiter-info");
-  EXPECT_EQ(unfair.tickets, "{jobs}:sem:tickets");
-  EXPECT_TRUE(unfair.owners.empty());
-  auto fair = detail::make_semaphore_keys("app:{jobs}:x", true);
-  EXPECT_EQ(fair.owners, "app:{jobs}:x:fairsem:owners");
-  EXPECT_EQ(fair.expiries, "app:{jobs}:x:fairsem:timeouts");
-  EXPECT_EQ(fair.counter, "app:{jobs}:x:fairsem:counter");
-  EXPECT_EQ(fair.waiters, fair.owners);  // the ticket queue orders the wake-ups too
-  EXPECT_EQ(fair.waiter_info, "app:{jobs}:x:fairsem:waiter-info");
-  EXPECT_EQ(detail::make_semaphore_keys("a{}b", false).expiries, "{a{}b}:sem:holders");
-}
 
 TEST_F(SemaphoreTest, BadInputIsRejectedBeforeAnyIo) {
   // No server listens there: invalid_argument (not node_unreachable) proves nothing was sent.
@@ -410,7 +393,7 @@ TEST_F(SemaphoreTest, AsyncAcquireWithCallbackAndFuture) {
 
 TEST_F(SemaphoreTest, FairGrantsInTicketOrderUnderContention) {
   constexpr int threads = 5, rounds = 8;
-  auto keys = detail::make_semaphore_keys(test_key(), true);
+  auto keys = semaphore_keys_for(test_key(), true);
   std::mutex m;
   std::vector<std::uint64_t> granted;
   long long longest_queue = 0;
@@ -448,7 +431,7 @@ TEST_F(SemaphoreTest, FairGrantsInTicketOrderUnderContention) {
 }
 
 TEST_F(SemaphoreTest, FairTryAcquireDoesNotQueue) {
-  auto keys = detail::make_semaphore_keys(test_key(), true);
+  auto keys = semaphore_keys_for(test_key(), true);
   semaphore s{client_, test_key(), 1, {.fair = true}};
   auto held = s.acquire();
   EXPECT_FALSE(s.try_acquire());
@@ -457,7 +440,7 @@ TEST_F(SemaphoreTest, FairTryAcquireDoesNotQueue) {
 }
 
 TEST_F(SemaphoreTest, FairWaiterKeepsItsPlaceAgainstLaterArrivals) {
-  auto keys = detail::make_semaphore_keys(test_key(), true);
+  auto keys = semaphore_keys_for(test_key(), true);
   semaphore s{client_, test_key(), 1, {.fair = true, .retry_delay = 20ms}};
   auto held = s.acquire();
   auto waiter = std::async(std::launch::async, [&] { return s.try_acquire_for(5s); });
@@ -475,17 +458,54 @@ TEST_F(SemaphoreTest, FairWaiterKeepsItsPlaceAgainstLaterArrivals) {
   EXPECT_FALSE(s.try_acquire());
 }
 
+// With limit 2 two waiters can be granted in either order of their tickets; the fencing token
+// follows the grants, not the tickets: X queued first, Y polls first once both holders leave.
+TEST_F(SemaphoreTest, FairFencingTokensIncreaseInGrantOrderNotTicketOrder) {
+  auto keys = semaphore_keys_for(test_key(), true);
+  semaphore holders{client_, test_key(), 2, {.fair = true}};
+  semaphore x{client_, test_key(), 2, {.fair = true, .retry_delay = 1s, .wake_on_release = false}};
+  semaphore y{client_, test_key(), 2,
+              {.fair = true, .retry_delay = 20ms, .wake_on_release = false}};
+  auto h1 = holders.acquire(), h2 = holders.acquire();
+  auto queued = [&](long long n) {
+    auto until = steady::now() + 5s;
+    while (client_.exec({"ZCARD", keys.owners}).integer() < n && steady::now() < until) {
+      std::this_thread::sleep_for(1ms);
+    }
+    return client_.exec({"ZCARD", keys.owners}).integer() == n;
+  };
+  std::future<lease> x_permit = x.async_acquire(asio::use_future);
+  ASSERT_TRUE(queued(3));
+  std::future<lease> y_permit = y.async_acquire(asio::use_future);
+  ASSERT_TRUE(queued(4));
+  EXPECT_FALSE(h1.release());
+  EXPECT_FALSE(h2.release());
+  lease y_lease = y_permit.get();  // within about 20 ms; X polls again only after 500 ms or more
+  ASSERT_TRUE(y_lease);
+  EXPECT_EQ(x_permit.wait_for(0s), std::future_status::timeout) << "X was granted first";
+  lease x_lease = x_permit.get();
+  ASSERT_TRUE(x_lease);
+  EXPECT_GT(x_lease.fencing_token(), y_lease.fencing_token());
+}
+
+// Earlier versions handed out the tickets as fences, so a new fence counter starts above them.
+TEST_F(SemaphoreTest, FairFenceCounterStartsAboveTheTicketsOfEarlierVersions) {
+  client_.exec({"SET", semaphore_keys_for(test_key(), true).tickets, "100"});
+  semaphore s{client_, test_key(), 1, {.fair = true}};
+  EXPECT_GT(s.acquire().fencing_token(), 100u);
+}
+
 TEST_F(SemaphoreTest, FairWaiterThatVanishesBlocksTheQueueOnlyBriefly) {
-  auto keys = detail::make_semaphore_keys(test_key(), true);
+  auto keys = semaphore_keys_for(test_key(), true);
   // A waiter that queued for 300 ms and then died (it never polls again).
-  reply ghost = client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "5", keys.owners,
-                              keys.expiries, keys.weights, keys.counter, keys.waiter_info,
-                              "ghost", "1", "1", "10000", "300", ""});
+  reply ghost = client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "6", keys.owners,
+                              keys.expiries, keys.weights, keys.tickets, keys.waiter_info,
+                              keys.fence, "ghost", "1", "1", "10000", "300", ""});
   ASSERT_EQ(ghost.elements().size(), 3u);
   EXPECT_EQ(ghost.elements()[0].integer(), 1);  // the permit was free: the ghost holds it
-  reply queued = client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "5", keys.owners,
-                               keys.expiries, keys.weights, keys.counter, keys.waiter_info,
-                               "ghost2", "1", "1", "10000", "300", ""});
+  reply queued = client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "6", keys.owners,
+                               keys.expiries, keys.weights, keys.tickets, keys.waiter_info,
+                               keys.fence, "ghost2", "1", "1", "10000", "300", ""});
   EXPECT_EQ(queued.elements()[0].integer(), 0);
   EXPECT_NE(queued.elements()[1].integer(), 0);  // queued behind the holder
   client_.exec({"ZREM", keys.expiries, "ghost"});  // the holder leaves...

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "dlock/key_layout.hpp"
 #include "dlock/semaphore.hpp"
 #include "semaphore_core.hpp"
 #include "support/commandstats.hpp"
@@ -40,7 +41,7 @@ class SemaphoreWakeupBase : public ::testing::Test {
     o.fair = fair();
     return o;
   }
-  detail::semaphore_keys keys() const { return detail::make_semaphore_keys(test_key(), fair()); }
+  semaphore_keys keys() const { return semaphore_keys_for(test_key(), fair()); }
 
   // Every queued waiter has an entry in waiter-info (both variants), with its wake channel once
   // its client's inbox is subscribed; wait until `n` of them can be woken (or just queued).
@@ -244,11 +245,11 @@ TEST_P(SemaphoreWakeupTest, AWokenWaiterThatGivesUpHandsItsWakeUpOn) {
   // The first waiter, queued by hand under a channel nobody listens on.
   auto k = keys();
   if (fair()) {
-    client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "5", k.owners, k.expiries,
-                  k.weights, k.counter, k.waiter_info, "gone", "1", "1", "30000", "30000",
+    client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "6", k.owners, k.expiries,
+                  k.weights, k.tickets, k.waiter_info, k.fence, "gone", "1", "1", "30000", "30000",
                   "dlock:wake:nobody"});
   } else {
-    client_.exec({"EVAL", detail::sem_acquire_script.body, "6", k.expiries, k.weights, k.counter,
+    client_.exec({"EVAL", detail::sem_acquire_script.body, "6", k.expiries, k.weights, k.fence,
                   k.waiters, k.waiter_info, k.tickets, "gone", "1", "1", "30000",
                   "30000 dlock:wake:nobody"});
   }

@@ -4,14 +4,14 @@
 
 #include <string>
 
-#include "keys.hpp"
+#include "dlock/key_layout.hpp"
 
 namespace dlock::cli {
 
 struct demo_keys {
   explicit demo_keys(const std::string& name)
       : count(name + ":count"),
-        high_fence(same_slot_key(count, ":high-fence")),  // where dlock::fenced_set keeps it
+        high_fence(high_fence_key(count)),  // where dlock::fenced_set keeps it
         fences(name + ":fences"),
         handoff(name + ":handoff"),
         released_at(name + ":released-at"),

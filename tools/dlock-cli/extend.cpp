@@ -6,9 +6,9 @@
 #include <memory>
 
 #include "cli.hpp"
+#include "dlock/key_layout.hpp"
 #include "dlock/mutex.hpp"
 #include "duration.hpp"
-#include "keys.hpp"
 #include "lock_view.hpp"
 
 namespace dlock::cli {

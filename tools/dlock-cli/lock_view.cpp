@@ -1,5 +1,5 @@
-// Reading a lock the way the library lays it out (value = owner token, PX expiry, counter in
-// {K}:fence), plus the CLI's own {K}:holder annotation.
+// Reading a lock the way the library lays it out (value = owner token, PX expiry, its fencing
+// counter and the CLI's own holder note where dlock/key_layout.hpp puts them).
 #include "lock_view.hpp"
 
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "cli.hpp"
-#include "keys.hpp"
+#include "dlock/key_layout.hpp"
 
 namespace dlock::cli {
 namespace {
@@ -128,7 +128,7 @@ lock_view inspect_lock(std::vector<client>& nodes, const std::string& key) {
   view.key = key;
   view.quorum = nodes.size() / 2 + 1;
   command cmd{"GET", key};
-  cmd.then({"PTTL", key}).then({"GET", fence_key(key)}).then({"GET", holder_key(key)});
+  cmd.then({"PTTL", key}).then({"GET", lock_keys_for(key).fence}).then({"GET", holder_key(key)});
   auto replies = exec_all(nodes, cmd);
   std::map<std::string, std::size_t> votes;
   for (std::size_t i = 0; i < nodes.size(); ++i) {

@@ -1,11 +1,11 @@
 // tools/dlock-cli/lock_view.hpp: reading and annotating a lock on its nodes, for the CLI.
 //   exec_all       one command to every node at once; waits for all replies (each bounded by
 //                  the client's request timeout)
-//   holder_info    who holds a lock: host, pid, command, since when; kept in {K}:holder by the
-//                  CLI beside the lock (the library knows nothing of it), next to the token
+//   holder_info    who holds a lock: host, pid, command, since when; kept in holder_key(K)
+//                  ({K}:holder) by the CLI beside the lock (the library only names the key)
 //   publish_holder / clear_holder  write and remove it
 //   lock_view      what the nodes say about a lock: token, PTTL, fence counter, holder
-//   inspect_lock   reads a lock_view (GET, PTTL, GET {K}:fence, GET {K}:holder on every node)
+//   inspect_lock   reads a lock_view (GET, PTTL, GET of the fence and holder keys, every node)
 // Holder info is advisory: it is shown only when its token matches the lock's current value.
 // Blocking calls; call them from the main thread, never from dlock's I/O thread.
 #pragma once
@@ -41,11 +41,11 @@ std::optional<holder_info> decode_holder(std::string_view text);
 // "host pid 42 (`make deploy`) for 12.3 s"
 std::string describe(const holder_info& h);
 
-// SET {K}:holder <info> PX ttl on every node. Waits for the replies unless `wait` is false
+// SET holder_key(K) <info> PX ttl on every node. Waits for the replies unless `wait` is false
 // (then the write is fire-and-forget: for refreshes while CMD runs).
 void publish_holder(std::vector<client>& nodes, const std::string& key, const holder_info& h,
                     std::chrono::milliseconds ttl, bool wait = true);
-// Deletes {K}:holder on every node where it names `token`.
+// Deletes holder_key(K) on every node where it names `token`.
 void clear_holder(std::vector<client>& nodes, const std::string& key, const std::string& token);
 
 struct node_view {

@@ -1,0 +1,159 @@
+// The key layout (see dlock/key_layout.hpp for its rules and why they hold).
+//
+// Why a name that has no hash tag but contains '}' gets a tag of its own in front. Appending
+// anything to such a name cannot give every companion key the same slot. Without a '{', or when
+// the first '{' is directly followed by '}' ("a{}b"), Redis hashes the whole key, suffix
+// included. Only a tag decides the slot whatever follows, and a tag must start at the key's
+// first '{'. So these names get "{F}" in front, where F hashes to the name's slot, and "}}" at
+// the end. The end cannot be a single '}': a name that ends in '{' would then end in "{}",
+// which is the form of a tagged name.
+#include "dlock/key_layout.hpp"
+
+#include <array>
+#include <stdexcept>
+#include <vector>
+
+namespace dlock {
+namespace {
+
+// Every companion suffix, each written once; none may contain '}'.
+constexpr std::string_view fence_suffix = ":fence", waiters_suffix = ":waiters",
+                           waiter_info_suffix = ":waiter-info", tickets_suffix = ":tickets";
+constexpr std::string_view holder_suffix = ":holder", high_fence_suffix = ":high-fence";
+constexpr std::string_view sem_holders = ":sem:holders", sem_weights = ":sem:weights",
+                           sem_fence = ":sem:fence", sem_waiters = ":sem:waiters",
+                           sem_waiter_info = ":sem:waiter-info", sem_tickets = ":sem:tickets";
+// The fair ticket counter keeps the name it had when the tickets were also the fence.
+constexpr std::string_view fair_timeouts = ":fairsem:timeouts", fair_owners = ":fairsem:owners",
+                           fair_weights = ":fairsem:weights", fair_fence = ":fairsem:fence",
+                           fair_waiter_info = ":fairsem:waiter-info",
+                           fair_tickets = ":fairsem:counter";
+constexpr std::array<std::string_view, 18> suffixes{
+    fence_suffix,      waiters_suffix,   waiter_info_suffix, tickets_suffix, holder_suffix,
+    high_fence_suffix, sem_holders,      sem_weights,        sem_fence,      sem_waiters,
+    sem_waiter_info,   sem_tickets,      fair_timeouts,      fair_owners,    fair_weights,
+    fair_fence,        fair_waiter_info, fair_tickets};
+
+constexpr std::array<std::uint16_t, 256> crc_table = [] {
+  std::array<std::uint16_t, 256> table{};
+  for (unsigned i = 0; i < 256; ++i) {
+    unsigned crc = i << 8;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc & 0x8000) ? (crc << 1) ^ 0x1021 : crc << 1;
+    table[i] = static_cast<std::uint16_t>(crc);
+  }
+  return table;
+}();
+
+std::uint16_t crc16(std::string_view data) noexcept {
+  unsigned crc = 0;
+  for (unsigned char c : data) crc = (crc << 8) ^ crc_table[((crc >> 8) ^ c) & 0xff];
+  return static_cast<std::uint16_t>(crc);
+}
+
+// The hash tag's position in `key`, or npos when the whole key is hashed.
+std::size_t tag_open(std::string_view key) noexcept {
+  auto open = key.find('{');
+  if (open == std::string_view::npos) return open;
+  auto close = key.find('}', open + 1);
+  return close == std::string_view::npos || close == open + 1 ? std::string_view::npos : open;
+}
+
+std::string four_chars(unsigned f) {
+  std::string tag(4, '@');
+  for (int i = 0; i < 4; ++i) tag[i] = static_cast<char>(0x40 | ((f >> (12 - 4 * i)) & 15));
+  return tag;
+}
+
+// The first four characters of '@'..'O' (0x40..0x4F, so no braces) that hash to `slot`. There
+// always is one. The low nibbles give 16 free bits, and the CRC is linear in them. Over all
+// 65536 choices, the low 14 bits of the CRC take every value (tests/unit/key_layout_test.cpp
+// checks this), so every slot has four tags. The table is built on first use.
+std::string tag_for_slot(std::uint16_t slot) {
+  static const std::vector<std::uint32_t> first = [] {
+    std::vector<std::uint32_t> table(16384, 0x10000);
+    for (unsigned f = 0x10000; f-- > 0;) table[hash_slot(four_chars(f))] = f;
+    return table;
+  }();
+  if (first[slot] > 0xffff) throw std::logic_error("dlock: no hash tag for a slot");  // unreachable
+  return four_chars(first[slot]);
+}
+
+// E(key) from the header: ends with '}', hashes to key's slot, and differs for different keys.
+std::string encode(std::string_view key) {
+  std::string k(key);
+  if (tag_open(key) != std::string_view::npos) return k + "{}";
+  if (!key.empty() && key.find('}') == std::string_view::npos) return "{" + k + "}";
+  return "{" + tag_for_slot(hash_slot(key)) + "}" + k + "}}";
+}
+
+std::string companion(std::string_view key, std::string_view suffix) {
+  return encode(key).append(suffix);
+}
+
+}  // namespace
+
+std::uint16_t hash_slot(std::string_view key) noexcept {
+  auto open = tag_open(key);
+  if (open != std::string_view::npos) {
+    auto close = key.find('}', open + 1);
+    key = key.substr(open + 1, close - open - 1);
+  }
+  return crc16(key) & 0x3fff;
+}
+
+lock_keys lock_keys_for(std::string_view key) {
+  std::string base = encode(key);
+  auto with = [&](std::string_view suffix) { return base + std::string(suffix); };
+  return {std::string(key), with(fence_suffix), with(waiters_suffix), with(waiter_info_suffix),
+          with(tickets_suffix)};
+}
+
+semaphore_keys semaphore_keys_for(std::string_view key, bool fair) {
+  std::string base = encode(key);
+  auto with = [&](std::string_view suffix) { return base + std::string(suffix); };
+  semaphore_keys keys;
+  if (fair) {
+    keys.expiries = with(fair_timeouts);
+    keys.owners = with(fair_owners);
+    keys.weights = with(fair_weights);
+    keys.fence = with(fair_fence);
+    keys.waiters = keys.owners;
+    keys.waiter_info = with(fair_waiter_info);
+    keys.tickets = with(fair_tickets);
+  } else {
+    keys.expiries = with(sem_holders);
+    keys.weights = with(sem_weights);
+    keys.fence = with(sem_fence);
+    keys.waiters = with(sem_waiters);
+    keys.waiter_info = with(sem_waiter_info);
+    keys.tickets = with(sem_tickets);
+  }
+  return keys;
+}
+
+std::string high_fence_key(std::string_view data_key) {
+  return companion(data_key, high_fence_suffix);
+}
+
+std::string holder_key(std::string_view lock_key) { return companion(lock_key, holder_suffix); }
+
+// Exact: splits off a suffix, undoes each form of E that could have made the rest, and checks
+// that encoding the result gives the rest back.
+bool is_companion_key(std::string_view key) {
+  for (auto suffix : suffixes) {
+    if (!key.ends_with(suffix)) continue;
+    std::string_view base = key.substr(0, key.size() - suffix.size());
+    if (!base.ends_with('}')) continue;
+    auto encodes = [&](std::string_view name) { return encode(name) == base; };
+    if (base.ends_with("{}") && encodes(base.substr(0, base.size() - 2))) return true;
+    if (base.size() >= 2 && base.front() == '{' && encodes(base.substr(1, base.size() - 2))) {
+      return true;
+    }
+    if (base.size() >= 8 && base.ends_with("}}") && encodes(base.substr(6, base.size() - 8))) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace dlock
