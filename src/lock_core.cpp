@@ -25,6 +25,7 @@
 #include <climits>
 
 #include "algo/retry.hpp"
+#include "dlock/key_layout.hpp"
 #include "net/inbox.hpp"
 #include "token.hpp"
 
@@ -44,15 +45,6 @@ bool is_retryable(std::error_code ec) noexcept {
     default:
       return false;
   }
-}
-
-std::string same_slot_key(const std::string& key, std::string_view suffix) {
-  auto open = key.find('{');
-  if (open != std::string::npos) {
-    auto close = key.find('}', open + 1);
-    if (close != std::string::npos && close > open + 1) return key + std::string(suffix);
-  }
-  return "{" + key + "}" + std::string(suffix);
 }
 
 struct lock_core::round_op {
@@ -94,13 +86,12 @@ struct lock_core::acquire_op {
 };
 
 lock_core::lock_core(std::vector<client> nodes, std::string key, lock_options options)
-    : nodes_(std::move(nodes)),
-      key_(std::move(key)),
-      fence_key_(fence_key_for(key_)),
-      queue_key_(same_slot_key(key_, ":waiters")),
-      waiter_info_key_(same_slot_key(key_, ":waiter-info")),
-      tickets_key_(same_slot_key(key_, ":tickets")),
-      options_(std::move(options)) {
+    : nodes_(std::move(nodes)), key_(std::move(key)), options_(std::move(options)) {
+  auto keys = lock_keys_for(key_);
+  fence_key_ = std::move(keys.fence);
+  queue_key_ = std::move(keys.waiters);
+  waiter_info_key_ = std::move(keys.waiter_info);
+  tickets_key_ = std::move(keys.tickets);
   for (const auto& node : nodes_) node_names_.push_back(node.where().to_string());
   node_timeout_ = options_.node_timeout;
   if (node_timeout_.count() == 0) {

@@ -106,11 +106,4 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
   std::chrono::milliseconds node_timeout_;
 };
 
-// A companion key in `key`'s hash slot, so one script may touch both (and Redis Cluster would
-// accept it). A key without a {tag} hashes whole, so "{key}<suffix>" lands in the same slot; a
-// key with a tag keeps it when the suffix is appended.
-std::string same_slot_key(const std::string& key, std::string_view suffix);
-// The lock's fencing counter: same_slot_key(key, ":fence").
-inline std::string fence_key_for(const std::string& key) { return same_slot_key(key, ":fence"); }
-
 }  // namespace dlock::detail

@@ -40,10 +40,10 @@ namespace dlock {
 std::uint16_t hash_slot(std::string_view key) noexcept;
 
 struct lock_keys {
-  std::string key;          // the lock: value = owner token, PX = TTL
+  std::string key;          // the lock: value = owner "<acquisition id>.<round>", PX = TTL
   std::string fence;        // the fencing counter; never expires
-  std::string waiters;      // the waiter queue: owner token -> ticket
-  std::string waiter_info;  // owner token -> "<deadline ms> <wake channel>[ <ttl ms> <attempt>]"
+  std::string waiters;      // the waiter queue: acquisition id -> ticket
+  std::string waiter_info;  // acquisition id -> "<deadline ms> <wake channel>[ <ttl ms> <round>]"
   std::string tickets;      // the queue's ticket counter
 };
 

@@ -80,9 +80,7 @@ class KeyLayoutMutexTest : public ::testing::Test {
 
 // The review's case: "x" and "{x}" once shared {x}:waiters (and :fence ...), so releasing "x"
 // handed the lock to a waiter of "{x}" while "{x}" was still held.
-// DISABLED_ until src/lock_core.cpp takes its keys from lock_keys_for (it still has its own
-// same_slot_key, which gives both names {x}:waiters); the test fails against that layout.
-TEST_F(KeyLayoutMutexTest, DISABLED_ReleasingAPlainNameNeverHandsOnItsBracedTwin) {
+TEST_F(KeyLayoutMutexTest, ReleasingAPlainNameNeverHandsOnItsBracedTwin) {
   const std::string plain = test_key(), braced = "{" + plain + "}";
   mutex p1{client_, braced, {.ttl = 20s}};
   mutex p2{client_, braced, {.ttl = 20s, .retry_delay = 1s}};
