@@ -1,5 +1,5 @@
 // lease_state.hpp: what every lease is made of, whatever granted it. Private.
-//   lease_state  owner token, fence, validity, loss signal, released flag
+//   lease_state  owner token, fence, validity, loss signal, released and let-go flags
 //   lease_owner  what a lease asks of the thing that granted it (a lock, a semaphore):
 //                release and extend, on the I/O thread
 //   make_lease   builds the public dlock::lease
@@ -26,7 +26,10 @@ struct lease_state {
   std::uint64_t fence = 0;
   std::atomic<steady::rep> valid_until{0};  // steady_clock ticks since its epoch
   std::stop_source lost;
-  std::atomic<bool> released{false};
+  std::atomic<bool> released{false};  // the owner sent (or will send) the release: no renewals
+  // The lease object gave this state up (release, detach) and reads as empty. The object keeps
+  // its pointers until it is destroyed, so readers on other threads never see them change.
+  std::atomic<bool> let_go{false};
   bool validity_known = true;  // false for adopted tokens: extend cannot judge a gap
   std::atomic<int> lost_reason{0};  // the errc that fired `lost`
   std::shared_ptr<keep_alive_task> keeper;  // touched on the I/O thread only

@@ -117,6 +117,7 @@ void start_keep_alive(std::shared_ptr<lease_owner> owner, std::shared_ptr<lease_
   asio::post(ex, [owner = std::move(owner), state = std::move(state),
                   options = std::move(options)]() mutable {
     if (state->keeper) state->keeper->stop();
+    if (state->let_go.load()) return;  // released or detached while this was queued
     state->keeper = std::make_shared<keep_alive_task>(owner, state, std::move(options));
     state->keeper->start(state);
   });
