@@ -11,6 +11,18 @@ bool held(const std::shared_ptr<detail::lease_state>& state) noexcept {
   return state && !state->let_go.load();
 }
 
+// Starts the owner's release without waiting. The completion keeps the owner and the state
+// alive until the script answered, so the lease, the mutex and the client may all be gone by
+// then.
+void start_release_detached(std::shared_ptr<detail::lease_owner> owner,
+                            std::shared_ptr<detail::lease_state> state,
+                            detail::unique_function<void(std::error_code)> handler) {
+  detail::stop_keep_alive(owner, state);
+  auto& core = *owner;
+  core.start_release(state, [owner = std::move(owner), state, h = std::move(handler)](
+                                std::error_code ec) mutable { h(ec); });
+}
+
 }  // namespace
 
 lease::lease(std::shared_ptr<detail::lease_owner> owner,
@@ -31,16 +43,7 @@ lease& lease::operator=(lease&& other) noexcept {
   return *this;
 }
 
-lease::~lease() {
-  if (!held(state_)) return;
-  if (detail::on_io_thread()) {
-    // A blocking wait here would deadlock the thread that must deliver the reply.
-    detail::stop_keep_alive(owner_, state_);
-    owner_->start_release(state_, [](std::error_code) {});
-    return;
-  }
-  (void)release();
-}
+lease::~lease() { (void)release(); }
 
 lease::operator bool() const noexcept { return held(state_); }
 
@@ -96,6 +99,12 @@ std::error_code lease::keep_alive(keep_alive_options options) noexcept {
 // is the no-op an empty lease's is. The pointers stay, for readers on other threads.
 std::error_code lease::release() noexcept {
   if (!state_ || state_->let_go.exchange(true)) return {};
+  if (detail::on_io_thread()) {
+    // Waiting here would deadlock the thread that must deliver the reply, and dropping the
+    // lease unsent would leave the key for its whole TTL: send it, and let it finish alone.
+    start_release_detached(owner_, state_, [](std::error_code) {});
+    return errc::would_block_io_thread;
+  }
   detail::stop_keep_alive(owner_, state_);
   std::error_code ec;
   if (owner_->try_release_direct(state_, ec)) return ec;
@@ -115,17 +124,10 @@ std::chrono::milliseconds lease::default_ttl() const noexcept {
   return owner_ ? owner_->default_ttl() : std::chrono::milliseconds::zero();
 }
 
-// What release() does, without the wait: the lease lets go of its state at once (release()
-// does so after the wait), and the completion keeps the owner and the state alive until the
-// script answered, so the lease, the mutex and the client may all be gone by then.
+// What release() does, without the wait; the object also lets go of its pointers at once.
 void lease::start_release(detail::unique_function<void(std::error_code)> handler) {
   if (!state_ || state_->let_go.exchange(true)) return handler(errc::not_held);
-  auto owner = std::move(owner_);
-  auto state = std::move(state_);
-  detail::stop_keep_alive(owner, state);
-  auto& core = *owner;
-  core.start_release(state, [owner = std::move(owner), state, h = std::move(handler)](
-                                std::error_code ec) mutable { h(ec); });
+  start_release_detached(std::move(owner_), std::move(state_), std::move(handler));
 }
 
 void lease::start_extend(std::chrono::milliseconds ttl,

@@ -39,11 +39,13 @@ class lease {
  public:
   lease() noexcept = default;  // empty: holds nothing
   lease(lease&&) noexcept = default;
+  // Releases what this lease holds, as release() does (on dlock's I/O thread: started, not
+  // awaited), then takes `other`'s.
   lease& operator=(lease&& other) noexcept;
   lease(const lease&) = delete;
   lease& operator=(const lease&) = delete;
-  // Releases the lock if still held: blocking up to the node timeout on a user thread,
-  // fire-and-forget on dlock's I/O thread. Never throws.
+  // Releases the lock if still held, as release() does: blocking up to the node timeout on a
+  // user thread, started and not awaited on dlock's I/O thread. Never throws.
   ~lease();
 
   // True when this lease was granted and has not been released or detached (it may still have
@@ -97,7 +99,10 @@ class lease {
   // the node timeout; never throws. Returns not_held when no node had it (expired before), or
   // the error that kept a node from answering. The lease reads as empty from the moment the
   // call starts; a second release(), concurrent or later, is a no-op that returns success at
-  // once (it does not wait for the first).
+  // once (it does not wait for the first). On dlock's I/O thread (in a completion handler) it
+  // cannot wait: it starts the release and returns would_block_io_thread at once, meaning
+  // "sent, outcome not awaited" (use async_release to learn the outcome). Move-assigning over
+  // a held lease and destroying one release it this way too.
   std::error_code release() noexcept;
   // Asynchronous release(): signature void(std::error_code), same outcomes; does not block.
   // The lease is empty as soon as the operation starts (for a callback or use_future, before
