@@ -82,9 +82,7 @@ std::error_code lease::extend(std::chrono::milliseconds ttl) noexcept {
   if (!held(state_)) return errc::not_held;
   std::error_code ec;
   detail::wait<int>(ec, [&](auto handler) {
-    owner_->start_extend(state_, ttl, [h = std::move(handler)](std::error_code e) mutable {
-      h(e, 0);
-    });
+    start_extend(ttl, [h = std::move(handler)](std::error_code e) mutable { h(e, 0); });
   });
   return ec;
 }
@@ -134,7 +132,11 @@ void lease::start_extend(std::chrono::milliseconds ttl,
                          detail::unique_function<void(std::error_code)> handler) {
   if (!held(state_)) return handler(errc::not_held);
   owner_->start_extend(state_, ttl, [owner = owner_, state = state_, h = std::move(handler)](
-                                        std::error_code ec) mutable { h(ec); });
+                                        std::error_code ec) mutable {
+    // The deadline moved, maybe earlier than the watchdog's next renewal: it plans anew.
+    if (!ec) detail::replan_keep_alive(owner, state);
+    h(ec);
+  });
 }
 
 std::string lease::detach() noexcept {

@@ -3,7 +3,7 @@
 //   lease_owner  what a lease asks of the thing that granted it (a lock, a semaphore):
 //                release and extend, on the I/O thread
 //   make_lease   builds the public dlock::lease
-//   start_keep_alive / stop_keep_alive  the watchdog's entry points
+//   start_keep_alive / replan_keep_alive / stop_keep_alive  the watchdog's entry points
 #pragma once
 
 #include <atomic>
@@ -71,10 +71,13 @@ class lease_owner {
 
 lease make_lease(std::shared_ptr<lease_owner> owner, std::shared_ptr<lease_state> state) noexcept;
 
-// The watchdog (src/watchdog.cpp): starts or replaces the renewal of `state`, and stops it.
-// Both may be called from any thread; the work happens on the I/O thread.
+// The watchdog (src/watchdog.cpp): starts or replaces the renewal of `state`, replans it after
+// a manual extend moved the deadline, and stops it. All may be called from any thread; the
+// work happens on the I/O thread (replan_keep_alive's at once when called there).
 void start_keep_alive(std::shared_ptr<lease_owner> owner, std::shared_ptr<lease_state> state,
                       keep_alive_options options);
+void replan_keep_alive(const std::shared_ptr<lease_owner>& owner,
+                       const std::shared_ptr<lease_state>& state);
 void stop_keep_alive(const std::shared_ptr<lease_owner>& owner,
                      const std::shared_ptr<lease_state>& state);
 

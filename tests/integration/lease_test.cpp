@@ -101,6 +101,31 @@ TEST_F(LeaseTest, UnlockWhileRenewalsAreInFlightLeavesNoKey) {
   EXPECT_EQ(client_.exec({"EXISTS", test_key()}).integer(), 0);
 }
 
+TEST_F(LeaseTest, KeepAliveOnALeaseWithLittleValidityLeftRenewsBeforeItEnds) {
+  mutex m{client_, test_key(), {.ttl = 3s}};
+  auto l = m.acquire();
+  ASSERT_TRUE(eventually([&] { return l.remaining() <= 700ms; }, 3s));
+  // The default interval (ttl/3 = 1 s) is longer than what is left: renew at half of that.
+  ASSERT_FALSE(l.keep_alive());
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_FALSE(l.lost().stop_requested());
+  EXPECT_GT(client_.exec({"PTTL", test_key()}).integer(), 1500);
+  EXPECT_GT(l.remaining(), 1s);
+  EXPECT_FALSE(l.release());
+}
+
+TEST_F(LeaseTest, ShortManualExtendBringsTheNextRenewalForward) {
+  mutex m{client_, test_key(), {.ttl = 3s}};
+  auto l = m.acquire();
+  ASSERT_FALSE(l.keep_alive());  // planned for ~1 s from now
+  ASSERT_FALSE(l.extend(400ms));  // the key now expires before that
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_FALSE(l.lost().stop_requested());
+  EXPECT_EQ(client_.exec({"GET", test_key()}).str(), l.value());
+  EXPECT_GT(client_.exec({"PTTL", test_key()}).integer(), 1000);
+  EXPECT_FALSE(l.release());
+}
+
 // lease.hpp promises reads, extend() and release() from any thread at once; run under TSan too.
 TEST_F(LeaseTest, ReadsAndExtendsRacingWithReleaseAreSafe) {
   mutex m{client_, test_key(), {.ttl = 5s}};
