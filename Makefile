@@ -1,7 +1,8 @@
 # The two commands a newcomer needs (see README.md), plus the benchmark.
 #   make demo   install what is missing, build (release), run the demo on throwaway redis-servers
 #   make test   install what is missing, build (debug + ASan/UBSan, -Werror), run the whole suite,
-#               then each fuzzer for FUZZ_SECONDS (scripts/fuzz, clang)
+#               then the unit and integration tests under ThreadSanitizer (build/tsan), then
+#               each fuzzer for FUZZ_SECONDS (scripts/fuzz, clang)
 #   make bench  install what is missing, build (release), run the benchmarks
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
@@ -27,11 +28,19 @@ demo: bootstrap
 	@cmake --build build/release -j $(JOBS) --target dlock-cli
 	@build/release/tools/dlock-cli/dlock demo
 
-# After the suite, the libFuzzer targets build with clang in build/fuzz and run briefly each
-# (scripts/fuzz; FUZZ_SECONDS per target).
+# After the suite, the unit and integration tests build once more with ThreadSanitizer in
+# build/tsan (target dlock_tests: no fault suite, soak run, fuzz replays or examples) and run
+# there; a race fails its test. tests/tsan.supp lists the reports that are not dlock's, and
+# atexit_sleep_ms=0 spares each test process TSan's 1 s wait at exit. Then the libFuzzer
+# targets build with clang in build/fuzz and run briefly each (scripts/fuzz; FUZZ_SECONDS per
+# target).
 FUZZ_SECONDS ?= 25
+TSAN_TEST_OPTIONS = suppressions=$(CURDIR)/tests/tsan.supp atexit_sleep_ms=0
 test: debug
 	@cd build/debug && ctest --output-on-failure -j $(JOBS) --timeout 300 $(CTEST_ARGS)
+	@cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_SANITIZE=thread -DDLOCK_WERROR=ON -DDLOCK_BUILD_EXAMPLES=OFF >/dev/null
+	@cmake --build build/tsan -j $(JOBS) --target dlock_tests
+	@cd build/tsan && TSAN_OPTIONS="$(TSAN_TEST_OPTIONS)" ctest --output-on-failure -j $(JOBS) --timeout 300 -L 'unit|integration' -LE 'fault|soak' -E '^fuzz\.' $(CTEST_ARGS)
 	@JOBS=$(JOBS) scripts/fuzz $(FUZZ_SECONDS)
 
 # Benchmarks (docs/benchmarks.md): micro-benchmarks briefly, then lock_bench, which starts its

@@ -4,6 +4,26 @@
 #include "net/runtime.hpp"
 
 namespace dlock {
+namespace {
+
+// Granted, and not given up by release() or detach(): a let-go lease reads as empty.
+bool held(const std::shared_ptr<detail::lease_state>& state) noexcept {
+  return state && !state->let_go.load();
+}
+
+// Starts the owner's release without waiting. The completion keeps the owner and the state
+// alive until the script answered, so the lease, the mutex and the client may all be gone by
+// then.
+void start_release_detached(std::shared_ptr<detail::lease_owner> owner,
+                            std::shared_ptr<detail::lease_state> state,
+                            detail::unique_function<void(std::error_code)> handler) {
+  detail::stop_keep_alive(owner, state);
+  auto& core = *owner;
+  core.start_release(state, [owner = std::move(owner), state, h = std::move(handler)](
+                                std::error_code ec) mutable { h(ec); });
+}
+
+}  // namespace
 
 lease::lease(std::shared_ptr<detail::lease_owner> owner,
              std::shared_ptr<detail::lease_state> state) noexcept
@@ -23,33 +43,24 @@ lease& lease::operator=(lease&& other) noexcept {
   return *this;
 }
 
-lease::~lease() {
-  if (!state_ || state_->released.load()) return;
-  if (detail::on_io_thread()) {
-    // A blocking wait here would deadlock the thread that must deliver the reply.
-    detail::stop_keep_alive(owner_, state_);
-    owner_->start_release(state_, [](std::error_code) {});
-    return;
-  }
-  (void)release();
-}
+lease::~lease() { (void)release(); }
 
-lease::operator bool() const noexcept { return state_ && !state_->released.load(); }
+lease::operator bool() const noexcept { return held(state_); }
 
 const std::string& lease::key() const noexcept {
   static const std::string none;
-  return owner_ ? owner_->key() : none;
+  return held(state_) ? owner_->key() : none;
 }
 
 const std::string& lease::value() const noexcept {
   static const std::string none;
-  return state_ ? state_->token : none;
+  return held(state_) ? state_->token : none;
 }
 
-std::uint64_t lease::fencing_token() const noexcept { return state_ ? state_->fence : 0; }
+std::uint64_t lease::fencing_token() const noexcept { return held(state_) ? state_->fence : 0; }
 
 std::chrono::steady_clock::time_point lease::valid_until() const noexcept {
-  return state_ ? state_->deadline() : std::chrono::steady_clock::time_point{};
+  return held(state_) ? state_->deadline() : std::chrono::steady_clock::time_point{};
 }
 
 std::chrono::milliseconds lease::remaining() const noexcept {
@@ -59,47 +70,47 @@ std::chrono::milliseconds lease::remaining() const noexcept {
 }
 
 std::stop_token lease::lost() const noexcept {
-  return state_ ? state_->lost.get_token() : std::stop_token{};
+  return held(state_) ? state_->lost.get_token() : std::stop_token{};
 }
 
 std::error_code lease::extend() noexcept {
-  if (!state_) return errc::not_held;
+  if (!held(state_)) return errc::not_held;
   return extend(owner_->default_ttl());
 }
 
 std::error_code lease::extend(std::chrono::milliseconds ttl) noexcept {
-  if (!state_) return errc::not_held;
+  if (!held(state_)) return errc::not_held;
   std::error_code ec;
   detail::wait<int>(ec, [&](auto handler) {
-    owner_->start_extend(state_, ttl, [h = std::move(handler)](std::error_code e) mutable {
-      h(e, 0);
-    });
+    start_extend(ttl, [h = std::move(handler)](std::error_code e) mutable { h(e, 0); });
   });
   return ec;
 }
 
 std::error_code lease::keep_alive(keep_alive_options options) noexcept {
-  if (!state_ || state_->released.load()) return errc::not_held;
+  if (!held(state_)) return errc::not_held;
   detail::start_keep_alive(owner_, state_, std::move(options));
   return {};
 }
 
+// Marked let go first, and only once: a second release(), concurrent or later, finds it so and
+// is the no-op an empty lease's is. The pointers stay, for readers on other threads.
 std::error_code lease::release() noexcept {
-  if (!state_) return {};
+  if (!state_ || state_->let_go.exchange(true)) return {};
+  if (detail::on_io_thread()) {
+    // Waiting here would deadlock the thread that must deliver the reply, and dropping the
+    // lease unsent would leave the key for its whole TTL: send it, and let it finish alone.
+    start_release_detached(owner_, state_, [](std::error_code) {});
+    return errc::would_block_io_thread;
+  }
   detail::stop_keep_alive(owner_, state_);
   std::error_code ec;
-  if (owner_->try_release_direct(state_, ec)) {
-    state_.reset();
-    owner_.reset();
-    return ec;
-  }
+  if (owner_->try_release_direct(state_, ec)) return ec;
   detail::wait<int>(ec, [&](auto handler) {
     owner_->start_release(state_, [h = std::move(handler)](std::error_code e) mutable {
       h(e, 0);
     });
   });
-  state_.reset();
-  owner_.reset();
   return ec;
 }
 
@@ -111,34 +122,28 @@ std::chrono::milliseconds lease::default_ttl() const noexcept {
   return owner_ ? owner_->default_ttl() : std::chrono::milliseconds::zero();
 }
 
-// What release() does, without the wait: the lease lets go of its state at once (release()
-// does so after the wait), and the completion keeps the owner and the state alive until the
-// script answered, so the lease, the mutex and the client may all be gone by then.
+// What release() does, without the wait; the object also lets go of its pointers at once.
 void lease::start_release(detail::unique_function<void(std::error_code)> handler) {
-  if (!state_) return handler(errc::not_held);
-  auto owner = std::move(owner_);
-  auto state = std::move(state_);
-  detail::stop_keep_alive(owner, state);
-  auto& core = *owner;
-  core.start_release(state, [owner = std::move(owner), state, h = std::move(handler)](
-                                std::error_code ec) mutable { h(ec); });
+  if (!state_ || state_->let_go.exchange(true)) return handler(errc::not_held);
+  start_release_detached(std::move(owner_), std::move(state_), std::move(handler));
 }
 
 void lease::start_extend(std::chrono::milliseconds ttl,
                          detail::unique_function<void(std::error_code)> handler) {
-  if (!state_) return handler(errc::not_held);
+  if (!held(state_)) return handler(errc::not_held);
   owner_->start_extend(state_, ttl, [owner = owner_, state = state_, h = std::move(handler)](
-                                        std::error_code ec) mutable { h(ec); });
+                                        std::error_code ec) mutable {
+    // The deadline moved, maybe earlier than the watchdog's next renewal: it plans anew.
+    if (!ec) detail::replan_keep_alive(owner, state);
+    h(ec);
+  });
 }
 
 std::string lease::detach() noexcept {
-  if (!state_) return {};
+  if (!state_ || state_->let_go.exchange(true)) return {};
   detail::stop_keep_alive(owner_, state_);
-  state_->released.store(true);
-  std::string token = state_->token;
-  state_.reset();
-  owner_.reset();
-  return token;
+  state_->released.store(true);  // the owner neither renews nor releases it from now on
+  return state_->token;
 }
 
 }  // namespace dlock

@@ -1,9 +1,9 @@
 // lease_state.hpp: what every lease is made of, whatever granted it. Private.
-//   lease_state  owner token, fence, validity, loss signal, released flag
+//   lease_state  owner token, fence, validity, loss signal, released and let-go flags
 //   lease_owner  what a lease asks of the thing that granted it (a lock, a semaphore):
 //                release and extend, on the I/O thread
 //   make_lease   builds the public dlock::lease
-//   start_keep_alive / stop_keep_alive  the watchdog's entry points
+//   start_keep_alive / replan_keep_alive / stop_keep_alive  the watchdog's entry points
 #pragma once
 
 #include <atomic>
@@ -26,7 +26,10 @@ struct lease_state {
   std::uint64_t fence = 0;
   std::atomic<steady::rep> valid_until{0};  // steady_clock ticks since its epoch
   std::stop_source lost;
-  std::atomic<bool> released{false};
+  std::atomic<bool> released{false};  // the owner sent (or will send) the release: no renewals
+  // The lease object gave this state up (release, detach) and reads as empty. The object keeps
+  // its pointers until it is destroyed, so readers on other threads never see them change.
+  std::atomic<bool> let_go{false};
   bool validity_known = true;  // false for adopted tokens: extend cannot judge a gap
   std::atomic<int> lost_reason{0};  // the errc that fired `lost`
   std::shared_ptr<keep_alive_task> keeper;  // touched on the I/O thread only
@@ -68,10 +71,13 @@ class lease_owner {
 
 lease make_lease(std::shared_ptr<lease_owner> owner, std::shared_ptr<lease_state> state) noexcept;
 
-// The watchdog (src/watchdog.cpp): starts or replaces the renewal of `state`, and stops it.
-// Both may be called from any thread; the work happens on the I/O thread.
+// The watchdog (src/watchdog.cpp): starts or replaces the renewal of `state`, replans it after
+// a manual extend moved the deadline, and stops it. All may be called from any thread; the
+// work happens on the I/O thread (replan_keep_alive's at once when called there).
 void start_keep_alive(std::shared_ptr<lease_owner> owner, std::shared_ptr<lease_state> state,
                       keep_alive_options options);
+void replan_keep_alive(const std::shared_ptr<lease_owner>& owner,
+                       const std::shared_ptr<lease_state>& state);
 void stop_keep_alive(const std::shared_ptr<lease_owner>& owner,
                      const std::shared_ptr<lease_state>& state);
 

@@ -1,12 +1,16 @@
 // The watchdog: one timer per kept-alive lease on dlock's I/O thread.
 //
-// It wakes at the earlier of the next renewal and the end of validity. Reaching the end of
+// It wakes at the earlier of the next renewal and the end of validity. The next renewal comes
+// after the interval, or after half the validity left when that is sooner, so that a lease
+// kept alive late, or shortened by a manual extend, still has time for a renewal and a retry
+// before it runs out; a manual extend replans it (replan_keep_alive). Reaching the end of
 // validity without a successful renewal means the lease can no longer be trusted, whatever the
 // servers say later, so the loss signal fires then (lease_expired); a renewal answered "not
 // ours" fires it at once (lease_lost, from lock_core's extend). A released lease is never
 // renewed again, and an answer that arrives after the release is ignored, so a release never
 // races with a renewal into a false loss signal, and extend being compare-and-pexpire means no
 // renewal can bring a released key back.
+#include <asio/dispatch.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
@@ -32,7 +36,7 @@ class keep_alive_task : public std::enable_shared_from_this<keep_alive_task> {
 
   void start(const std::shared_ptr<lease_state>& state) {
     started_ = steady::now();
-    next_renewal_ = started_ + jittered(options_.interval);
+    next_renewal_ = plan(started_, jittered(options_.interval), *state);
     if (options_.on_lost) {
       on_lost_.emplace(state->lost.get_token(), [cb = options_.on_lost, weak = state_] {
         auto s = weak.lock();
@@ -49,11 +53,27 @@ class keep_alive_task : public std::enable_shared_from_this<keep_alive_task> {
     on_lost_.reset();
   }
 
+  // The deadline moved (a manual extend): plan the next renewal from it, and watch the new end
+  // of validity, which may be earlier than the one the timer waits for.
+  void replan() {
+    auto state = state_.lock();
+    if (stopped_ || !state) return;
+    next_renewal_ = plan(steady::now(), jittered(options_.interval), *state);
+    timer_.cancel();
+    schedule();
+  }
+
  private:
   // +-10 %, so that leases taken together spread their renewals.
   static steady::duration jittered(std::chrono::milliseconds interval) {
     auto r = static_cast<double>(jitter_random() % 2001) / 10000.0;  // 0 .. 0.2
     return std::chrono::duration_cast<steady::duration>(interval * (0.9 + r));
+  }
+
+  // `after` from now, or half the validity left if that is sooner.
+  static steady::time_point plan(steady::time_point now, steady::duration after,
+                                 const lease_state& state) {
+    return now + std::min(after, (state.deadline() - now) / 2);
   }
 
   bool may_renew(steady::time_point now) const {
@@ -84,16 +104,16 @@ class keep_alive_task : public std::enable_shared_from_this<keep_alive_task> {
 
   void renew(const std::shared_ptr<lease_state>& state) {
     in_flight_ = true;
-    owner_->start_extend(state, owner_->default_ttl(), [self = shared_from_this()](std::error_code ec) {
+    owner_->start_extend(state, owner_->default_ttl(),
+                         [self = shared_from_this()](std::error_code ec) {
       self->in_flight_ = false;
-      auto now = steady::now();
-      if (!ec) {
-        ++self->renewals_;
-        self->next_renewal_ = now + jittered(self->options_.interval);
-      } else {
-        // lease_lost / lease_expired already fired the signal; anything else may heal.
-        self->next_renewal_ = now + self->options_.interval / 4;
-      }
+      auto state = self->state_.lock();
+      if (!state) return;
+      if (!ec) ++self->renewals_;
+      // lease_lost / lease_expired already fired the signal; anything else may heal.
+      auto after = ec ? steady::duration(self->options_.interval / 4)
+                      : jittered(self->options_.interval);
+      self->next_renewal_ = plan(steady::now(), after, *state);
       self->timer_.cancel();
       self->schedule();
     });
@@ -117,8 +137,18 @@ void start_keep_alive(std::shared_ptr<lease_owner> owner, std::shared_ptr<lease_
   asio::post(ex, [owner = std::move(owner), state = std::move(state),
                   options = std::move(options)]() mutable {
     if (state->keeper) state->keeper->stop();
+    if (state->let_go.load()) return;  // released or detached while this was queued
     state->keeper = std::make_shared<keep_alive_task>(owner, state, std::move(options));
     state->keeper->start(state);
+  });
+}
+
+void replan_keep_alive(const std::shared_ptr<lease_owner>& owner,
+                       const std::shared_ptr<lease_state>& state) {
+  // Inline on the I/O thread (where an extend completes), so the plan is new before the
+  // extend's caller hears of it.
+  asio::dispatch(owner->executor(), [state] {
+    if (state->keeper) state->keeper->replan();
   });
 }
 

@@ -2,14 +2,16 @@
 //   lease  move-only value: owner token, fencing token, validity, loss signal; releases the
 //          lock (best effort) when destroyed while still held; async_release() and
 //          async_extend() for any Asio completion token
-// A lease may be read from any thread; release() and extend() are safe to call concurrently
-// with reads and with each other. async_release() empties the lease object at once, so it must
-// not race with other calls on the same object.
+// A lease may be read from any thread; release(), extend() and keep_alive() are safe to call
+// concurrently with reads and with each other (a released lease keeps its innards until it is
+// destroyed or assigned to, and reads as empty). Destruction, assignment, async_release() and
+// detach() change the object itself, so they must not race with other calls on it.
 //
 // |       | extend()                         | release()               | validity ends / lost  |
-// | Held  | Held, longer validity; or Lost   | Released                | Lost: lost() fires    |
-// | Lost  | errc::lease_lost                 | errc::not_held (no-op)  | -                     |
+// | Held  | Held, longer validity; or Lost   | Empty                   | Lost: lost() fires    |
+// | Lost  | errc::lease_lost                 | errc::not_held; Empty   | -                     |
 // | Empty | errc::not_held                   | no-op (async: not_held) | -                     |
+// Empty: default-constructed, moved from, released, or detached.
 #pragma once
 
 #include <chrono>
@@ -37,15 +39,18 @@ class lease {
  public:
   lease() noexcept = default;  // empty: holds nothing
   lease(lease&&) noexcept = default;
+  // Releases what this lease holds, as release() does (on dlock's I/O thread: started, not
+  // awaited), then takes `other`'s.
   lease& operator=(lease&& other) noexcept;
   lease(const lease&) = delete;
   lease& operator=(const lease&) = delete;
-  // Releases the lock if still held: blocking up to the node timeout on a user thread,
-  // fire-and-forget on dlock's I/O thread. Never throws.
+  // Releases the lock if still held, as release() does: blocking up to the node timeout on a
+  // user thread, started and not awaited on dlock's I/O thread. Never throws.
   ~lease();
 
-  // True when this lease was granted and has not been released (it may still have expired:
-  // check remaining() or lost()).
+  // True when this lease was granted and has not been released or detached (it may still have
+  // expired: check remaining() or lost()). An empty lease's accessors return "", 0, the epoch,
+  // zero and a stop_token that never fires.
   explicit operator bool() const noexcept;
 
   // The lock's key, as stored in Redis (prefix included).
@@ -91,8 +96,13 @@ class lease {
   std::error_code keep_alive(keep_alive_options options = {}) noexcept;
 
   // Deletes the key on every node where it is still ours (compare-and-delete). Blocks up to
-  // the node timeout; never throws. Returns not_held when no node had it (expired or released
-  // before), or the error that kept a node from answering. The lease is empty afterwards.
+  // the node timeout; never throws. Returns not_held when no node had it (expired before), or
+  // the error that kept a node from answering. The lease reads as empty from the moment the
+  // call starts; a second release(), concurrent or later, is a no-op that returns success at
+  // once (it does not wait for the first). On dlock's I/O thread (in a completion handler) it
+  // cannot wait: it starts the release and returns would_block_io_thread at once, meaning
+  // "sent, outcome not awaited" (use async_release to learn the outcome). Move-assigning over
+  // a held lease and destroying one release it this way too.
   std::error_code release() noexcept;
   // Asynchronous release(): signature void(std::error_code), same outcomes; does not block.
   // The lease is empty as soon as the operation starts (for a callback or use_future, before

@@ -14,8 +14,11 @@ namespace dlock {
 
 struct keep_alive_options {
   // Time between renewals; 0 picks ttl / 3, with +-10 % jitter so that many leases taken
-  // together do not renew together. After a failed renewal that may heal (node unreachable,
-  // timeout, no quorum) the next try comes after a quarter of the interval.
+  // together do not renew together. A renewal comes sooner, after half the validity left, when
+  // that is shorter: at keep_alive() on a lease that has little left, and after a manual
+  // extend() to a short TTL (each extend replans the next renewal). After a failed renewal that
+  // may heal (node unreachable, timeout, no quorum) the next try comes after a quarter of the
+  // interval, or again half the validity left if sooner.
   std::chrono::milliseconds interval{0};
   // Stop renewing once the lease has been held this long since keep_alive() (0: no cap). The
   // lease then runs out, and lost() fires at the end of its validity.

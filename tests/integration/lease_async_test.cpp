@@ -44,6 +44,50 @@ class LeaseAsyncTest : public ::testing::Test {
   client client_{server_.url()};
 };
 
+// Polls EXISTS from the test thread: true once `key` is gone, false if it outlived `limit`.
+bool key_gone_within(client& c, const std::string& key, std::chrono::milliseconds limit) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  while (c.exec({"EXISTS", key}).integer() != 0) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+TEST_F(LeaseAsyncTest, BlockingReleaseInsideACompletionStillDeletesTheKey) {
+  mutex m{client_, test_key(), {.ttl = 30s}};
+  std::promise<std::error_code> done;
+  auto result = done.get_future();
+  bool still_held = true;
+  m.async_acquire([&](std::error_code ec, lease l) {
+    if (ec) return done.set_value(ec);
+    // On the I/O thread release() cannot wait for the answer: it starts the release instead.
+    std::error_code rec = l.release();
+    still_held = static_cast<bool>(l);
+    done.set_value(rec);
+  });
+  EXPECT_EQ(await(result), errc::would_block_io_thread);
+  EXPECT_FALSE(still_held);
+  EXPECT_TRUE(key_gone_within(client_, test_key(), 2s)) << "the key waits for its 30 s TTL";
+}
+
+TEST_F(LeaseAsyncTest, MoveAssignmentInsideACompletionReleasesTheOldLease) {
+  mutex first{client_, test_key("first"), {.ttl = 30s}};
+  mutex second{client_, test_key("second"), {.ttl = 30s}};
+  lease held = first.acquire();
+  std::promise<std::error_code> done;
+  auto result = done.get_future();
+  second.async_acquire([&](std::error_code ec, lease l) {
+    if (!ec) held = std::move(l);  // lets go of `first`'s lease on the I/O thread
+    done.set_value(ec);
+  });
+  EXPECT_EQ(await(result), std::error_code());
+  EXPECT_TRUE(key_gone_within(client_, test_key("first"), 2s)) << "the key waits for its TTL";
+  ASSERT_TRUE(held);
+  EXPECT_EQ(client_.exec({"GET", test_key("second")}).str(), held.value());
+  EXPECT_FALSE(held.release());
+}
+
 TEST_F(LeaseAsyncTest, CallbackReleaseDeletesTheKeyOnTheIoThread) {
   mutex m{client_, test_key()};
   auto l = m.acquire();

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <csignal>
 #include <thread>
+#include <vector>
 
 #include "dlock/fencing.hpp"
 #include "dlock/mutex.hpp"
@@ -95,6 +96,83 @@ TEST_F(LeaseTest, UnlockWhileRenewalsAreInFlightLeavesNoKey) {
     EXPECT_FALSE(l.release());
     EXPECT_FALSE(l.lost().stop_requested());
     ASSERT_EQ(client_.exec({"EXISTS", test_key()}).integer(), 0) << "round " << i;
+  }
+  std::this_thread::sleep_for(50ms);  // a late renewal would have resurrected it by now
+  EXPECT_EQ(client_.exec({"EXISTS", test_key()}).integer(), 0);
+}
+
+TEST_F(LeaseTest, KeepAliveOnALeaseWithLittleValidityLeftRenewsBeforeItEnds) {
+  mutex m{client_, test_key(), {.ttl = 3s}};
+  auto l = m.acquire();
+  ASSERT_TRUE(eventually([&] { return l.remaining() <= 700ms; }, 3s));
+  // The default interval (ttl/3 = 1 s) is longer than what is left: renew at half of that.
+  ASSERT_FALSE(l.keep_alive());
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_FALSE(l.lost().stop_requested());
+  EXPECT_GT(client_.exec({"PTTL", test_key()}).integer(), 1500);
+  EXPECT_GT(l.remaining(), 1s);
+  EXPECT_FALSE(l.release());
+}
+
+TEST_F(LeaseTest, ShortManualExtendBringsTheNextRenewalForward) {
+  mutex m{client_, test_key(), {.ttl = 3s}};
+  auto l = m.acquire();
+  ASSERT_FALSE(l.keep_alive());  // planned for ~1 s from now
+  ASSERT_FALSE(l.extend(400ms));  // the key now expires before that
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_FALSE(l.lost().stop_requested());
+  EXPECT_EQ(client_.exec({"GET", test_key()}).str(), l.value());
+  EXPECT_GT(client_.exec({"PTTL", test_key()}).integer(), 1000);
+  EXPECT_FALSE(l.release());
+}
+
+// lease.hpp promises reads, extend() and release() from any thread at once; run under TSan too.
+TEST_F(LeaseTest, ReadsAndExtendsRacingWithReleaseAreSafe) {
+  mutex m{client_, test_key(), {.ttl = 5s}};
+  for (int round = 0; round < 20; ++round) {
+    auto l = m.acquire();
+    ASSERT_FALSE(l.keep_alive({.interval = 1ms}));
+    std::atomic<bool> stop{false};
+    std::atomic<int> reads{0};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < 2; ++t) {
+      pool.emplace_back([&] {
+        while (!stop) {
+          std::string token = l.value() + l.key();
+          bool held = static_cast<bool>(l);
+          if (held && token.empty()) ADD_FAILURE() << "a held lease without a token";
+          (void)l.fencing_token();
+          (void)l.remaining();
+          (void)l.valid_until();
+          (void)l.lost().stop_requested();
+          ++reads;
+        }
+      });
+    }
+    pool.emplace_back([&] {
+      while (!stop) {
+        std::error_code ec = l.extend();
+        if (ec && ec != errc::not_held) ADD_FAILURE() << "extend: " << ec.message();
+      }
+    });
+    pool.emplace_back([&] {
+      while (!stop) (void)l.keep_alive({.interval = 1ms});
+    });
+    ASSERT_TRUE(eventually([&] { return reads.load() > 50; }, 2s));
+    std::error_code first, second;
+    std::thread other([&] { second = l.release(); });
+    first = l.release();
+    other.join();
+    stop = true;
+    for (auto& t : pool) t.join();
+    // One of them released; the other found it released: both a success, as for an empty lease.
+    EXPECT_FALSE(first) << first.message();
+    EXPECT_FALSE(second) << second.message();
+    EXPECT_FALSE(l);
+    EXPECT_FALSE(l.lost().stop_requested());
+    EXPECT_EQ(l.extend(), errc::not_held);
+    EXPECT_EQ(l.keep_alive(), errc::not_held);
+    ASSERT_EQ(client_.exec({"EXISTS", test_key()}).integer(), 0) << "round " << round;
   }
   std::this_thread::sleep_for(50ms);  // a late renewal would have resurrected it by now
   EXPECT_EQ(client_.exec({"EXISTS", test_key()}).integer(), 0);

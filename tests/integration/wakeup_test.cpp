@@ -95,11 +95,12 @@ TEST_F(WakeupTest, OneReleaseWakesOneWaiterNotAll) {
   std::atomic<bool> hand_on{false};
   for (int i = 0; i < waiters; ++i) {
     locks.push_back(std::make_unique<mutex>(client_, test_key(), lock_options{.retry_delay = 10s}));
-    done.push_back(std::async(std::launch::async, [&, i] {
-      if (!locks[i]->try_lock_for(30s)) return;
+    // The mutex itself, not locks[i]: the next push_back may move the vector's storage (TSan).
+    done.push_back(std::async(std::launch::async, [&, m = locks.back().get()] {
+      if (!m->try_lock_for(30s)) return;
       ++winners;
       while (!hand_on) std::this_thread::sleep_for(1ms);  // the others keep waiting meanwhile
-      locks[i]->unlock();  // wakes the next one
+      m->unlock();  // wakes the next one
     }));
   }
   wait_for_queue(waiters);
