@@ -9,6 +9,7 @@
 #include <asio/use_future.hpp>
 
 #include <future>
+#include <iostream>
 #include <thread>
 
 #include "dlock/detail/scripts.hpp"
@@ -109,6 +110,94 @@ TEST(RaceTest, AWaiterGivingUpAfterScriptFlushLeavesNoOrphanedLock) {
   std::this_thread::sleep_for(1s);  // the re-sent leave has landed by now
   EXPECT_TRUE(direct.exec({"GET", test_key()}).is_nil())
       << "the lock was handed to a waiter that had given up: nobody holds it until its TTL";
+}
+
+// Review: a handoff naming round r that arrives while round r+k (k >= 2) is in flight. Round
+// r+1 ran after the release, took the handed-over key over (acquire.lua rewrites X.h<r> to
+// X.<r+1>), but its reply came too late: the round failed, and its cleanup release deleted
+// X.<r+1> and handed the lock to the next waiter R. The handoff message, slow on the inbox
+// connection, reaches X while round r+2 (or later) is in flight; take_handoff defers it because
+// *some* round is in flight, that round answers "taken" (R holds the key), and accept_handoff
+// gives X a lease for X.h<r>, a key nobody holds any more: two holders.
+TEST(RaceTest, ReviewAHandoffDeferredPastASecondRoundIsNeverAccepted) {
+  redis_server server;
+  tcp_proxy proxy(server.port());
+  client direct{server.url()};
+  client slow{proxy.url()};
+  {
+    mutex warm_up{direct, test_key("warm")};  // caches the scripts: no NOSCRIPT detour below
+    (void)warm_up.acquire();
+  }
+  std::string queue = "{" + test_key() + "}:waiters";
+  mutex holder{direct, test_key(), {.ttl = 20s}};
+  lease held = holder.acquire();
+  ASSERT_TRUE(held);
+
+  mutex x{slow, test_key(), {.ttl = 20s, .retry_delay = 100ms, .node_timeout = 2000ms}};
+  auto x_result = std::async(std::launch::async, [&] {
+    std::error_code ec;
+    return x.acquire_until(steady::now() + 15s, ec);
+  });
+  auto until = steady::now() + 5s;
+  while (direct.exec({"ZCARD", queue}).integer() < 1 && steady::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_EQ(direct.exec({"ZCARD", queue}).integer(), 1) << "X never queued";
+  std::string x_id = direct.exec({"ZRANGE", queue, "0", "0"}).elements().at(0).str();
+
+  mutex r{direct, test_key(), {.ttl = 20s, .retry_delay = 100ms}};
+  auto r_result = std::async(std::launch::async, [&] {
+    std::error_code ec;
+    return r.acquire_until(steady::now() + 15s, ec);
+  });
+  while (direct.exec({"ZCARD", queue}).integer() < 2 && steady::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_EQ(direct.exec({"ZCARD", queue}).integer(), 2) << "R never queued";
+
+  test::raw_connection monitor(server.port());
+  monitor.send("MONITOR");
+  ASSERT_EQ(monitor.next_line(steady::now() + 2s).value_or(""), "+OK");
+  auto next_x_acquire = [&] {
+    for (;;) {
+      auto line = monitor.next_line(steady::now() + 5s);
+      if (!line) return std::string();
+      auto args = test::monitor_args(*line);
+      if (args.size() > 8 && args[0] == "EVALSHA" && args[1] == detail::scripts::acquire_sha1 &&
+          args[8].compare(0, x_id.size() + 1, x_id + ".") == 0) {
+        return args[8];
+      }
+    }
+  };
+  // X's round r queued; its reply is back within a few ms (no latency yet).
+  std::string round_r = next_x_acquire();
+  ASSERT_FALSE(round_r.empty());
+  std::this_thread::sleep_for(20ms);
+  // From now on every reply to X, the handoff message on its inbox among them, takes 6 s.
+  proxy.set_latency(0ms, 6000ms);
+  ASSERT_FALSE(held.release());  // hands the lock to X (the queue's head): key = X.h<r>
+  std::string handed = direct.exec({"GET", test_key()}).str();
+  // X's round r+1 runs now: it takes X.h<r> over as X.<r+1>; its reply will be late (timeout).
+  std::string round_r1 = next_x_acquire();
+  ASSERT_FALSE(round_r1.empty());
+  std::this_thread::sleep_for(50ms);
+  // Later replies (the cleanup release on a fresh connection, rounds r+2...) take 800 ms: each
+  // round stays in flight most of the time, but answers within node_timeout.
+  proxy.set_latency(0ms, 800ms);
+
+  lease r_lease = r_result.get();
+  lease x_lease = x_result.get();
+  std::string now_in_key = direct.exec({"GET", test_key()}).str();
+  std::cout << "round r " << round_r << ", handed " << handed
+                                     << ", round r+1 " << round_r1 << "; R holds "
+                                     << (r_lease ? r_lease.value() : "-") << ", X holds "
+                                     << (x_lease ? x_lease.value() : "-") << ", key "
+                                     << now_in_key << "\n";
+  EXPECT_FALSE(r_lease && x_lease && r_lease.remaining() > 0s && x_lease.remaining() > 0s)
+      << "two holders: R " << r_lease.value() << " (fence " << r_lease.fencing_token() << ", "
+      << r_lease.remaining().count() << " ms left) and X " << x_lease.value() << " (fence "
+      << x_lease.fencing_token() << ", " << x_lease.remaining().count()
+      << " ms left); the key holds " << now_in_key;
 }
 
 }  // namespace
