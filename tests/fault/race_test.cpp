@@ -200,5 +200,51 @@ TEST(RaceTest, ReviewAHandoffDeferredPastASecondRoundIsNeverAccepted) {
       << " ms left); the key holds " << now_in_key;
 }
 
+// Review: the success path's leave has the NOSCRIPT hole the give-up path closed. A waiter that
+// queued in an earlier round is granted by its last round, which carries no waiter entry
+// (begin_attempt(false)); finish() then sends leave.lua, which fails NOSCRIPT after a
+// SCRIPT FLUSH (other clients have put acquire.lua and release.lua back, nobody leave.lua) and
+// goes again as EVAL a round trip later. The new holder releases right away: its release (cached)
+// runs first, finds the holder's own stale queue entry at the head, and hands the lock to it. Its
+// inbox is still subscribed (PUBLISH counts 1), nobody listens for that id any more: the lock
+// sits with nobody for its whole TTL.
+TEST(RaceTest, ReviewAGrantedWaitersLeaveAfterScriptFlushLeavesNoOrphanedLock) {
+  redis_server server;
+  tcp_proxy proxy(server.port());
+  client direct{server.url()};
+  client slow{proxy.url()};
+  direct.exec({"SCRIPT", "FLUSH"});
+  {
+    mutex other{direct, test_key("other")};  // acquire.lua and release.lua cached, leave.lua not
+    (void)other.acquire();
+  }
+  std::string queue = "{" + test_key() + "}:waiters";
+  mutex holder{direct, test_key(), {.ttl = 700ms}};
+  lease held = holder.acquire();  // expires by itself: the waiter's last round is granted
+  ASSERT_TRUE(held);
+  (void)held.detach();
+  mutex x{slow, test_key(), {.ttl = 10s, .retry_delay = 1000ms, .retry_count = 3}};
+  auto acquired = std::async(std::launch::async, [&] {
+    std::error_code ec;
+    return x.acquire(ec);
+  });
+  auto until = steady::now() + 5s;
+  while (direct.exec({"ZCARD", queue}).integer() < 1 && steady::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_EQ(direct.exec({"ZCARD", queue}).integer(), 1) << "the waiter never queued";
+  proxy.set_latency(0ms, 300ms);  // its replies, the leave's NOSCRIPT among them, come late
+  lease l = acquired.get();
+  ASSERT_TRUE(l) << "the last round was not granted";
+  std::string value = l.value();
+  std::cout << "granted " << value << "\n";
+  EXPECT_FALSE(l.release());
+  std::this_thread::sleep_for(1s);  // the re-sent leave has landed by now
+  auto key = direct.exec({"GET", test_key()});
+  EXPECT_TRUE(key.is_nil()) << "released " << value << ", but the key holds " << key.str()
+                            << " (PTTL " << direct.exec({"PTTL", test_key()}).integer()
+                            << " ms): handed to its own departed acquisition";
+}
+
 }  // namespace
 }  // namespace dlock::fault
