@@ -70,9 +70,7 @@ struct lock_core::acquire_op {
   acquire_handler handler;
   node_results* out = nullptr;
   std::shared_ptr<wake_waiter> waiter;  // the sleep between rounds, and the wake-ups that end it
-  bool last_round_queued = false;       // the latest round carried a waiter entry
   bool done = false;                    // the handler ran (a round's grant, or a handoff)
-  bool handed_off = false;              // a release gave us the lock (release.lua)
   bool round_in_flight = false;
   // A handoff naming an earlier round that came while a later round was in flight: that round
   // may have taken the handed-over key over (acquire.lua), so its answer decides (take_handoff).
@@ -216,16 +214,15 @@ void lock_core::attempt(const std::shared_ptr<acquire_op>& op) {
     handoff.append(" ").append(std::to_string(options_.ttl.count()));
     handoff.append(" ").append(std::to_string(round));
   }
-  op->last_round_queued = false;
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     if (channels[i].empty()) continue;
     waiter_entries[i] = ttl + channels[i] + handoff;
-    op->last_round_queued = true;
   }
   op->round_started.push_back(steady::now());
   op->round_in_flight = true;
   start_round(op->round_value(round), std::move(waiter_entries),
-              [self = shared_from_this(), op](std::error_code ec, std::shared_ptr<round_op> round) {
+              [self = shared_from_this(), op, round_index = round](std::error_code ec,
+                                                                   std::shared_ptr<round_op> round) {
                 op->round_in_flight = false;
                 auto deferred = std::exchange(op->deferred_handoff, std::nullopt);
                 if (op->done) return;  // a handoff came first; this round found the key taken
@@ -239,7 +236,8 @@ void lock_core::attempt(const std::shared_ptr<acquire_op>& op) {
                 }
                 // The round found the key another's, so it ran before the handoff did and
                 // cannot have taken the handed-over key over: the handoff stands.
-                if (deferred && round->round.votes()[0].outcome == node_result::vote::taken &&
+                if (deferred && deferred->second + 1 == round_index &&
+                    round->round.votes()[0].outcome == node_result::vote::taken &&
                     self->accept_handoff(op, deferred->first, deferred->second)) {
                   return;
                 }
@@ -263,9 +261,12 @@ void lock_core::attempt(const std::shared_ptr<acquire_op>& op) {
 // round's own validity; it only gives away the time the waiter spent queued since.
 //
 // A later round than the one named may have run after the release and taken the key over
-// (acquire.lua rewrites it to its own value, which its cleanup may then delete): such a
-// handoff is trusted only once that round has answered "taken", and is a mere wake-up when it
-// is no longer in flight (it failed, so the next round settles what the key holds).
+// (acquire.lua rewrites it to its own value, which that round's cleanup may then delete and
+// hand to another waiter). Round <round> + 1 answering "taken" proves it ran before the
+// release, and then so did every earlier round: the handoff is trusted once that round, in
+// flight when the message came, has answered so. In every other case (that round failed or
+// was granted, or a later one has begun) the message is a mere wake-up, and the next round
+// settles what the key holds (it takes a handoff still standing over).
 bool lock_core::take_handoff(const std::shared_ptr<acquire_op>& op, std::string_view grant) {
   if (op->done) return true;
   std::uint64_t fence = 0;
@@ -281,7 +282,11 @@ bool lock_core::take_handoff(const std::shared_ptr<acquire_op>& op, std::string_
     return false;
   }
   if (round + 1 < op->round_started.size()) {
-    if (op->round_in_flight) op->deferred_handoff.emplace(fence, round);
+    // Only round <round> + 1, while in flight, can still tell: once it failed, or a later round
+    // began, the key may have been taken over and given back since (see above).
+    if (op->round_in_flight && round + 2 == op->round_started.size()) {
+      op->deferred_handoff.emplace(fence, round);
+    }
     return false;
   }
   return accept_handoff(op, fence, round);
@@ -297,7 +302,6 @@ bool lock_core::accept_handoff(const std::shared_ptr<acquire_op>& op, std::uint6
     release_everywhere(op->handoff_value(round), {}, [](release_tally) {});
     return false;
   }
-  op->handed_off = true;
   auto state = std::make_shared<lease_state>();
   state->token = op->handoff_value(round);
   state->fence = fence;
@@ -313,11 +317,11 @@ void lock_core::finish(const std::shared_ptr<acquire_op>& op, std::error_code ec
                        const node_results& votes) {
   op->done = true;
   op->waiter->finish();
-  // A grant that carried a waiter entry (or in fair mode) dequeues on the granting node itself,
-  // as does a handoff; every other entry must go, or the next release would wake a waiter that
-  // no longer waits.
-  bool dequeued_by_grant = !ec && nodes_.size() == 1 &&
-                           (op->last_round_queued || options_.fair || op->handed_off);
+  // A grant (acquire.lua) or a handoff (release.lua) takes the id out of the granting node's
+  // queue in the same script. Every other entry must go, or the next release would wake, or
+  // hand the lock to, a waiter that no longer waits. On a single node that is never a script
+  // of its own: after a SCRIPT FLUSH it could fail NOSCRIPT and run only after our release.
+  bool dequeued_by_grant = !ec && nodes_.size() == 1;
   if (op->waiter->queued() && !dequeued_by_grant) {
     // Giving up: a release may have handed us the lock after we stopped listening. The same
     // script that takes us out of the queue gives such a key back (to the next waiter).

@@ -41,12 +41,12 @@ local function live_head(now)
   end
 end
 
--- `fence`: the token already drawn for this ownership, or nil to draw a new one.
+-- `fence`: the token already drawn for this ownership, or nil to draw a new one. A grant always
+-- takes the acquisition out of the queue, whether or not this round queued: an entry an
+-- earlier round left would otherwise make the holder's own release hand the lock back to it.
 local function grant(fence)
-  if waiter ~= '' or fair then
-    redis.call('ZREM', queue, id)
-    redis.call('HDEL', info, id)
-  end
+  redis.call('ZREM', queue, id)
+  redis.call('HDEL', info, id)
   return {1, fence or redis.call('INCR', fence_key)}
 end
 

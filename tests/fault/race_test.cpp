@@ -9,10 +9,10 @@
 #include <asio/use_future.hpp>
 
 #include <future>
-#include <iostream>
 #include <thread>
 
 #include "dlock/detail/scripts.hpp"
+#include "dlock/key_layout.hpp"
 #include "dlock/mutex.hpp"
 #include "fault/tcp_proxy.hpp"
 #include "support/monitor.hpp"
@@ -80,7 +80,7 @@ TEST(RaceTest, AWaiterGivingUpAfterScriptFlushLeavesNoOrphanedLock) {
     std::error_code ec;
     return waiter.acquire_until(steady::now() + 1500ms, ec);
   });
-  std::string queue = "{" + test_key() + "}:waiters";
+  std::string queue = lock_keys_for(test_key()).waiters;
   auto until = steady::now() + 5s;
   while (direct.exec({"ZCARD", queue}).integer() < 1 && steady::now() < until) {
     std::this_thread::sleep_for(5ms);
@@ -112,14 +112,15 @@ TEST(RaceTest, AWaiterGivingUpAfterScriptFlushLeavesNoOrphanedLock) {
       << "the lock was handed to a waiter that had given up: nobody holds it until its TTL";
 }
 
-// Review: a handoff naming round r that arrives while round r+k (k >= 2) is in flight. Round
-// r+1 ran after the release, took the handed-over key over (acquire.lua rewrites X.h<r> to
+// A handoff naming round r that arrives while round r+2 (or later) is in flight. Round r+1 ran
+// after the release and took the handed-over key over (acquire.lua rewrites X.h<r> to
 // X.<r+1>), but its reply came too late: the round failed, and its cleanup release deleted
 // X.<r+1> and handed the lock to the next waiter R. The handoff message, slow on the inbox
-// connection, reaches X while round r+2 (or later) is in flight; take_handoff defers it because
-// *some* round is in flight, that round answers "taken" (R holds the key), and accept_handoff
-// gives X a lease for X.h<r>, a key nobody holds any more: two holders.
-TEST(RaceTest, ReviewAHandoffDeferredPastASecondRoundIsNeverAccepted) {
+// connection, reaches X while round r+2 is in flight. take_handoff used to hold it back
+// because *some* round was in flight, that round answered "taken" (R holds the key), and
+// accept_handoff gave X a lease for X.h<r>, a key nobody holds any more: two holders. Only the
+// round right after the named one may now confirm a handoff.
+TEST(RaceTest, AHandoffDeferredPastASecondRoundIsNeverAccepted) {
   redis_server server;
   tcp_proxy proxy(server.port());
   client direct{server.url()};
@@ -128,7 +129,7 @@ TEST(RaceTest, ReviewAHandoffDeferredPastASecondRoundIsNeverAccepted) {
     mutex warm_up{direct, test_key("warm")};  // caches the scripts: no NOSCRIPT detour below
     (void)warm_up.acquire();
   }
-  std::string queue = "{" + test_key() + "}:waiters";
+  std::string queue = lock_keys_for(test_key()).waiters;
   mutex holder{direct, test_key(), {.ttl = 20s}};
   lease held = holder.acquire();
   ASSERT_TRUE(held);
@@ -136,7 +137,7 @@ TEST(RaceTest, ReviewAHandoffDeferredPastASecondRoundIsNeverAccepted) {
   mutex x{slow, test_key(), {.ttl = 20s, .retry_delay = 100ms, .node_timeout = 2000ms}};
   auto x_result = std::async(std::launch::async, [&] {
     std::error_code ec;
-    return x.acquire_until(steady::now() + 15s, ec);
+    return x.acquire_until(steady::now() + 10s, ec);
   });
   auto until = steady::now() + 5s;
   while (direct.exec({"ZCARD", queue}).integer() < 1 && steady::now() < until) {
@@ -188,11 +189,6 @@ TEST(RaceTest, ReviewAHandoffDeferredPastASecondRoundIsNeverAccepted) {
   lease r_lease = r_result.get();
   lease x_lease = x_result.get();
   std::string now_in_key = direct.exec({"GET", test_key()}).str();
-  std::cout << "round r " << round_r << ", handed " << handed
-                                     << ", round r+1 " << round_r1 << "; R holds "
-                                     << (r_lease ? r_lease.value() : "-") << ", X holds "
-                                     << (x_lease ? x_lease.value() : "-") << ", key "
-                                     << now_in_key << "\n";
   EXPECT_FALSE(r_lease && x_lease && r_lease.remaining() > 0s && x_lease.remaining() > 0s)
       << "two holders: R " << r_lease.value() << " (fence " << r_lease.fencing_token() << ", "
       << r_lease.remaining().count() << " ms left) and X " << x_lease.value() << " (fence "
@@ -200,15 +196,14 @@ TEST(RaceTest, ReviewAHandoffDeferredPastASecondRoundIsNeverAccepted) {
       << " ms left); the key holds " << now_in_key;
 }
 
-// Review: the success path's leave has the NOSCRIPT hole the give-up path closed. A waiter that
-// queued in an earlier round is granted by its last round, which carries no waiter entry
-// (begin_attempt(false)); finish() then sends leave.lua, which fails NOSCRIPT after a
-// SCRIPT FLUSH (other clients have put acquire.lua and release.lua back, nobody leave.lua) and
-// goes again as EVAL a round trip later. The new holder releases right away: its release (cached)
-// runs first, finds the holder's own stale queue entry at the head, and hands the lock to it. Its
-// inbox is still subscribed (PUBLISH counts 1), nobody listens for that id any more: the lock
-// sits with nobody for its whole TTL.
-TEST(RaceTest, ReviewAGrantedWaitersLeaveAfterScriptFlushLeavesNoOrphanedLock) {
+// A waiter that queued in an earlier round and is granted by its last round, which carries no
+// queue entry, used to leave the queue with a separate leave.lua. After a SCRIPT FLUSH (other
+// clients have put acquire.lua and release.lua back, nobody leave.lua) that leave failed
+// NOSCRIPT and went again as EVAL a round trip later, so the holder's own release (cached) ran
+// first, found the holder's stale entry at the queue's head and handed the lock to it: its
+// inbox still subscribed (PUBLISH counted 1), nobody listening for that id any more, the lock
+// sat with nobody for its whole TTL. A grant now takes its id out of the queue itself.
+TEST(RaceTest, AGrantedWaitersLeaveAfterScriptFlushLeavesNoOrphanedLock) {
   redis_server server;
   tcp_proxy proxy(server.port());
   client direct{server.url()};
@@ -218,12 +213,13 @@ TEST(RaceTest, ReviewAGrantedWaitersLeaveAfterScriptFlushLeavesNoOrphanedLock) {
     mutex other{direct, test_key("other")};  // acquire.lua and release.lua cached, leave.lua not
     (void)other.acquire();
   }
-  std::string queue = "{" + test_key() + "}:waiters";
-  mutex holder{direct, test_key(), {.ttl = 700ms}};
-  lease held = holder.acquire();  // expires by itself: the waiter's last round is granted
+  std::string queue = lock_keys_for(test_key()).waiters;
+  mutex holder{direct, test_key(), {.ttl = 20s}};
+  lease held = holder.acquire();
   ASSERT_TRUE(held);
   (void)held.detach();
-  mutex x{slow, test_key(), {.ttl = 10s, .retry_delay = 1000ms, .retry_count = 3}};
+  // Round 0 (caller's thread) never queues, round 1 queues, round 2 is the last: no entry.
+  mutex x{slow, test_key(), {.ttl = 10s, .retry_delay = 1000ms, .retry_count = 2}};
   auto acquired = std::async(std::launch::async, [&] {
     std::error_code ec;
     return x.acquire(ec);
@@ -233,17 +229,19 @@ TEST(RaceTest, ReviewAGrantedWaitersLeaveAfterScriptFlushLeavesNoOrphanedLock) {
     std::this_thread::sleep_for(5ms);
   }
   ASSERT_EQ(direct.exec({"ZCARD", queue}).integer(), 1) << "the waiter never queued";
-  proxy.set_latency(0ms, 300ms);  // its replies, the leave's NOSCRIPT among them, come late
+  proxy.set_latency(0ms, 300ms);  // its replies, a NOSCRIPT among them, come late
+  // The holder vanishes without a release (no handoff, no wake-up): round 2 is granted.
+  direct.exec({"DEL", test_key()});
   lease l = acquired.get();
   ASSERT_TRUE(l) << "the last round was not granted";
   std::string value = l.value();
-  std::cout << "granted " << value << "\n";
   EXPECT_FALSE(l.release());
-  std::this_thread::sleep_for(1s);  // the re-sent leave has landed by now
+  std::this_thread::sleep_for(1s);  // a re-sent leave would have landed by now
   auto key = direct.exec({"GET", test_key()});
   EXPECT_TRUE(key.is_nil()) << "released " << value << ", but the key holds " << key.str()
                             << " (PTTL " << direct.exec({"PTTL", test_key()}).integer()
                             << " ms): handed to its own departed acquisition";
+  EXPECT_EQ(direct.exec({"ZCARD", queue}).integer(), 0);
 }
 
 }  // namespace
