@@ -112,6 +112,38 @@ TEST(RaceTest, AWaiterGivingUpAfterScriptFlushLeavesNoOrphanedLock) {
       << "the lock was handed to a waiter that had given up: nobody holds it until its TTL";
 }
 
+// The review's item 7 also feared a timed-out acquire re-sent after NOSCRIPT, running late
+// behind our own cleanup. The fallback EVAL goes only while the EVALSHA's own timeout has not
+// passed, on the same connection, before the round has failed; a NOSCRIPT that comes after the
+// timeout is dropped with the rest of the late reply.
+TEST(RaceTest, AnAcquireThatTimedOutIsNeverResentAfterNoScript) {
+  redis_server server;
+  tcp_proxy proxy(server.port());
+  client direct{server.url()};
+  client slow{proxy.url()};
+  ASSERT_EQ(slow.exec({"PING"}).str(), "PONG");  // connected before the latency
+  direct.exec({"SCRIPT", "FLUSH"});
+  test::raw_connection monitor(server.port());
+  monitor.send("MONITOR");
+  ASSERT_EQ(monitor.next_line(steady::now() + 2s).value_or(""), "+OK");
+  proxy.set_latency(0ms, 300ms);  // the NOSCRIPT comes back after the node timeout
+  mutex m{slow, test_key(), {.ttl = 10s, .retry_count = 0, .node_timeout = 100ms}};
+  std::error_code ec;
+  EXPECT_FALSE(m.acquire(ec));
+  EXPECT_TRUE(ec) << "acquired although every reply came too late";
+  int evalshas = 0, evals = 0;
+  while (auto line = monitor.next_line(steady::now() + 800ms)) {
+    auto args = test::monitor_args(*line);
+    if (args.size() > 1 && args[0] == "EVALSHA" && args[1] == detail::scripts::acquire_sha1) {
+      ++evalshas;
+    }
+    if (!args.empty() && args[0] == "EVAL") ++evals;
+  }
+  EXPECT_GE(evalshas, 1) << "the acquire never reached the server";
+  EXPECT_EQ(evals, 0) << "a script was re-sent after its timeout";
+  EXPECT_TRUE(direct.exec({"GET", test_key()}).is_nil());
+}
+
 // A handoff naming round r that arrives while round r+2 (or later) is in flight. Round r+1 ran
 // after the release and took the handed-over key over (acquire.lua rewrites X.h<r> to
 // X.<r+1>), but its reply came too late: the round failed, and its cleanup release deleted

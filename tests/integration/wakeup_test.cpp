@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "dlock/mutex.hpp"
+#include "dlock/semaphore.hpp"
 #include "support/commandstats.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
@@ -369,6 +370,21 @@ TEST_F(WakeupTest, RetriesKeepTheirPaceWhenTheNodeIsDown) {
   EXPECT_FALSE(m.acquire(ec));
   EXPECT_EQ(ec, errc::node_unreachable);
   EXPECT_GE(steady::now() - start, 300ms) << "the sleeps between retries were cut short";
+}
+
+// Semaphores wait through the same inbox (wake_waiter): their pace holds too.
+TEST_F(WakeupTest, SemaphoreRetriesKeepTheirPaceWhenTheNodeIsDown) {
+  client dead{"redis://127.0.0.1:" + std::to_string(test::free_port()),
+              client_options{.reconnect_backoff_min = 1ms, .reconnect_backoff_max = 5ms}};
+  for (bool fair : {false, true}) {
+    semaphore s{dead, test_key(), 2, {.fair = fair, .retry_delay = 200ms, .retry_count = 3}};
+    auto start = steady::now();
+    std::error_code ec;
+    EXPECT_FALSE(s.acquire(ec));
+    EXPECT_EQ(ec, errc::node_unreachable);
+    EXPECT_GE(steady::now() - start, 300ms)
+        << (fair ? "fair" : "unfair") << ": the sleeps between retries were cut short";
+  }
 }
 }  // namespace
 }  // namespace dlock
