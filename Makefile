@@ -1,8 +1,9 @@
 # The two commands a newcomer needs (see README.md), plus the benchmark.
 #   make demo   install what is missing, build (release), run the demo on throwaway redis-servers
 #   make test   install what is missing, build (debug + ASan/UBSan, -Werror), run the whole suite,
-#               then the unit and integration tests under ThreadSanitizer (build/tsan), then
-#               each fuzzer for FUZZ_SECONDS (scripts/fuzz, clang)
+#               then install dlock (static and shared) and build a consumer against each
+#               (scripts/check-install), then the unit and integration tests under
+#               ThreadSanitizer (build/tsan), then each fuzzer for FUZZ_SECONDS (scripts/fuzz, clang)
 #   make bench  install what is missing, build (release), run the benchmarks
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
@@ -28,7 +29,9 @@ demo: bootstrap
 	@cmake --build build/release -j $(JOBS) --target dlock-cli
 	@build/release/tools/dlock-cli/dlock demo
 
-# After the suite, the unit and integration tests build once more with ThreadSanitizer in
+# After the suite, scripts/check-install installs the library as a user would (static, then
+# shared) and builds, links and runs a consumer through find_package and pkg-config. Then the
+# unit and integration tests build once more with ThreadSanitizer in
 # build/tsan (target dlock_tests: no fault suite, soak run, fuzz replays or examples) and run
 # there; a race fails its test. tests/tsan.supp lists the reports that are not dlock's, and
 # atexit_sleep_ms=0 spares each test process TSan's 1 s wait at exit. Then the libFuzzer
@@ -38,6 +41,7 @@ FUZZ_SECONDS ?= 25
 TSAN_TEST_OPTIONS = suppressions=$(CURDIR)/tests/tsan.supp atexit_sleep_ms=0
 test: debug
 	@cd build/debug && ctest --output-on-failure -j $(JOBS) --timeout 300 $(CTEST_ARGS)
+	@JOBS=$(JOBS) scripts/check-install build/debug/tests/run_with_redis
 	@cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_SANITIZE=thread -DDLOCK_WERROR=ON -DDLOCK_BUILD_EXAMPLES=OFF >/dev/null
 	@cmake --build build/tsan -j $(JOBS) --target dlock_tests
 	@cd build/tsan && TSAN_OPTIONS="$(TSAN_TEST_OPTIONS)" ctest --output-on-failure -j $(JOBS) --timeout 300 -L 'unit|integration' -LE 'fault|soak' -E '^fuzz\.' $(CTEST_ARGS)

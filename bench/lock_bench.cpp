@@ -44,12 +44,12 @@
 #include "harness/peers.hpp"
 #include "harness/report.hpp"
 #include "script.hpp"
-#include "support/redis_server.hpp"
+#include "local_redis/local_redis.hpp"
 
 namespace {
 
 using namespace dlock::bench;
-using dlock::test::redis_server;
+using dlock::local::redis_server;
 
 // The servers' pids, for the signal handler: kill(2) is async-signal-safe, destructors are not.
 std::array<std::atomic<pid_t>, 8> server_pids{};

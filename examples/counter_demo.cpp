@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "support/redis_server.hpp"
+#include "local_redis/local_redis.hpp"
 
 namespace {
 
@@ -40,10 +40,10 @@ int run_worker(const std::string& url, const std::string& key, bool locked) {
   return 0;
 }
 
-long long run_round(const std::string& self, dlock::test::redis_server& server,
+long long run_round(const std::string& self, dlock::local::redis_server& server,
                     const std::string& key, bool locked, double& seconds) {
   auto start = std::chrono::steady_clock::now();
-  std::vector<dlock::test::child_process> children;
+  std::vector<dlock::local::child_process> children;
   for (int w = 0; w < workers; ++w) {
     children.emplace_back(std::vector<std::string>{self, "--worker", server.url(), key,
                                                    locked ? "locked" : "unlocked"});
@@ -62,8 +62,8 @@ int main(int argc, char** argv) {
   if (argc == 5 && std::strcmp(argv[1], "--worker") == 0) {
     return run_worker(argv[2], argv[3], std::strcmp(argv[4], "locked") == 0);
   }
-  std::string self = dlock::test::self_dir() + "/counter_demo";
-  dlock::test::redis_server server;
+  std::string self = dlock::local::self_dir() + "/counter_demo";
+  dlock::local::redis_server server;
   const long long expected = static_cast<long long>(workers) * threads_per_worker * increments;
   std::printf("dlock demo: %d processes x %d threads x %d increments of one Redis counter,\n"
               "each a plain GET then SET, on a throwaway redis-server at %s (pid %d)\n\n",

@@ -19,6 +19,7 @@
 
 #include "dlock/detail/async.hpp"
 #include "dlock/endpoint.hpp"
+#include "dlock/export.hpp"
 #include "dlock/reply.hpp"
 
 namespace dlock {
@@ -68,7 +69,7 @@ struct client_options {
 // Throws std::system_error(errc::invalid_argument) for an empty command, and for commands that
 // do not answer exactly once (SUBSCRIBE and friends, MONITOR, SYNC, CLIENT REPLY), which would
 // pair later replies with the wrong requests on the shared connection.
-class command {
+class DLOCK_EXPORT command {
  public:
   command(std::initializer_list<std::string_view> args);
   explicit command(std::span<const std::string> args);
@@ -91,7 +92,7 @@ class command {
   bool changes_session_ = false;
 };
 
-class client {
+class DLOCK_EXPORT client {
  public:
   // Parses the URL (see parse_endpoint) and prepares the connection; connects lazily, on the
   // first request. Throws std::system_error: errc::invalid_argument on a bad URL,
@@ -150,6 +151,6 @@ class client {
 };
 
 // Maps an error reply's text ("WRONGTYPE ...", "NOPERM ...") to an errc.
-std::error_code error_from_reply(const reply& r) noexcept;
+DLOCK_EXPORT std::error_code error_from_reply(const reply& r) noexcept;
 
 }  // namespace dlock

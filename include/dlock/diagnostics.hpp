@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dlock/client.hpp"
+#include "dlock/export.hpp"
 
 namespace dlock {
 
@@ -39,13 +40,14 @@ struct warning {
 // CONFIG GET; a node that refuses CONFIG is judged on INFO alone). A node that cannot be
 // inspected yields an `unchecked` warning and sets ec to the first such error; the other nodes'
 // warnings are still returned. With no nodes ec is invalid_argument.
-std::vector<warning> check_deployment(const std::vector<client>& nodes, std::error_code& ec);
+DLOCK_EXPORT std::vector<warning> check_deployment(const std::vector<client>& nodes,
+                                                std::error_code& ec);
 // As above; throws std::system_error when a node could not be inspected.
-std::vector<warning> check_deployment(const std::vector<client>& nodes);
+DLOCK_EXPORT std::vector<warning> check_deployment(const std::vector<client>& nodes);
 
 // "too_few_nodes", "replica", ...
-std::string_view to_string(warning::code c) noexcept;
+DLOCK_EXPORT std::string_view to_string(warning::code c) noexcept;
 // "<code> <node>: <message> (fix: <fix>)".
-std::string to_string(const warning& w);
+DLOCK_EXPORT std::string to_string(const warning& w);
 
 }  // namespace dlock

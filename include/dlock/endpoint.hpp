@@ -8,9 +8,11 @@
 #include <string_view>
 #include <system_error>
 
+#include "dlock/export.hpp"
+
 namespace dlock {
 
-struct endpoint {
+struct DLOCK_EXPORT endpoint {
   std::string host;         // name or address; empty for a unix socket
   unsigned short port = 6379;
   std::string socket_path;  // set for unix:// endpoints
@@ -30,8 +32,8 @@ struct endpoint {
 // rediss:// (the same over TLS: sets `tls`) and unix://. Fails with errc::invalid_argument for
 // an unknown scheme, an empty host, a port outside 1-65535, a db that is not a number in 0-65535,
 // or trailing junk.
-endpoint parse_endpoint(std::string_view url, std::error_code& ec);
+DLOCK_EXPORT endpoint parse_endpoint(std::string_view url, std::error_code& ec);
 // As above; throws std::system_error on failure.
-endpoint parse_endpoint(std::string_view url);
+DLOCK_EXPORT endpoint parse_endpoint(std::string_view url);
 
 }  // namespace dlock

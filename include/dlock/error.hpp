@@ -9,6 +9,8 @@
 #include <system_error>
 #include <vector>
 
+#include "dlock/export.hpp"
+
 namespace dlock {
 
 enum class errc {
@@ -36,9 +38,9 @@ enum class errc {
 };
 
 // The category of errc values; name() is "dlock".
-const std::error_category& category() noexcept;
+DLOCK_EXPORT const std::error_category& category() noexcept;
 
-std::error_code make_error_code(errc e) noexcept;
+DLOCK_EXPORT std::error_code make_error_code(errc e) noexcept;
 
 }  // namespace dlock
 
@@ -65,6 +67,6 @@ struct node_result {
 using node_results = std::vector<node_result>;
 
 // "granted", "taken", "failed: <message>" or "pending": for logs.
-std::string to_string(const node_result& r);
+DLOCK_EXPORT std::string to_string(const node_result& r);
 
 }  // namespace dlock

@@ -15,10 +15,11 @@
 #include <system_error>
 
 #include "dlock/client.hpp"
+#include "dlock/export.hpp"
 
 namespace dlock {
 
-class fence_checker {
+class DLOCK_EXPORT fence_checker {
  public:
   // True, and remembered, when `token` >= every token admitted before; false for a stale one.
   // Equal tokens pass, so one holder may write several times.
@@ -39,7 +40,7 @@ class fence_checker {
 // high_fence_key(key): "{key}:high-fence" for a plain key), SET key value, record the token
 // and return true; else return false and leave the key alone. Blocks up to the client's
 // request timeout; errors go to ec.
-bool fenced_set(client& redis, std::string_view key, std::string_view value, std::uint64_t token,
-                std::error_code& ec);
+DLOCK_EXPORT bool fenced_set(client& redis, std::string_view key, std::string_view value,
+                             std::uint64_t token, std::error_code& ec);
 
 }  // namespace dlock

@@ -32,12 +32,14 @@
 #include <string>
 #include <string_view>
 
+#include "dlock/export.hpp"
+
 namespace dlock {
 
 // The slot Redis Cluster gives `key`: CRC16 (XMODEM) mod 16384 of its hash tag, or of the
 // whole key when it has no tag. The hash tag is the text between the first '{' and the first
 // '}' after it, if that text is not empty.
-std::uint16_t hash_slot(std::string_view key) noexcept;
+DLOCK_EXPORT std::uint16_t hash_slot(std::string_view key) noexcept;
 
 struct lock_keys {
   std::string key;          // the lock: value = owner "<acquisition id>.<round>", PX = TTL
@@ -48,7 +50,7 @@ struct lock_keys {
 };
 
 // The keys of the lock whose key (key_prefix + name) is `key`.
-lock_keys lock_keys_for(std::string_view key);
+DLOCK_EXPORT lock_keys lock_keys_for(std::string_view key);
 
 // A semaphore's keys, by variant (semaphore_options::fair); the suffixes follow E(key):
 // |             | unfair           | fair                                              |
@@ -70,16 +72,16 @@ struct semaphore_keys {
 };
 
 // The keys of the semaphore whose key (key_prefix + name) is `key`.
-semaphore_keys semaphore_keys_for(std::string_view key, bool fair);
+DLOCK_EXPORT semaphore_keys semaphore_keys_for(std::string_view key, bool fair);
 
 // Where dlock::fenced_set keeps the highest token that wrote `data_key`.
-std::string high_fence_key(std::string_view data_key);
+DLOCK_EXPORT std::string high_fence_key(std::string_view data_key);
 
 // The `dlock` CLI's advisory note of who holds the lock `lock_key`. Only the CLI writes it.
-std::string holder_key(std::string_view lock_key);
+DLOCK_EXPORT std::string holder_key(std::string_view lock_key);
 
 // True when `key` is a companion key of some name: a key that the functions above return,
 // other than a lock's own key. dlock::mutex refuses such a lock key (errc::invalid_argument).
-bool is_companion_key(std::string_view key);
+DLOCK_EXPORT bool is_companion_key(std::string_view key);
 
 }  // namespace dlock

@@ -24,6 +24,7 @@
 
 #include "dlock/detail/async.hpp"
 #include "dlock/detail/unique_function.hpp"
+#include "dlock/export.hpp"
 #include "dlock/watchdog.hpp"
 
 namespace dlock {
@@ -35,7 +36,7 @@ struct lease_state;
 lease make_lease(std::shared_ptr<lease_owner> owner, std::shared_ptr<lease_state> state) noexcept;
 }  // namespace detail
 
-class lease {
+class DLOCK_EXPORT lease {
  public:
   lease() noexcept = default;  // empty: holds nothing
   lease(lease&&) noexcept = default;

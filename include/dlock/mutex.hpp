@@ -24,6 +24,7 @@
 
 #include "dlock/client.hpp"
 #include "dlock/error.hpp"
+#include "dlock/export.hpp"
 #include "dlock/lease.hpp"
 #include "dlock/options.hpp"
 
@@ -33,7 +34,7 @@ namespace detail {
 class lock_core;
 }
 
-class mutex {
+class DLOCK_EXPORT mutex {
  public:
   using clock = std::chrono::steady_clock;
 

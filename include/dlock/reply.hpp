@@ -8,9 +8,11 @@
 #include <string_view>
 #include <vector>
 
+#include "dlock/export.hpp"
+
 namespace dlock {
 
-class reply {
+class DLOCK_EXPORT reply {
  public:
   enum class kind { nil, integer, string, status, error, array };
 

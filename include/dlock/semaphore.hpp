@@ -48,6 +48,7 @@
 #include "dlock/client.hpp"
 #include "dlock/detail/async.hpp"
 #include "dlock/error.hpp"
+#include "dlock/export.hpp"
 #include "dlock/lease.hpp"
 #include "dlock/options.hpp"
 
@@ -80,7 +81,7 @@ struct semaphore_options {
   std::string key_prefix;
 };
 
-class semaphore {
+class DLOCK_EXPORT semaphore {
  public:
   using clock = std::chrono::steady_clock;
 

@@ -43,6 +43,7 @@
 
 #include "dlock/client.hpp"
 #include "dlock/error.hpp"
+#include "dlock/export.hpp"
 #include "dlock/reply.hpp"
 
 namespace dlock {
@@ -63,7 +64,7 @@ struct transaction_options {
 };
 
 // Handed to the body of transaction_runner::run() for one attempt.
-class transaction {
+class DLOCK_EXPORT transaction {
  public:
   transaction(const transaction&) = delete;
   transaction& operator=(const transaction&) = delete;
@@ -105,7 +106,7 @@ struct transaction_result {
   reply replies;
 };
 
-class transaction_runner {
+class DLOCK_EXPORT transaction_runner {
  public:
   // Dedicated connections go to `node.where()` with `node.options()`; `node` itself is not used
   // for transactions. Throws std::system_error(errc::invalid_argument) for max_attempts < 1 or

@@ -2,11 +2,7 @@
 // tool: the proxy delays, stalls, drops and refuses; the clock shim moves a live redis-server's
 // wall clock (and expires its keys); the overlap detector and the fence audit count what they
 // should on made-up histories.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -16,6 +12,7 @@
 
 #include "fault/history.hpp"
 #include "fault/tcp_proxy.hpp"
+#include "support/monitor.hpp"
 #include "support/redis_server.hpp"
 
 namespace dlock::fault {
@@ -27,56 +24,12 @@ using test::redis_server;
 
 constexpr stamp ms = 1'000'000;
 
-// A raw client: one connection, one command at a time, with a deadline.
-class raw_client {
- public:
-  explicit raw_client(unsigned short port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  }
-  ~raw_client() { ::close(fd_); }
-  bool connected() const { return connected_; }
-  // Sends an inline command; returns the first reply line, or nothing by the deadline / on EOF.
-  std::optional<std::string> call(const std::string& command, std::chrono::milliseconds wait) {
-    std::string line = command + "\r\n";
-    if (::send(fd_, line.data(), line.size(), MSG_NOSIGNAL) < 0) return std::nullopt;
-    return next_line(wait);
-  }
-  std::optional<std::string> next_line(std::chrono::milliseconds wait) {
-    auto deadline = steady::now() + wait;
-    for (;;) {
-      if (auto end = buf_.find("\r\n"); end != std::string::npos) {
-        std::string out = buf_.substr(0, end);
-        buf_.erase(0, end + 2);
-        return out;
-      }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now());
-      pollfd p{fd_, POLLIN, 0};
-      if (left <= 0ms || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) return std::nullopt;
-      char chunk[4096];
-      auto n = ::read(fd_, chunk, sizeof chunk);
-      if (n <= 0) {
-        eof_ = true;
-        return std::nullopt;
-      }
-      buf_.append(chunk, static_cast<std::size_t>(n));
-    }
-  }
-  bool eof() const { return eof_; }
-
- private:
-  int fd_;
-  bool connected_ = false, eof_ = false;
-  std::string buf_;
-};
+using test::raw_connection;
 
 TEST(kit_proxy, forwards_with_latency_each_way) {
   redis_server server;
   tcp_proxy proxy{server.port()};
-  raw_client c{proxy.port()};
+  raw_connection c{proxy.port()};
   ASSERT_TRUE(c.connected());
   EXPECT_EQ(c.call("PING", 2s), "+PONG");
   proxy.set_latency(100ms, 150ms);
@@ -92,7 +45,7 @@ TEST(kit_proxy, forwards_with_latency_each_way) {
 TEST(kit_proxy, stall_holds_bytes_and_delivers_them_on_heal) {
   redis_server server;
   tcp_proxy proxy{server.port()};
-  raw_client c{proxy.port()};
+  raw_connection c{proxy.port()};
   EXPECT_EQ(c.call("PING", 2s), "+PONG");
   proxy.set_mode(tcp_proxy::mode::stall);
   // The SET is held, not lost: it lands after the partition heals (a "ghost" write).
@@ -106,7 +59,7 @@ TEST(kit_proxy, stall_holds_bytes_and_delivers_them_on_heal) {
 TEST(kit_proxy, dropped_replies_run_on_the_server_and_the_connection_dies_on_heal) {
   redis_server server;
   tcp_proxy proxy{server.port()};
-  raw_client c{proxy.port()};
+  raw_connection c{proxy.port()};
   EXPECT_EQ(c.call("PING", 2s), "+PONG");
   proxy.set_mode(tcp_proxy::mode::drop_replies);
   EXPECT_EQ(c.call("SET k v", 300ms), std::nullopt);
@@ -119,7 +72,7 @@ TEST(kit_proxy, dropped_replies_run_on_the_server_and_the_connection_dies_on_hea
 TEST(kit_proxy, dropped_requests_never_reach_the_server) {
   redis_server server;
   tcp_proxy proxy{server.port()};
-  raw_client c{proxy.port()};
+  raw_connection c{proxy.port()};
   EXPECT_EQ(c.call("PING", 2s), "+PONG");
   proxy.set_mode(tcp_proxy::mode::drop_requests);
   EXPECT_EQ(c.call("SET k v", 300ms), std::nullopt);
@@ -132,17 +85,17 @@ TEST(kit_proxy, refuse_closes_the_port) {
   redis_server server;
   tcp_proxy proxy{server.port()};
   {
-    raw_client c{proxy.port()};
+    raw_connection c{proxy.port()};
     EXPECT_EQ(c.call("PING", 2s), "+PONG");
     proxy.set_mode(tcp_proxy::mode::refuse);
     EXPECT_EQ(c.next_line(1s), std::nullopt);
     EXPECT_TRUE(c.eof());
   }
   std::this_thread::sleep_for(50ms);
-  EXPECT_FALSE(raw_client{proxy.port()}.connected());
+  EXPECT_FALSE(raw_connection{proxy.port()}.connected());
   proxy.set_mode(tcp_proxy::mode::pass);
   std::this_thread::sleep_for(50ms);
-  raw_client again{proxy.port()};
+  raw_connection again{proxy.port()};
   EXPECT_EQ(again.call("PING", 2s), "+PONG");
 }
 

@@ -3,7 +3,9 @@
 // order the client did not send them in, and checks that no key of a live lease is lost and no
 // lock is left with nobody.
 //   - a failed round's cleanup release, delayed past the next round
-//   - a giving-up waiter whose leave would have to be re-sent after NOSCRIPT
+//   - a giving-up or granted waiter whose leave would have to be re-sent after NOSCRIPT
+//   - a timed-out acquire whose NOSCRIPT comes late
+//   - a handoff message that arrives after a later round took the key over and gave it away
 #include <gtest/gtest.h>
 
 #include <asio/use_future.hpp>
@@ -27,20 +29,28 @@ using steady = std::chrono::steady_clock;
 using test::redis_server;
 using test::test_key;
 
+// One server; `direct` talks to it straight, `slow` through the proxy the test delays.
+class RaceTest : public ::testing::Test {
+ protected:
+  // Caches the scripts, so that no NOSCRIPT detour reorders anything below.
+  void warm_scripts() {
+    mutex warm_up{direct, test_key("warm")};
+    (void)warm_up.acquire();
+  }
+
+  redis_server server;
+  tcp_proxy proxy{server.port()};
+  client direct{server.url()};
+  client slow{proxy.url()};
+};
+
 // Round 0's acquire times out in a slow network, and so does its cleanup release, sent on a
 // fresh connection; the network heals and round 1 succeeds on a third one. Round 0's requests
 // are still on their way and reach the server afterwards: the late acquire, then the late
 // release. Neither may touch round 1's key (with one owner token for every round, the release
 // deleted it and a rival acquired while the holder had seconds of validity left).
-TEST(RaceTest, ALateCleanupReleaseNeverDeletesALaterRoundsKey) {
-  redis_server server;
-  tcp_proxy proxy(server.port());
-  client direct{server.url()};
-  client slow{proxy.url()};
-  {
-    mutex warm_up{direct, test_key("warm")};  // caches the scripts: no NOSCRIPT detour below
-    (void)warm_up.acquire();
-  }
+TEST_F(RaceTest, ALateCleanupReleaseNeverDeletesALaterRoundsKey) {
+  warm_scripts();
   mutex m{slow, test_key(), {.ttl = 5s, .retry_delay = 40ms, .retry_count = 50,
                              .node_timeout = 100ms}};
   proxy.set_latency(400ms, 0ms);
@@ -68,11 +78,7 @@ TEST(RaceTest, ALateCleanupReleaseNeverDeletesALaterRoundsKey) {
 // and goes again as EVAL one (slow) round trip later, while the release runs at once: a holder
 // releasing in between hands the lock to the departing waiter, which is no longer listening,
 // and the lock sits with nobody until its TTL.
-TEST(RaceTest, AWaiterGivingUpAfterScriptFlushLeavesNoOrphanedLock) {
-  redis_server server;
-  tcp_proxy proxy(server.port());
-  client direct{server.url()};
-  client slow{proxy.url()};
+TEST_F(RaceTest, AWaiterGivingUpAfterScriptFlushLeavesNoOrphanedLock) {
   mutex holder{direct, test_key(), {.ttl = 10s}};
   lease held = holder.acquire();
   mutex waiter{slow, test_key(), {.ttl = 10s, .retry_delay = 100ms}};
@@ -116,11 +122,7 @@ TEST(RaceTest, AWaiterGivingUpAfterScriptFlushLeavesNoOrphanedLock) {
 // behind our own cleanup. The fallback EVAL goes only while the EVALSHA's own timeout has not
 // passed, on the same connection, before the round has failed; a NOSCRIPT that comes after the
 // timeout is dropped with the rest of the late reply.
-TEST(RaceTest, AnAcquireThatTimedOutIsNeverResentAfterNoScript) {
-  redis_server server;
-  tcp_proxy proxy(server.port());
-  client direct{server.url()};
-  client slow{proxy.url()};
+TEST_F(RaceTest, AnAcquireThatTimedOutIsNeverResentAfterNoScript) {
   ASSERT_EQ(slow.exec({"PING"}).str(), "PONG");  // connected before the latency
   direct.exec({"SCRIPT", "FLUSH"});
   test::raw_connection monitor(server.port());
@@ -152,15 +154,8 @@ TEST(RaceTest, AnAcquireThatTimedOutIsNeverResentAfterNoScript) {
 // because *some* round was in flight, that round answered "taken" (R holds the key), and
 // accept_handoff gave X a lease for X.h<r>, a key nobody holds any more: two holders. Only the
 // round right after the named one may now confirm a handoff.
-TEST(RaceTest, AHandoffDeferredPastASecondRoundIsNeverAccepted) {
-  redis_server server;
-  tcp_proxy proxy(server.port());
-  client direct{server.url()};
-  client slow{proxy.url()};
-  {
-    mutex warm_up{direct, test_key("warm")};  // caches the scripts: no NOSCRIPT detour below
-    (void)warm_up.acquire();
-  }
+TEST_F(RaceTest, AHandoffDeferredPastASecondRoundIsNeverAccepted) {
+  warm_scripts();
   std::string queue = lock_keys_for(test_key()).waiters;
   mutex holder{direct, test_key(), {.ttl = 20s}};
   lease held = holder.acquire();
@@ -235,11 +230,7 @@ TEST(RaceTest, AHandoffDeferredPastASecondRoundIsNeverAccepted) {
 // first, found the holder's stale entry at the queue's head and handed the lock to it: its
 // inbox still subscribed (PUBLISH counted 1), nobody listening for that id any more, the lock
 // sat with nobody for its whole TTL. A grant now takes its id out of the queue itself.
-TEST(RaceTest, AGrantedWaitersLeaveAfterScriptFlushLeavesNoOrphanedLock) {
-  redis_server server;
-  tcp_proxy proxy(server.port());
-  client direct{server.url()};
-  client slow{proxy.url()};
+TEST_F(RaceTest, AGrantedWaitersLeaveAfterScriptFlushLeavesNoOrphanedLock) {
   direct.exec({"SCRIPT", "FLUSH"});
   {
     mutex other{direct, test_key("other")};  // acquire.lua and release.lua cached, leave.lua not

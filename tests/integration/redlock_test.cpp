@@ -468,7 +468,7 @@ TEST_F(RedlockTest, AWaiterKeepsItsPaceWhileANodeIsDown) {
   auto sent = test::scripts_run(admin_[0]) - before;
   // At most 2 s / 100 ms rounds, plus the first one and the leave when giving up.
   EXPECT_LE(sent, 25) << "acquire scripts sent to a live node in 2 s";
-  EXPECT_GE(sent, 5);
+  EXPECT_GE(sent, 3) << "the waiter stopped trying (rounds are 100-200 ms apart)";
 }
 
 // Unlock succeeds only once too few nodes may still hold the key to form a quorum: with 2 of
@@ -479,11 +479,12 @@ TEST_F(RedlockTest, UnlockReportsThatAQuorumMayStillHoldTheKey) {
   auto l = m.acquire();
   servers_[1]->pause();
   servers_[2]->pause();
+  // Node 0 released; nodes 1 and 2 hold the key for as long as they stay hung (their releases
+  // wait in their sockets and run when they resume, so the key cannot be checked there).
   EXPECT_EQ(l.release(), errc::quorum_not_reached);
+  EXPECT_FALSE(exists(0, test_key()));
   servers_[1]->resume();
   servers_[2]->resume();
-  EXPECT_TRUE(exists(1, test_key()));
-  EXPECT_TRUE(exists(2, test_key()));
   // With one node hung, two of three released: that is a release.
   mutex other{three, test_key("again"), {.ttl = 5s, .node_timeout = 100ms}};
   auto again = other.acquire();

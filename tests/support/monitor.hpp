@@ -1,6 +1,6 @@
 // tests/support/monitor.hpp: talking to a redis-server without dlock in between.
-//   raw_connection  a plain loopback socket: for MONITOR and for DEBUG SLEEP, which must stay in
-//                   flight while the test goes on
+//   raw_connection  a plain loopback socket: for MONITOR, for DEBUG SLEEP, which must stay in
+//                   flight while the test goes on, and for checking the fault proxy itself
 //   monitor_args    the quoted arguments of one MONITOR line
 #pragma once
 
@@ -19,6 +19,7 @@
 
 namespace dlock::test {
 
+// One connection, inline commands, reply lines with a deadline; never throws.
 class raw_connection {
   using steady = std::chrono::steady_clock;
 
@@ -28,19 +29,32 @@ class raw_connection {
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      ADD_FAILURE() << "cannot connect to port " << port;
-    }
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
   }
   ~raw_connection() { ::close(fd_); }
   raw_connection(const raw_connection&) = delete;
   raw_connection& operator=(const raw_connection&) = delete;
 
-  void send(const std::string& inline_command) {
+  bool connected() const { return connected_; }
+  // True once the peer closed the connection (seen by a read).
+  bool eof() const { return eof_; }
+
+  // Sends an inline command; false when it could not be written.
+  bool send(const std::string& inline_command) {
     std::string line = inline_command + "\r\n";
-    EXPECT_EQ(::write(fd_, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+    return ::send(fd_, line.data(), line.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(line.size());
   }
-  // The next reply line, or nothing by the deadline.
+  // Sends an inline command and returns the first reply line, or nothing within `wait`.
+  std::optional<std::string> call(const std::string& inline_command,
+                                  std::chrono::milliseconds wait) {
+    if (!send(inline_command)) return std::nullopt;
+    return next_line(wait);
+  }
+  std::optional<std::string> next_line(std::chrono::milliseconds wait) {
+    return next_line(steady::now() + wait);
+  }
+  // The next reply line, or nothing by the deadline or at end of stream.
   std::optional<std::string> next_line(steady::time_point deadline) {
     for (;;) {
       if (auto end = buf_.find("\r\n"); end != std::string::npos) {
@@ -54,13 +68,17 @@ class raw_connection {
       if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return std::nullopt;
       char chunk[4096];
       auto n = ::read(fd_, chunk, sizeof chunk);
-      if (n <= 0) return std::nullopt;
+      if (n <= 0) {
+        eof_ = true;
+        return std::nullopt;
+      }
       buf_.append(chunk, static_cast<std::size_t>(n));
     }
   }
 
  private:
   int fd_;
+  bool connected_ = false, eof_ = false;
   std::string buf_;
 };
 

@@ -22,7 +22,7 @@
 #include "cli.hpp"
 #include "demo_keys.hpp"
 #include "dlock/client.hpp"
-#include "support/redis_server.hpp"
+#include "local_redis/local_redis.hpp"
 
 namespace dlock::cli {
 namespace {
@@ -116,11 +116,11 @@ int run_demo(const demo_options& o) {
   std::printf("dlock demo: %d worker processes, one Redlock over 3 redis-servers, %d increments\n"
               "each of a fenced record (a read-modify-write) on a 4th server. Lock TTL %lld ms.\n",
               o.workers, o.increments, static_cast<long long>(ttl.count()));
-  std::vector<std::unique_ptr<test::redis_server>> nodes;
-  std::unique_ptr<test::redis_server> resource_server;
+  std::vector<std::unique_ptr<local::redis_server>> nodes;
+  std::unique_ptr<local::redis_server> resource_server;
   try {
-    for (int i = 0; i < 3; ++i) nodes.push_back(std::make_unique<test::redis_server>());
-    resource_server = std::make_unique<test::redis_server>();
+    for (int i = 0; i < 3; ++i) nodes.push_back(std::make_unique<local::redis_server>());
+    resource_server = std::make_unique<local::redis_server>();
   } catch (const std::exception& e) {
     say("cannot start redis-server: %s", e.what());
     return exit_unavailable;
@@ -136,7 +136,7 @@ int run_demo(const demo_options& o) {
   demo_keys k{"demo"};
   client resource{resource_server->url()};
   std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::vector<test::child_process> workers;
+  std::vector<local::child_process> workers;
   for (int w = 0; w < o.workers; ++w) {
     std::vector<std::string> argv{self, "demo-worker", "--resource", resource_server->url(),
                                   "--name", "demo", "--increments", std::to_string(o.increments),

@@ -19,6 +19,7 @@
 
 #include "dlock/detail/unique_function.hpp"
 #include "dlock/error.hpp"
+#include "dlock/export.hpp"
 
 namespace dlock::detail {
 
@@ -42,7 +43,7 @@ auto initiate(Token&& token, io_executor io_ex, Start start) {
 }
 
 // True on the I/O thread of a dlock runtime, where a blocking call would deadlock.
-bool on_io_thread() noexcept;
+DLOCK_EXPORT bool on_io_thread() noexcept;
 
 // Runs start(handler) and blocks until handler(ec, value) is called; returns value, sets ec.
 // (A mutex + condition variable on this frame instead of the promise measured no faster: the

@@ -1,4 +1,4 @@
-#include "support/redis_server.hpp"
+#include "local_redis/local_redis.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -20,7 +20,7 @@
 
 extern char** environ;
 
-namespace dlock::test {
+namespace dlock::local {
 namespace {
 
 using namespace std::chrono_literals;
@@ -244,4 +244,4 @@ std::string self_dir() {
   return std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
 }
 
-}  // namespace dlock::test
+}  // namespace dlock::local
