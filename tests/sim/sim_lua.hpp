@@ -1,0 +1,49 @@
+// tests/sim/sim_lua.hpp: the simulated node's script engine (private to tests/sim).
+//   lua_engine   one Lua 5.1 interpreter (the version Redis embeds) with Redis 7.0's script
+//                environment: the `redis` table (call, pcall, error_reply, status_reply),
+//                KEYS/ARGV, read-only globals, the error handler, and the script cache by SHA1
+//   sha1_hex     a body's SHA1 as Redis names scripts (lowercase hex)
+// Owned by one node; SCRIPT FLUSH and a restart replace it, as Redis starts a new interpreter.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "dlock/reply.hpp"
+
+struct lua_State;
+
+namespace dlock::sim {
+
+class node;
+
+std::string sha1_hex(std::string_view bytes);
+
+class lua_engine {
+ public:
+  explicit lua_engine(node& owner);
+  ~lua_engine();
+  lua_engine(const lua_engine&) = delete;
+  lua_engine& operator=(const lua_engine&) = delete;
+
+  // Compiles and caches `body`; the reply is its SHA1, or Redis's "Error compiling script".
+  reply load(std::string_view body);
+  bool has(std::string_view sha) const { return functions_.contains(std::string(sha)); }
+  // Runs a cached script, converting its result (or its error) to a reply as Redis does.
+  reply run(const std::string& sha, std::span<const std::string> keys,
+            std::span<const std::string> argv);
+
+ private:
+  static int redis_call(lua_State* lua);
+  static int redis_pcall(lua_State* lua);
+  static int redis_call_common(lua_State* lua, bool raise);
+
+  node& node_;
+  lua_State* lua_;
+  int error_handler_ = 0;                         // registry reference
+  std::unordered_map<std::string, int> functions_;  // sha -> registry reference
+};
+
+}  // namespace dlock::sim
