@@ -139,6 +139,27 @@ void lease::start_extend(std::chrono::milliseconds ttl,
   });
 }
 
+std::error_code lease::release_after(std::chrono::milliseconds ttl) noexcept {
+  if (ttl <= std::chrono::milliseconds::zero()) return release();
+  if (!held(state_)) return errc::not_held;
+  if (detail::on_io_thread()) return errc::would_block_io_thread;
+  // The watchdog stops first: its stop is queued on the I/O thread before this extend, and a
+  // renewal already sent reaches the server before it, so the last TTL set is `ttl`.
+  detail::stop_keep_alive(owner_, state_);
+  std::error_code ec;
+  detail::wait<int>(ec, [&](auto handler) {
+    owner_->start_extend(state_, ttl, [h = std::move(handler)](std::error_code e) mutable {
+      h(e, 0);
+    });
+  });
+  if (ec) {
+    (void)release();
+    return ec;
+  }
+  (void)detach();  // the key expires on its own now
+  return {};
+}
+
 std::string lease::detach() noexcept {
   if (!state_ || state_->let_go.exchange(true)) return {};
   detail::stop_keep_alive(owner_, state_);

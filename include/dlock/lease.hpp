@@ -121,6 +121,15 @@ class DLOCK_EXPORT lease {
   // the owner token so another process can release it (see `dlock release`).
   std::string detach() noexcept;
 
+  // Lets the lock go `ttl` from now instead of at once: stops the renewals, sets the key's
+  // remaining life to `ttl` where it is still ours (as extend(ttl) does), and leaves it to
+  // expire; the lease is empty afterwards. For work that must not run again too soon elsewhere
+  // (a job scheduled on several hosts: ShedLock's lockAtLeastFor, `dlock run --min-hold`).
+  // ttl <= 0 is release(). Blocks up to the node timeout; on failure (the lease was lost, a
+  // node did not answer) the key is released, and the error returned. On dlock's I/O thread it
+  // returns would_block_io_thread and changes nothing.
+  std::error_code release_after(std::chrono::milliseconds ttl) noexcept;
+
  private:
   friend lease detail::make_lease(std::shared_ptr<detail::lease_owner>,
                                   std::shared_ptr<detail::lease_state>) noexcept;

@@ -240,6 +240,34 @@ TEST_F(CliTest, TwoNonblockingRunsAtOnceOneRunsTheOtherExits75AtOnce) {
   EXPECT_EQ(holder->wait(), 128 + SIGTERM);
 }
 
+// The same cron job on two hosts whose clocks differ by 500 ms: with --min-hold the quick job
+// keeps the lock for 2 s after it took it, so the late host finds it held and does not run the
+// job again; the lock then expires by itself and the next schedule runs.
+TEST_F(CliTest, MinHoldRunsAJobOnceAcrossHostsStartedApart) {
+  const std::string key = test_key(), ran = path("ran");
+  const std::vector<std::string> job{"-r", server_.url(), "run", "-n", "--min-hold", "2s", key,
+                                     "--", "sh", "-c", "echo $$ >> " + ran};
+  auto t0 = steady::now();
+  auto first = start(job);
+  std::this_thread::sleep_until(t0 + 500ms);
+  auto second = run(job);
+  EXPECT_EQ(first->wait(), 0) << first->err();
+  EXPECT_EQ(second.status, 75) << second.err;
+  EXPECT_EQ(lines(read_file(ran)), 1u) << "the job ran once per host, not once per schedule";
+  // Held until 2 s after the first run took it, and no longer.
+  auto left = pttl(key);
+  EXPECT_GT(left, 0) << "the lock was released when the job ended";
+  EXPECT_LE(left, 2000) << "kept for the TTL (10 s), not for --min-hold";
+  ASSERT_TRUE(eventually([&] { return !exists(key); }, 3s));
+  auto next = run(job);
+  EXPECT_EQ(next.status, 0) << next.err;
+  EXPECT_EQ(lines(read_file(ran)), 2u);
+  // A job that outlasts --min-hold releases at its end, as without it.
+  auto slow = run({"-r", server_.url(), "run", "--min-hold", "100ms", key, "--", "sleep", "0.3"});
+  EXPECT_EQ(slow.status, 0) << slow.err;
+  EXPECT_FALSE(exists(key));
+}
+
 TEST_F(CliTest, RunExitsWithCmdStatusAndReleasesAtOnce) {
   const std::string key = test_key();
   auto r = run({"-r", server_.url(), "run", key, "--", "sh", "-c", "exit 7"});

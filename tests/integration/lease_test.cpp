@@ -59,6 +59,31 @@ TEST_F(LeaseTest, KeepAliveHoldsTheLockWellPastSeveralTtls) {
   EXPECT_TRUE(client_.exec({"GET", test_key()}).is_nil());
 }
 
+// release_after: the key stays exactly as long as asked, the watchdog renews it no more, and
+// the lease is empty at once.
+TEST_F(LeaseTest, ReleaseAfterLeavesTheKeyForThatLongThenItExpires) {
+  mutex m{client_, test_key(), {.ttl = 300ms}};
+  auto l = m.acquire();
+  ASSERT_FALSE(l.keep_alive());  // renews every ~100 ms to 300 ms
+  std::string value = l.value();
+  ASSERT_FALSE(l.release_after(800ms));
+  EXPECT_FALSE(l);
+  auto left = client_.exec({"PTTL", test_key()}).integer();
+  EXPECT_GT(left, 700);
+  EXPECT_LE(left, 800);
+  std::this_thread::sleep_for(400ms);  // past the old TTL: a renewal would have set 300 ms
+  left = client_.exec({"PTTL", test_key()}).integer();
+  EXPECT_GT(left, 300) << "a renewal came after release_after";
+  EXPECT_EQ(client_.exec({"GET", test_key()}).str(), value);
+  EXPECT_TRUE(eventually([&] { return client_.exec({"EXISTS", test_key()}).integer() == 0; }, 2s));
+  EXPECT_EQ(l.release_after(1s), errc::not_held);
+  // A lease that is no longer ours: the error, and nothing left behind.
+  auto lost = m.acquire();
+  client_.exec({"SET", test_key(), "someone-else", "PX", "5000"});
+  EXPECT_EQ(lost.release_after(1s), errc::lease_lost);
+  EXPECT_EQ(client_.exec({"GET", test_key()}).str(), "someone-else");
+}
+
 TEST_F(LeaseTest, CapsStopTheRenewalsAndTheLeaseThenRunsOut) {
   mutex m{client_, test_key(), {.ttl = 150ms}};
   auto l = m.acquire();

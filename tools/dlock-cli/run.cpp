@@ -1,5 +1,5 @@
-// dlock run [--ttl D] [-w D | -n] [-E N] [--lost-grace D] [--foreground] [--semaphore LIMIT]
-//           KEY -- CMD [ARGS...]
+// dlock run [--ttl D] [-w D | -n] [-E N] [--lost-grace D] [--min-hold D] [--foreground]
+//           [--semaphore LIMIT] KEY -- CMD [ARGS...]
 //
 // With --semaphore LIMIT, KEY is a counting semaphore (dlock::semaphore, one node only) and
 // up to LIMIT CMDs run at once; everything else is the same, the permit being a lease too.
@@ -10,7 +10,9 @@
 //             forwarded to CMD's process group; dlock stays until CMD exits
 //   lost      the watchdog says the lease is gone: SIGTERM to CMD's group, SIGKILL after
 //             --lost-grace, exit 71 whatever CMD returns (its work was no longer exclusive)
-//   done      CMD exited: release at once, exit with CMD's status (128 + signal if killed)
+//   done      CMD exited: release at once, exit with CMD's status (128 + signal if killed);
+//             with --min-hold D, a CMD that ended sooner than D after the acquisition leaves
+//             the lock to expire D after it instead (a cron job on several hosts runs once)
 // If dlock itself is killed (SIGKILL), CMD gets SIGKILL from the kernel (PR_SET_PDEATHSIG) and
 // the key expires within the TTL.
 #include <CLI/CLI.hpp>
@@ -46,6 +48,7 @@ struct run_options : wait_flags {
   std::vector<std::string> cmd;
   milliseconds ttl{10'000};
   milliseconds lost_grace{5'000};
+  std::optional<milliseconds> min_hold;
   bool foreground = false;
   std::optional<int> semaphore_limit;
 };
@@ -93,7 +96,8 @@ class supervisor {
  public:
   supervisor(const run_options& o, signal_inbox& signals, lease& held,
              std::vector<client>& nodes, const holder_info& holder)
-      : o_(o), signals_(signals), held_(held), nodes_(nodes), holder_(holder) {}
+      : o_(o), signals_(signals), held_(held), nodes_(nodes), holder_(holder),
+        acquired_at_(steady::now()) {}
 
   int run(const std::string& path) {
     auto alarm = std::make_shared<loss_alarm>();
@@ -103,7 +107,7 @@ class supervisor {
     auto child = spawn_child(path, o_.cmd, child_environment(o_, held_), !o_.foreground);
     if (child.pid < 0) {
       say("%s", child.error.c_str());
-      finish(false);
+      finish(false, /*cmd_ran=*/false);
       if (child.exec_errno == 0) return exit_software;
       return child.exec_errno == ENOENT ? 127 : 126;  // as the shell reports them
     }
@@ -119,12 +123,11 @@ class supervisor {
       std::error_code why = reason ? std::error_code(reason, category()) : errc::lease_lost;
       say("lost the lock on '%s' while `%s` ran (%s); it was stopped", o_.key.c_str(),
           o_.cmd[0].c_str(), why.message().c_str());
-      finish(true);
+      finish(true, true);
       return exit_lease_lost;
     }
-    finish(false);
-    say_verbose("`%s` exited with status %d; released '%s'", o_.cmd[0].c_str(), exit_status_of(status),
-                o_.key.c_str());
+    say_verbose("`%s` exited with status %d", o_.cmd[0].c_str(), exit_status_of(status));
+    finish(false, true);
     return exit_status_of(status);
   }
 
@@ -181,13 +184,30 @@ class supervisor {
     if (group_alive(pid_)) ::kill(-pid_, SIGKILL);
   }
 
-  void finish(bool lost) {
+  void finish(bool lost, bool cmd_ran) {
+    if (!lost && cmd_ran && o_.min_hold && keep_for_min_hold()) return;
     if (!lost && !o_.semaphore_limit) clear_holder(nodes_, o_.key, held_.value());
     std::error_code ec = held_.release();
     if (ec && !lost) {
       say("releasing '%s' failed (%s); it expires within %s", o_.key.c_str(), ec.message().c_str(),
           format_duration(o_.ttl).c_str());
+    } else if (!lost) {
+      say_verbose("released '%s'", o_.key.c_str());
     }
+  }
+
+  // --min-hold: while less than that has passed since the acquisition, the lock stays until
+  // then (the holder annotation too, naming the run that finished). True when kept.
+  bool keep_for_min_hold() {
+    auto left = std::chrono::ceil<milliseconds>(*o_.min_hold - (steady::now() - acquired_at_));
+    if (left <= 0ms) return false;
+    if (auto ec = held_.release_after(left)) {
+      say("keeping '%s' for --min-hold failed (%s); released", o_.key.c_str(), ec.message().c_str());
+      return true;
+    }
+    say_verbose("kept '%s' for --min-hold: it expires in %s", o_.key.c_str(),
+                seconds_text(left).c_str());
+    return true;
   }
 
   const run_options& o_;
@@ -195,6 +215,7 @@ class supervisor {
   lease& held_;
   std::vector<client>& nodes_;
   const holder_info& holder_;
+  steady::time_point acquired_at_;
   pid_t pid_ = -1;
   bool lost_ = false;
   steady::time_point lost_kill_at_{};  // when the loss's grace period ends
@@ -204,6 +225,7 @@ int run_command(const global_options& g, const run_options& o) {
   check_ttl(o.ttl);
   if (o.cmd.empty()) throw usage_error("missing CMD: dlock run KEY -- CMD [ARGS...]");
   if (o.lost_grace < 0ms) throw usage_error("--lost-grace must not be negative");
+  if (o.min_hold && *o.min_hold <= 0ms) throw usage_error("--min-hold must be positive");
   auto path = find_program(o.cmd[0]);
   if (!path) {
     say("%s: command not found", o.cmd[0].c_str());
@@ -285,6 +307,9 @@ subcommand add_run_command(CLI::App& parent, const global_options& g) {
   add_wait_flags(*app, *o);
   duration_option(*app, "--lost-grace", o->lost_grace,
                   "After the lease is lost: time between SIGTERM and SIGKILL to CMD (default 5s)");
+  duration_option(*app, "--min-hold", o->min_hold,
+                  "Keep the lock at least this long after acquiring it, even when CMD ends "
+                  "sooner: it then expires by itself (for a job scheduled on several hosts)");
   app->add_flag("--foreground", o->foreground,
                 "Keep CMD in dlock's process group (for interactive CMDs reading the terminal); "
                 "signals then reach CMD only, not its children");
