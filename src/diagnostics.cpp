@@ -10,6 +10,8 @@
 #include <memory>
 #include <mutex>
 
+#include "algo/quorum_round.hpp"
+
 namespace dlock {
 namespace {
 
@@ -105,7 +107,7 @@ void add(std::vector<warning>& out, warning::code c, std::string node, std::stri
 }
 
 void check_count(std::size_t n, std::vector<warning>& out) {
-  std::size_t quorum = n / 2 + 1;
+  std::size_t quorum = detail::quorum_of(n);
   if (n < 3) {
     add(out, warning::code::too_few_nodes, {},
         n == 1 ? "1 node: the lock is only as available as that node, and a crash or failover "

@@ -475,8 +475,7 @@ void lock_core::release_everywhere(const std::string& value, std::vector<bool> s
 // when no node answered at all) even if some node did delete it.
 void lock_core::start_release(const std::shared_ptr<lease_state>& state, done_handler handler) {
   if (state->released.exchange(true)) return handler(errc::not_held);
-  std::size_t quorum = nodes_.size() / 2 + 1;
-  std::size_t settled = nodes_.size() - quorum + 1;
+  std::size_t settled = nodes_.size() - quorum_of(nodes_.size()) + 1;
   release_everywhere(
       state->token, {},
       [handler = std::move(handler), settled](release_tally t) mutable {

@@ -1,6 +1,7 @@
 // algo/quorum_round.hpp: the arithmetic of one Redlock round, without sockets or clocks.
 //   quorum_round  collects each node's vote, says when the round is decided (a quorum granted,
 //                 or a quorum became impossible), and judges it: validity, fence, error
+//   quorum_of     the majority of N nodes
 //   drift_allowance, plan_fence  the formulas, exposed for the unit tests
 // Not thread-safe: one round is driven by one thread (dlock's I/O thread).
 #pragma once
@@ -17,6 +18,10 @@ namespace dlock::detail {
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
 
+// A majority of `nodes`: what a Redlock round must win, and what a release must leave unable to
+// vouch for the key.
+constexpr std::size_t quorum_of(std::size_t nodes) noexcept { return nodes / 2 + 1; }
+
 // drift = ttl * factor + 2 ms: 1 ms for Redis's expiry precision plus 1 ms of minimum drift,
 // which dominates for small TTLs.
 steady::duration drift_allowance(milliseconds ttl, double drift_factor);
@@ -26,7 +31,7 @@ class quorum_round {
   quorum_round(std::size_t nodes, steady::time_point start, milliseconds ttl, double drift_factor);
 
   std::size_t size() const noexcept { return votes_.size(); }
-  std::size_t quorum() const noexcept { return votes_.size() / 2 + 1; }
+  std::size_t quorum() const noexcept { return quorum_of(votes_.size()); }
 
   // Votes; each node's first vote counts, later ones are ignored.
   void granted(std::size_t node, std::int64_t fence);
