@@ -143,12 +143,12 @@ std::error_code lease::release_after(std::chrono::milliseconds ttl) noexcept {
   if (ttl <= std::chrono::milliseconds::zero()) return release();
   if (!held(state_)) return errc::not_held;
   if (detail::on_io_thread()) return errc::would_block_io_thread;
-  // The watchdog stops first: its stop is queued on the I/O thread before this extend, and a
-  // renewal already sent reaches the server before it, so the last TTL set is `ttl`.
+  // No renewal starts after this; one already on its way (even on a connection given up after
+  // a timeout, so it may land after the settle) names the old token, which the settle replaces.
   detail::stop_keep_alive(owner_, state_);
   std::error_code ec;
   detail::wait<int>(ec, [&](auto handler) {
-    owner_->start_extend(state_, ttl, [h = std::move(handler)](std::error_code e) mutable {
+    owner_->start_settle(state_, ttl, [h = std::move(handler)](std::error_code e) mutable {
       h(e, 0);
     });
   });

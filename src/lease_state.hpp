@@ -64,10 +64,20 @@ class lease_owner {
   virtual bool try_release_direct(const std::shared_ptr<lease_state>&, std::error_code&) {
     return false;
   }
-  // Pushes the expiry out to `ttl`; lease_lost (and lost() fired) when the entry is gone.
+  // Pushes the expiry out to at least `ttl` from now (never earlier: a late extend must not
+  // cut back a later one); lease_lost (and lost() fired) when the entry is gone.
   virtual void start_extend(const std::shared_ptr<lease_state>& state,
                             std::chrono::milliseconds ttl, done_handler handler) = 0;
+  // Sets the entry to expire exactly `ttl` from now under settled_token(state->token), so that
+  // no extend or renewal still on its way for the old token can move that expiry
+  // (lease::release_after). Same errors as start_extend.
+  virtual void start_settle(const std::shared_ptr<lease_state>& state,
+                            std::chrono::milliseconds ttl, done_handler handler) = 0;
 };
+
+// The token an entry takes when it is settled (start_settle): another value, so that requests
+// for the old one find nothing. ':' is in no token or owner value.
+inline std::string settled_token(const std::string& token) { return token + ":settled"; }
 
 lease make_lease(std::shared_ptr<lease_owner> owner, std::shared_ptr<lease_state> state) noexcept;
 

@@ -490,6 +490,17 @@ void lock_core::start_release(const std::shared_ptr<lease_state>& state, done_ha
 
 void lock_core::start_extend(const std::shared_ptr<lease_state>& state,
                              std::chrono::milliseconds ttl, done_handler handler) {
+  extend_everywhere(state, ttl, {}, std::move(handler));
+}
+
+void lock_core::start_settle(const std::shared_ptr<lease_state>& state,
+                             std::chrono::milliseconds ttl, done_handler handler) {
+  extend_everywhere(state, ttl, settled_token(state->token), std::move(handler));
+}
+
+void lock_core::extend_everywhere(const std::shared_ptr<lease_state>& state,
+                                  std::chrono::milliseconds ttl, const std::string& successor,
+                                  done_handler handler) {
   if (state->released.load()) return handler(errc::not_held);
   if (state->lost.stop_requested()) return handler(errc::lease_lost);
   if (ttl <= std::chrono::milliseconds::zero() || ttl > max_ttl) return handler(errc::invalid_argument);
@@ -503,7 +514,8 @@ void lock_core::start_extend(const std::shared_ptr<lease_state>& state,
                 std::move(handler)});
   std::string ttl_text = std::to_string(ttl.count());
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
-    run_script(nodes_[i], extend_script, {key_}, {state->token, ttl_text}, node_timeout_,
+    run_script(nodes_[i], extend_script, {key_}, {state->token, ttl_text, successor},
+               node_timeout_,
                [op, i](std::error_code ec, reply r) {
                  if (ec) {
                    op->round.failed(i, ec, r.is_error() ? r.str() : std::string());

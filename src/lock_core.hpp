@@ -59,6 +59,9 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
   // Compare-and-pexpire on every node; needs a quorum within the lease's validity.
   void start_extend(const std::shared_ptr<lease_state>& state, std::chrono::milliseconds ttl,
                     done_handler handler) override;
+  // The same, settling (lease_owner::start_settle).
+  void start_settle(const std::shared_ptr<lease_state>& state, std::chrono::milliseconds ttl,
+                    done_handler handler) override;
   lease adopt(std::string token, std::uint64_t fence);
 
  private:
@@ -91,6 +94,9 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
   bool accept_handoff(const std::shared_ptr<acquire_op>& op, std::uint64_t fence,
                       std::size_t round);
   steady::duration retry_delay(const node_results& votes) const;
+  // extend.lua on every node: extend (`successor` empty) or settle (see lease_owner).
+  void extend_everywhere(const std::shared_ptr<lease_state>& state, std::chrono::milliseconds ttl,
+                         const std::string& successor, done_handler handler);
   // Runs release.lua for `value` on every node; reports once every node answered or failed,
   // or as soon as `enough` of them answered. `skip[i]` leaves node i out (empty: none).
   void release_everywhere(const std::string& value, std::vector<bool> skip,

@@ -142,16 +142,6 @@ void semaphore_core::release_entry(const std::string& token,
              node_timeout_, std::move(handler));
 }
 
-void semaphore_core::refresh_entry(const std::string& token, std::string_view ttl_ms,
-                                   unique_function<void(std::error_code, reply)> handler) {
-  if (options_.fair) {
-    run_script(node_, sem_refresh_script, {keys_.expiries, keys_.weights, keys_.owners},
-               {token, ttl_ms}, node_timeout_, std::move(handler));
-  } else {
-    run_script(node_, sem_refresh_script, {keys_.expiries, keys_.weights}, {token, ttl_ms},
-               node_timeout_, std::move(handler));
-  }
-}
 
 void semaphore_core::start_release(const std::shared_ptr<lease_state>& state,
                                    done_handler handler) {
@@ -187,6 +177,17 @@ bool semaphore_core::try_release_direct(const std::shared_ptr<lease_state>& stat
 
 void semaphore_core::start_extend(const std::shared_ptr<lease_state>& state,
                                   std::chrono::milliseconds ttl, done_handler handler) {
+  refresh_entry(state, ttl, {}, std::move(handler));
+}
+
+void semaphore_core::start_settle(const std::shared_ptr<lease_state>& state,
+                                  std::chrono::milliseconds ttl, done_handler handler) {
+  refresh_entry(state, ttl, settled_token(state->token), std::move(handler));
+}
+
+void semaphore_core::refresh_entry(const std::shared_ptr<lease_state>& state,
+                                   std::chrono::milliseconds ttl, const std::string& successor,
+                                   done_handler handler) {
   if (state->released.load()) return handler(errc::not_held);
   if (state->lost.stop_requested()) return handler(errc::lease_lost);
   if (ttl <= std::chrono::milliseconds::zero() || ttl > max_ttl) {
@@ -194,27 +195,33 @@ void semaphore_core::start_extend(const std::shared_ptr<lease_state>& state,
   }
   auto start = steady::now();
   double drift_factor = options_.drift_factor;
-  refresh_entry(
-      state->token, std::to_string(ttl.count()),
-      [state, start, ttl, drift_factor, handler = std::move(handler)](std::error_code ec,
-                                                                      reply r) mutable {
-        if (ec) return handler(ec);
-        if (!r.is_integer()) return handler(errc::protocol_error);
-        // Released meanwhile: the entry is gone by the release's doing, not lost.
-        if (r.integer() != 1 && state->released.load()) return handler(errc::not_held);
-        if (r.integer() != 1) {
-          // Gone or expired on the server: the script did not add it back, and neither do we.
-          state->mark_lost(errc::lease_lost);
-          return handler(errc::lease_lost);
-        }
-        // A refresh that lands after the old validity ended cannot vouch for the gap.
-        if (state->validity_known && steady::now() >= state->deadline()) {
-          state->mark_lost(errc::lease_expired);
-          return handler(errc::lease_expired);
-        }
-        state->set_deadline(start + ttl - drift_allowance(ttl, drift_factor));
-        handler({});
-      });
+  auto on_reply = [state, start, ttl, drift_factor, handler = std::move(handler)](
+                      std::error_code ec, reply r) mutable {
+    if (ec) return handler(ec);
+    if (!r.is_integer()) return handler(errc::protocol_error);
+    // Released meanwhile: the entry is gone by the release's doing, not lost.
+    if (r.integer() != 1 && state->released.load()) return handler(errc::not_held);
+    if (r.integer() != 1) {
+      // Gone or expired on the server: the script did not add it back, and neither do we.
+      state->mark_lost(errc::lease_lost);
+      return handler(errc::lease_lost);
+    }
+    // A refresh that lands after the old validity ended cannot vouch for the gap.
+    if (state->validity_known && steady::now() >= state->deadline()) {
+      state->mark_lost(errc::lease_expired);
+      return handler(errc::lease_expired);
+    }
+    state->set_deadline(start + ttl - drift_allowance(ttl, drift_factor));
+    handler({});
+  };
+  std::string ttl_ms = std::to_string(ttl.count());
+  if (options_.fair) {
+    run_script(node_, sem_refresh_script, {keys_.expiries, keys_.weights, keys_.owners},
+               {state->token, ttl_ms, successor}, node_timeout_, std::move(on_reply));
+  } else {
+    run_script(node_, sem_refresh_script, {keys_.expiries, keys_.weights},
+               {state->token, ttl_ms, successor}, node_timeout_, std::move(on_reply));
+  }
 }
 
 }  // namespace dlock::detail

@@ -48,8 +48,12 @@ class semaphore_core final : public lease_owner,
   // release() on the caller's thread when the connection is idle (run_script_direct).
   bool try_release_direct(const std::shared_ptr<lease_state>& state,
                           std::error_code& ec) override;
-  // Refresh: expiry = server now + ttl if still live; lease_lost (and lost() fired) if not.
+  // Refresh: expiry = at least server now + ttl if still live; lease_lost (and lost() fired)
+  // if not.
   void start_extend(const std::shared_ptr<lease_state>& state, std::chrono::milliseconds ttl,
+                    done_handler handler) override;
+  // The same, settling (lease_owner::start_settle).
+  void start_settle(const std::shared_ptr<lease_state>& state, std::chrono::milliseconds ttl,
                     done_handler handler) override;
 
  private:
@@ -61,9 +65,9 @@ class semaphore_core final : public lease_owner,
   // many waiters as that freed permits.
   void release_entry(const std::string& token,
                      unique_function<void(std::error_code, reply)> handler);
-  // Runs sem_refresh.lua for `token`: expiry = server now + ttl_ms, if still live.
-  void refresh_entry(const std::string& token, std::string_view ttl_ms,
-                     unique_function<void(std::error_code, reply)> handler);
+  // sem_refresh.lua: extend (`successor` empty) or settle, as start_extend / start_settle.
+  void refresh_entry(const std::shared_ptr<lease_state>& state, std::chrono::milliseconds ttl,
+                     const std::string& successor, done_handler handler);
 
   client node_;
   std::string key_;

@@ -70,8 +70,10 @@ class DLOCK_EXPORT lease {
   // or validity ran out before an extend succeeded. Never requested by a normal release.
   std::stop_token lost() const noexcept;
 
-  // Resets the key's expiry to `ttl` (default: the lock's TTL) on a quorum of nodes, within the
-  // remaining validity. Blocks. On success validity restarts from the extend's start.
+  // Pushes the key's expiry out to at least `ttl` from now (default: the lock's TTL) on a
+  // quorum of nodes, within the remaining validity; it never moves the expiry earlier, so that
+  // an extend delayed in the network cannot cut back a later one. Blocks. On success validity
+  // restarts from the extend's start, for `ttl`. (To let go at a set time: release_after.)
   // Fails with lease_lost (the lease is then lost and lost() fires), lease_expired,
   // quorum_not_reached (nodes unreachable; the lease may still be held), not_held.
   std::error_code extend() noexcept;
@@ -122,11 +124,13 @@ class DLOCK_EXPORT lease {
   std::string detach() noexcept;
 
   // Lets the lock go `ttl` from now instead of at once: stops the renewals, sets the key's
-  // remaining life to `ttl` where it is still ours (as extend(ttl) does), and leaves it to
+  // remaining life to exactly `ttl` where it is still ours, under a new value that no renewal
+  // or extend still in the network matches (so none can move that expiry), and leaves it to
   // expire; the lease is empty afterwards. For work that must not run again too soon elsewhere
   // (a job scheduled on several hosts: ShedLock's lockAtLeastFor, `dlock run --min-hold`).
   // ttl <= 0 is release(). Blocks up to the node timeout; on failure (the lease was lost, a
-  // node did not answer) the key is released, and the error returned. On dlock's I/O thread it
+  // node did not answer) the key is released where it was not settled yet (where it was, it
+  // expires after `ttl`), and the error returned. On dlock's I/O thread it
   // returns would_block_io_thread and changes nothing.
   std::error_code release_after(std::chrono::milliseconds ttl) noexcept;
 

@@ -1,9 +1,19 @@
 -- Extend a lock only if this owner holds it (compare-and-pexpire).
--- KEYS[1]: the lock key; ARGV[1]: the owner token; ARGV[2]: the new TTL in milliseconds.
--- Returns 1 when extended, 0 when the key was gone or someone else's (the lease is lost).
-local key, owner, ttl_ms = KEYS[1], ARGV[1], ARGV[2]
+-- KEYS[1]: the lock key; ARGV[1]: the owner value; ARGV[2]: the TTL in milliseconds;
+-- ARGV[3]: "" to extend, or a successor value to settle:
+--   extend  the key's remaining life becomes at least the TTL; it is never shortened, so an
+--           extend delayed in the network (sent on a connection given up after a timeout) that
+--           lands after a later, longer one cannot cut the key back under its holder;
+--   settle  the key becomes the successor value with exactly the TTL left (lease::
+--           release_after): requests still on their way for the old value then find nothing.
+-- Returns 1 when the key held the owner value, 0 when it was gone or someone else's (the lease
+-- is lost).
+local key, owner, ttl_ms, successor = KEYS[1], ARGV[1], ARGV[2], ARGV[3] or ''
 
-if redis.call('GET', key) == owner then
-  return redis.call('PEXPIRE', key, ttl_ms)
+if redis.call('GET', key) ~= owner then return 0 end
+if successor ~= '' then
+  redis.call('SET', key, successor, 'PX', ttl_ms)
+elseif redis.call('PTTL', key) < tonumber(ttl_ms) then
+  redis.call('PEXPIRE', key, ttl_ms)
 end
-return 0
+return 1

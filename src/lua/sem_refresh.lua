@@ -1,11 +1,16 @@
--- Extend a semaphore permit: its expiry becomes the server's now + TTL, if it is still live.
+-- Extend a semaphore permit, if it is still live.
 -- KEYS[1]: the expiry set (holders, or the fair variant's timeouts); KEYS[2]: weights;
 -- KEYS[3] (fair variant only): owners.
--- ARGV[1]: the owner token; ARGV[2]: the new TTL in milliseconds.
+-- ARGV[1]: the owner token; ARGV[2]: the TTL in milliseconds; ARGV[3]: "" to extend, or a
+-- successor token to settle (as extend.lua):
+--   extend  the permit's expiry becomes at least the server's now + TTL; it never moves earlier,
+--           so a refresh delayed in the network cannot cut back a later, longer one;
+--   settle  the permit passes to the successor token (same ticket, same weight) and expires
+--           exactly TTL from now: refreshes still on their way for the old token find nothing.
 -- Returns 1 when extended, 0 when the permit was gone or had expired: a lost permit is never
 -- added back (an expired entry is removed instead), so the caller learns it was lost.
 local expiries, weights, owners = KEYS[1], KEYS[2], KEYS[3]
-local owner, ttl_ms = ARGV[1], tonumber(ARGV[2])
+local owner, ttl_ms, successor = ARGV[1], tonumber(ARGV[2]), ARGV[3] or ''
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -19,7 +24,22 @@ if tonumber(expiry) <= now then
   return 0
 end
 
-redis.call('ZADD', expiries, 'XX', now + ttl_ms, owner)
+if successor ~= '' then
+  redis.call('ZREM', expiries, owner)
+  redis.call('ZADD', expiries, now + ttl_ms, successor)
+  local weight = redis.call('HGET', weights, owner)
+  if weight then
+    redis.call('HDEL', weights, owner)
+    redis.call('HSET', weights, successor, weight)
+  end
+  if owners then
+    local ticket = redis.call('ZSCORE', owners, owner)
+    redis.call('ZREM', owners, owner)
+    redis.call('ZADD', owners, ticket, successor)
+  end
+elseif now + ttl_ms > tonumber(expiry) then
+  redis.call('ZADD', expiries, 'XX', now + ttl_ms, owner)
+end
 local last = redis.call('ZRANGE', expiries, -1, -1, 'WITHSCORES')
 for _, key in ipairs({expiries, weights, owners}) do
   if redis.call('EXISTS', key) == 1 then redis.call('PEXPIREAT', key, last[2]) end

@@ -6,6 +6,8 @@
 //   - a giving-up or granted waiter whose leave would have to be re-sent after NOSCRIPT
 //   - a timed-out acquire whose NOSCRIPT comes late
 //   - a handoff message that arrives after a later round took the key over and gave it away
+//   - a watchdog renewal that timed out, landing after release_after(ttl) (lock and permit)
+//   - an extend that timed out, landing after a later, longer extend
 #include <gtest/gtest.h>
 
 #include <asio/use_future.hpp>
@@ -16,6 +18,7 @@
 #include "dlock/detail/scripts.hpp"
 #include "dlock/key_layout.hpp"
 #include "dlock/mutex.hpp"
+#include "dlock/semaphore.hpp"
 #include "fault/tcp_proxy.hpp"
 #include "support/monitor.hpp"
 #include "support/redis_server.hpp"
@@ -265,6 +268,94 @@ TEST_F(RaceTest, AGrantedWaitersLeaveAfterScriptFlushLeavesNoOrphanedLock) {
                             << " (PTTL " << direct.exec({"PTTL", test_key()}).integer()
                             << " ms): handed to its own departed acquisition";
   EXPECT_EQ(direct.exec({"ZCARD", queue}).integer(), 0);
+}
+
+// lease::release_after(ttl) stops the watchdog and extends the key to `ttl`, on the premise that
+// "a renewal already sent reaches the server before it". Not when that renewal timed out: its
+// connection was closed, but its bytes are still on their way (as over any slow link), and
+// release_after's extend goes out on a fresh connection and lands first. The late renewal then
+// sets the key's life back to the lock's TTL: with --min-hold longer than the TTL, the key is
+// gone (and another host runs the job) long before the promised `ttl`.
+TEST_F(RaceTest, ARenewalThatTimedOutNeverOverridesReleaseAfter) {
+  warm_scripts();
+  mutex m{slow, test_key(), {.ttl = 3s, .node_timeout = 100ms}};
+  lease held = m.acquire();
+  ASSERT_TRUE(held);
+  auto start = steady::now();
+  // One renewal, after about 1 s (0.9 - 1.1 s); its retry (a quarter interval later) is past
+  // max_hold, so nothing else goes out.
+  ASSERT_FALSE(held.keep_alive({.interval = 1000ms, .max_hold = 1150ms}));
+  proxy.set_latency(1500ms, 0ms);  // the renewal takes 1.5 s to reach the server: it times out
+  std::this_thread::sleep_until(start + 1400ms);
+  proxy.set_latency(0ms, 0ms);
+  std::string value = held.value();
+  ASSERT_FALSE(held.release_after(20s)) << "release_after failed";
+  auto pttl_after = direct.exec({"PTTL", test_key()}).integer();
+  EXPECT_GT(pttl_after, 19000);
+  std::this_thread::sleep_until(start + 3000ms);  // the late renewal (sent at ~1 s) has landed
+  auto holder = direct.exec({"GET", test_key()});
+  auto pttl = direct.exec({"PTTL", test_key()}).integer();
+  // Still ours (under the settled value release_after wrote), with the expiry it set.
+  EXPECT_TRUE(holder.is_string() && holder.str().rfind(value, 0) == 0 && pttl > 15000)
+      << "release_after(20s) succeeded at +1.4 s (PTTL " << pttl_after << " ms then), but at +3 s "
+      << "the key has " << pttl << " ms left: a renewal sent before it landed after it";
+  // Another host takes the lock long before the 20 s release_after promised.
+  mutex rival{direct, test_key(), {.ttl = 3s}};
+  std::error_code ec;
+  lease taken = rival.acquire_until(start + 8s, ec);
+  EXPECT_FALSE(taken) << "a rival acquired at +"
+                      << std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - start).count()
+                      << " ms, inside release_after's 20 s";
+}
+
+// The same for a semaphore permit: the late refresh sets the permit's expiry back to now + TTL,
+// and a rival gets the only permit long before release_after's 20 s.
+TEST_F(RaceTest, ARenewalThatTimedOutNeverOverridesReleaseAfterOnAPermit) {
+  warm_scripts();
+  {
+    semaphore warm{direct, test_key("warm-sem"), 1};
+    (void)warm.acquire();  // sem_acquire, sem_refresh via release_after, sem_release cached
+  }
+  semaphore sem{slow, test_key(), 1, {.ttl = 3s, .node_timeout = 100ms}};
+  lease held = sem.acquire();
+  ASSERT_TRUE(held);
+  {
+    lease warm_refresh = semaphore{direct, test_key("warm-sem"), 1}.acquire();
+    ASSERT_FALSE(warm_refresh.extend());  // caches sem_refresh.lua
+  }
+  auto start = steady::now();
+  ASSERT_FALSE(held.keep_alive({.interval = 1000ms, .max_hold = 1150ms}));
+  proxy.set_latency(1500ms, 0ms);
+  std::this_thread::sleep_until(start + 1400ms);
+  proxy.set_latency(0ms, 0ms);
+  ASSERT_FALSE(held.release_after(20s)) << "release_after failed";
+  semaphore rival{direct, test_key(), 1, {.ttl = 3s}};
+  std::error_code ec;
+  lease taken = rival.acquire_until(start + 8s, ec);
+  EXPECT_FALSE(taken) << "a rival got the only permit at +"
+                      << std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - start).count()
+                      << " ms, inside release_after's 20 s";
+}
+
+// The same race without release_after: an extend that timed out (the lease "may still be
+// held") and a retry with a longer TTL that succeeds. The late first extend cuts the key back
+// to its TTL while the lease believes the longer validity: two holders.
+TEST_F(RaceTest, AnExtendThatTimedOutNeverShortensALaterLongerExtend) {
+  warm_scripts();
+  mutex m{slow, test_key(), {.ttl = 3s, .node_timeout = 100ms}};
+  lease held = m.acquire();
+  ASSERT_TRUE(held);
+  auto start = steady::now();
+  proxy.set_latency(1500ms, 0ms);
+  EXPECT_TRUE(held.extend(3s)) << "the delayed extend should have timed out";
+  proxy.set_latency(0ms, 0ms);
+  ASSERT_FALSE(held.extend(20s)) << "the retry failed";
+  mutex rival{direct, test_key(), {.ttl = 3s}};
+  std::error_code ec;
+  lease taken = rival.acquire_until(start + 8s, ec);
+  EXPECT_FALSE(taken && held.remaining() > 0s && !held.lost().stop_requested())
+      << "two holders: the rival (fence " << taken.fencing_token() << ") and the first holder ("
+      << held.remaining().count() << " ms left, lost() not fired)";
 }
 
 }  // namespace

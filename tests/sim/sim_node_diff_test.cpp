@@ -154,7 +154,11 @@ class step_generator {
       case 0: case 1: case 2: case 3: case 4: lock_acquire(s); break;
       case 5: case 6: case 7: case 8: lock_release(s); break;
       case 9: script(s, leave, {lock().waiters, lock().waiter_info}, {id()}); break;
-      case 10: script(s, extend, {lock().key}, {owner(), ttl()}); break;
+      case 10: {  // extend, or settle under a successor value (lease::release_after)
+        std::string successor = below(3) == 0 ? owner() + ":settled" : "";
+        script(s, extend, {lock().key}, {owner(), ttl(), successor});
+        break;
+      }
       case 11: script(s, fence_raise, {lock().fence}, {std::to_string(below(6))}); break;
       case 12: {
         std::string data = pick<std::string>({"d1", "d2"});
@@ -173,7 +177,8 @@ class step_generator {
         const auto& k = semaphore(fair);
         std::vector<std::string> keys{k.expiries, k.weights};
         if (fair) keys.push_back(k.owners);
-        script(s, sem_refresh, keys, {token(), ttl()});
+        std::string successor = below(3) == 0 ? token() + ":settled" : "";
+        script(s, sem_refresh, keys, {token(), ttl(), successor});
         break;
       }
       case 20: s.args = {"DEL", any_key()}; break;

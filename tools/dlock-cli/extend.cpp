@@ -37,7 +37,7 @@ int extend_command(const global_options& g, const extend_options& o) {
   }
   // Keep the holder annotation as long as the lock (advisory; a stale one is never shown).
   (void)exec_all(nodes, command{"PEXPIRE", holder_key(o.key), std::to_string(o.ttl.count())});
-  say_verbose("extended '%s' to %s from now", o.key.c_str(), format_duration(o.ttl).c_str());
+  say_verbose("extended '%s' to at least %s from now", o.key.c_str(), format_duration(o.ttl).c_str());
   return exit_ok;
 }
 
@@ -45,9 +45,9 @@ int extend_command(const global_options& g, const extend_options& o) {
 
 subcommand add_extend_command(CLI::App& parent, const global_options& g) {
   auto o = std::make_shared<extend_options>();
-  auto* app = parent.add_subcommand("extend", "Extend the lock KEY held with TOKEN to --ttl from now");
+  auto* app = parent.add_subcommand("extend", "Extend the lock KEY held with TOKEN to at least --ttl from now");
   app->fallthrough();
-  duration_option(*app, "--ttl", o->ttl, "The new TTL, from now (default 30s)");
+  duration_option(*app, "--ttl", o->ttl, "The new TTL, from now; a longer one left is kept (default 30s)");
   app->add_option("KEY", o->key, "The lock's name")->required();
   app->add_option("TOKEN", o->token, "The token `dlock acquire` printed")->required();
   return {app, [&g, o] { return extend_command(g, *o); }};
