@@ -4,8 +4,9 @@
 //          async_extend() for any Asio completion token
 // A lease may be read from any thread; release(), extend() and keep_alive() are safe to call
 // concurrently with reads and with each other (a released lease keeps its innards until it is
-// destroyed or assigned to, and reads as empty). Destruction, assignment, async_release() and
-// detach() change the object itself, so they must not race with other calls on it.
+// destroyed or assigned to, and reads as empty). Destruction, assignment, async_release(),
+// detach() and release_after() change the object itself, so they must not race with other
+// calls on it.
 //
 // |       | extend()                         | release()               | validity ends / lost  |
 // | Held  | Held, longer validity; or Lost   | Empty                   | Lost: lost() fires    |

@@ -49,8 +49,14 @@ local function grant()
   return {1, redis.call('INCR', fence_key)}
 end
 
-if redis.call('ZSCORE', holders, owner) then
-  redis.call('ZADD', holders, 'XX', now + ttl_ms, owner)
+-- Already holding: an earlier attempt of this acquisition whose reply was lost, or one that
+-- lands late after a later attempt was granted and extended. The expiry only moves out, never
+-- back: the holder's lease may already count on a later one.
+local held_until = redis.call('ZSCORE', holders, owner)
+if held_until then
+  if now + ttl_ms > tonumber(held_until) then
+    redis.call('ZADD', holders, 'XX', now + ttl_ms, owner)
+  end
   return grant()
 end
 

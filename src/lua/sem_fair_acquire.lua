@@ -37,8 +37,11 @@ if #expired > 0 then
   redis.call('ZINTERSTORE', owners, 2, timeouts, owners, 'WEIGHTS', 0, 1)
 end
 
+-- The entry's expiry only moves out, never back: an attempt that lands late (after a later
+-- attempt of this acquisition was granted and extended) must not cut the holder's permit short.
 local function keep(expiry)
-  redis.call('ZADD', timeouts, expiry, owner)
+  local current = redis.call('ZSCORE', timeouts, owner)
+  if not current or expiry > tonumber(current) then redis.call('ZADD', timeouts, expiry, owner) end
   -- The keys vanish by themselves when the last member's expiry passes (the counter stays).
   local last = redis.call('ZRANGE', timeouts, -1, -1, 'WITHSCORES')
   for _, key in ipairs({owners, timeouts, weights, info}) do

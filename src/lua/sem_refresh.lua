@@ -32,8 +32,8 @@ if successor ~= '' then
     redis.call('HDEL', weights, owner)
     redis.call('HSET', weights, successor, weight)
   end
-  if owners then
-    local ticket = redis.call('ZSCORE', owners, owner)
+  local ticket = owners and redis.call('ZSCORE', owners, owner)
+  if ticket then
     redis.call('ZREM', owners, owner)
     redis.call('ZADD', owners, ticket, successor)
   end

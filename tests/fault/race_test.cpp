@@ -358,5 +358,45 @@ TEST_F(RaceTest, AnExtendThatTimedOutNeverShortensALaterLongerExtend) {
       << held.remaining().count() << " ms left, lost() not fired)";
 }
 
+// A semaphore acquisition's attempts share one token: an attempt that timed out and lands
+// after a later attempt was granted and extended finds the token holding already, and must not
+// move its expiry back (unfair and fair).
+TEST_F(RaceTest, ASemaphoreAttemptThatTimedOutNeverShortensTheGrantedPermit) {
+  warm_scripts();
+  for (bool fair : {false, true}) {
+    SCOPED_TRACE(fair ? "fair" : "unfair");
+    std::string name = test_key(fair ? "fair" : "unfair");
+    {
+      semaphore warm{direct, name + "-warm", 1, {.fair = fair}};
+      lease w = warm.acquire();  // caches the semaphore's scripts: no NOSCRIPT detour below
+      ASSERT_FALSE(w.extend());
+    }
+    semaphore sem{slow, name, 1, {.ttl = 3s, .fair = fair, .retry_delay = 10ms,
+                                  .node_timeout = 300ms}};
+    auto start = steady::now();
+    proxy.set_latency(1500ms, 0ms);  // attempt 1 reaches the server at +1.5 s: it times out
+    auto acquired = std::async(std::launch::async, [&] {
+      std::error_code ec;
+      return sem.acquire(ec);
+    });
+    std::this_thread::sleep_until(start + 100ms);
+    proxy.set_latency(0ms, 0ms);
+    lease held = acquired.get();
+    ASSERT_TRUE(held);
+    ASSERT_LT(steady::now() - start, 1400ms) << "granted only by the late attempt";
+    ASSERT_FALSE(held.extend(20s));
+    std::this_thread::sleep_until(start + 2500ms);  // the late attempt has landed
+    semaphore rival{direct, name, 1, {.ttl = 3s, .fair = fair}};
+    std::error_code ec;
+    lease taken = rival.acquire_until(start + 6s, ec);
+    EXPECT_FALSE(taken) << "a rival got the only permit at +"
+                        << std::chrono::duration_cast<std::chrono::milliseconds>(
+                               steady::now() - start).count()
+                        << " ms while the holder's lease says " << held.remaining().count()
+                        << " ms left";
+    EXPECT_FALSE(held.release());
+  }
+}
+
 }  // namespace
 }  // namespace dlock::fault

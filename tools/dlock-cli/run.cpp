@@ -202,7 +202,8 @@ class supervisor {
     auto left = std::chrono::ceil<milliseconds>(*o_.min_hold - (steady::now() - acquired_at_));
     if (left <= 0ms) return false;
     if (auto ec = held_.release_after(left)) {
-      say("keeping '%s' for --min-hold failed (%s); released", o_.key.c_str(), ec.message().c_str());
+      say("keeping '%s' for --min-hold failed (%s); released where it could be", o_.key.c_str(),
+          ec.message().c_str());
       return true;
     }
     say_verbose("kept '%s' for --min-hold: it expires in %s", o_.key.c_str(),
