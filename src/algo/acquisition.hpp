@@ -1,0 +1,205 @@
+// algo/acquisition.hpp: the one acquisition engine of every primitive, sans-io.
+//   request        one script call the engine wants made on one node
+//   lock_target    what all acquisitions of one lock share: node count, keys, pacing
+//   semaphore_target  the same for one semaphore
+//   acquisition    attempt -> decide -> sleep (cut short by a wake-up) -> attempt again, take
+//                  a handoff, or give up (leaving nothing queued behind); the mutex on 1 and N
+//                  nodes and the semaphore (fair and unfair) all run it
+//   quorum_release compare-and-delete of one owner value on every node, tallied
+//   quorum_extend  compare-and-pexpire (or settle) on every node, judged as a quorum round
+//   classify_failure  what a failed acquisition means: contention, unavailability, or fatal
+// Nothing here reads a clock, draws a random number from the system, or touches a socket: the
+// caller feeds events (replies, the time, wake-up and handoff messages) and carries out what
+// the engine asks for (send these requests; sleep this long; report this outcome). The library
+// drives it on its I/O thread (lock_core, semaphore_core), the simulator (tests/sim) under
+// seeded schedules; both run this very code.
+// Not thread-safe: one acquisition is driven by one thread at a time.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "algo/quorum_round.hpp"
+#include "dlock/error.hpp"
+#include "dlock/key_layout.hpp"
+#include "dlock/options.hpp"
+#include "dlock/reply.hpp"
+#include "script.hpp"
+
+namespace dlock::detail {
+
+// One script call: the driver runs `code` on node `node` (EVALSHA, then EVAL on NOSCRIPT, as
+// run_script does) within `timeout`, and hands the answer to the emitter's on_reply(id, ...).
+// Requests to one node must go out in the order they were emitted (one connection, FIFO).
+struct request {
+  std::uint64_t id = 0;
+  std::size_t node = 0;
+  const script* code = nullptr;
+  std::vector<std::string> keys;
+  std::vector<std::string> args;
+  std::chrono::milliseconds timeout{};
+};
+
+// Errors that another attempt may cure (contention, nodes down or slow) versus those it cannot
+// (credentials, ACLs, wrong key type, a peer that is not Redis).
+bool is_retryable(std::error_code ec) noexcept;
+
+// What a failed acquisition's last round means, for a caller that reports it (the CLI's exit
+// codes): another owner holds it (wait for the release), too few nodes answered to form a
+// quorum (an outage: a restart heals it), or it will not heal by waiting.
+enum class failure_kind { contention, unavailable, fatal };
+failure_kind classify_failure(std::error_code ec, const node_results& votes);
+
+// The node's timeout when the options leave it 0: min(ttl / 10, the client's request timeout).
+std::chrono::milliseconds effective_node_timeout(std::chrono::milliseconds configured,
+                                                 std::chrono::milliseconds ttl,
+                                                 std::chrono::milliseconds request_timeout);
+
+struct lock_target {
+  std::size_t nodes = 1;
+  lock_keys keys;
+  std::chrono::milliseconds ttl{10'000};
+  std::chrono::milliseconds retry_delay{50};
+  std::chrono::milliseconds node_timeout{1'000};
+  double drift_factor = 0.01;
+  bool fair = false;
+  bool wake_on_release = true;
+  // A single node hands the lock to its first waiter on release (release.lua); N nodes cannot
+  // (one node's grant is no quorum), so Redlock waiters are only woken.
+  bool accepts_handoff() const noexcept { return nodes == 1 && wake_on_release; }
+};
+lock_target make_lock_target(std::size_t nodes, std::string_view key, const lock_options& o,
+                             std::chrono::milliseconds request_timeout);
+
+struct semaphore_target {
+  semaphore_keys keys;
+  std::ptrdiff_t limit = 1;
+  bool fair = false;
+  bool wake_on_release = true;
+  std::chrono::milliseconds ttl{10'000};
+  std::chrono::milliseconds retry_delay{50};
+  std::chrono::milliseconds node_timeout{1'000};
+  double drift_factor = 0.01;
+  // Fair: how long the server keeps a waiter's place between two polls.
+  std::chrono::milliseconds queue_ttl{0};
+};
+semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limit,
+                                       const semaphore_options& o,
+                                       std::chrono::milliseconds request_timeout);
+
+class acquisition {
+ public:
+  struct outcome {
+    std::error_code ec;  // empty: granted
+    std::string token;   // granted: the owner value the lease holds
+    std::uint64_t fence = 0;
+    steady::time_point valid_until{};
+    node_results votes;  // the last round's, for diagnostics
+  };
+
+  // A lock acquisition: up to `attempts` rounds until `deadline` (max(): attempts only), under
+  // the acquisition id `id` (round n writes "<id>.<n>", a handoff "<id>.h<n>"). `seed` feeds
+  // the retry jitter. `node_names` label the votes (may be empty).
+  acquisition(const lock_target& target, std::string id, steady::time_point deadline,
+              int attempts, std::uint64_t seed, std::vector<std::string> node_names = {});
+  // A semaphore acquisition of `permits`, under the owner token `token` for every attempt.
+  acquisition(const semaphore_target& target, std::string token, std::ptrdiff_t permits,
+              steady::time_point deadline, int attempts, std::uint64_t seed,
+              std::vector<std::string> node_names = {});
+  acquisition(acquisition&&) noexcept;
+  acquisition& operator=(acquisition&&) noexcept;
+  ~acquisition();
+
+  // The driver's loop:
+  //   1. channels = the wake channel of each node ("" where that node cannot wake us, or when
+  //      !queues_next()), then begin_attempt(now, channels);
+  //   2. send take_requests(); feed each answer to on_reply (ignored once done, or when stale);
+  //      feed wake-up messages that carry a grant to on_handoff;
+  //   3. take_sleep() says the attempt failed and another follows after that long (a wake-up
+  //      may cut it short): then back to 1; take_outcome() says it is over (send the requests
+  //      taken with it first: they take our leftovers out of the queue).
+  // Whether an attempt begun now may be followed by another, so that queueing is worth it.
+  bool queues_next(steady::time_point now) const noexcept;
+  void begin_attempt(steady::time_point now, const std::vector<std::string>& channels);
+  void on_reply(std::uint64_t request_id, steady::time_point now, std::error_code ec,
+                const reply& r);
+  // A handoff message's payload "<fence> <round>" (release.lua): true when it gave us the lock
+  // (take_outcome has it); false when it cannot be taken, or not yet: then it counts as a
+  // plain wake-up.
+  bool on_handoff(steady::time_point now, std::string_view grant);
+
+  std::vector<request> take_requests();
+  std::optional<steady::duration> take_sleep();
+  std::optional<outcome> take_outcome();
+  bool done() const noexcept;
+  // Some attempt queued us on some node (a channel was given).
+  bool queued() const noexcept;
+  int attempts_made() const noexcept;
+  const std::string& id() const noexcept;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+// release.lua for `value` on every node not in `skip`. Reports once every node answered or
+// failed, or as soon as `enough` of them answered.
+class quorum_release {
+ public:
+  struct tally {
+    std::size_t released = 0;  // nodes that deleted the key
+    std::size_t answered = 0;  // nodes that answered at all (deleted it, or did not hold it)
+    std::error_code first_error;
+  };
+  quorum_release(const lock_target& target, std::string value, std::vector<bool> skip = {},
+                 std::size_t enough = SIZE_MAX);
+  std::vector<request> take_requests();
+  void on_reply(std::uint64_t request_id, std::error_code ec, const reply& r);
+  std::optional<tally> take_outcome();
+  // What a lease's release() reports from a tally with `enough` = the release quorum (see
+  // release_quorum): success, not_held, quorum_not_reached or the transport's error.
+  static std::error_code judge(const tally& t, std::size_t nodes);
+  // How many answers leave too few nodes that may still hold the key to form a quorum.
+  static std::size_t release_quorum(std::size_t nodes) noexcept {
+    return nodes - quorum_of(nodes) + 1;
+  }
+
+ private:
+  std::vector<request> requests_;
+  std::vector<bool> open_;  // per node: awaiting its answer
+  std::size_t outstanding_ = 0, enough_;
+  tally so_far_;
+  bool reported_ = false;
+  std::optional<tally> outcome_;
+};
+
+// extend.lua on every node: extend (`successor` empty) or settle under `successor`. Needs a
+// quorum within the lease's validity `deadline` (nullopt: not known, as for adopted tokens).
+class quorum_extend {
+ public:
+  struct verdict {
+    std::error_code ec;  // empty: extended; lease_lost / lease_expired: the lease is gone
+    steady::time_point valid_until{};  // when extended
+  };
+  quorum_extend(const lock_target& target, std::string token, std::chrono::milliseconds ttl,
+                std::string successor, steady::time_point now,
+                std::optional<steady::time_point> deadline);
+  std::vector<request> take_requests();
+  void on_reply(std::uint64_t request_id, steady::time_point now, std::error_code ec,
+                const reply& r);
+  std::optional<verdict> take_outcome();
+
+ private:
+  std::vector<request> requests_;
+  quorum_round round_;
+  std::optional<steady::time_point> deadline_;
+  bool reported_ = false;
+  std::optional<verdict> outcome_;
+};
+
+}  // namespace dlock::detail
