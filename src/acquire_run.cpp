@@ -61,7 +61,7 @@ lease acquire_run::run_blocking(std::error_code& ec) {
     // thread and back. It does not queue (the I/O thread owns the inbox); if it must wait,
     // the wake_waiter's first sleep subscribes and queues at once.
     auto now = steady::now();
-    engine_.begin_attempt(now, std::vector<std::string>(1));
+    engine_.begin_attempt(now, {});
     auto requests = engine_.take_requests();
     reply r;
     std::error_code run_ec;
@@ -93,7 +93,8 @@ void acquire_run::attempt() {
 
 void acquire_run::send(request r) {
   auto& node = nodes_[r.node];
-  run_request(node, r, [self = shared_from_this(), id = r.id](std::error_code ec, reply answer) {
+  auto id = r.id;
+  run_request(node, std::move(r), [self = shared_from_this(), id](std::error_code ec, reply answer) {
     self->engine_.on_reply(id, steady::now(), ec, answer);
     self->pump();
   });

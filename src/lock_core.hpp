@@ -59,7 +59,6 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
                          std::string successor, done_handler handler);
 
   std::vector<client> nodes_;
-  std::vector<std::string> node_names_;  // endpoint::to_string() of each, for the votes
   std::string key_;
   lock_options options_;
   lock_target target_;

@@ -76,13 +76,14 @@ bool run_script_direct(client& node, const script& s, std::initializer_list<std:
   return true;
 }
 
-void run_request(client& node, const request& r,
-                 unique_function<void(std::error_code, reply)> handler) {
+void run_request(client& node, request r, unique_function<void(std::error_code, reply)> handler) {
   auto deadline = std::chrono::steady_clock::now() + r.timeout;
   const script* s = r.code;
+  // Made before the handler below takes the keys and arguments over.
+  command evalsha = script_command("EVALSHA", s->sha1, r.keys, r.args);
   node.start_exec(
-      script_command("EVALSHA", s->sha1, r.keys, r.args), r.timeout,
-      [node, s, deadline, keys = r.keys, args = r.args,
+      std::move(evalsha), r.timeout,
+      [node, s, deadline, keys = std::move(r.keys), args = std::move(r.args),
        handler = std::move(handler)](std::error_code ec, reply answer) mutable {
         if (!is_noscript(answer)) return handler(ec, std::move(answer));
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(

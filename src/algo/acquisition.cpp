@@ -47,10 +47,10 @@ std::uint64_t next_random(std::uint64_t& state) noexcept {
   return z ^ (z >> 31);
 }
 
-std::vector<std::string> lock_acquire_keys(const lock_keys& k) {
+std::vector<std::string_view> lock_acquire_keys(const lock_keys& k) {
   return {k.key, k.fence, k.waiters, k.waiter_info, k.tickets};
 }
-std::vector<std::string> lock_release_keys(const lock_keys& k) {
+std::vector<std::string_view> lock_release_keys(const lock_keys& k) {
   return {k.key, k.waiters, k.waiter_info, k.fence};
 }
 
@@ -136,6 +136,7 @@ lock_target make_lock_target(std::size_t nodes, std::string_view key, const lock
   t.nodes = nodes;
   t.keys = lock_keys_for(key);
   t.ttl = o.ttl;
+  t.ttl_text = std::to_string(o.ttl.count());
   t.retry_delay = o.retry_delay;
   t.node_timeout = effective_node_timeout(o.node_timeout, o.ttl, request_timeout);
   t.drift_factor = o.drift_factor;
@@ -150,6 +151,8 @@ semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limi
   semaphore_target t;
   t.keys = semaphore_keys_for(key, o.fair);
   t.limit = limit;
+  t.limit_text = std::to_string(limit);
+  t.ttl_text = std::to_string(o.ttl.count());
   t.fair = o.fair;
   t.wake_on_release = o.wake_on_release;
   t.ttl = o.ttl;
@@ -165,7 +168,7 @@ semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limi
 
 struct acquisition::impl {
   // What an answer is for.
-  enum class purpose { vote, fence, cleanup, give_back, leave, sem_attempt, sem_cleanup };
+  enum class purpose { vote, fence, cleanup, sem_attempt, sem_cleanup };
   struct pending {
     std::uint64_t id;
     purpose what;
@@ -196,8 +199,6 @@ struct acquisition::impl {
   // inbox was not subscribed yet, or the first attempt went out from the caller's thread).
   bool missed_queue = false;
   std::uint64_t random_state;
-  std::vector<std::string> node_names;
-
   std::uint64_t next_request = 1;
   std::vector<pending> awaited;
   std::vector<request> out;
@@ -218,20 +219,23 @@ struct acquisition::impl {
   node_results last_votes;
 
   std::size_t nodes() const noexcept { return lock ? lock->nodes : 1; }
-  milliseconds ttl() const noexcept { return lock ? lock->ttl : sem->ttl; }
   milliseconds retry_delay() const noexcept { return lock ? lock->retry_delay : sem->retry_delay; }
   milliseconds node_timeout() const noexcept {
     return lock ? lock->node_timeout : sem->node_timeout;
   }
-  double drift_factor() const noexcept { return lock ? lock->drift_factor : sem->drift_factor; }
   bool accepts_handoff() const noexcept { return lock && lock->accepts_handoff(); }
 
   std::string round_value(std::size_t r) const { return id + "." + std::to_string(r); }
   std::string handoff_value(std::size_t r) const { return id + ".h" + std::to_string(r); }
 
-  std::uint64_t emit(std::size_t node, const script& code, std::vector<std::string> keys,
+  const std::vector<std::string>& node_names() const noexcept {
+    return lock ? lock->node_names : sem->node_names;
+  }
+
+  std::uint64_t emit(std::size_t node, const script& code, std::vector<std::string_view> keys,
                      std::vector<std::string> args, std::optional<purpose> awaited_for) {
     std::uint64_t rid = next_request++;
+    if (out.empty()) out.reserve(nodes());
     out.push_back(request{rid, node, &code, std::move(keys), std::move(args), node_timeout()});
     if (awaited_for) awaited.push_back(pending{rid, *awaited_for, node});
     return rid;
@@ -300,26 +304,25 @@ struct acquisition::impl {
     round_started.push_back(now);
     round.emplace(round_state{index, round_value(index),
                               quorum_round(nodes(), now, lock->ttl, lock->drift_factor)});
-    for (std::size_t i = 0; i < nodes() && i < node_names.size(); ++i) {
-      round->votes.votes()[i].node = node_names[i];
+    const auto& names = node_names();
+    for (std::size_t i = 0; i < nodes() && i < names.size(); ++i) {
+      round->votes.votes()[i].node = names[i];
     }
-    std::string entry_prefix = std::to_string(waiter_entry_ttl(lock->retry_delay).count()) + " ";
-    // "<lock ttl> <round>": release.lua may hand the lock to this entry (see on_handoff).
-    std::string handoff;
-    if (accepts_handoff()) {
-      handoff.append(" ").append(std::to_string(lock->ttl.count()));
-      handoff.append(" ").append(std::to_string(index));
-    }
-    std::string ttl = std::to_string(lock->ttl.count());
     std::string mode = lock->fair ? "fair" : "";
     for (std::size_t i = 0; i < nodes(); ++i) {
       std::string entry;
       if (!last && i < channels.size() && !channels[i].empty()) {
-        entry = entry_prefix + channels[i] + handoff;
+        entry.append(std::to_string(waiter_entry_ttl(lock->retry_delay).count()))
+            .append(" ")
+            .append(channels[i]);
+        // "<lock ttl> <round>": release.lua may hand the lock to this entry (see on_handoff).
+        if (accepts_handoff()) {
+          entry.append(" ").append(lock->ttl_text).append(" ").append(std::to_string(index));
+        }
         queued = true;
       }
-      emit(i, acquire_script, lock_acquire_keys(lock->keys), {round->value, ttl, entry, mode},
-           purpose::vote);
+      emit(i, acquire_script, lock_acquire_keys(lock->keys),
+           {round->value, lock->ttl_text, std::move(entry), mode}, purpose::vote);
     }
   }
 
@@ -400,8 +403,9 @@ struct acquisition::impl {
       return finish_failed(*stopped, done_round.votes.votes());
     }
     if (!ec) {
-      return finish_granted(done_round.value, static_cast<std::uint64_t>(done_round.fence),
-                            done_round.votes.valid_until(), done_round.votes.votes());
+      return finish_granted(std::move(done_round.value),
+                            static_cast<std::uint64_t>(done_round.fence),
+                            done_round.votes.valid_until(), std::move(done_round.votes.votes()));
     }
     last_error = ec;
     last_votes = done_round.votes.votes();
@@ -414,7 +418,7 @@ struct acquisition::impl {
       return;
     }
     auto delay = next_sleep(now, retry_delay_after(done_round.votes.votes()), ec);
-    if (!delay) return finish_failed(ec, done_round.votes.votes());
+    if (!delay) return finish_failed(ec, std::move(done_round.votes.votes()));
     sleep = delay;
   }
 
@@ -428,7 +432,7 @@ struct acquisition::impl {
       return false;
     }
     node_results votes(1);
-    if (!node_names.empty()) votes[0].node = node_names[0];
+    if (!node_names().empty()) votes[0].node = node_names()[0];
     votes[0].outcome = node_result::vote::granted;
     finish_granted(handoff_value(r), fence, valid_until, std::move(votes));
     return true;
@@ -511,11 +515,11 @@ struct acquisition::impl {
   void begin_semaphore_attempt(steady::time_point now, const std::vector<std::string>& channels) {
     round.emplace(round_state{static_cast<std::size_t>(made - 1), id,
                               quorum_round(1, now, sem->ttl, sem->drift_factor)});
-    if (!node_names.empty()) round->votes.votes()[0].node = node_names[0];
+    if (!node_names().empty()) round->votes.votes()[0].node = node_names()[0];
     std::string channel = !last && !channels.empty() ? channels[0] : std::string();
     if (!channel.empty()) queued = true;
-    std::string limit = std::to_string(sem->limit);
-    std::string ttl = std::to_string(sem->ttl.count());
+    const auto& limit = sem->limit_text;
+    const auto& ttl = sem->ttl_text;
     const auto& k = sem->keys;
     if (sem->fair) {
       // Queued (queue_ms > 0) even without a channel: its ticket keeps its place in the queue.
@@ -563,7 +567,7 @@ struct acquisition::impl {
       if (now < valid_until) {
         // The granting script dequeued us: no entry is left to remove.
         return finish_granted(id, static_cast<std::uint64_t>(parsed.ticket), valid_until,
-                              done_round.votes.votes());
+                              std::move(done_round.votes.votes()));
       }
       // Granted too late to be of use. The entry is ours: a retry renews it, giving up drops
       // it.
@@ -596,19 +600,18 @@ struct acquisition::impl {
 };
 
 acquisition::acquisition(const lock_target& target, std::string id, steady::time_point deadline,
-                         int attempts, std::uint64_t seed, std::vector<std::string> node_names)
+                         int attempts, std::uint64_t seed)
     : impl_(std::make_unique<impl>()) {
   impl_->lock = &target;
   impl_->id = std::move(id);
   impl_->deadline = deadline;
   impl_->attempts = std::max(attempts, 1);
   impl_->random_state = seed;
-  impl_->node_names = std::move(node_names);
 }
 
 acquisition::acquisition(const semaphore_target& target, std::string token,
                          std::ptrdiff_t permits, steady::time_point deadline, int attempts,
-                         std::uint64_t seed, std::vector<std::string> node_names)
+                         std::uint64_t seed)
     : impl_(std::make_unique<impl>()) {
   impl_->sem = &target;
   impl_->id = std::move(token);
@@ -616,7 +619,6 @@ acquisition::acquisition(const semaphore_target& target, std::string token,
   impl_->deadline = deadline;
   impl_->attempts = std::max(attempts, 1);
   impl_->random_state = seed;
-  impl_->node_names = std::move(node_names);
 }
 
 acquisition::acquisition(acquisition&&) noexcept = default;
@@ -716,8 +718,7 @@ quorum_release::quorum_release(const lock_target& target, std::string value,
     if (skip[i]) continue;
     open_[i] = true;
     ++outstanding_;
-    requests_.push_back(request{i + 1, i, &release_script, lock_release_keys(target.keys),
-                                {value}, target.node_timeout});
+    requests_.push_back(request_for(target, i, value));
   }
   if (outstanding_ == 0) {
     reported_ = true;
@@ -731,16 +732,26 @@ void quorum_release::on_reply(std::uint64_t request_id, std::error_code ec, cons
   std::size_t node = request_id - 1;
   if (node >= open_.size() || !open_[node]) return;
   open_[node] = false;
-  if (ec && !so_far_.first_error) so_far_.first_error = ec;
-  if (!ec && r.is_integer()) {
-    ++so_far_.answered;
-    if (r.integer() == 1) ++so_far_.released;
-  }
+  count(so_far_, ec, r);
   --outstanding_;
   if (reported_) return;
   if (outstanding_ == 0 || so_far_.answered >= enough_) {
     reported_ = true;
     outcome_ = so_far_;
+  }
+}
+
+request quorum_release::request_for(const lock_target& target, std::size_t node,
+                                     std::string value) {
+  return request{node + 1, node, &release_script, lock_release_keys(target.keys),
+                 {std::move(value)}, target.node_timeout};
+}
+
+void quorum_release::count(tally& t, std::error_code ec, const reply& r) {
+  if (ec && !t.first_error) t.first_error = ec;
+  if (!ec && r.is_integer()) {
+    ++t.answered;
+    if (r.integer() == 1) ++t.released;
   }
 }
 

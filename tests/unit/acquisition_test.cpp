@@ -30,20 +30,21 @@ const steady::time_point t0 = steady::time_point(1h);
 const auto no_deadline = steady::time_point::max();
 
 semaphore_target base_semaphore() {
-  semaphore_target t;
-  t.keys = semaphore_keys_for("s", false);
-  t.limit = 2;
-  t.ttl = 1000ms;
-  t.drift_factor = 0.01;
-  t.retry_delay = 40ms;
-  t.node_timeout = 100ms;
-  return t;
+  semaphore_options o;
+  o.ttl = 1000ms;
+  o.drift_factor = 0.01;
+  o.retry_delay = 40ms;
+  o.node_timeout = 100ms;
+  return make_semaphore_target("s", 2, o, 1000ms);
 }
 
 semaphore_target fair_semaphore() {
-  auto t = base_semaphore();
-  t.fair = true;
-  t.keys = semaphore_keys_for("s", true);
+  semaphore_options o;
+  o.ttl = 1000ms;
+  o.retry_delay = 40ms;
+  o.node_timeout = 100ms;
+  o.fair = true;
+  auto t = make_semaphore_target("s", 2, o, 1000ms);
   t.queue_ttl = 150ms;
   return t;
 }
