@@ -191,6 +191,21 @@ TEST_F(MutexTest, ReleaseAndExtendSurviveScriptFlush) {
   EXPECT_TRUE(m.acquire());
 }
 
+// A TTL under 20 ms makes node_timeout 1 ms. EVALSHA's NOSCRIPT answer takes a round trip out
+// of it; what was left used to be truncated to 0 ms, so the EVAL that loads the script was never
+// sent and no acquisition could ever succeed on a node with an empty script cache (found by the
+// simulator, tests/sim). Rounded up, the EVAL goes out.
+TEST_F(MutexTest, AOneMillisecondNodeTimeoutStillLoadsTheScript) {
+  mutex m{client_, test_key(), {.ttl = 15ms}};
+  client_.exec({"SCRIPT", "FLUSH"});
+  bool acquired = false;
+  for (int i = 0; i < 20 && !acquired; ++i) {
+    std::error_code ec;
+    acquired = static_cast<bool>(m.try_acquire(ec));
+  }
+  EXPECT_TRUE(acquired) << "the script was never loaded";
+}
+
 TEST_F(MutexTest, ServerRestartMidRunReconnectsAndNoscriptIsHandled) {
   mutex m{client_, test_key(), {.ttl = 5s}};
   { auto warm = m.acquire(); }
