@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <asio/use_future.hpp>
+#include <atomic>
 #include <future>
 #include <mutex>
+#include <stop_token>
 #include <thread>
 
 #include "support/redis_server.hpp"
@@ -18,6 +20,7 @@ namespace {
 using namespace std::chrono_literals;
 using test::redis_server;
 using test::test_key;
+using steady = std::chrono::steady_clock;
 
 class MutexTest : public ::testing::Test {
  protected:
@@ -204,6 +207,64 @@ TEST_F(MutexTest, AOneMillisecondNodeTimeoutStillLoadsTheScript) {
     acquired = static_cast<bool>(m.try_acquire(ec));
   }
   EXPECT_TRUE(acquired) << "the script was never loaded";
+}
+
+// A wait ended from outside (dlock run's signals): a stop request ends it with `cancelled`,
+// and it leaves the waiter queue, so the holder's release hands the lock to nobody.
+TEST_F(MutexTest, AStopRequestEndsAWaitAndLeavesNothingQueued) {
+  const std::string key = test_key();
+  mutex holder{client_, key};
+  lease held = holder.acquire();
+  mutex waiter{client_, key, {.retry_delay = 20ms}};
+  std::stop_source stop;
+  std::atomic<int> retries{0};
+  wait_control control;
+  control.stop = stop.get_token();
+  control.on_retry = [&](const wait_progress& p) {
+    EXPECT_EQ(p.kind, failure_kind::contention);
+    EXPECT_EQ(p.last_error, errc::not_acquired);
+    ++retries;
+    return true;
+  };
+  auto queued = [&] { return client_.exec({"ZCARD", "{" + key + "}:waiters"}).integer(); };
+  auto waiting = std::async(std::launch::async, [&] {
+    std::error_code ec;
+    node_results votes;
+    lease l = waiter.acquire_until(steady::now() + 30s, ec, &votes, control);
+    return std::make_pair(static_cast<bool>(l), ec);
+  });
+  auto until = steady::now() + 5s;
+  while ((queued() == 0 || retries.load() == 0) && steady::now() < until) {
+    std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_EQ(queued(), 1) << "the waiter never queued";
+  auto t0 = steady::now();
+  stop.request_stop();
+  auto [got, ec] = waiting.get();
+  EXPECT_FALSE(got);
+  EXPECT_EQ(ec, errc::cancelled);
+  EXPECT_LT(steady::now() - t0, 1s);
+  EXPECT_EQ(queued(), 0) << "a cancelled waiter must leave the queue";
+  EXPECT_FALSE(held.release());
+  EXPECT_TRUE(client_.exec({"GET", key}).is_nil()) << "handed to the waiter that stopped";
+}
+
+// on_retry returning false ends the wait at once with the failed round's error.
+TEST_F(MutexTest, OnRetryCanEndAWaitWithTheRoundsError) {
+  const std::string key = test_key();
+  mutex holder{client_, key};
+  lease held = holder.acquire();
+  mutex waiter{client_, key};
+  wait_control control;
+  control.on_retry = [](const wait_progress&) { return false; };
+  auto t0 = steady::now();
+  std::error_code ec;
+  node_results votes;
+  EXPECT_FALSE(waiter.acquire_until(steady::now() + 30s, ec, &votes, control));
+  EXPECT_EQ(ec, errc::not_acquired);
+  EXPECT_LT(steady::now() - t0, 5s);
+  ASSERT_EQ(votes.size(), 1u);
+  EXPECT_EQ(votes[0].outcome, node_result::vote::taken);
 }
 
 TEST_F(MutexTest, ServerRestartMidRunReconnectsAndNoscriptIsHandled) {
