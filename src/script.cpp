@@ -61,24 +61,8 @@ void run_script(client& node, const script& s, std::initializer_list<std::string
 bool run_script_direct(client& node, const script& s, std::initializer_list<std::string_view> keys,
                        std::initializer_list<std::string_view> args,
                        std::chrono::milliseconds timeout, std::error_code& ec, reply& out) {
-  if (on_io_thread()) return false;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  if (!node.try_exec_direct(script_command("EVALSHA", s.sha1, keys, args), timeout, ec, out)) {
-    return false;
-  }
-  if (!is_noscript(out)) return true;
-  auto left = time_left(deadline);
-  if (left <= std::chrono::milliseconds::zero()) {
-    ec = errc::timeout;
-    out = reply{};
-    return true;
-  }
-  command eval = script_command("EVAL", s.body, keys, args);
-  if (node.try_exec_direct(eval, left, ec, out)) return true;
-  // EVALSHA went out, so this call must finish: another thread's request took the connection
-  // in between, and EVAL queues behind it.
-  out = wait<reply>(ec, [&](auto handler) { node.start_exec(std::move(eval), left, std::move(handler)); });
-  return true;
+  request r{0, 0, &s, {keys.begin(), keys.end()}, {args.begin(), args.end()}, timeout};
+  return run_request_direct(node, r, ec, out);
 }
 
 void run_request(client& node, request r, unique_function<void(std::error_code, reply)> handler) {
