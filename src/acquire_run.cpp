@@ -50,7 +50,9 @@ void acquire_run::start(handler_type handler, std::vector<request> first) {
     }
     if (self->engine_.attempts_made() == 0) return self->attempt();
     // run_blocking made the first attempt: go on from where it stands.
+    self->pumping_ = true;  // answers that come back inline wait for the whole batch
     for (auto& r : first) self->send(std::move(r));
+    self->pumping_ = false;
     self->pump();
   });
 }
@@ -95,13 +97,27 @@ void acquire_run::send(request r) {
   auto& node = nodes_[r.node];
   auto id = r.id;
   run_request(node, std::move(r), [self = shared_from_this(), id](std::error_code ec, reply answer) {
+    if (self->pumping_) {
+      self->inline_answers_.push_back({id, ec, std::move(answer)});
+      return;
+    }
     self->engine_.on_reply(id, steady::now(), ec, answer);
     self->pump();
   });
 }
 
 void acquire_run::pump() {
-  for (auto& r : engine_.take_requests()) send(std::move(r));
+  if (pumping_) return;  // the pump below this frame picks up what is new
+  pumping_ = true;
+  for (;;) {
+    auto requests = engine_.take_requests();
+    if (requests.empty() && inline_answers_.empty()) break;
+    for (auto& r : requests) send(std::move(r));
+    for (auto& a : std::exchange(inline_answers_, {})) {
+      engine_.on_reply(a.id, steady::now(), a.ec, a.r);
+    }
+  }
+  pumping_ = false;
   if (auto delay = engine_.take_sleep()) {
     if (control_.on_retry) {
       wait_progress progress;

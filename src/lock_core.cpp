@@ -99,16 +99,16 @@ void lock_core::extend_everywhere(const std::shared_ptr<lease_state>& state,
     std::shared_ptr<lease_state> state;
     done_handler handler;
   };
-  std::optional<steady::time_point> deadline;
-  if (state->validity_known) deadline = state->deadline();
   auto op = std::make_shared<extend_op>(extend_op{
-      quorum_extend(target_, state->token, ttl, std::move(successor), steady::now(), deadline),
-      state, std::move(handler)});
+      quorum_extend(target_, state->token, ttl, std::move(successor), steady::now()), state,
+      std::move(handler)});
   for (auto& r : op->round.take_requests()) {
     auto id = r.id;
     run_request(nodes_[r.node], std::move(r), [self = shared_from_this(), op, id](
                                                   std::error_code ec, reply answer) {
-      op->round.on_reply(id, steady::now(), ec, answer);
+      std::optional<steady::time_point> deadline;
+      if (op->state->validity_known) deadline = op->state->deadline();
+      op->round.on_reply(id, steady::now(), deadline, ec, answer);
       auto verdict = op->round.take_outcome();
       if (!verdict) return;
       auto& state = *op->state;

@@ -168,11 +168,14 @@ semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limi
 
 struct acquisition::impl {
   // What an answer is for.
-  enum class purpose { vote, fence, cleanup, sem_attempt, sem_cleanup };
+  // final_cleanup: what a give-up sends (leave the queues, give back what it won); the outcome
+  // waits for every answer, so that a caller who exits or retries at once meets none of it.
+  enum class purpose { vote, fence, cleanup, sem_attempt, final_cleanup };
   struct pending {
     std::uint64_t id;
     purpose what;
     std::size_t node;
+    std::size_t round;  // the attempt it belongs to: a late answer never counts for a later one
   };
   // The round in flight (a lock's; a semaphore attempt is a round of one node).
   struct round_state {
@@ -212,9 +215,13 @@ struct acquisition::impl {
   // A handoff naming an earlier round that came while a later round was in flight: that round
   // may have taken the handed-over key over (acquire.lua), so its answer decides (on_handoff).
   std::optional<std::pair<std::uint64_t, std::size_t>> deferred_handoff;  // fence, round
-  // Semaphore: what the give-up reports once its cleanup answered.
+  // What a give-up reports once its final cleanup answered (final_cleanup_left).
   std::optional<outcome> after_cleanup;
+  std::size_t final_cleanup_left = 0;
   std::optional<std::error_code> stopped;  // stop(): why
+  // Lock, granted: the round (as pending::round counts) and its fence, for the stragglers.
+  std::size_t granted_round = 0;
+  std::int64_t granted_fence = 0;
   std::error_code last_error;
   node_results last_votes;
 
@@ -237,7 +244,10 @@ struct acquisition::impl {
     std::uint64_t rid = next_request++;
     if (out.empty()) out.reserve(nodes());
     out.push_back(request{rid, node, &code, std::move(keys), std::move(args), node_timeout()});
-    if (awaited_for) awaited.push_back(pending{rid, *awaited_for, node});
+    if (awaited_for) {
+      awaited.push_back(pending{rid, *awaited_for, node, static_cast<std::size_t>(made)});
+      if (*awaited_for == purpose::final_cleanup) ++final_cleanup_left;
+    }
     return rid;
   }
   // The pending entry for `rid`, removed; nullopt for a stale or fire-and-forget answer.
@@ -399,10 +409,12 @@ struct acquisition::impl {
     round.reset();
     if (!ec && stopped) {
       // Won after the caller stopped waiting: give it back (only this round's value).
-      emit_lock_release(done_round.value);
+      emit_lock_release(done_round.value, purpose::final_cleanup);
       return finish_failed(*stopped, done_round.votes.votes());
     }
     if (!ec) {
+      granted_round = done_round.index + 1;
+      granted_fence = done_round.fence;
       return finish_granted(std::move(done_round.value),
                             static_cast<std::uint64_t>(done_round.fence),
                             done_round.votes.valid_until(), std::move(done_round.votes.votes()));
@@ -422,13 +434,26 @@ struct acquisition::impl {
     sleep = delay;
   }
 
+  // A node that granted after the round was decided holds our key with a counter that may lag
+  // behind the fence: raise it too, so that the counters converge on every node that grants,
+  // not only on the quorum that answered first (a later loss of other nodes' counters then
+  // cannot bring an older fence back).
+  void raise_straggler(std::size_t node, std::error_code ec, const reply& r) {
+    const auto& e = r.elements();
+    bool granted = !ec && r.is_array() && e.size() == 2 && e[0].is_integer() &&
+                   e[0].integer() == 1 && e[1].is_integer();
+    if (!granted || e[1].integer() >= granted_fence) return;
+    emit(node, fence_raise_script, {lock->keys.fence}, {std::to_string(granted_fence)},
+         std::nullopt);
+  }
+
   bool accept_handoff(steady::time_point now, std::uint64_t fence, std::size_t r) {
     auto valid_until =
         round_started[r] + lock->ttl - drift_allowance(lock->ttl, lock->drift_factor);
     if (now >= valid_until || stopped) {
       // Born expired (queued longer than the TTL before the release), or no longer wanted:
       // give it back. Only this handoff's own value can be deleted by it, whenever it runs.
-      emit_lock_release(handoff_value(r));
+      emit_lock_release(handoff_value(r), std::nullopt);
       return false;
     }
     node_results votes(1);
@@ -438,10 +463,9 @@ struct acquisition::impl {
     return true;
   }
 
-  void emit_lock_release(const std::string& value) {
-    emit(0, release_script, lock_release_keys(lock->keys), {value}, std::nullopt);
-    for (std::size_t i = 1; i < nodes(); ++i) {
-      emit(i, release_script, lock_release_keys(lock->keys), {value}, std::nullopt);
+  void emit_lock_release(const std::string& value, std::optional<purpose> awaited_for) {
+    for (std::size_t i = 0; i < nodes(); ++i) {
+      emit(i, release_script, lock_release_keys(lock->keys), {value}, awaited_for);
     }
   }
 
@@ -454,11 +478,13 @@ struct acquisition::impl {
     // Giving up: a release may have handed us the lock after we stopped listening. The same
     // script that takes us out of the queue gives such a key back (to the next waiter).
     bool give_up = !granted && accepts_handoff();
+    std::optional<purpose> awaited_for;
+    if (!granted) awaited_for = purpose::final_cleanup;
     for (std::size_t i = 0; i < nodes(); ++i) {
       if (give_up) {
-        emit(i, release_script, lock_release_keys(lock->keys), {id, "give-up"}, std::nullopt);
+        emit(i, release_script, lock_release_keys(lock->keys), {id, "give-up"}, awaited_for);
       } else {
-        emit(i, leave_script, {lock->keys.waiters, lock->keys.waiter_info}, {id}, std::nullopt);
+        emit(i, leave_script, {lock->keys.waiters, lock->keys.waiter_info}, {id}, awaited_for);
       }
     }
   }
@@ -474,7 +500,12 @@ struct acquisition::impl {
     finished = true;
     sleep.reset();
     if (lock) leave_queues(false);
-    result = outcome{ec, {}, 0, {}, std::move(votes)};
+    outcome failed{ec, {}, 0, {}, std::move(votes)};
+    if (final_cleanup_left > 0) {
+      after_cleanup = std::move(failed);
+    } else {
+      result = std::move(failed);
+    }
   }
 
   bool on_handoff(steady::time_point now, std::string_view grant) {
@@ -591,11 +622,10 @@ struct acquisition::impl {
     // retries at once does not meet our own leftover. A wake-up we got and will not use is
     // handed on to the next waiter by the same script.
     if (!cleanup && !queued) return finish_failed(ec, std::move(votes));
-    finished = true;
-    after_cleanup = outcome{ec, {}, 0, {}, std::move(votes)};
     const auto& k = sem->keys;
     emit(0, sem_release_script, {k.expiries, k.weights, k.waiters, k.waiter_info}, {id},
-         purpose::sem_cleanup);
+         purpose::final_cleanup);
+    finish_failed(ec, std::move(votes));
   }
 };
 
@@ -655,12 +685,19 @@ void acquisition::on_reply(std::uint64_t request_id, steady::time_point now, std
   auto p = s.claim(request_id);
   if (!p) return;
   using purpose = impl::purpose;
-  if (p->what == purpose::sem_cleanup) {
-    s.result = std::move(s.after_cleanup);
-    s.after_cleanup.reset();
+  if (p->what == purpose::final_cleanup) {
+    if (--s.final_cleanup_left == 0 && s.after_cleanup) {
+      s.result = std::move(s.after_cleanup);
+      s.after_cleanup.reset();
+    }
     return;
   }
+  if (s.finished && s.lock && p->what == purpose::vote && p->round == s.granted_round &&
+      s.granted_round > 0) {
+    return s.raise_straggler(p->node, ec, r);
+  }
   if (s.finished || !s.round) return;  // a handoff came first; this round found the key taken
+  if (p->round != s.round->index + 1) return;  // an earlier round's straggler
   switch (p->what) {
     case purpose::vote:
       return s.on_vote(p->node, now, ec, r);
@@ -775,9 +812,8 @@ std::error_code quorum_release::judge(const tally& t, std::size_t nodes) {
 // ---- quorum_extend ----
 
 quorum_extend::quorum_extend(const lock_target& target, std::string token, milliseconds ttl,
-                             std::string successor, steady::time_point now,
-                             std::optional<steady::time_point> deadline)
-    : round_(target.nodes, now, ttl, target.drift_factor), deadline_(deadline) {
+                             std::string successor, steady::time_point now)
+    : round_(target.nodes, now, ttl, target.drift_factor) {
   std::string ttl_text = std::to_string(ttl.count());
   for (std::size_t i = 0; i < target.nodes; ++i) {
     requests_.push_back(request{i + 1, i, &extend_script, {target.keys.key},
@@ -787,7 +823,8 @@ quorum_extend::quorum_extend(const lock_target& target, std::string token, milli
 
 std::vector<request> quorum_extend::take_requests() { return std::exchange(requests_, {}); }
 
-void quorum_extend::on_reply(std::uint64_t request_id, steady::time_point now, std::error_code ec,
+void quorum_extend::on_reply(std::uint64_t request_id, steady::time_point now,
+                             std::optional<steady::time_point> deadline, std::error_code ec,
                              const reply& r) {
   std::size_t node = request_id - 1;
   if (node >= round_.size()) return;
@@ -804,7 +841,7 @@ void quorum_extend::on_reply(std::uint64_t request_id, steady::time_point now, s
   if (!round_.quorum_granted() && !round_.failure_settled()) return;
   reported_ = true;
   // An extend that lands after the old validity ended cannot vouch for the gap.
-  if (deadline_ && now >= *deadline_) {
+  if (deadline && now >= *deadline) {
     outcome_ = verdict{errc::lease_expired, {}};
   } else if (round_.quorum_granted()) {
     outcome_ = verdict{{}, round_.valid_until()};

@@ -192,7 +192,8 @@ class quorum_release {
 };
 
 // extend.lua on every node: extend (`successor` empty) or settle under `successor`. Needs a
-// quorum within the lease's validity `deadline` (nullopt: not known, as for adopted tokens).
+// quorum within the lease's validity as it stands when the answers decide (another extend may
+// have moved it meanwhile; nullopt: not known, as for adopted tokens).
 class quorum_extend {
  public:
   struct verdict {
@@ -200,17 +201,15 @@ class quorum_extend {
     steady::time_point valid_until{};  // when extended
   };
   quorum_extend(const lock_target& target, std::string token, std::chrono::milliseconds ttl,
-                std::string successor, steady::time_point now,
-                std::optional<steady::time_point> deadline);
+                std::string successor, steady::time_point now);
   std::vector<request> take_requests();
-  void on_reply(std::uint64_t request_id, steady::time_point now, std::error_code ec,
-                const reply& r);
+  void on_reply(std::uint64_t request_id, steady::time_point now,
+                std::optional<steady::time_point> deadline, std::error_code ec, const reply& r);
   std::optional<verdict> take_outcome();
 
  private:
   std::vector<request> requests_;
   quorum_round round_;
-  std::optional<steady::time_point> deadline_;
   bool reported_ = false;
   std::optional<verdict> outcome_;
 };

@@ -190,6 +190,24 @@ TEST_F(RedlockTest, TwoNodesDownStillLocksThreeDownFailsNamingThem) {
   }
 }
 
+// Nodes in connect backoff fail at once, inside the send: the round is decided before the live
+// nodes' acquires went out. Their cleanup releases must still follow those acquires on the
+// wire, or the live nodes keep our key for a whole TTL (found by review; also in the old loop).
+TEST_F(RedlockTest, AFailedRoundLeavesNothingOnLiveNodesWhileDeadOnesFailAtOnce) {
+  mutex m{nodes_, test_key(), {.ttl = 10s, .retry_delay = 10ms, .retry_count = 0}};
+  for (std::size_t i : {0u, 1u, 2u}) servers_[i]->kill();
+  std::error_code ec;
+  node_results votes;
+  EXPECT_FALSE(m.try_acquire(ec, &votes));  // refused: the dead nodes' clients back off now
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(m.try_acquire(ec, &votes));
+    EXPECT_EQ(ec, errc::quorum_not_reached) << dump(votes);
+    std::this_thread::sleep_for(50ms);  // the last releases land
+    EXPECT_TRUE(ours_left(test_key()).empty()) << "left on a live node after round " << i
+                                               << dump(votes);
+  }
+}
+
 TEST_F(RedlockTest, OneHungNodeCostsAtMostTheNodeTimeoutNotTheTtl) {
   constexpr auto node_timeout = 300ms;
   mutex m{nodes_, test_key(), {.ttl = 10s, .retry_count = 0, .node_timeout = node_timeout}};
