@@ -227,7 +227,7 @@ TEST_F(MutexTest, UnreachableNodeIsReportedAsSuch) {
   mutex m{nowhere, test_key(), {.retry_count = 0}};
   std::error_code ec;
   node_results votes;
-  EXPECT_FALSE(m.acquire(ec, &votes));
+  EXPECT_FALSE(m.acquire(&votes, ec));
   EXPECT_EQ(ec, errc::node_unreachable);
   ASSERT_EQ(votes.size(), 1u);
   EXPECT_EQ(votes[0].outcome, node_result::vote::failed);
