@@ -5,6 +5,8 @@
 #include <asio/dispatch.hpp>
 #include <asio/post.hpp>
 
+#include "access.hpp"
+
 namespace dlock::detail {
 
 lease lease_from(std::shared_ptr<lease_owner> owner, acquisition::outcome& granted) {
@@ -29,10 +31,11 @@ void acquire_run::start(handler_type handler, std::vector<request> first) {
   handler_ = std::move(handler);
   // All of an acquisition runs on the I/O thread, where the inboxes and timers live; the
   // commands would be handed to it anyway.
-  asio::dispatch(owner_->executor(), [self = shared_from_this(), first = std::move(first)]() mutable {
+  asio::dispatch(owner_->get_executor(), [self = shared_from_this(),
+                                          first = std::move(first)]() mutable {
     std::vector<inbox*> boxes;
-    for (auto& node : self->nodes_) boxes.push_back(&node.wake_inbox());
-    self->waiter_ = std::make_shared<wake_waiter>(self->owner_->executor(), std::move(boxes),
+    for (auto& node : self->nodes_) boxes.push_back(&access::wake_inbox(node));
+    self->waiter_ = std::make_shared<wake_waiter>(self->owner_->get_executor(), std::move(boxes),
                                                   self->engine_.id(), self->wake_on_release_);
     // Weak: the waiter belongs to this run, and must not keep it alive.
     std::weak_ptr<acquire_run> weak = self;
@@ -44,7 +47,7 @@ void acquire_run::start(handler_type handler, std::vector<request> first) {
       // Posted, never run inline: the stop may come while this run is in the middle of a step.
       self->on_stop_.emplace(self->control_.stop, [weak] {
         if (auto run = weak.lock()) {
-          asio::post(run->owner_->executor(), [run] { run->stop(errc::cancelled); });
+          asio::post(run->owner_->get_executor(), [run] { run->stop(errc::cancelled); });
         }
       });
     }

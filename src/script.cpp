@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "access.hpp"
 #include "dlock/detail/async.hpp"
 
 namespace dlock::detail {
@@ -42,8 +43,8 @@ void run_script(client& node, const script& s, std::initializer_list<std::string
   // The caller's views die with this call, so the rare EVAL fallback needs copies.
   std::vector<std::string> saved_keys(keys.begin(), keys.end());
   std::vector<std::string> saved_args(args.begin(), args.end());
-  node.start_exec(
-      script_command("EVALSHA", s.sha1, keys, args), timeout,
+  access::start_exec(
+      node, script_command("EVALSHA", s.sha1, keys, args), timeout,
       [node, s, deadline, saved_keys = std::move(saved_keys), saved_args = std::move(saved_args),
        handler = std::move(handler)](std::error_code ec, reply r) mutable {
         if (!is_noscript(r)) return handler(ec, std::move(r));
@@ -54,7 +55,8 @@ void run_script(client& node, const script& s, std::initializer_list<std::string
         argv.insert(argv.end(), saved_args.begin(), saved_args.end());
         auto left = time_left(deadline);
         if (left <= std::chrono::milliseconds::zero()) return handler(errc::timeout, {});
-        node.start_exec(command(std::span<const std::string_view>(argv)), left, std::move(handler));
+        access::start_exec(node, command(std::span<const std::string_view>(argv)), left,
+                           std::move(handler));
       });
 }
 
@@ -70,22 +72,23 @@ void run_request(client& node, request r, unique_function<void(std::error_code, 
   const script* s = r.code;
   // Made before the handler below takes the keys and arguments over.
   command evalsha = script_command("EVALSHA", s->sha1, r.keys, r.args);
-  node.start_exec(
-      std::move(evalsha), r.timeout,
+  access::start_exec(
+      node, std::move(evalsha), r.timeout,
       [node, s, deadline, keys = std::move(r.keys), args = std::move(r.args),
        handler = std::move(handler)](std::error_code ec, reply answer) mutable {
         if (!is_noscript(answer)) return handler(ec, std::move(answer));
         auto left = time_left(deadline);
         if (left <= std::chrono::milliseconds::zero()) return handler(errc::timeout, {});
-        node.start_exec(script_command("EVAL", s->body, keys, args), left, std::move(handler));
+        access::start_exec(node, script_command("EVAL", s->body, keys, args), left,
+                           std::move(handler));
       });
 }
 
 bool run_request_direct(client& node, const request& r, std::error_code& ec, reply& out) {
   if (on_io_thread()) return false;
   auto deadline = std::chrono::steady_clock::now() + r.timeout;
-  if (!node.try_exec_direct(script_command("EVALSHA", r.code->sha1, r.keys, r.args), r.timeout,
-                            ec, out)) {
+  if (!access::try_exec_direct(node, script_command("EVALSHA", r.code->sha1, r.keys, r.args),
+                               r.timeout, out, ec)) {
     return false;
   }
   if (!is_noscript(out)) return true;
@@ -96,10 +99,12 @@ bool run_request_direct(client& node, const request& r, std::error_code& ec, rep
     return true;
   }
   command eval = script_command("EVAL", r.code->body, r.keys, r.args);
-  if (node.try_exec_direct(eval, left, ec, out)) return true;
+  if (access::try_exec_direct(node, eval, left, out, ec)) return true;
   // EVALSHA went out, so this call must finish: another thread's request took the connection
   // in between, and EVAL queues behind it.
-  out = wait<reply>(ec, [&](auto handler) { node.start_exec(std::move(eval), left, std::move(handler)); });
+  out = wait<reply>(ec, [&](auto handler) {
+    access::start_exec(node, std::move(eval), left, std::move(handler));
+  });
   return true;
 }
 

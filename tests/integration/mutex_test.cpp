@@ -230,7 +230,7 @@ TEST_F(MutexTest, AStopRequestEndsAWaitAndLeavesNothingQueued) {
   auto waiting = std::async(std::launch::async, [&] {
     std::error_code ec;
     node_results votes;
-    lease l = waiter.acquire_until(steady::now() + 30s, ec, &votes, control);
+    lease l = waiter.acquire_until(steady::now() + 30s, control, &votes, ec);
     return std::make_pair(static_cast<bool>(l), ec);
   });
   auto until = steady::now() + 5s;
@@ -260,7 +260,7 @@ TEST_F(MutexTest, OnRetryCanEndAWaitWithTheRoundsError) {
   auto t0 = steady::now();
   std::error_code ec;
   node_results votes;
-  EXPECT_FALSE(waiter.acquire_until(steady::now() + 30s, ec, &votes, control));
+  EXPECT_FALSE(waiter.acquire_until(steady::now() + 30s, control, &votes, ec));
   EXPECT_EQ(ec, errc::not_acquired);
   EXPECT_LT(steady::now() - t0, 5s);
   ASSERT_EQ(votes.size(), 1u);
@@ -303,7 +303,7 @@ TEST_F(MutexTest, UnreachableNodeIsReportedAsSuch) {
   mutex m{nowhere, test_key(), {.retry_count = 0}};
   std::error_code ec;
   node_results votes;
-  EXPECT_FALSE(m.acquire(ec, &votes));
+  EXPECT_FALSE(m.acquire(&votes, ec));
   EXPECT_EQ(ec, errc::node_unreachable);
   ASSERT_EQ(votes.size(), 1u);
   EXPECT_EQ(votes[0].outcome, node_result::vote::failed);
