@@ -149,9 +149,16 @@ std::uint64_t world::open_link(std::size_t c, std::size_t i, bool subscriber) {
   return links_.back().id;
 }
 
-// Every connection open at the crash had its server side closed then; one still open to a
-// down node was opened afterwards, and meets a closed port.
-bool world::refused(const link_state& l) const { return nodes_[l.node].down && l.server_open; }
+// A connection opened while its node is down meets a closed port (every one open at the crash
+// had its server side closed then). Nothing sent on it later can arrive, even once the node is
+// back; the reset reaches the client one delay later.
+void world::refuse(link_state& l) {
+  if (!l.server_open) return;
+  l.server_open = false;
+  ++stats_.refused;
+  if (tracing_) note("n" + std::to_string(l.node) + " is down: link " + std::to_string(l.id) + " refused");
+  at_client(l.client, now_ + delay(), [this, link_id = l.id] { fail_link(link_id, errc::node_unreachable); });
+}
 
 void world::call(std::size_t c, const detail::request& r, reply_handler done) {
   auto req = std::make_shared<const detail::request>(r);
@@ -200,13 +207,7 @@ void world::arrive(std::uint64_t call_id) {
   }
   if (nodes_[i].down) {
     k.lost = true;
-    if (refused(l) && l.client_open) {
-      // The connection attempt meets a closed port: the reset comes back one delay later.
-      ++stats_.refused;
-      if (tracing_) note("n" + std::to_string(i) + " is down: link " + std::to_string(l.id) + " refused");
-      std::uint64_t link_id = l.id;
-      at_client(l.client, now_ + delay(), [this, link_id] { fail_link(link_id, errc::node_unreachable); });
-    }
+    refuse(l);
     return;
   }
   k.arrived = true;
@@ -297,12 +298,7 @@ bool world::subscribed(std::size_t c, std::size_t i) const {
 void world::arrive_subscribe(std::uint64_t link_id) {
   auto& l = links_[link_id];
   if (!l.server_open) return;
-  if (nodes_[l.node].down) {
-    if (refused(l) && l.client_open) {
-      at_client(l.client, now_ + delay(), [this, link_id] { fail_link(link_id, errc::node_unreachable); });
-    }
-    return;
-  }
+  if (nodes_[l.node].down) return refuse(l);
   nodes_[l.node].redis->subscribe(l.id, clients_[l.client].channel);
   l.last_at_client = std::max(l.last_at_client, now_ + delay());
   at_client(l.client, l.last_at_client, [this, link_id] {
@@ -429,6 +425,7 @@ void world::pause_client(std::size_t c, sim_time duration) {
 void world::note(std::string text) {
   if (!tracing_) return;
   trace_.push_back(format_time(now_) + "  " + std::move(text));
+  if (echo_) std::fprintf(stderr, "%s\n", trace_.back().c_str());
 }
 
 std::string world::describe(const detail::request& r, bool eval) const {

@@ -85,6 +85,8 @@ class world {
   // --- time and events ---
   sim_time now() const noexcept { return now_; }
   rng& random() noexcept { return rng_; }
+  // From now on messages take this long (a calm network once the faults are over).
+  void set_network(network_profile net) { net_ = net; }
   // Runs `fn` at true time `t` (now, if t is in the past); same-time events run in the order
   // they were scheduled.
   void at(sim_time t, std::function<void()> fn);
@@ -150,6 +152,8 @@ class world {
   // --- trace ---
   // When on, the world narrates each event into trace(); off, it costs nothing.
   void set_tracing(bool on) { tracing_ = on; }
+  // Also print each line to stderr as it happens (for a run that crashes before its report).
+  void set_echo(bool on) { echo_ = on; }
   bool tracing() const noexcept { return tracing_; }
   void note(std::string text);  // "<time> <text>", when tracing
   const std::vector<std::string>& trace() const noexcept { return trace_; }
@@ -213,8 +217,7 @@ class world {
   void lose_subscription(std::uint64_t link_id);
   void deliver_messages(std::size_t i);
   void restart_node(std::size_t i, bool persisted);
-  // Refused: a connection opened while its node was down.
-  bool refused(const link_state& l) const;
+  void refuse(link_state& l);
   std::string describe(const detail::request& r, bool eval) const;
 
   rng rng_;
@@ -228,7 +231,7 @@ class world {
   std::deque<link_state> links_;  // by id
   std::deque<call_state> calls_;  // by id
   sim_time resubscribe_max_ = 0;
-  bool tracing_ = false;
+  bool tracing_ = false, echo_ = false;
   std::vector<std::string> trace_;
   world_stats stats_;
 };
