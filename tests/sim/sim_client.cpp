@@ -69,6 +69,11 @@ void sim_client::next_cycle() {
   } else {
     mode_ = mode::unbounded;
   }
+  if (unbounded_only_) {
+    mode_ = mode::unbounded;
+    attempts = INT_MAX;
+    deadline = steady::time_point::max();
+  }
   std::string id = who() + "x" + std::to_string(cycle_);
   acq_.emplace(target_, id, deadline, attempts, rnd.next());
   acquire_began_ = w_.now();
@@ -87,6 +92,16 @@ void sim_client::next_cycle() {
 
 void sim_client::begin_attempt(cause why) {
   ++stats_.attempts;
+  if (mode_ == mode::unbounded) {
+    // Still waiting although the lock has been free too long: no need to wait for the end.
+    sim_time free = check_.free_time(std::max(acquire_began_, liveness_.quiet_from), w_.now());
+    if (free > liveness_.max_free_wait) {
+      check_.violation("LIVENESS: " + who() + "'s unbounded acquisition " + acq_->id() +
+                       " still waits, after " + std::to_string(acq_->attempts_made()) +
+                       " attempts, with the lock free for " + format_time(free) +
+                       " since the faults ended (bound " + format_time(liveness_.max_free_wait) + ")");
+    }
+  }
   if (why == cause::woken) {
     ++stats_.woken_attempts;
     if (wakes_unused_ == 0) check_.violation("PACING: " + who() + " began an attempt early without a wake-up");

@@ -49,6 +49,8 @@ class sim_client {
   sim_client(const sim_client&) = delete;
   sim_client& operator=(const sim_client&) = delete;
 
+  // Every acquisition waits without bound (lock()), for liveness repros.
+  void set_unbounded_only(bool on) { unbounded_only_ = on; }
   void start(sim_time at);
   // From the world: a message on the client's wake channel, a lost subscription.
   void on_message(std::size_t node, std::string_view payload);
@@ -86,6 +88,7 @@ class sim_client {
   int cycles_left_;
   liveness_rule liveness_;
   client_bug bug_;
+  bool unbounded_only_ = false;
   client_stats stats_;
   phase phase_ = phase::idle;
   std::uint64_t cycle_ = 0;  // events and replies of an earlier cycle are ignored

@@ -175,6 +175,7 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
     std::size_t index = w.add_client(clock);
     clients.push_back(std::make_unique<sim_client>(w, check, target, index, c.cycles,
                                                    liveness_rule{quiet, bound}, c.bug));
+    clients.back()->set_unbounded_only(c.unbounded_only);
   }
   w.on_message = [&](std::size_t k, std::size_t i, std::string_view payload) {
     clients[k]->on_message(i, payload);

@@ -46,6 +46,7 @@ struct run_config {
   sim_time resubscribe_max = 0;
   client_bug bug = client_bug::none;
   bool check_holders = true;
+  bool unbounded_only = false;  // every acquisition is a lock() (for liveness repros)
 
   std::string describe() const;
 };
