@@ -57,17 +57,16 @@ void mutex::start_acquire(clock::time_point deadline, int attempts,
 // (no hand-over to the I/O thread and back), the rest, if any, the async way.
 lease mutex::acquire_blocking(clock::time_point deadline, int attempts, std::error_code& ec,
                               node_results* nodes) {
-  lease l;
-  std::string token;
-  if (core_->acquire_direct(attempts, l, ec, nodes, token)) return l;
-  if (!token.empty()) --attempts;
-  return detail::wait<lease>(ec, [&](auto handler) {
-    core_->start_acquire(deadline, attempts, std::move(handler), nodes, std::move(token));
-  });
+  return core_->acquire_blocking(deadline, attempts, ec, nodes);
 }
 
 lease mutex::acquire_until(clock::time_point deadline, std::error_code& ec, node_results* nodes) {
   return acquire_blocking(deadline, INT_MAX, ec, nodes);
+}
+
+lease mutex::acquire_until(clock::time_point deadline, std::error_code& ec, node_results* nodes,
+                           const wait_control& control) {
+  return core_->acquire_blocking(deadline, INT_MAX, ec, nodes, control);
 }
 
 lease mutex::acquire(std::error_code& ec, node_results* nodes) {

@@ -8,9 +8,9 @@
 namespace dlock::detail {
 namespace {
 
-command script_command(std::string_view verb, std::string_view body_or_sha,
-                       std::initializer_list<std::string_view> keys,
-                       std::initializer_list<std::string_view> args) {
+template <class Keys, class Args>
+command script_command(std::string_view verb, std::string_view body_or_sha, const Keys& keys,
+                       const Args& args) {
   std::string nkeys = std::to_string(keys.size());
   std::vector<std::string_view> argv;
   argv.reserve(3 + keys.size() + args.size());
@@ -69,6 +69,45 @@ bool run_script_direct(client& node, const script& s, std::initializer_list<std:
     return true;
   }
   command eval = script_command("EVAL", s.body, keys, args);
+  if (node.try_exec_direct(eval, left, ec, out)) return true;
+  // EVALSHA went out, so this call must finish: another thread's request took the connection
+  // in between, and EVAL queues behind it.
+  out = wait<reply>(ec, [&](auto handler) { node.start_exec(std::move(eval), left, std::move(handler)); });
+  return true;
+}
+
+void run_request(client& node, const request& r,
+                 unique_function<void(std::error_code, reply)> handler) {
+  auto deadline = std::chrono::steady_clock::now() + r.timeout;
+  const script* s = r.code;
+  node.start_exec(
+      script_command("EVALSHA", s->sha1, r.keys, r.args), r.timeout,
+      [node, s, deadline, keys = r.keys, args = r.args,
+       handler = std::move(handler)](std::error_code ec, reply answer) mutable {
+        if (!is_noscript(answer)) return handler(ec, std::move(answer));
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        if (left <= std::chrono::milliseconds::zero()) return handler(errc::timeout, {});
+        node.start_exec(script_command("EVAL", s->body, keys, args), left, std::move(handler));
+      });
+}
+
+bool run_request_direct(client& node, const request& r, std::error_code& ec, reply& out) {
+  if (on_io_thread()) return false;
+  auto deadline = std::chrono::steady_clock::now() + r.timeout;
+  if (!node.try_exec_direct(script_command("EVALSHA", r.code->sha1, r.keys, r.args), r.timeout,
+                            ec, out)) {
+    return false;
+  }
+  if (!is_noscript(out)) return true;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  if (left <= std::chrono::milliseconds::zero()) {
+    ec = errc::timeout;
+    out = reply{};
+    return true;
+  }
+  command eval = script_command("EVAL", r.code->body, r.keys, r.args);
   if (node.try_exec_direct(eval, left, ec, out)) return true;
   // EVALSHA went out, so this call must finish: another thread's request took the connection
   // in between, and EVAL queues behind it.

@@ -2,11 +2,15 @@
 //   script      a script's body and SHA1 (generated at build time from src/lua/*.lua)
 //   run_script         EVALSHA, falling back to EVAL when the node answers NOSCRIPT
 //   run_script_direct  the same, blocking, on the caller's thread when the connection is idle
+//   request     one script call the engine asks for; run_request / run_request_direct run it
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "dlock/client.hpp"
 #include "dlock/detail/scripts.hpp"
@@ -24,6 +28,23 @@ inline constexpr script extend_script{scripts::extend_body, scripts::extend_sha1
 inline constexpr script fence_raise_script{scripts::fence_raise_body, scripts::fence_raise_sha1};
 inline constexpr script fenced_set_script{scripts::fenced_set_body, scripts::fenced_set_sha1};
 inline constexpr script leave_script{scripts::leave_body, scripts::leave_sha1};
+inline constexpr script sem_acquire_script{scripts::sem_acquire_body, scripts::sem_acquire_sha1};
+inline constexpr script sem_fair_acquire_script{scripts::sem_fair_acquire_body,
+                                                scripts::sem_fair_acquire_sha1};
+inline constexpr script sem_release_script{scripts::sem_release_body, scripts::sem_release_sha1};
+inline constexpr script sem_refresh_script{scripts::sem_refresh_body, scripts::sem_refresh_sha1};
+
+// One script call, as the engine (algo/acquisition.hpp) asks for it: run `code` on node `node`
+// within `timeout`, and hand the answer back under `id`. Requests to one node go out in the
+// order they were made (one connection, FIFO).
+struct request {
+  std::uint64_t id = 0;
+  std::size_t node = 0;
+  const script* code = nullptr;
+  std::vector<std::string> keys;
+  std::vector<std::string> args;
+  std::chrono::milliseconds timeout{};
+};
 
 // Runs `s` on `node`. The first try is EVALSHA; a NOSCRIPT reply (after a restart, failover or
 // SCRIPT FLUSH) is answered by one EVAL with the body, which also reloads the cache. Both tries
@@ -40,5 +61,10 @@ void run_script(client& node, const script& s, std::initializer_list<std::string
 bool run_script_direct(client& node, const script& s, std::initializer_list<std::string_view> keys,
                        std::initializer_list<std::string_view> args,
                        std::chrono::milliseconds timeout, std::error_code& ec, reply& out);
+
+// run_script and run_script_direct for a request (`node` is the request's node).
+void run_request(client& node, const request& r,
+                 unique_function<void(std::error_code, reply)> handler);
+bool run_request_direct(client& node, const request& r, std::error_code& ec, reply& out);
 
 }  // namespace dlock::detail

@@ -4,7 +4,6 @@
 
 #include <climits>
 
-#include "lock_core.hpp"
 #include "semaphore_core.hpp"
 
 namespace dlock {
@@ -46,10 +45,22 @@ void semaphore::start_acquire(clock::time_point deadline, int attempts, std::ptr
   core_->start_acquire(deadline, attempts, permits, std::move(handler));
 }
 
+namespace {
+
+lease acquire_blocking(detail::semaphore_core& core, semaphore::clock::time_point deadline,
+                       int attempts, std::ptrdiff_t permits, std::error_code& ec,
+                       const wait_control& control = {}) {
+  if (permits < 1 || permits > core.limit()) {
+    ec = errc::invalid_argument;
+    return {};
+  }
+  return core.acquire_blocking(deadline, attempts, permits, ec, control);
+}
+
+}  // namespace
+
 lease semaphore::acquire(std::error_code& ec, std::ptrdiff_t permits) {
-  return detail::wait<lease>(ec, [&](auto handler) {
-    start_acquire(clock::time_point::max(), attempts_for_acquire(), permits, std::move(handler));
-  });
+  return acquire_blocking(*core_, clock::time_point::max(), attempts_for_acquire(), permits, ec);
 }
 
 lease semaphore::acquire(std::ptrdiff_t permits) {
@@ -61,15 +72,16 @@ lease semaphore::acquire(std::ptrdiff_t permits) {
 
 lease semaphore::acquire_until(clock::time_point deadline, std::error_code& ec,
                                std::ptrdiff_t permits) {
-  return detail::wait<lease>(ec, [&](auto handler) {
-    start_acquire(deadline, INT_MAX, permits, std::move(handler));
-  });
+  return acquire_blocking(*core_, deadline, INT_MAX, permits, ec);
+}
+
+lease semaphore::acquire_until(clock::time_point deadline, std::error_code& ec,
+                               std::ptrdiff_t permits, const wait_control& control) {
+  return acquire_blocking(*core_, deadline, INT_MAX, permits, ec, control);
 }
 
 lease semaphore::try_acquire(std::error_code& ec, std::ptrdiff_t permits) {
-  return detail::wait<lease>(ec, [&](auto handler) {
-    start_acquire(clock::time_point::max(), 1, permits, std::move(handler));
-  });
+  return acquire_blocking(*core_, clock::time_point::max(), 1, permits, ec);
 }
 
 lease semaphore::try_acquire(std::ptrdiff_t permits) {

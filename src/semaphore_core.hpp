@@ -1,8 +1,7 @@
 // semaphore_core.hpp: the engine behind dlock::semaphore and its permits. Private.
-//   sem_*_script         the semaphore's Lua scripts (src/lua/sem_*.lua)
-//   semaphore_core       the acquire loop (driven by algo/semaphore_wait, woken through the
-//                        client's inbox), and the lease_owner of every permit: release (which
-//                        wakes waiters) and refresh; runs on the I/O thread
+//   semaphore_core       runs its acquisitions (algo/acquisition, driven by acquire_run), and
+//                        is the lease_owner of every permit: release (which wakes waiters) and
+//                        refresh; works on the I/O thread
 // Permits keep the core alive, so a permit may outlive the semaphore that made it.
 #pragma once
 
@@ -11,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "algo/semaphore_wait.hpp"
+#include "algo/acquisition.hpp"
 #include "dlock/key_layout.hpp"
 #include "dlock/semaphore.hpp"
 #include "lease_state.hpp"
@@ -19,11 +18,7 @@
 
 namespace dlock::detail {
 
-inline constexpr script sem_acquire_script{scripts::sem_acquire_body, scripts::sem_acquire_sha1};
-inline constexpr script sem_fair_acquire_script{scripts::sem_fair_acquire_body,
-                                                scripts::sem_fair_acquire_sha1};
-inline constexpr script sem_release_script{scripts::sem_release_body, scripts::sem_release_sha1};
-inline constexpr script sem_refresh_script{scripts::sem_refresh_body, scripts::sem_refresh_sha1};
+class acquire_run;
 
 class semaphore_core final : public lease_owner,
                              public std::enable_shared_from_this<semaphore_core> {
@@ -34,15 +29,19 @@ class semaphore_core final : public lease_owner,
 
   const std::string& key() const noexcept override { return key_; }
   std::chrono::milliseconds default_ttl() const noexcept override { return options_.ttl; }
-  io_executor executor() const noexcept override { return node_.get_executor(); }
+  io_executor executor() const noexcept override { return nodes_.front().get_executor(); }
   const semaphore_options& options() const noexcept { return options_; }
   std::ptrdiff_t limit() const noexcept { return limit_; }
-  const semaphore_keys& keys() const noexcept { return keys_; }
+  const semaphore_keys& keys() const noexcept { return target_.keys; }
 
   // Up to `attempts` attempts until `deadline`, one owner token for all of them. `permits` must
   // already be checked (1..limit).
   void start_acquire(steady::time_point deadline, int attempts, std::ptrdiff_t permits,
                      acquire_handler handler);
+  // The same, blocking the calling thread; the first attempt goes out from this thread when
+  // the connection is idle.
+  lease acquire_blocking(steady::time_point deadline, int attempts, std::ptrdiff_t permits,
+                         std::error_code& ec, const wait_control& control = {});
   // Removes the permit's entries. not_held when it had expired or was gone.
   void start_release(const std::shared_ptr<lease_state>& state, done_handler handler) override;
   // release() on the caller's thread when the connection is idle (run_script_direct).
@@ -57,10 +56,8 @@ class semaphore_core final : public lease_owner,
                     done_handler handler) override;
 
  private:
-  struct acquire_op;
-
-  void attempt(const std::shared_ptr<acquire_op>& op);
-  void on_attempt(const std::shared_ptr<acquire_op>& op, std::error_code ec, const reply& r);
+  std::shared_ptr<acquire_run> make_run(steady::time_point deadline, int attempts,
+                                        std::ptrdiff_t permits, const wait_control& control);
   // Runs sem_release.lua for `token`: gives back its permits or its queue place, and wakes as
   // many waiters as that freed permits.
   void release_entry(const std::string& token,
@@ -69,14 +66,11 @@ class semaphore_core final : public lease_owner,
   void refresh_entry(const std::shared_ptr<lease_state>& state, std::chrono::milliseconds ttl,
                      const std::string& successor, done_handler handler);
 
-  client node_;
+  std::vector<client> nodes_;  // one: acquire_run drives any number
   std::string key_;
   std::ptrdiff_t limit_;
   semaphore_options options_;
-  semaphore_keys keys_;
-  std::chrono::milliseconds node_timeout_;
-  std::chrono::milliseconds queue_ttl_;   // fair: a waiter's place between two polls
-  std::string waiter_entry_;              // unfair: "<waiter ttl ms> " (sem_acquire.lua ARGV[5])
+  semaphore_target target_;
 };
 
 }  // namespace dlock::detail

@@ -66,6 +66,12 @@ struct node_result {
 };
 using node_results = std::vector<node_result>;
 
+// What a failed acquisition means: another owner holds it (waiting for the release helps), too
+// few nodes answered to form a quorum (an outage: waiting for a restart may help), or it will
+// not heal by waiting (credentials, ACLs, wrong key type, bad arguments).
+enum class failure_kind { contention, unavailable, fatal };
+DLOCK_EXPORT failure_kind classify_failure(std::error_code ec, const node_results& votes);
+
 // "granted", "taken", "failed: <message>" or "pending": for logs.
 DLOCK_EXPORT std::string to_string(const node_result& r);
 

@@ -61,6 +61,10 @@ class DLOCK_EXPORT mutex {
   lease try_acquire(std::error_code& ec, node_results* nodes = nullptr);
   // Rounds until acquired or `deadline` (a steady_clock time point) passes.
   lease acquire_until(clock::time_point deadline, std::error_code& ec, node_results* nodes = nullptr);
+  // The same, ended early by `control` (a stop request: cancelled), which also hears of each
+  // failed round. Waits in the queue like any waiter, so a release hands the lock over.
+  lease acquire_until(clock::time_point deadline, std::error_code& ec, node_results* nodes,
+                      const wait_control& control);
 
   // A lease for a token that another process obtained (`dlock acquire` prints it), so this one
   // can extend or release it. Nothing is checked until then: with a wrong token, release()

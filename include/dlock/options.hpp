@@ -4,7 +4,11 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
+#include <stop_token>
 #include <string>
+
+#include "dlock/error.hpp"
 
 namespace dlock {
 
@@ -37,5 +41,24 @@ struct lock_options {
 // Limits checked before any I/O.
 inline constexpr std::size_t max_key_bytes = 1024;
 inline constexpr std::chrono::milliseconds max_ttl{30LL * 24 * 3600 * 1000};
+
+// What a wait reports between two attempts (wait_control::on_retry).
+struct wait_progress {
+  std::chrono::steady_clock::duration waited{};  // since the wait began
+  int attempts = 0;                              // made so far
+  std::error_code last_error;                    // why the last one failed
+  failure_kind kind = failure_kind::contention;  // what that failure means
+  const node_results* votes = nullptr;           // the last attempt's, per node
+};
+
+// Control over a blocking wait (mutex::acquire_until, semaphore::acquire_until), for callers
+// that must end it from outside, or show what it waits for (the `dlock` command does both).
+struct wait_control {
+  // A stop request ends the wait with errc::cancelled, leaving nothing held or queued.
+  std::stop_token stop;
+  // Runs on dlock's I/O thread after each failed attempt that another will follow; returning
+  // false ends the wait with that attempt's error. Keep it short; it must not block.
+  std::function<bool(const wait_progress&)> on_retry;
+};
 
 }  // namespace dlock

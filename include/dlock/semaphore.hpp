@@ -107,6 +107,10 @@ class DLOCK_EXPORT semaphore {
   // Attempts until acquired or `deadline` (steady_clock) passes. Blocks up to the deadline plus
   // one node_timeout.
   lease acquire_until(clock::time_point deadline, std::error_code& ec, std::ptrdiff_t permits = 1);
+  // The same, ended early by `control` (a stop request: cancelled), which also hears of each
+  // failed attempt.
+  lease acquire_until(clock::time_point deadline, std::error_code& ec, std::ptrdiff_t permits,
+                      const wait_control& control);
 
   // One attempt, no waiting (a fair semaphore does not queue). Blocks for one round trip.
   lease try_acquire(std::error_code& ec, std::ptrdiff_t permits = 1);

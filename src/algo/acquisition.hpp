@@ -1,5 +1,4 @@
 // algo/acquisition.hpp: the one acquisition engine of every primitive, sans-io.
-//   request        one script call the engine wants made on one node
 //   lock_target    what all acquisitions of one lock share: node count, keys, pacing
 //   semaphore_target  the same for one semaphore
 //   acquisition    attempt -> decide -> sleep (cut short by a wake-up) -> attempt again, take
@@ -7,7 +6,7 @@
 //                  nodes and the semaphore (fair and unfair) all run it
 //   quorum_release compare-and-delete of one owner value on every node, tallied
 //   quorum_extend  compare-and-pexpire (or settle) on every node, judged as a quorum round
-//   classify_failure  what a failed acquisition means: contention, unavailability, or fatal
+//   parse_semaphore_reply  decodes the semaphore acquire scripts' answers
 // Nothing here reads a clock, draws a random number from the system, or touches a socket: the
 // caller feeds events (replies, the time, wake-up and handoff messages) and carries out what
 // the engine asks for (send these requests; sleep this long; report this outcome). The library
@@ -29,36 +28,23 @@
 #include "dlock/key_layout.hpp"
 #include "dlock/options.hpp"
 #include "dlock/reply.hpp"
+#include "dlock/semaphore.hpp"
 #include "script.hpp"
 
 namespace dlock::detail {
-
-// One script call: the driver runs `code` on node `node` (EVALSHA, then EVAL on NOSCRIPT, as
-// run_script does) within `timeout`, and hands the answer to the emitter's on_reply(id, ...).
-// Requests to one node must go out in the order they were emitted (one connection, FIFO).
-struct request {
-  std::uint64_t id = 0;
-  std::size_t node = 0;
-  const script* code = nullptr;
-  std::vector<std::string> keys;
-  std::vector<std::string> args;
-  std::chrono::milliseconds timeout{};
-};
 
 // Errors that another attempt may cure (contention, nodes down or slow) versus those it cannot
 // (credentials, ACLs, wrong key type, a peer that is not Redis).
 bool is_retryable(std::error_code ec) noexcept;
 
-// What a failed acquisition's last round means, for a caller that reports it (the CLI's exit
-// codes): another owner holds it (wait for the release), too few nodes answered to form a
-// quorum (an outage: a restart heals it), or it will not heal by waiting.
-enum class failure_kind { contention, unavailable, fatal };
-failure_kind classify_failure(std::error_code ec, const node_results& votes);
-
 // The node's timeout when the options leave it 0: min(ttl / 10, the client's request timeout).
 std::chrono::milliseconds effective_node_timeout(std::chrono::milliseconds configured,
                                                  std::chrono::milliseconds ttl,
                                                  std::chrono::milliseconds request_timeout);
+
+// A queued waiter refreshes its entry at every attempt, at least once per retry_delay; an entry
+// not refreshed for max(4 x retry_delay, 1 s) belongs to a waiter that crashed, and is dropped.
+std::chrono::milliseconds waiter_entry_ttl(std::chrono::milliseconds retry_delay);
 
 struct lock_target {
   std::size_t nodes = 1;
@@ -91,6 +77,17 @@ struct semaphore_target {
 semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limit,
                                        const semaphore_options& o,
                                        std::chrono::milliseconds request_timeout);
+
+// One semaphore acquire script's answer, decoded.
+struct semaphore_reply {
+  bool granted = false;
+  std::int64_t ticket = 0;           // granted: the fencing token; fair, queued: the ticket
+  bool queued = false;               // fair: not granted, but our place in the queue is kept
+  std::int64_t next_expiry_ms = -1;  // unfair, not granted: ms until the earliest holder expires
+};
+// Decodes sem_acquire.lua / sem_fair_acquire.lua replies: protocol_error (and an empty result)
+// for any shape the scripts do not produce.
+semaphore_reply parse_semaphore_reply(const reply& r, bool fair, std::error_code& ec);
 
 class acquisition {
  public:
@@ -133,6 +130,10 @@ class acquisition {
   // plain wake-up.
   bool on_handoff(steady::time_point now, std::string_view grant);
 
+  // Ends the wait with `why` (cancelled, or whatever the caller gives up with): at once when
+  // between attempts; else when the attempt in flight concludes, giving back what it won.
+  void stop(steady::time_point now, std::error_code why);
+
   std::vector<request> take_requests();
   std::optional<steady::duration> take_sleep();
   std::optional<outcome> take_outcome();
@@ -140,6 +141,9 @@ class acquisition {
   // Some attempt queued us on some node (a channel was given).
   bool queued() const noexcept;
   int attempts_made() const noexcept;
+  // The last failed attempt's error and votes, for progress reports.
+  std::error_code last_error() const noexcept;
+  const node_results& last_votes() const noexcept;
   const std::string& id() const noexcept;
 
  private:

@@ -89,10 +89,6 @@ void inbox::on_drop() {
 
 namespace dlock::detail {
 
-std::chrono::milliseconds waiter_entry_ttl(std::chrono::milliseconds retry_delay) {
-  return std::max(4 * retry_delay, std::chrono::milliseconds(1000));
-}
-
 wake_waiter::wake_waiter(io_executor ex, std::vector<inbox*> boxes, std::string token,
                          bool enabled)
     : boxes_(std::move(boxes)), token_(std::move(token)), enabled_(enabled), timer_(ex) {}

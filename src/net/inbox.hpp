@@ -6,7 +6,6 @@
 //   wake_waiter       the waiting side of one acquisition, lock's or semaphore's: listens on the
 //                     inboxes of its nodes, subscribes the missing ones, and sleeps between two
 //                     attempts until the backstop delay ends or a wake-up cuts it short
-//   waiter_entry_ttl  how long a queued waiter's entry outlives its last refresh
 // All members run on the I/O thread.
 #pragma once
 
@@ -59,10 +58,6 @@ class inbox : public std::enable_shared_from_this<inbox> {
   clock::time_point retry_after_{};
   std::error_code last_error_;
 };
-
-// A queued waiter refreshes its entry at every attempt, at least once per retry_delay; an entry
-// not refreshed for max(4 x retry_delay, 1 s) belongs to a waiter that crashed, and is dropped.
-std::chrono::milliseconds waiter_entry_ttl(std::chrono::milliseconds retry_delay);
 
 // One acquisition's waiting, shared by lock_core and semaphore_core. The caller alternates
 // begin_attempt() (then sends its script, queueing under the channels it got) and, when the

@@ -36,16 +36,19 @@ int acquire_command(const global_options& g, const acquire_options& o) {
   w.node_count = nodes.size();
   w.unavailable_grace = 2 * g.timeout;
   w.key = o.key;
-  w.sleep = [](milliseconds d) {
-    std::this_thread::sleep_for(d);
-    return 0;
-  };
   w.describe_holder = [&] {
     auto view = inspect_lock(nodes, o.key);
     return view.holder ? describe(*view.holder) : std::string("another owner");
   };
-  auto result = wait_for_lock(
-      [&](std::error_code& ec, node_results* votes) { return lock.try_acquire(ec, votes); }, w);
+  lock_calls calls;
+  calls.try_once = [&](std::error_code& ec, node_results* votes) {
+    return lock.try_acquire(ec, votes);
+  };
+  calls.wait_until = [&](std::chrono::steady_clock::time_point deadline, std::error_code& ec,
+                         node_results* votes, const wait_control& control) {
+    return lock.acquire_until(deadline, ec, votes, control);
+  };
+  auto result = wait_for_lock(calls, w);
   if (result.outcome == wait_outcome::conflict) {
     say_verbose("%s", result.message.c_str());
     return o.conflict_status;

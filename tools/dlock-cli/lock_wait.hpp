@@ -1,10 +1,14 @@
 // tools/dlock-cli/lock_wait.hpp: waiting for a lock the way flock(1) does, for `run`/`acquire`.
-//   wait_options  -n / -w, pacing, how long a node outage is waited out, how to sleep
+//   wait_options  -n / -w, how long a node outage is waited out, how signals are watched
+//   lock_calls    the library calls to make: one attempt (-n), or a wait under wait_control
 //   wait_result   acquired (with the lease), conflict, unavailable, failed or interrupted
-//   wait_for_lock one attempt after another until one of those
-// It tells contention (another owner holds the lock: keep waiting, then "conflict") from
-// unavailability (too few nodes answer for a quorum: keep trying for a grace period, then
-// "unavailable"), because they map to different exit codes (75 and 69). Blocks the caller.
+//   wait_for_lock one of those
+// The waiting itself is the library's (mutex::acquire_until with a wait_control): the command
+// queues like any library waiter and takes a release's handoff. This file adds what a command
+// needs around it: a watcher thread that turns SIGINT/SIGTERM/SIGHUP into a stop request and
+// prints the -v progress lines, the outage grace, and the exit classes: contention (another
+// owner holds it: 75) versus unavailability (too few nodes answer for a quorum: 69), which
+// dlock::classify_failure tells apart. Blocks the caller.
 #pragma once
 
 #include <chrono>
@@ -15,20 +19,29 @@
 
 #include "dlock/error.hpp"
 #include "dlock/lease.hpp"
+#include "dlock/options.hpp"
 
 namespace dlock::cli {
 
 struct wait_options {
   bool nonblock = false;                           // one attempt only (-n)
   std::optional<std::chrono::milliseconds> wait;   // -w; nullopt: wait for as long as it takes
-  std::chrono::milliseconds retry_delay{50};       // between attempts, jittered to [d/2, d]
   std::chrono::milliseconds unavailable_grace{2000};  // node outage tolerated before giving up
   std::size_t node_count = 1;
-  // Sleeps up to `d`; returns a signal number when a signal cut the sleep short, else 0.
-  std::function<int(std::chrono::milliseconds)> sleep;
-  // With -v: a description of the current holder for the progress line (may be empty).
+  // Waits up to `d` for a stop signal or for `wake_fd` to become readable; returns the signal
+  // number, or 0. Runs on a watcher thread. Empty: no signals are watched.
+  std::function<int(std::chrono::milliseconds d, int wake_fd)> watch;
+  // With -v: a description of the current holder for the progress line (may be empty). Runs on
+  // the watcher thread, so it may block.
   std::function<std::string()> describe_holder;
   std::string key;  // for messages
+};
+
+struct lock_calls {
+  std::function<lease(std::error_code&, node_results*)> try_once;
+  std::function<lease(std::chrono::steady_clock::time_point deadline, std::error_code&,
+                      node_results*, const wait_control&)>
+      wait_until;
 };
 
 enum class wait_outcome { acquired, conflict, unavailable, failed, interrupted };
@@ -41,9 +54,6 @@ struct wait_result {
   int signal = 0;       // for interrupted
 };
 
-// One attempt: returns a lease, or an empty one with ec and the per-node votes filled.
-using attempt_fn = std::function<lease(std::error_code&, node_results*)>;
-
-wait_result wait_for_lock(const attempt_fn& attempt, const wait_options& options);
+wait_result wait_for_lock(const lock_calls& calls, const wait_options& options);
 
 }  // namespace dlock::cli

@@ -236,7 +236,7 @@ int run_command(const global_options& g, const run_options& o) {
   auto nodes = make_clients(g);
   std::optional<mutex> lock;
   std::optional<semaphore> permits;
-  attempt_fn attempt;
+  lock_calls calls;
   if (o.semaphore_limit) {
     if (nodes.size() != 1) {
       throw usage_error("--semaphore needs exactly one Redis node: a quorum of independent "
@@ -244,10 +244,20 @@ int run_command(const global_options& g, const run_options& o) {
     }
     permits.emplace(nodes.front(), o.key, *o.semaphore_limit,
                     semaphore_options{.ttl = o.ttl, .retry_delay = 50ms});
-    attempt = [&](std::error_code& ec, node_results*) { return permits->try_acquire(ec); };
+    calls.try_once = [&](std::error_code& ec, node_results*) { return permits->try_acquire(ec); };
+    calls.wait_until = [&](steady::time_point deadline, std::error_code& ec, node_results*,
+                           const wait_control& control) {
+      return permits->acquire_until(deadline, ec, 1, control);
+    };
   } else {
     lock.emplace(nodes, o.key, lock_options{.ttl = o.ttl, .retry_delay = 50ms});
-    attempt = [&](std::error_code& ec, node_results* votes) { return lock->try_acquire(ec, votes); };
+    calls.try_once = [&](std::error_code& ec, node_results* votes) {
+      return lock->try_acquire(ec, votes);
+    };
+    calls.wait_until = [&](steady::time_point deadline, std::error_code& ec, node_results* votes,
+                           const wait_control& control) {
+      return lock->acquire_until(deadline, ec, votes, control);
+    };
   }
 
   wait_options w;
@@ -256,7 +266,12 @@ int run_command(const global_options& g, const run_options& o) {
   w.node_count = nodes.size();
   w.unavailable_grace = 2 * g.timeout;
   w.key = o.key;
-  w.sleep = [&](milliseconds d) { return signals.wait_for_stop_signal(d); };
+  w.watch = [&](milliseconds d, int wake_fd) {
+    for (const auto& s : signals.wait(d, wake_fd).signals) {
+      if (s.ssi_signo != SIGCHLD) return static_cast<int>(s.ssi_signo);
+    }
+    return 0;
+  };
   w.describe_holder = [&] {
     if (o.semaphore_limit) return "all " + std::to_string(*o.semaphore_limit) + " permit holders";
     auto view = inspect_lock(nodes, o.key);
@@ -267,7 +282,7 @@ int run_command(const global_options& g, const run_options& o) {
     return out;
   };
   auto started = steady::now();
-  auto result = wait_for_lock(attempt, w);
+  auto result = wait_for_lock(calls, w);
   switch (result.outcome) {
     case wait_outcome::acquired:
       break;

@@ -1,0 +1,137 @@
+// The driver of algo/acquisition: it moves the engine's decisions to and from the wire and the
+// I/O thread's timers, and decides nothing itself.
+#include "acquire_run.hpp"
+
+#include <asio/dispatch.hpp>
+#include <asio/post.hpp>
+
+namespace dlock::detail {
+
+lease lease_from(std::shared_ptr<lease_owner> owner, acquisition::outcome& granted) {
+  auto state = std::make_shared<lease_state>();
+  state->token = std::move(granted.token);
+  state->fence = granted.fence;
+  state->set_deadline(granted.valid_until);
+  return make_lease(std::move(owner), std::move(state));
+}
+
+acquire_run::acquire_run(std::shared_ptr<lease_owner> owner, std::vector<client>& nodes,
+                         acquisition engine, bool wake_on_release, node_results* out,
+                         wait_control control)
+    : owner_(std::move(owner)),
+      nodes_(nodes),
+      engine_(std::move(engine)),
+      wake_on_release_(wake_on_release),
+      out_(out),
+      control_(std::move(control)) {}
+
+void acquire_run::start(handler_type handler, std::vector<request> first) {
+  handler_ = std::move(handler);
+  // All of an acquisition runs on the I/O thread, where the inboxes and timers live; the
+  // commands would be handed to it anyway.
+  asio::dispatch(owner_->executor(), [self = shared_from_this(), first = std::move(first)]() mutable {
+    std::vector<inbox*> boxes;
+    for (auto& node : self->nodes_) boxes.push_back(&node.wake_inbox());
+    self->waiter_ = std::make_shared<wake_waiter>(self->owner_->executor(), std::move(boxes),
+                                                  self->engine_.id(), self->wake_on_release_);
+    // Weak: the waiter belongs to this run, and must not keep it alive.
+    std::weak_ptr<acquire_run> weak = self;
+    self->waiter_->on_handoff([weak](std::string_view grant) {
+      auto run = weak.lock();
+      return run && run->on_handoff(grant);
+    });
+    if (self->control_.stop.stop_possible()) {
+      // Posted, never run inline: the stop may come while this run is in the middle of a step.
+      self->on_stop_.emplace(self->control_.stop, [weak] {
+        if (auto run = weak.lock()) {
+          asio::post(run->owner_->executor(), [run] { run->stop(errc::cancelled); });
+        }
+      });
+    }
+    if (self->engine_.attempts_made() == 0) return self->attempt();
+    // run_blocking made the first attempt: go on from where it stands.
+    for (auto& r : first) self->send(std::move(r));
+    self->pump();
+  });
+}
+
+lease acquire_run::run_blocking(std::error_code& ec) {
+  if (nodes_.size() == 1 && !on_io_thread()) {
+    // The first attempt from this thread when the connection is idle: no hand-over to the I/O
+    // thread and back. It does not queue (the I/O thread owns the inbox); if it must wait,
+    // the wake_waiter's first sleep subscribes and queues at once.
+    auto now = steady::now();
+    engine_.begin_attempt(now, std::vector<std::string>(1));
+    auto requests = engine_.take_requests();
+    reply r;
+    std::error_code run_ec;
+    if (run_request_direct(nodes_[0], requests.front(), run_ec, r)) {
+      engine_.on_reply(requests.front().id, steady::now(), run_ec, r);
+      auto more = engine_.take_requests();
+      if (more.empty()) {
+        if (auto result = engine_.take_outcome()) {
+          if (out_) *out_ = result->votes;
+          ec = result->ec;
+          return result->ec ? lease{} : lease_from(owner_, *result);
+        }
+      }
+      requests = std::move(more);
+    }
+    // Not sent (a busy connection), or more to do: the I/O thread goes on, sending these first.
+    return wait<lease>(ec, [&](auto handler) { start(std::move(handler), std::move(requests)); });
+  }
+  return wait<lease>(ec, [&](auto handler) { start(std::move(handler)); });
+}
+
+void acquire_run::attempt() {
+  auto now = steady::now();
+  // Listens before queueing (inside begin_attempt): the release may publish before this
+  // attempt's reply comes back.
+  engine_.begin_attempt(now, waiter_->begin_attempt(engine_.queues_next(now)));
+  pump();
+}
+
+void acquire_run::send(request r) {
+  auto& node = nodes_[r.node];
+  run_request(node, r, [self = shared_from_this(), id = r.id](std::error_code ec, reply answer) {
+    self->engine_.on_reply(id, steady::now(), ec, answer);
+    self->pump();
+  });
+}
+
+void acquire_run::pump() {
+  for (auto& r : engine_.take_requests()) send(std::move(r));
+  if (auto delay = engine_.take_sleep()) {
+    if (control_.on_retry) {
+      wait_progress progress;
+      progress.waited = steady::now() - began_;
+      progress.attempts = engine_.attempts_made();
+      progress.last_error = engine_.last_error();
+      progress.kind = classify_failure(progress.last_error, engine_.last_votes());
+      progress.votes = &engine_.last_votes();
+      if (!control_.on_retry(progress)) return stop(engine_.last_error());
+    }
+    // The backstop; a wake-up, or completed inbox subscriptions, cut it short.
+    waiter_->sleep(*delay, [self = shared_from_this()] { self->attempt(); });
+  }
+  auto result = engine_.take_outcome();
+  if (!result || !handler_) return;
+  waiter_->finish();
+  on_stop_.reset();
+  if (out_) *out_ = result->votes;
+  lease l = result->ec ? lease{} : lease_from(owner_, *result);
+  std::exchange(handler_, {})(result->ec, std::move(l));
+}
+
+void acquire_run::stop(std::error_code why) {
+  engine_.stop(steady::now(), why);
+  pump();
+}
+
+bool acquire_run::on_handoff(std::string_view grant) {
+  bool took = engine_.on_handoff(steady::now(), grant);
+  pump();
+  return took;
+}
+
+}  // namespace dlock::detail

@@ -1,0 +1,57 @@
+// acquire_run.hpp: carries out one acquisition engine's decisions on real nodes. Private.
+//   acquire_run  sends the engine's requests (run_request), sleeps between attempts with a
+//                wake_waiter (inboxes, handoffs), and turns the outcome into a lease; for the
+//                lock on 1 and N nodes and for the semaphore alike
+//   lease_from   the one place a granted outcome becomes a dlock::lease
+// Everything after start() runs on the I/O thread; run_blocking() may make the first attempt
+// on the caller's thread when the node's connection is idle (run_request_direct).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <vector>
+
+#include "algo/acquisition.hpp"
+#include "lease_state.hpp"
+#include "net/inbox.hpp"
+
+namespace dlock::detail {
+
+lease lease_from(std::shared_ptr<lease_owner> owner, acquisition::outcome& granted);
+
+class acquire_run : public std::enable_shared_from_this<acquire_run> {
+ public:
+  using handler_type = unique_function<void(std::error_code, lease)>;
+
+  // `nodes` belong to `owner`, which this run keeps alive. `out`, if set, gets the last round's
+  // votes before the handler runs.
+  acquire_run(std::shared_ptr<lease_owner> owner, std::vector<client>& nodes, acquisition engine,
+              bool wake_on_release, node_results* out, wait_control control = {});
+
+  // Runs the acquisition on the I/O thread; `handler` gets the lease or the error there.
+  // `first`: requests the engine emitted before (run_blocking), to send before anything else.
+  void start(handler_type handler, std::vector<request> first = {});
+  // The same, blocking the calling thread (not the I/O thread).
+  lease run_blocking(std::error_code& ec);
+
+ private:
+  void attempt();
+  void send(request r);
+  void pump();
+  bool on_handoff(std::string_view grant);
+  void stop(std::error_code why);
+
+  std::shared_ptr<lease_owner> owner_;
+  std::vector<client>& nodes_;
+  acquisition engine_;
+  bool wake_on_release_;
+  std::shared_ptr<wake_waiter> waiter_;  // made on the I/O thread, by start()
+  handler_type handler_;
+  node_results* out_;
+  wait_control control_;
+  std::optional<std::stop_callback<unique_function<void()>>> on_stop_;
+  steady::time_point began_ = steady::now();
+};
+
+}  // namespace dlock::detail

@@ -1,0 +1,811 @@
+// The one acquisition engine: every lock (1 and N nodes) and every semaphore attempt, retry,
+// handoff and give-up is decided here, from the events the driver feeds in.
+//
+// Lock rounds. A round sends acquire.lua to all N nodes at once, each under node_timeout, so its
+// duration follows the slowest answering node rather than the sum of all; it is decided as
+// soon as a quorum granted or became impossible (quorum_round), without waiting for
+// stragglers. With N > 1 the fencing token needs one more step before success (plan_fence).
+// Validity is start + ttl - drift on the driver's steady clock, judged at the moment of decision.
+//
+// A failed round releases on every node that did not answer "taken", including those that
+// timed out or errored, because their SET may have run (or may still run) after the answer was
+// lost; the round concludes only after those releases returned, so that a retry never meets
+// our own leftovers.
+//
+// Ownership is per round: round n writes "<id>.<n>", a handoff "<id>.h<n>", and every release
+// compares the exact value. A release whose outcome we never learned can therefore only ever
+// delete the key of the round it was sent for, never that of a later round; a later round
+// takes over a key that holds any value of its acquisition (acquire.lua), so a late SET of an
+// earlier round still counts as ours.
+//
+// Semaphore attempts. One node, one script per attempt, and one owner token for all attempts:
+// an attempt whose reply was lost cannot leave a ghost permit that competes with us, because
+// the next attempt's script finds the token and treats it as ours, and giving up removes it.
+//
+// Waiting. An attempt that may be followed by another queues the waiter under the wake
+// channels the driver passes (acquire.lua, sem_*acquire.lua); a release publishes to the first
+// live waiter, which cuts the driver's sleep short. The sleep stays as the backstop for
+// anything lost on the way.
+#include "algo/acquisition.hpp"
+
+#include <algorithm>
+#include <charconv>
+
+#include "algo/retry.hpp"
+
+namespace dlock::detail {
+namespace {
+
+using std::chrono::milliseconds;
+
+// splitmix64: small, fast, and the same sequence everywhere for one seed (the simulator
+// replays seeds).
+std::uint64_t next_random(std::uint64_t& state) noexcept {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+std::vector<std::string> lock_acquire_keys(const lock_keys& k) {
+  return {k.key, k.fence, k.waiters, k.waiter_info, k.tickets};
+}
+std::vector<std::string> lock_release_keys(const lock_keys& k) {
+  return {k.key, k.waiters, k.waiter_info, k.fence};
+}
+
+}  // namespace
+
+bool is_retryable(std::error_code ec) noexcept {
+  if (ec.category() != category()) return false;
+  switch (static_cast<errc>(ec.value())) {
+    case errc::not_acquired:
+    case errc::quorum_not_reached:
+    case errc::lease_expired:
+    case errc::node_unreachable:
+    case errc::timeout:
+    case errc::connection_lost:
+    case errc::out_of_memory:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace dlock::detail
+
+namespace dlock {
+
+// A mixed round (some nodes taken, the rest failed, no quorum either way) counts as contention
+// when the failures alone could not have denied a quorum: the holder's release would let us in.
+failure_kind classify_failure(std::error_code ec, const node_results& votes) {
+  if (ec == errc::not_acquired) return failure_kind::contention;
+  if (!detail::is_retryable(ec)) return failure_kind::fatal;
+  if (ec == errc::quorum_not_reached) {
+    std::size_t failed = 0, taken = 0;
+    for (const auto& v : votes) {
+      if (v.outcome == node_result::vote::failed) ++failed;
+      if (v.outcome == node_result::vote::taken) ++taken;
+    }
+    std::size_t n = votes.size();
+    if (taken > 0 && failed <= n - detail::quorum_of(n)) return failure_kind::contention;
+  }
+  return failure_kind::unavailable;
+}
+
+}  // namespace dlock
+
+namespace dlock::detail {
+
+semaphore_reply parse_semaphore_reply(const reply& r, bool fair, std::error_code& ec) {
+  ec.clear();
+  const auto& e = r.elements();
+  std::size_t expected = fair ? 3 : 2;
+  bool shape = r.is_array() && e.size() == expected;
+  for (std::size_t i = 0; shape && i < e.size(); ++i) shape = e[i].is_integer();
+  if (!shape || (e[0].integer() != 0 && e[0].integer() != 1)) {
+    ec = errc::protocol_error;
+    return {};
+  }
+  semaphore_reply out;
+  out.granted = e[0].integer() == 1;
+  if (fair) {
+    out.ticket = e[1].integer();
+    out.queued = !out.granted && out.ticket != 0;
+  } else if (out.granted) {
+    out.ticket = e[1].integer();
+  } else {
+    out.next_expiry_ms = std::max<std::int64_t>(e[1].integer(), 0);
+  }
+  return out;
+}
+
+milliseconds effective_node_timeout(milliseconds configured, milliseconds ttl,
+                                    milliseconds request_timeout) {
+  if (configured.count() != 0) return configured;
+  return std::min(std::max(ttl / 10, milliseconds(1)), request_timeout);
+}
+
+milliseconds waiter_entry_ttl(milliseconds retry_delay) {
+  return std::max(4 * retry_delay, milliseconds(1000));
+}
+
+lock_target make_lock_target(std::size_t nodes, std::string_view key, const lock_options& o,
+                             milliseconds request_timeout) {
+  lock_target t;
+  t.nodes = nodes;
+  t.keys = lock_keys_for(key);
+  t.ttl = o.ttl;
+  t.retry_delay = o.retry_delay;
+  t.node_timeout = effective_node_timeout(o.node_timeout, o.ttl, request_timeout);
+  t.drift_factor = o.drift_factor;
+  t.fair = o.fair;
+  t.wake_on_release = o.wake_on_release;
+  return t;
+}
+
+semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limit,
+                                       const semaphore_options& o,
+                                       milliseconds request_timeout) {
+  semaphore_target t;
+  t.keys = semaphore_keys_for(key, o.fair);
+  t.limit = limit;
+  t.fair = o.fair;
+  t.wake_on_release = o.wake_on_release;
+  t.ttl = o.ttl;
+  t.retry_delay = o.retry_delay;
+  t.node_timeout = effective_node_timeout(o.node_timeout, o.ttl, request_timeout);
+  t.drift_factor = o.drift_factor;
+  // A fair waiter's place must outlive the gap between two polls: at most one jittered delay
+  // plus one request. Twice that, so one slow poll does not cost the place; a waiter that
+  // crashed blocks the queue no longer than this.
+  t.queue_ttl = 2 * (o.retry_delay + t.node_timeout) + milliseconds(20);
+  return t;
+}
+
+struct acquisition::impl {
+  // What an answer is for.
+  enum class purpose { vote, fence, cleanup, give_back, leave, sem_attempt, sem_cleanup };
+  struct pending {
+    std::uint64_t id;
+    purpose what;
+    std::size_t node;
+  };
+  // The round in flight (a lock's; a semaphore attempt is a round of one node).
+  struct round_state {
+    std::size_t index = 0;
+    std::string value;
+    quorum_round votes;
+    bool decided = false;
+    bool concluded = false;  // its outcome reached the acquisition (or it was cut short)
+    std::int64_t fence = 0;
+    std::size_t fence_confirmed = 0, fence_outstanding = 0;
+    std::size_t cleanup_outstanding = 0;
+    std::error_code failure;  // while cleaning up: why it failed
+  };
+
+  const lock_target* lock = nullptr;
+  const semaphore_target* sem = nullptr;
+  std::string id;  // lock: the acquisition id; semaphore: the owner token
+  std::string permits;
+  steady::time_point deadline;
+  int attempts = 1;
+  int made = 0;
+  bool last = false;  // the attempt begun last cannot be followed by another
+  // The attempt begun last wanted to queue for wake-ups but some node could not take it (its
+  // inbox was not subscribed yet, or the first attempt went out from the caller's thread).
+  bool missed_queue = false;
+  std::uint64_t random_state;
+  std::vector<std::string> node_names;
+
+  std::uint64_t next_request = 1;
+  std::vector<pending> awaited;
+  std::vector<request> out;
+  std::optional<steady::duration> sleep;
+  std::optional<outcome> result;
+  bool finished = false;
+  bool queued = false;
+  // Lock: when each round began, by index.
+  std::vector<steady::time_point> round_started;
+  std::optional<round_state> round;
+  // A handoff naming an earlier round that came while a later round was in flight: that round
+  // may have taken the handed-over key over (acquire.lua), so its answer decides (on_handoff).
+  std::optional<std::pair<std::uint64_t, std::size_t>> deferred_handoff;  // fence, round
+  // Semaphore: what the give-up reports once its cleanup answered.
+  std::optional<outcome> after_cleanup;
+  std::optional<std::error_code> stopped;  // stop(): why
+  std::error_code last_error;
+  node_results last_votes;
+
+  std::size_t nodes() const noexcept { return lock ? lock->nodes : 1; }
+  milliseconds ttl() const noexcept { return lock ? lock->ttl : sem->ttl; }
+  milliseconds retry_delay() const noexcept { return lock ? lock->retry_delay : sem->retry_delay; }
+  milliseconds node_timeout() const noexcept {
+    return lock ? lock->node_timeout : sem->node_timeout;
+  }
+  double drift_factor() const noexcept { return lock ? lock->drift_factor : sem->drift_factor; }
+  bool accepts_handoff() const noexcept { return lock && lock->accepts_handoff(); }
+
+  std::string round_value(std::size_t r) const { return id + "." + std::to_string(r); }
+  std::string handoff_value(std::size_t r) const { return id + ".h" + std::to_string(r); }
+
+  std::uint64_t emit(std::size_t node, const script& code, std::vector<std::string> keys,
+                     std::vector<std::string> args, std::optional<purpose> awaited_for) {
+    std::uint64_t rid = next_request++;
+    out.push_back(request{rid, node, &code, std::move(keys), std::move(args), node_timeout()});
+    if (awaited_for) awaited.push_back(pending{rid, *awaited_for, node});
+    return rid;
+  }
+  // The pending entry for `rid`, removed; nullopt for a stale or fire-and-forget answer.
+  std::optional<pending> claim(std::uint64_t rid) {
+    auto it = std::find_if(awaited.begin(), awaited.end(),
+                           [&](const pending& p) { return p.id == rid; });
+    if (it == awaited.end()) return std::nullopt;
+    pending p = *it;
+    awaited.erase(it);
+    return p;
+  }
+
+  bool queues_next(steady::time_point now) const noexcept {
+    // An attempt after which none could start before the deadline is the last. The shortest
+    // sleep is retry_delay / 2 (jitter), or 1 ms where a holder's expiry can bring the next
+    // attempt forward (locks, unfair semaphores: retry_delay_after).
+    bool expiry_hints = lock || !sem->fair;
+    steady::duration shortest = expiry_hints ? steady::duration(milliseconds(1))
+                                             : steady::duration(retry_delay() / 2);
+    return made + 1 < attempts &&
+           (deadline == steady::time_point::max() || now + shortest < deadline);
+  }
+
+  steady::duration retry_delay_after(const node_results& votes) {
+    steady::duration delay = jittered_delay(retry_delay(), next_random(random_state));
+    // While another owner holds it with less time left than our delay, wake up at its expiry.
+    // A lock's 0 means "free, but a fair queue's head goes first": no expiry to wait for.
+    long long shortest_hint = lock ? 1 : 0;
+    for (const auto& v : votes) {
+      if (v.outcome == node_result::vote::taken && v.holder_ttl_ms >= shortest_hint) {
+        delay = std::min<steady::duration>(delay, milliseconds(v.holder_ttl_ms + 1));
+      }
+    }
+    return delay;
+  }
+  bool may_retry(steady::time_point now, steady::duration delay, std::error_code ec) const {
+    bool time_left = deadline == steady::time_point::max() || now + delay < deadline;
+    return is_retryable(ec) && made < attempts && time_left;
+  }
+  // The sleep before the next attempt, or nullopt to give up. An attempt that could not queue
+  // where it wanted to is followed by one that can as soon as the inboxes are subscribed (the
+  // driver cuts the sleep short), even when the backstop would end after the deadline; that
+  // sleep then ends at the deadline, where begin_attempt gives up.
+  std::optional<steady::duration> next_sleep(steady::time_point now, steady::duration delay,
+                                             std::error_code ec) const {
+    if (may_retry(now, delay, ec)) return delay;
+    if (missed_queue && is_retryable(ec) && made < attempts && now < deadline) {
+      return std::min<steady::duration>(delay, deadline - now);
+    }
+    return std::nullopt;
+  }
+  void note_channels(const std::vector<std::string>& channels, bool wake_on_release) {
+    missed_queue = false;
+    if (last || !wake_on_release) return;
+    for (std::size_t i = 0; i < nodes(); ++i) {
+      if (i >= channels.size() || channels[i].empty()) missed_queue = true;
+    }
+  }
+
+  // ---- lock ----
+
+  void begin_lock_round(steady::time_point now, const std::vector<std::string>& channels) {
+    std::size_t index = round_started.size();
+    round_started.push_back(now);
+    round.emplace(round_state{index, round_value(index),
+                              quorum_round(nodes(), now, lock->ttl, lock->drift_factor)});
+    for (std::size_t i = 0; i < nodes() && i < node_names.size(); ++i) {
+      round->votes.votes()[i].node = node_names[i];
+    }
+    std::string entry_prefix = std::to_string(waiter_entry_ttl(lock->retry_delay).count()) + " ";
+    // "<lock ttl> <round>": release.lua may hand the lock to this entry (see on_handoff).
+    std::string handoff;
+    if (accepts_handoff()) {
+      handoff.append(" ").append(std::to_string(lock->ttl.count()));
+      handoff.append(" ").append(std::to_string(index));
+    }
+    std::string ttl = std::to_string(lock->ttl.count());
+    std::string mode = lock->fair ? "fair" : "";
+    for (std::size_t i = 0; i < nodes(); ++i) {
+      std::string entry;
+      if (!last && i < channels.size() && !channels[i].empty()) {
+        entry = entry_prefix + channels[i] + handoff;
+        queued = true;
+      }
+      emit(i, acquire_script, lock_acquire_keys(lock->keys), {round->value, ttl, entry, mode},
+           purpose::vote);
+    }
+  }
+
+  void on_vote(std::size_t node, steady::time_point now, std::error_code ec, const reply& r) {
+    auto& votes = round->votes;
+    const auto& e = r.elements();
+    if (ec) {
+      votes.failed(node, ec, r.is_error() ? r.str() : std::string());
+    } else if (r.is_array() && e.size() == 2 && e[0].is_integer() && e[1].is_integer()) {
+      if (e[0].integer() == 1) {
+        votes.granted(node, e[1].integer());
+      } else {
+        votes.taken(node, e[1].integer());
+      }
+    } else {
+      votes.failed(node, errc::protocol_error, "unexpected reply " + r.to_string());
+    }
+    if (round->decided || !votes.decided()) return;
+    round->decided = true;
+    if (!votes.quorum_granted()) return conclude_round(now, votes.failure());
+    auto plan = plan_fence(votes);
+    round->fence = plan.fence;
+    round->fence_confirmed = plan.already_at_fence;
+    if (round->fence_confirmed >= votes.quorum()) return conclude_round(now, {});
+    // Granting nodes disagree on the counter (one missed acquisitions while down, or a failed
+    // round bumped some). The fence may only be reported once a quorum of granting nodes holds
+    // at least it, so that the next holder's quorum, which must intersect ours, reads a higher
+    // value.
+    round->fence_outstanding = plan.to_raise.size();
+    for (std::size_t i : plan.to_raise) {
+      emit(i, fence_raise_script, {lock->keys.fence}, {std::to_string(plan.fence)},
+           purpose::fence);
+    }
+  }
+
+  void on_fence(steady::time_point now, std::error_code ec, const reply& r) {
+    --round->fence_outstanding;
+    if (!ec && r.is_integer() && r.integer() >= round->fence) ++round->fence_confirmed;
+    if (round->concluded) return;
+    if (round->fence_confirmed >= round->votes.quorum()) return conclude_round(now, {});
+    if (round->fence_outstanding == 0) conclude_round(now, errc::quorum_not_reached);
+  }
+
+  void conclude_round(steady::time_point now, std::error_code ec) {
+    if (!ec && now >= round->votes.valid_until()) ec = errc::lease_expired;
+    if (!ec) return round_done(now, {});
+    round->concluded = true;
+    // Not where the node answered "taken": that answer proves this round set nothing there,
+    // and under contention those releases were a quarter of all commands sent (bench/).
+    round->failure = ec;
+    for (std::size_t i = 0; i < nodes(); ++i) {
+      if (round->votes.votes()[i].outcome == node_result::vote::taken) continue;
+      ++round->cleanup_outstanding;
+      emit(i, release_script, lock_release_keys(lock->keys), {round->value}, purpose::cleanup);
+    }
+    if (round->cleanup_outstanding == 0) round_done(now, ec);
+  }
+
+  void on_cleanup(steady::time_point now) {
+    if (--round->cleanup_outstanding > 0) return;
+    // A round lost early to fast failures (dead nodes refuse at once) is judged again now:
+    // each node answers our release after the acquire sent before it on the same connection,
+    // so every node that answers at all has voted by now. Votes against may prove another
+    // owner (not_acquired), or every node may have failed alike (wrong_type, auth_failed).
+    std::error_code ec = round->failure;
+    if (!round->votes.quorum_granted()) ec = round->votes.failure();
+    round_done(now, ec);
+  }
+
+  void round_done(steady::time_point now, std::error_code ec) {
+    round->concluded = true;
+    auto deferred = std::exchange(deferred_handoff, std::nullopt);
+    round_state done_round = std::move(*round);
+    round.reset();
+    if (!ec && stopped) {
+      // Won after the caller stopped waiting: give it back (only this round's value).
+      emit_lock_release(done_round.value);
+      return finish_failed(*stopped, done_round.votes.votes());
+    }
+    if (!ec) {
+      return finish_granted(done_round.value, static_cast<std::uint64_t>(done_round.fence),
+                            done_round.votes.valid_until(), done_round.votes.votes());
+    }
+    last_error = ec;
+    last_votes = done_round.votes.votes();
+    if (stopped) return finish_failed(*stopped, done_round.votes.votes());
+    // The round found the key another's, so it ran before the handoff did and cannot have
+    // taken the handed-over key over: the handoff stands.
+    if (deferred && deferred->second + 1 == done_round.index &&
+        done_round.votes.votes()[0].outcome == node_result::vote::taken &&
+        accept_handoff(now, deferred->first, deferred->second)) {
+      return;
+    }
+    auto delay = next_sleep(now, retry_delay_after(done_round.votes.votes()), ec);
+    if (!delay) return finish_failed(ec, done_round.votes.votes());
+    sleep = delay;
+  }
+
+  bool accept_handoff(steady::time_point now, std::uint64_t fence, std::size_t r) {
+    auto valid_until =
+        round_started[r] + lock->ttl - drift_allowance(lock->ttl, lock->drift_factor);
+    if (now >= valid_until || stopped) {
+      // Born expired (queued longer than the TTL before the release), or no longer wanted:
+      // give it back. Only this handoff's own value can be deleted by it, whenever it runs.
+      emit_lock_release(handoff_value(r));
+      return false;
+    }
+    node_results votes(1);
+    if (!node_names.empty()) votes[0].node = node_names[0];
+    votes[0].outcome = node_result::vote::granted;
+    finish_granted(handoff_value(r), fence, valid_until, std::move(votes));
+    return true;
+  }
+
+  void emit_lock_release(const std::string& value) {
+    emit(0, release_script, lock_release_keys(lock->keys), {value}, std::nullopt);
+    for (std::size_t i = 1; i < nodes(); ++i) {
+      emit(i, release_script, lock_release_keys(lock->keys), {value}, std::nullopt);
+    }
+  }
+
+  // A grant (acquire.lua) or a handoff (release.lua) takes the id out of the granting node's
+  // queue in the same script. Every other entry must go, or the next release would wake, or
+  // hand the lock to, a waiter that no longer waits. On a single node that is never a script
+  // of its own: after a SCRIPT FLUSH it could fail NOSCRIPT and run only after our release.
+  void leave_queues(bool granted) {
+    if (!queued || (granted && nodes() == 1)) return;
+    // Giving up: a release may have handed us the lock after we stopped listening. The same
+    // script that takes us out of the queue gives such a key back (to the next waiter).
+    bool give_up = !granted && accepts_handoff();
+    for (std::size_t i = 0; i < nodes(); ++i) {
+      if (give_up) {
+        emit(i, release_script, lock_release_keys(lock->keys), {id, "give-up"}, std::nullopt);
+      } else {
+        emit(i, leave_script, {lock->keys.waiters, lock->keys.waiter_info}, {id}, std::nullopt);
+      }
+    }
+  }
+
+  void finish_granted(std::string token, std::uint64_t fence, steady::time_point valid_until,
+                      node_results votes) {
+    finished = true;
+    sleep.reset();
+    if (lock) leave_queues(true);
+    result = outcome{{}, std::move(token), fence, valid_until, std::move(votes)};
+  }
+  void finish_failed(std::error_code ec, node_results votes) {
+    finished = true;
+    sleep.reset();
+    if (lock) leave_queues(false);
+    result = outcome{ec, {}, 0, {}, std::move(votes)};
+  }
+
+  bool on_handoff(steady::time_point now, std::string_view grant) {
+    if (finished) return true;
+    if (!accepts_handoff()) return false;
+    std::uint64_t fence = 0;
+    std::size_t r = 0;
+    auto space = grant.find(' ');
+    if (space == std::string_view::npos) return false;
+    auto parse = [](std::string_view text, auto& value) {
+      auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), value);
+      return err == std::errc() && end == text.data() + text.size();
+    };
+    if (!parse(grant.substr(0, space), fence) || !parse(grant.substr(space + 1), r) ||
+        r >= round_started.size()) {
+      return false;
+    }
+    // A release handed us the key under "<id>.h<r>" when it ran, after round r began: round r
+    // wrote the entry the release used. Counting the lease from that round's start is
+    // therefore safe whatever delayed the message. But a later round than r may have run
+    // after the release and taken the key over (acquire.lua rewrites it, and that round's
+    // cleanup may delete it and hand it on). Round r + 1 answering "taken" proves it ran
+    // before the release, and then so did every earlier round: the handoff is trusted once
+    // that round, in flight when the message came, has answered so. In every other case (that
+    // round failed or was granted, or a later one has begun) the message is a mere wake-up,
+    // and the next round settles what the key holds (it takes a handoff still standing over).
+    if (r + 1 < round_started.size()) {
+      if (round && r + 2 == round_started.size()) {
+        deferred_handoff.emplace(fence, r);
+      }
+      return false;
+    }
+    return accept_handoff(now, fence, r);
+  }
+
+  // ---- semaphore ----
+
+  void begin_semaphore_attempt(steady::time_point now, const std::vector<std::string>& channels) {
+    round.emplace(round_state{static_cast<std::size_t>(made - 1), id,
+                              quorum_round(1, now, sem->ttl, sem->drift_factor)});
+    if (!node_names.empty()) round->votes.votes()[0].node = node_names[0];
+    std::string channel = !last && !channels.empty() ? channels[0] : std::string();
+    if (!channel.empty()) queued = true;
+    std::string limit = std::to_string(sem->limit);
+    std::string ttl = std::to_string(sem->ttl.count());
+    const auto& k = sem->keys;
+    if (sem->fair) {
+      // Queued (queue_ms > 0) even without a channel: its ticket keeps its place in the queue.
+      auto queue_ms = last ? milliseconds::zero() : sem->queue_ttl;
+      emit(0, sem_fair_acquire_script,
+           {k.owners, k.expiries, k.weights, k.tickets, k.waiter_info, k.fence},
+           {id, limit, permits, ttl, std::to_string(queue_ms.count()), channel},
+           purpose::sem_attempt);
+    } else {
+      std::string waiter;
+      if (!channel.empty()) {
+        waiter = std::to_string(waiter_entry_ttl(sem->retry_delay).count()) + " " + channel;
+      }
+      emit(0, sem_acquire_script,
+           {k.expiries, k.weights, k.fence, k.waiters, k.waiter_info, k.tickets},
+           {id, limit, permits, ttl, waiter}, purpose::sem_attempt);
+    }
+  }
+
+  void on_semaphore_reply(steady::time_point now, std::error_code ec, const reply& r) {
+    semaphore_reply parsed;
+    if (!ec) parsed = parse_semaphore_reply(r, sem->fair, ec);
+    auto& votes = round->votes;
+    if (ec) {
+      votes.failed(0, ec, r.is_error() ? r.str() : std::string());
+    } else if (parsed.granted) {
+      votes.granted(0, parsed.ticket);
+    } else {
+      votes.taken(0, parsed.next_expiry_ms);
+    }
+    round_state done_round = std::move(*round);
+    round.reset();
+    auto delay = retry_delay_after(done_round.votes.votes());
+    if (ec) {
+      // The script may have run before the answer was lost: the next attempt (same token)
+      // finds what it left, and giving up must remove it.
+      return retry_or_give_up(now, delay, ec, true, done_round.votes.votes());
+    }
+    if (parsed.granted && stopped) {
+      // Granted after the caller stopped waiting: the cleanup gives the permit back.
+      return retry_or_give_up(now, delay, *stopped, true, done_round.votes.votes());
+    }
+    if (parsed.granted) {
+      auto valid_until = done_round.votes.valid_until();
+      if (now < valid_until) {
+        // The granting script dequeued us: no entry is left to remove.
+        return finish_granted(id, static_cast<std::uint64_t>(parsed.ticket), valid_until,
+                              done_round.votes.votes());
+      }
+      // Granted too late to be of use. The entry is ours: a retry renews it, giving up drops
+      // it.
+      return retry_or_give_up(now, delay, errc::lease_expired, true, done_round.votes.votes());
+    }
+    retry_or_give_up(now, delay, errc::not_acquired, parsed.queued, done_round.votes.votes());
+  }
+
+  void retry_or_give_up(steady::time_point now, steady::duration delay, std::error_code ec,
+                        bool cleanup, node_results votes) {
+    last_error = ec;
+    last_votes = votes;
+    if (stopped) ec = *stopped;
+    auto next = stopped ? std::nullopt : next_sleep(now, delay, ec);
+    if (next) {
+      sleep = next;
+      return;
+    }
+    // An earlier attempt may have queued us although the last one did not. Leave no permit or
+    // queue place behind, and report only after the removal answered, so that a caller who
+    // retries at once does not meet our own leftover. A wake-up we got and will not use is
+    // handed on to the next waiter by the same script.
+    if (!cleanup && !queued) return finish_failed(ec, std::move(votes));
+    finished = true;
+    after_cleanup = outcome{ec, {}, 0, {}, std::move(votes)};
+    const auto& k = sem->keys;
+    emit(0, sem_release_script, {k.expiries, k.weights, k.waiters, k.waiter_info}, {id},
+         purpose::sem_cleanup);
+  }
+};
+
+acquisition::acquisition(const lock_target& target, std::string id, steady::time_point deadline,
+                         int attempts, std::uint64_t seed, std::vector<std::string> node_names)
+    : impl_(std::make_unique<impl>()) {
+  impl_->lock = &target;
+  impl_->id = std::move(id);
+  impl_->deadline = deadline;
+  impl_->attempts = std::max(attempts, 1);
+  impl_->random_state = seed;
+  impl_->node_names = std::move(node_names);
+}
+
+acquisition::acquisition(const semaphore_target& target, std::string token,
+                         std::ptrdiff_t permits, steady::time_point deadline, int attempts,
+                         std::uint64_t seed, std::vector<std::string> node_names)
+    : impl_(std::make_unique<impl>()) {
+  impl_->sem = &target;
+  impl_->id = std::move(token);
+  impl_->permits = std::to_string(permits);
+  impl_->deadline = deadline;
+  impl_->attempts = std::max(attempts, 1);
+  impl_->random_state = seed;
+  impl_->node_names = std::move(node_names);
+}
+
+acquisition::acquisition(acquisition&&) noexcept = default;
+acquisition& acquisition::operator=(acquisition&&) noexcept = default;
+acquisition::~acquisition() = default;
+
+bool acquisition::queues_next(steady::time_point now) const noexcept {
+  return impl_->queues_next(now);
+}
+
+void acquisition::begin_attempt(steady::time_point now, const std::vector<std::string>& channels) {
+  auto& s = *impl_;
+  if (s.finished || s.round) return;  // a driver bug; nothing sensible to do
+  s.sleep.reset();
+  if (s.made > 0 && s.deadline != steady::time_point::max() && now >= s.deadline) {
+    // A sleep that ended at the deadline (next_sleep): no attempt starts after it.
+    if (s.lock) return s.finish_failed(s.last_error, s.last_votes);
+    return s.retry_or_give_up(now, {}, s.last_error, true, s.last_votes);
+  }
+  s.last = !s.queues_next(now);
+  ++s.made;
+  if (s.lock) {
+    s.note_channels(channels, s.lock->wake_on_release);
+    s.begin_lock_round(now, channels);
+  } else {
+    s.note_channels(channels, s.sem->wake_on_release);
+    s.begin_semaphore_attempt(now, channels);
+  }
+}
+
+void acquisition::on_reply(std::uint64_t request_id, steady::time_point now, std::error_code ec,
+                           const reply& r) {
+  auto& s = *impl_;
+  auto p = s.claim(request_id);
+  if (!p) return;
+  using purpose = impl::purpose;
+  if (p->what == purpose::sem_cleanup) {
+    s.result = std::move(s.after_cleanup);
+    s.after_cleanup.reset();
+    return;
+  }
+  if (s.finished || !s.round) return;  // a handoff came first; this round found the key taken
+  switch (p->what) {
+    case purpose::vote:
+      return s.on_vote(p->node, now, ec, r);
+    case purpose::fence:
+      return s.on_fence(now, ec, r);
+    case purpose::cleanup:
+      return s.on_cleanup(now);
+    case purpose::sem_attempt:
+      return s.on_semaphore_reply(now, ec, r);
+    default:
+      return;
+  }
+}
+
+bool acquisition::on_handoff(steady::time_point now, std::string_view grant) {
+  return impl_->on_handoff(now, grant);
+}
+
+void acquisition::stop(steady::time_point now, std::error_code why) {
+  auto& s = *impl_;
+  if (s.finished || s.stopped) return;
+  s.stopped = why;
+  if (s.round) return;  // the attempt in flight concludes first
+  s.sleep.reset();
+  if (s.lock) return s.finish_failed(why, s.last_votes);
+  // Between two semaphore attempts: an earlier one may have queued us.
+  s.retry_or_give_up(now, {}, why, true, s.last_votes);
+}
+
+std::error_code acquisition::last_error() const noexcept { return impl_->last_error; }
+const node_results& acquisition::last_votes() const noexcept { return impl_->last_votes; }
+
+std::vector<request> acquisition::take_requests() { return std::exchange(impl_->out, {}); }
+
+std::optional<steady::duration> acquisition::take_sleep() {
+  return std::exchange(impl_->sleep, std::nullopt);
+}
+
+std::optional<acquisition::outcome> acquisition::take_outcome() {
+  return std::exchange(impl_->result, std::nullopt);
+}
+
+bool acquisition::done() const noexcept { return impl_->finished; }
+bool acquisition::queued() const noexcept { return impl_->queued; }
+int acquisition::attempts_made() const noexcept { return impl_->made; }
+const std::string& acquisition::id() const noexcept { return impl_->id; }
+
+// ---- quorum_release ----
+
+quorum_release::quorum_release(const lock_target& target, std::string value,
+                               std::vector<bool> skip, std::size_t enough)
+    : open_(target.nodes, false), enough_(enough) {
+  skip.resize(target.nodes, false);
+  for (std::size_t i = 0; i < target.nodes; ++i) {
+    if (skip[i]) continue;
+    open_[i] = true;
+    ++outstanding_;
+    requests_.push_back(request{i + 1, i, &release_script, lock_release_keys(target.keys),
+                                {value}, target.node_timeout});
+  }
+  if (outstanding_ == 0) {
+    reported_ = true;
+    outcome_ = so_far_;
+  }
+}
+
+std::vector<request> quorum_release::take_requests() { return std::exchange(requests_, {}); }
+
+void quorum_release::on_reply(std::uint64_t request_id, std::error_code ec, const reply& r) {
+  std::size_t node = request_id - 1;
+  if (node >= open_.size() || !open_[node]) return;
+  open_[node] = false;
+  if (ec && !so_far_.first_error) so_far_.first_error = ec;
+  if (!ec && r.is_integer()) {
+    ++so_far_.answered;
+    if (r.integer() == 1) ++so_far_.released;
+  }
+  --outstanding_;
+  if (reported_) return;
+  if (outstanding_ == 0 || so_far_.answered >= enough_) {
+    reported_ = true;
+    outcome_ = so_far_;
+  }
+}
+
+std::optional<quorum_release::tally> quorum_release::take_outcome() {
+  return std::exchange(outcome_, std::nullopt);
+}
+
+// Released once the nodes that answered leave too few that may still hold the key to form a
+// quorum: from then on no quorum can vouch for this lease, and the next holder may form its
+// own. With fewer answers, a quorum may still hold the key until it expires, and the caller is
+// told so (quorum_not_reached, or the error when no node answered at all) even if some node
+// did delete it.
+std::error_code quorum_release::judge(const tally& t, std::size_t nodes) {
+  if (t.answered >= release_quorum(nodes)) {
+    return t.released > 0 ? std::error_code() : std::error_code(errc::not_held);
+  }
+  if (t.answered == 0 && t.first_error) return t.first_error;
+  return errc::quorum_not_reached;
+}
+
+// ---- quorum_extend ----
+
+quorum_extend::quorum_extend(const lock_target& target, std::string token, milliseconds ttl,
+                             std::string successor, steady::time_point now,
+                             std::optional<steady::time_point> deadline)
+    : round_(target.nodes, now, ttl, target.drift_factor), deadline_(deadline) {
+  std::string ttl_text = std::to_string(ttl.count());
+  for (std::size_t i = 0; i < target.nodes; ++i) {
+    requests_.push_back(request{i + 1, i, &extend_script, {target.keys.key},
+                                {token, ttl_text, successor}, target.node_timeout});
+  }
+}
+
+std::vector<request> quorum_extend::take_requests() { return std::exchange(requests_, {}); }
+
+void quorum_extend::on_reply(std::uint64_t request_id, steady::time_point now, std::error_code ec,
+                             const reply& r) {
+  std::size_t node = request_id - 1;
+  if (node >= round_.size()) return;
+  if (ec) {
+    round_.failed(node, ec, r.is_error() ? r.str() : std::string());
+  } else if (r.is_integer() && r.integer() == 1) {
+    round_.granted(node, 0);
+  } else {
+    round_.taken(node, -1);  // gone, or someone else's
+  }
+  if (reported_ || !round_.decided()) return;
+  // Without a quorum, wait for the stragglers (at most node_timeout) while their votes could
+  // still prove the lease lost rather than the nodes down.
+  if (!round_.quorum_granted() && !round_.failure_settled()) return;
+  reported_ = true;
+  // An extend that lands after the old validity ended cannot vouch for the gap.
+  if (deadline_ && now >= *deadline_) {
+    outcome_ = verdict{errc::lease_expired, {}};
+  } else if (round_.quorum_granted()) {
+    outcome_ = verdict{{}, round_.valid_until()};
+  } else {
+    std::error_code failure = round_.failure();
+    outcome_ = verdict{failure == errc::not_acquired ? std::error_code(errc::lease_lost) : failure,
+                       {}};
+  }
+}
+
+std::optional<quorum_extend::verdict> quorum_extend::take_outcome() {
+  return std::exchange(outcome_, std::nullopt);
+}
+
+}  // namespace dlock::detail

@@ -1,0 +1,428 @@
+// algo/acquisition: the engine's decisions, with no server and no clock (time points are made
+// up, replies are written by hand). The simulator (tests/sim) drives the same engine against
+// simulated nodes; these tests pin the single decisions down.
+#include "algo/acquisition.hpp"
+
+#include <gtest/gtest.h>
+
+#include <climits>
+
+namespace dlock::detail {
+namespace {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+
+reply ints(std::initializer_list<std::int64_t> values) {
+  std::vector<reply> e;
+  for (auto v : values) e.push_back(reply::make_integer(v));
+  return reply::make_array(std::move(e));
+}
+
+semaphore_reply parse(const reply& r, bool fair) {
+  std::error_code ec;
+  auto out = parse_semaphore_reply(r, fair, ec);
+  EXPECT_FALSE(ec) << r.to_string();
+  return out;
+}
+
+const steady::time_point t0 = steady::time_point(1h);
+const auto no_deadline = steady::time_point::max();
+
+semaphore_target base_semaphore() {
+  semaphore_target t;
+  t.keys = semaphore_keys_for("s", false);
+  t.limit = 2;
+  t.ttl = 1000ms;
+  t.drift_factor = 0.01;
+  t.retry_delay = 40ms;
+  t.node_timeout = 100ms;
+  return t;
+}
+
+semaphore_target fair_semaphore() {
+  auto t = base_semaphore();
+  t.fair = true;
+  t.keys = semaphore_keys_for("s", true);
+  t.queue_ttl = 150ms;
+  return t;
+}
+
+// Begins an attempt and returns its one request (the acquire script).
+request attempt(acquisition& a, steady::time_point now, std::string channel = "") {
+  a.begin_attempt(now, {channel});
+  auto out = a.take_requests();
+  EXPECT_EQ(out.size(), 1u);
+  return out.empty() ? request{} : out.front();
+}
+
+void answer(acquisition& a, const request& r, steady::time_point now, const reply& rep,
+            std::error_code ec = {}) {
+  a.on_reply(r.id, now, ec, rep);
+}
+
+TEST(SemaphoreReplyTest, DecodesUnfairReplies) {
+  auto granted = parse(ints({1, 17}), false);
+  EXPECT_TRUE(granted.granted);
+  EXPECT_EQ(granted.ticket, 17);
+  auto full = parse(ints({0, 250}), false);
+  EXPECT_FALSE(full.granted);
+  EXPECT_FALSE(full.queued);
+  EXPECT_EQ(full.next_expiry_ms, 250);
+}
+
+TEST(SemaphoreReplyTest, DecodesFairReplies) {
+  auto granted = parse(ints({1, 5, 0}), true);
+  EXPECT_TRUE(granted.granted);
+  EXPECT_EQ(granted.ticket, 5);
+  auto queued = parse(ints({0, 9, 3}), true);
+  EXPECT_FALSE(queued.granted);
+  EXPECT_TRUE(queued.queued);
+  EXPECT_EQ(queued.ticket, 9);
+  auto left = parse(ints({0, 0, 3}), true);
+  EXPECT_FALSE(left.queued);
+}
+
+TEST(SemaphoreReplyTest, RejectsOtherShapes) {
+  for (const reply& r : {reply::make_integer(1), ints({1}), ints({1, 2, 3}), ints({2, 5}),
+                         reply::make_array({reply::make_string(reply::kind::string, "1"),
+                                            reply::make_integer(1)}),
+                         reply::make_nil()}) {
+    std::error_code ec;
+    parse_semaphore_reply(r, false, ec);
+    EXPECT_EQ(ec, errc::protocol_error) << r.to_string();
+  }
+  std::error_code ec;
+  parse_semaphore_reply(ints({1, 5}), true, ec);
+  EXPECT_EQ(ec, errc::protocol_error);
+}
+
+TEST(SemaphoreAcquisitionTest, GrantIsValidForTtlMinusDriftFromTheAttemptsStart) {
+  auto t = base_semaphore();
+  acquisition a(t, "tok", 1, no_deadline, 3, 0);
+  auto r = attempt(a, t0);
+  EXPECT_EQ(r.code, &sem_acquire_script);
+  EXPECT_EQ(r.args[0], "tok");
+  answer(a, r, t0 + 5ms, ints({1, 7}));
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_FALSE(o->ec);
+  EXPECT_EQ(o->fence, 7u);
+  EXPECT_EQ(o->token, "tok");
+  EXPECT_EQ(o->valid_until, t0 + 1000ms - 12ms);  // drift = 1000 * 0.01 + 2 ms
+  EXPECT_TRUE(a.take_requests().empty());  // the grant dequeued us: nothing to clean
+}
+
+TEST(SemaphoreAcquisitionTest, GrantArrivingAfterItsValidityIsRetriedThenDropped) {
+  auto t = base_semaphore();
+  acquisition a(t, "tok", 1, no_deadline, 2, 0);
+  answer(a, attempt(a, t0), t0 + 2s, ints({1, 7}));
+  EXPECT_TRUE(a.take_sleep());
+  answer(a, attempt(a, t0 + 3s), t0 + 5s, ints({1, 8}));
+  EXPECT_FALSE(a.take_outcome());  // not before the entry is gone
+  auto cleanup = a.take_requests();
+  ASSERT_EQ(cleanup.size(), 1u);
+  EXPECT_EQ(cleanup[0].code, &sem_release_script);  // the entry is ours and must go
+  EXPECT_EQ(cleanup[0].args[0], "tok");
+  a.on_reply(cleanup[0].id, t0 + 5s, {}, reply::make_integer(1));
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->ec, errc::lease_expired);
+}
+
+TEST(SemaphoreAcquisitionTest, RetriesWithJitterUntilAttemptsRunOut) {
+  auto t = base_semaphore();
+  acquisition a(t, "tok", 1, no_deadline, 3, 7919);
+  for (int i = 0; i < 2; ++i) {
+    answer(a, attempt(a, t0), t0, ints({0, 100'000}));
+    auto delay = a.take_sleep();
+    ASSERT_TRUE(delay);
+    EXPECT_GE(*delay, 20ms);
+    EXPECT_LE(*delay, 40ms);
+  }
+  answer(a, attempt(a, t0), t0, ints({0, 100'000}));
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->ec, errc::not_acquired);
+  EXPECT_TRUE(a.take_requests().empty());  // an unqueued unfair "no" leaves nothing behind
+  EXPECT_EQ(a.attempts_made(), 3);
+}
+
+TEST(SemaphoreAcquisitionTest, UnfairSleepsNoLongerThanUntilTheEarliestHolderExpires) {
+  auto t = base_semaphore();
+  acquisition a(t, "tok", 1, no_deadline, 3, 0);
+  answer(a, attempt(a, t0), t0, ints({0, 3}));
+  EXPECT_EQ(a.take_sleep(), steady::duration(4ms));
+}
+
+TEST(SemaphoreAcquisitionTest, DeadlineEndsTheWait) {
+  auto t = base_semaphore();
+  acquisition a(t, "tok", 1, t0 + 100ms, INT_MAX, 0);
+  answer(a, attempt(a, t0, "ch"), t0 + 10ms, ints({0, 100'000}));
+  EXPECT_TRUE(a.take_sleep());
+  answer(a, attempt(a, t0 + 80ms, "ch"), t0 + 90ms, ints({0, 100'000}));  // 90 + >= 20 > 100
+  EXPECT_FALSE(a.take_sleep());
+  auto cleanup = a.take_requests();  // it queued: the entry must go
+  ASSERT_EQ(cleanup.size(), 1u);
+  a.on_reply(cleanup[0].id, t0 + 91ms, {}, reply::make_integer(0));
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->ec, errc::not_acquired);
+}
+
+TEST(SemaphoreAcquisitionTest, AnAttemptThatCouldNotQueueIsFollowedByOneThatCan) {
+  // The first attempt went out without a channel (the inbox was not subscribed yet). The
+  // backstop would end after the deadline, yet the wait goes on until then: the driver cuts the
+  // sleep short once it can queue. If it cannot, no attempt starts at the deadline.
+  auto t = base_semaphore();
+  acquisition a(t, "tok", 1, t0 + 30ms, INT_MAX, 0);
+  answer(a, attempt(a, t0), t0 + 1ms, ints({0, 100'000}));
+  auto sleep = a.take_sleep();
+  ASSERT_TRUE(sleep);
+  EXPECT_EQ(*sleep, steady::duration(29ms));  // up to the deadline
+  a.begin_attempt(t0 + 30ms, {"ch"});
+  auto cleanup = a.take_requests();
+  ASSERT_EQ(cleanup.size(), 1u);
+  EXPECT_EQ(cleanup[0].code, &sem_release_script);
+  a.on_reply(cleanup[0].id, t0 + 31ms, {}, reply::make_integer(0));
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->ec, errc::not_acquired);
+  EXPECT_EQ(a.attempts_made(), 1);
+}
+
+TEST(SemaphoreAcquisitionTest, FairWaiterQueuesUntilItsLastAttempt) {
+  auto t = fair_semaphore();
+  acquisition a(t, "tok", 1, no_deadline, 2, 0);
+  auto first = attempt(a, t0);
+  EXPECT_EQ(first.code, &sem_fair_acquire_script);
+  EXPECT_EQ(first.args[4], "150");
+  answer(a, first, t0, ints({0, 4, 2}));
+  EXPECT_TRUE(a.take_sleep());
+  auto last = attempt(a, t0 + 40ms);
+  EXPECT_EQ(last.args[4], "0");  // last attempt: the server must not keep us
+  answer(a, last, t0 + 41ms, ints({0, 0, 1}));
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->ec, errc::not_acquired);
+  EXPECT_TRUE(a.take_requests().empty());
+}
+
+TEST(SemaphoreAcquisitionTest, FairWaiterThatGivesUpQueuedMustLeave) {
+  auto t = fair_semaphore();
+  acquisition a(t, "tok", 1, t0 + 50ms, INT_MAX, 0);
+  auto r = attempt(a, t0, "ch");
+  EXPECT_EQ(r.args[4], "150");  // could not know this is the last one
+  answer(a, r, t0 + 45ms, ints({0, 4, 2}));
+  auto cleanup = a.take_requests();
+  ASSERT_EQ(cleanup.size(), 1u);
+  EXPECT_EQ(cleanup[0].code, &sem_release_script);
+  // Near the deadline the waiter does not ask to be queued at all.
+  acquisition near(t, "tok2", 1, t0 + 50ms, INT_MAX, 0);
+  EXPECT_EQ(attempt(near, t0 + 31ms).args[4], "0");
+}
+
+TEST(SemaphoreAcquisitionTest, QueuesForWakeUpsOnlyWhenAnotherAttemptCanFollow) {
+  for (bool fair : {false, true}) {
+    auto t = fair ? fair_semaphore() : base_semaphore();
+    acquisition a(t, "tok", 1, no_deadline, 2, 0);
+    EXPECT_TRUE(a.queues_next(t0)) << fair;
+    auto r = attempt(a, t0, "dlock:wake:c");
+    EXPECT_EQ(r.args.back(), fair ? "dlock:wake:c" : "1000 dlock:wake:c") << fair;
+    answer(a, r, t0, fair ? ints({0, 4, 1}) : ints({0, 9}));
+    ASSERT_TRUE(a.take_sleep()) << fair;
+    EXPECT_FALSE(a.queues_next(t0 + 40ms)) << fair;  // out of attempts
+    // Even when the driver offers a channel, the last attempt does not queue.
+    EXPECT_EQ(attempt(a, t0 + 40ms, "dlock:wake:c").args.back(), "") << fair;
+    acquisition near(t, "tok", 1, t0 + 50ms, INT_MAX, 0);
+    // Fair: no sleep of >= 20 ms ends in time. Unfair: a holder's expiry may bring the next
+    // attempt forward to 1 ms, so it queues while that could follow.
+    EXPECT_EQ(near.queues_next(t0 + 31ms), !fair) << fair;
+    EXPECT_FALSE(near.queues_next(t0 + 49ms)) << fair;
+    EXPECT_TRUE(near.queues_next(t0)) << fair;
+  }
+}
+
+TEST(SemaphoreAcquisitionTest, TransportErrorsRetryButCleanUpWhenGivingUp) {
+  auto t = base_semaphore();
+  acquisition a(t, "tok", 1, no_deadline, 2, 0);
+  answer(a, attempt(a, t0), t0, reply{}, errc::timeout);
+  EXPECT_TRUE(a.take_sleep());
+  answer(a, attempt(a, t0), t0, reply{}, errc::connection_lost);
+  auto cleanup = a.take_requests();
+  ASSERT_EQ(cleanup.size(), 1u);  // the script may have run
+  a.on_reply(cleanup[0].id, t0, {}, reply::make_integer(0));
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->ec, errc::connection_lost);
+}
+
+TEST(SemaphoreAcquisitionTest, IncurableErrorsEndAtOnce) {
+  auto t = base_semaphore();
+  acquisition a(t, "tok", 1, no_deadline, 3, 0);
+  answer(a, attempt(a, t0), t0, reply{}, errc::wrong_type);
+  EXPECT_FALSE(a.take_sleep());
+  auto cleanup = a.take_requests();
+  ASSERT_EQ(cleanup.size(), 1u);
+  a.on_reply(cleanup[0].id, t0, {}, reply::make_integer(0));
+  EXPECT_EQ(a.take_outcome()->ec, errc::wrong_type);
+}
+
+// ---- locks ----
+
+lock_target lock_on(std::size_t nodes) {
+  lock_options o;
+  o.ttl = 1000ms;
+  o.retry_delay = 40ms;
+  return make_lock_target(nodes, "orders:42", o, 1000ms);
+}
+
+// Begins a round and returns its acquire requests, one per node.
+std::vector<request> round(acquisition& a, steady::time_point now,
+                           std::vector<std::string> channels = {}) {
+  a.begin_attempt(now, channels);
+  return a.take_requests();
+}
+
+TEST(LockAcquisitionTest, ARoundWritesItsOwnValueAndIsGrantedByAQuorum) {
+  auto t = lock_on(3);
+  acquisition a(t, "id", no_deadline, 3, 0);
+  auto rs = round(a, t0);
+  ASSERT_EQ(rs.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(rs[i].node, i);
+    EXPECT_EQ(rs[i].code, &acquire_script);
+    EXPECT_EQ(rs[i].args[0], "id.0");
+    EXPECT_EQ(rs[i].keys[0], "orders:42");
+  }
+  answer(a, rs[0], t0 + 1ms, ints({1, 5}));
+  EXPECT_FALSE(a.take_outcome());
+  answer(a, rs[2], t0 + 2ms, ints({1, 5}));
+  auto o = a.take_outcome();  // decided without the straggler
+  ASSERT_TRUE(o);
+  EXPECT_FALSE(o->ec);
+  EXPECT_EQ(o->token, "id.0");
+  EXPECT_EQ(o->fence, 5u);
+}
+
+TEST(LockAcquisitionTest, AFenceIsReportedOnlyOnceAQuorumHoldsIt) {
+  auto t = lock_on(3);
+  acquisition a(t, "id", no_deadline, 3, 0);
+  auto rs = round(a, t0);
+  answer(a, rs[0], t0, ints({1, 9}));
+  answer(a, rs[1], t0, ints({1, 4}));  // missed acquisitions while it was down
+  EXPECT_FALSE(a.take_outcome());
+  auto raise = a.take_requests();
+  ASSERT_EQ(raise.size(), 1u);
+  EXPECT_EQ(raise[0].code, &fence_raise_script);
+  EXPECT_EQ(raise[0].node, 1u);
+  EXPECT_EQ(raise[0].args[0], "9");
+  a.on_reply(raise[0].id, t0 + 1ms, {}, reply::make_integer(9));
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->fence, 9u);
+}
+
+TEST(LockAcquisitionTest, AFailedRoundCleansUpWhereItMayHaveSetBeforeRetrying) {
+  auto t = lock_on(3);
+  acquisition a(t, "id", no_deadline, 3, 0);
+  auto rs = round(a, t0);
+  answer(a, rs[0], t0, ints({0, 500}));             // taken: set nothing there
+  answer(a, rs[1], t0, reply{}, errc::timeout);     // may still run
+  answer(a, rs[2], t0, ints({1, 3}));               // granted, but no quorum can form
+  EXPECT_FALSE(a.take_sleep());  // not before our leftovers are gone
+  auto cleanup = a.take_requests();
+  ASSERT_EQ(cleanup.size(), 2u);
+  for (const auto& c : cleanup) {
+    EXPECT_EQ(c.code, &release_script);
+    EXPECT_EQ(c.args[0], "id.0");
+    EXPECT_NE(c.node, 0u);
+  }
+  a.on_reply(cleanup[0].id, t0, {}, reply::make_integer(0));
+  EXPECT_FALSE(a.take_sleep());
+  a.on_reply(cleanup[1].id, t0, {}, reply::make_integer(1));
+  EXPECT_TRUE(a.take_sleep());
+  EXPECT_EQ(round(a, t0 + 40ms)[0].args[0], "id.1");  // the next round's own value
+}
+
+TEST(LockAcquisitionTest, AHandoffIsTakenForTheRoundInFlightAndDatedFromItsStart) {
+  auto t = lock_on(1);
+  acquisition a(t, "id", no_deadline, 5, 0);
+  auto rs = round(a, t0, {"dlock:wake:c"});
+  EXPECT_EQ(rs[0].args[2], "1000 dlock:wake:c 1000 0");  // queued, accepting a handoff
+  EXPECT_TRUE(a.queued());
+  EXPECT_TRUE(a.on_handoff(t0 + 3ms, "12 0"));
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->token, "id.h0");
+  EXPECT_EQ(o->fence, 12u);
+  EXPECT_EQ(o->valid_until, t0 + 1000ms - 12ms);
+  EXPECT_TRUE(a.take_requests().empty());  // the handoff dequeued us
+}
+
+TEST(LockAcquisitionTest, AHandoffForAnEarlierRoundWaitsForTheNextRoundToAnswerTaken) {
+  auto t = lock_on(1);
+  acquisition a(t, "id", no_deadline, 5, 0);
+  answer(a, round(a, t0, {"ch"})[0], t0, ints({0, 500}));
+  ASSERT_TRUE(a.take_sleep());
+  auto second = round(a, t0 + 40ms, {"ch"});
+  EXPECT_FALSE(a.on_handoff(t0 + 41ms, "12 0"));  // round 1 may have taken the key over
+  answer(a, second[0], t0 + 42ms, ints({0, 900}));  // ... it did not: it ran before the release
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->token, "id.h0");
+
+  acquisition b(t, "id", no_deadline, 5, 0);
+  answer(b, round(b, t0, {"ch"})[0], t0, ints({0, 500}));
+  ASSERT_TRUE(b.take_sleep());
+  auto second_b = round(b, t0 + 40ms, {"ch"});
+  EXPECT_FALSE(b.on_handoff(t0 + 41ms, "12 0"));
+  answer(b, second_b[0], t0 + 42ms, ints({1, 13}));  // it ran after and took the key over
+  auto ob = b.take_outcome();
+  ASSERT_TRUE(ob);
+  EXPECT_EQ(ob->token, "id.1");
+  EXPECT_EQ(ob->fence, 13u);
+}
+
+TEST(LockAcquisitionTest, AHandoffThatCameTooLateIsGivenBack) {
+  auto t = lock_on(1);
+  acquisition a(t, "id", no_deadline, 5, 0);
+  round(a, t0, {"ch"});
+  EXPECT_FALSE(a.on_handoff(t0 + 2s, "12 0"));
+  auto back = a.take_requests();
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].code, &release_script);
+  EXPECT_EQ(back[0].args[0], "id.h0");  // only its own value
+}
+
+TEST(LockAcquisitionTest, GivingUpLeavesTheQueueAndGivesBackALateHandoff) {
+  auto t = lock_on(1);
+  acquisition a(t, "id", no_deadline, 2, 0);
+  answer(a, round(a, t0, {"ch"})[0], t0, ints({0, 500}));
+  ASSERT_TRUE(a.take_sleep());
+  answer(a, round(a, t0 + 40ms, {"ch"})[0], t0 + 41ms, ints({0, 500}));
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->ec, errc::not_acquired);
+  auto leave = a.take_requests();
+  ASSERT_EQ(leave.size(), 1u);
+  EXPECT_EQ(leave[0].code, &release_script);
+  EXPECT_EQ(leave[0].args, (std::vector<std::string>{"id", "give-up"}));
+}
+
+TEST(LockAcquisitionTest, FailuresAreClassifiedForTheirCallers) {
+  node_results mixed(3);
+  mixed[0].outcome = node_result::vote::taken;
+  mixed[1].outcome = node_result::vote::failed;
+  mixed[2].outcome = node_result::vote::granted;
+  EXPECT_EQ(classify_failure(errc::quorum_not_reached, mixed), failure_kind::contention);
+  mixed[2].outcome = node_result::vote::failed;
+  EXPECT_EQ(classify_failure(errc::quorum_not_reached, mixed), failure_kind::unavailable);
+  EXPECT_EQ(classify_failure(errc::not_acquired, mixed), failure_kind::contention);
+  EXPECT_EQ(classify_failure(errc::timeout, mixed), failure_kind::unavailable);
+  EXPECT_EQ(classify_failure(errc::wrong_type, mixed), failure_kind::fatal);
+  EXPECT_EQ(classify_failure(errc::auth_failed, mixed), failure_kind::fatal);
+}
+
+}  // namespace
+}  // namespace dlock::detail
