@@ -9,6 +9,7 @@
 #include "sim_checker.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 namespace dlock::sim {
@@ -105,9 +106,30 @@ void checker::open_claim(std::size_t c, const std::string& token, std::uint64_t 
     violation("c" + std::to_string(c) + " claims token " + token + " held by only " +
               std::to_string(held) + " of " + std::to_string(nodes_) + " nodes:" + where);
   }
+  if (safety_ && fences_ && holders_ && held >= quorum_) check_key_outlives(k);
   if (c >= current_.size()) current_.resize(c + 1);
   current_[c] = claims_.size();
   claims_.push_back(std::move(k));
+}
+
+void checker::check_key_outlives(const claim& k) {
+  std::vector<sim_time> deaths;
+  std::string where;
+  for (std::size_t i = 0; i < nodes_; ++i) {
+    if (!k.holders[i]) continue;
+    auto& n = w_.redis(i);
+    n.set_time(w_.wall_ms());
+    auto pttl = n.exec({"PTTL", keys_.key}).integer();
+    // Redis expires a key once its clock passes the deadline: the first true microsecond of
+    // the millisecond after now + PTTL. No expiry: it outlives any claim.
+    sim_time death = pttl < 0 ? INT64_MAX : (w_.now() / 1000 + pttl + 1) * 1000;
+    deaths.push_back(death);
+    where += " n" + std::to_string(i) + " until " + (pttl < 0 ? "forever" : format_time(death));
+  }
+  std::sort(deaths.rbegin(), deaths.rend());
+  if (deaths.size() >= quorum_ && deaths[quorum_ - 1] < k.end) {
+    violation("VALIDITY: " + describe(k) + " outlives its key on a quorum:" + where);
+  }
 }
 
 void checker::extended(std::size_t c, steady::time_point valid_until) {
@@ -122,7 +144,17 @@ void checker::extended(std::size_t c, steady::time_point valid_until) {
     return open_claim(c, old.token, old.fence, end);
   }
   k->end = end;
-  for (std::size_t i = 0; i < nodes_; ++i) k->holders[i] = value_on(i) == k->token;
+  std::size_t held = 0;
+  for (std::size_t i = 0; i < nodes_; ++i) {
+    k->holders[i] = value_on(i) == k->token;
+    held += k->holders[i];
+  }
+  if (!safety_ || !fences_ || !holders_) return;
+  if (held < quorum_) {
+    return violation("HOLDERS: c" + std::to_string(c) + " extended " + describe(*k) +
+                     " but only " + std::to_string(held) + " node(s) hold it");
+  }
+  check_key_outlives(*k);
 }
 
 void checker::ended(std::size_t c, const std::string& why) {

@@ -5,7 +5,9 @@
 //                       or an extend loses the lease; an extend moves valid_until)
 //     fences            each grant's fence is above every earlier grant's
 //     born valid        no grant is reported already expired on the client's clock
-//     holders           while a claim lasts, a quorum of nodes holds its exact token
+//     holders           while a claim lasts, a quorum of nodes holds its exact token, and
+//                       when it begins or is extended, the key lives on a quorum (by PTTL)
+//                       until the claim's end at least
 //     ownership         a script changes the lock key only when its caller owns it: release
 //                       and extend compare the exact value (give-up: the acquisition's
 //                       prefix), acquire takes over only a free key or one of its own id
@@ -71,7 +73,9 @@ class checker {
   claim* active(std::size_t c);
   void open_claim(std::size_t c, const std::string& token, std::uint64_t fence, sim_time end);
   std::optional<std::string> value_on(std::size_t i);
-  void look_at_holders(claim& k, std::size_t i);
+  // Holds for the claim's nodes: the quorum-th longest remaining life of its key (PTTL) covers
+  // the claim's end.
+  void check_key_outlives(const claim& k);
   std::string describe(const claim& k) const;
 
   world& w_;

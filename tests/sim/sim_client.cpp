@@ -1,14 +1,18 @@
-// The client's loop. Acquiring follows the engine's driver loop (algo/acquisition.hpp):
-// channels for the subscribed inboxes when queues_next(), begin_attempt, send what
-// take_requests gives, feed the answers, and then either sleep what take_sleep says or finish
-// with take_outcome (sending its leftovers first). Wake-ups follow wake_waiter::on_wake
-// (net/inbox.cpp): a handoff goes to on_handoff first; a plain wake-up, or a handoff the
-// engine would not take, ends the sleep at once, or, mid-attempt, skips the next sleep. A lost
-// confirmed subscription wakes the waiter as well (inbox::on_drop).
+// The client's loop. Acquiring follows the engine's driver loop (algo/acquisition.hpp) as
+// acquire_run carries it out: channels for the subscribed inboxes when queues_next(),
+// begin_attempt, send what take_requests gives, feed the answers, and then either sleep what
+// take_sleep says or finish with take_outcome (sending its leftovers first). Sleeping and
+// waking follow wake_waiter (net/inbox.cpp): a handoff goes to on_handoff first; a plain
+// wake-up, or a handoff the engine would not take, ends the sleep at once, or, mid-attempt,
+// skips the next sleep; a lost confirmed subscription wakes the waiter too (inbox::on_drop);
+// a sleep subscribes the missing inboxes, and one that follows an attempt that could not queue
+// everywhere ends once they are subscribed.
 //
 // Pacing is checked on what the engine asks for: no sleep shorter than retry_delay / 2, except
 // down to the shortest "taken" holder's PTTL + 1 ms (the engine may wake at the holder's
-// expiry); attempts the driver begins early are counted, one per wake-up at most.
+// expiry) or a sleep that ends at the deadline; no attempt after a full sleep goes out before
+// that floor. Attempts the driver begins early (woken, inboxes subscribed) are counted, at
+// most one per wake-up.
 #include "sim_client.hpp"
 
 #include <algorithm>
@@ -77,13 +81,21 @@ void sim_client::next_cycle() {
   std::string id = who() + "x" + std::to_string(cycle_);
   acq_.emplace(target_, id, deadline, attempts, rnd.next());
   acquire_began_ = w_.now();
-  in_attempt_ = sleeping_ = wake_pending_ = false;
+  deadline_ = deadline;
+  in_attempt_ = sleeping_ = wake_pending_ = queued_everywhere_ = stopped_ = false;
   wakes_unused_ = 0;
+  next_attempt_floor_ = {};
   if (w_.tracing()) {
     static constexpr const char* names[] = {"try once", "bounded", "deadline", "unbounded"};
     w_.note(who() + " starts acquisition " + id + " (" + names[static_cast<int>(mode_)] +
             (mode_ == mode::bounded ? ", " + std::to_string(attempts) + " attempts" : "") +
             (mode_ == mode::deadline ? ", deadline in " + show(deadline - now()) : "") + ")");
+  }
+  // Sometimes the caller gives up from outside (a stop_token, the CLI's Ctrl-C).
+  if (mode_ != mode::try_once && !unbounded_only_ && rnd.chance(0.1)) {
+    w_.at_client(c_, w_.now() + rnd.between(0, 2 * ttl_us), [this, cycle = cycle_] {
+      if (cycle == cycle_) stop_waiting();
+    });
   }
   begin_attempt(cause::first);
 }
@@ -92,7 +104,13 @@ void sim_client::next_cycle() {
 
 void sim_client::begin_attempt(cause why) {
   ++stats_.attempts;
-  if (mode_ == mode::unbounded) {
+  if (why == cause::woken) {
+    ++stats_.woken_attempts;
+    if (wakes_unused_ == 0) check_.violation("PACING: " + who() + " began an attempt early without a wake-up");
+    if (wakes_unused_ > 0) --wakes_unused_;
+  }
+  if (why == cause::subscribed) ++stats_.subscribed_attempts;
+  if (mode_ == mode::unbounded && !stopped_) {
     // Still waiting although the lock has been free too long: no need to wait for the end.
     sim_time free = check_.free_time(std::max(acquire_began_, liveness_.quiet_from), w_.now());
     if (free > liveness_.max_free_wait) {
@@ -102,16 +120,16 @@ void sim_client::begin_attempt(cause why) {
                        " since the faults ended (bound " + format_time(liveness_.max_free_wait) + ")");
     }
   }
-  if (why == cause::woken) {
-    ++stats_.woken_attempts;
-    if (wakes_unused_ == 0) check_.violation("PACING: " + who() + " began an attempt early without a wake-up");
-    if (wakes_unused_ > 0) --wakes_unused_;
-  }
   auto t = now();
+  // wake_waiter::begin_attempt: a channel where the node's inbox is subscribed.
+  bool queue = target_.wake_on_release && acq_->queues_next(t);
   std::vector<std::string> channels(target_.nodes);
-  if (target_.wake_on_release && acq_->queues_next(t)) {
-    for (std::size_t i = 0; i < target_.nodes; ++i) {
-      if (w_.subscribed(c_, i)) channels[i] = w_.wake_channel(c_);
+  queued_everywhere_ = queue;
+  for (std::size_t i = 0; queue && i < target_.nodes; ++i) {
+    if (w_.subscribed(c_, i)) {
+      channels[i] = w_.wake_channel(c_);
+    } else {
+      queued_everywhere_ = false;
     }
   }
   in_attempt_ = true;
@@ -120,14 +138,19 @@ void sim_client::begin_attempt(cause why) {
   attempt_requests_.clear();
   shortest_holder_ttl_ms_.reset();
   if (w_.tracing()) {
+    static constexpr const char* causes[] = {"", " (after sleeping)", " (woken)", " (inbox subscribed)"};
     std::string where;
-    for (std::size_t i = 0; i < channels.size(); ++i) where += channels[i].empty() ? " -" : " q";
+    for (const auto& channel : channels) where += channel.empty() ? " -" : " q";
     w_.note(who() + " attempt " + std::to_string(acq_->attempts_made() + 1) + " of " + acq_->id() +
-            (why == cause::woken ? " (woken)" : why == cause::backstop ? " (after sleeping)" : "") +
-            ", queueing:" + where);
+            causes[static_cast<int>(why)] + ", queueing:" + where);
   }
   acq_->begin_attempt(t, channels);
   pump();
+  if (why == cause::backstop && !attempt_requests_.empty() && t < next_attempt_floor_) {
+    check_.violation("PACING: " + who() + "'s attempt " + std::to_string(acq_->attempts_made()) +
+                     " of " + acq_->id() + " went out " + show(next_attempt_floor_ - t) +
+                     " before the retry policy allows");
+  }
 }
 
 void sim_client::pump() {
@@ -173,26 +196,51 @@ void sim_client::on_acquisition_reply(std::uint64_t cycle, std::uint64_t id, std
   pump();
 }
 
+// The engine's sleep is at least retry_delay / 2, or down to the shortest holder's PTTL + 1 ms
+// when that holder expires sooner; shorter only when it ends at the deadline, after which no
+// attempt may go out. The next attempt is held to that floor (checked when it begins).
 void sim_client::go_to_sleep(steady::duration sleep) {
   in_attempt_ = false;
+  auto t = now();
   steady::duration shortest = target_.retry_delay / 2;
   if (shortest_holder_ttl_ms_) {
     shortest = std::min(shortest, steady::duration(milliseconds(*shortest_holder_ttl_ms_ + 1)));
   }
-  if (sleep < shortest) {
+  bool ends_at_deadline = deadline_ != steady::time_point::max() && t + sleep >= deadline_;
+  if (sleep < shortest && !ends_at_deadline) {
     check_.violation("PACING: " + who() + " told to sleep " + show(sleep) + " after attempt " +
                      std::to_string(acq_->attempts_made()) + ", less than " + show(shortest));
   }
-  // Woken during the attempt: the next one begins at once (a zero timer, as wake_waiter).
-  bool early = std::exchange(wake_pending_, false);
+  next_attempt_floor_ = t + shortest;
+  // wake_waiter::sleep: at once when woken during the attempt, or when every inbox is
+  // subscribed now although the attempt could not queue everywhere; and it subscribes the
+  // missing inboxes, whose confirmation ends the sleep (on_subscribed).
+  bool all_subscribed = true;
+  for (std::size_t i = 0; target_.wake_on_release && i < target_.nodes; ++i) {
+    if (!w_.subscribed(c_, i)) {
+      all_subscribed = false;
+      w_.subscribe(c_, i);
+    }
+  }
+  cause next = cause::backstop;
+  sim_time at = w_.when(c_, t + sleep);
+  if (wake_pending_) {
+    next = cause::woken;
+    at = w_.now();
+  } else if (target_.wake_on_release && all_subscribed && !queued_everywhere_) {
+    next = cause::subscribed;
+    at = w_.now();
+  }
+  wake_pending_ = false;
   sleeping_ = true;
   auto id = ++sleep_id_;
-  sim_time at = early ? w_.now() : w_.when(c_, now() + sleep);
-  if (w_.tracing()) w_.note(who() + " sleeps " + (early ? "0 (woken during the attempt)" : show(sleep)));
-  w_.at_client(c_, at, [this, cycle = cycle_, id, early] {
+  if (w_.tracing()) {
+    w_.note(who() + " sleeps " + (next == cause::backstop ? show(sleep) : "0 (" + std::string(next == cause::woken ? "woken during the attempt" : "inboxes subscribed now") + ")"));
+  }
+  w_.at_client(c_, at, [this, cycle = cycle_, id, next] {
     if (cycle != cycle_ || !sleeping_ || id != sleep_id_) return;
     sleeping_ = false;
-    begin_attempt(early ? cause::woken : cause::backstop);
+    begin_attempt(next);
   });
 }
 
@@ -215,6 +263,15 @@ void sim_client::on_message(std::size_t node, std::string_view payload) {
   wake();
 }
 
+void sim_client::on_subscribed(std::size_t) {
+  // A sleep after an attempt that could not queue everywhere ends when an inbox it was
+  // waiting for is subscribed (wake_waiter::sleep; it waits for all it started, we for one).
+  if (phase_ != phase::acquiring || !sleeping_ || queued_everywhere_ || !target_.wake_on_release) return;
+  sleeping_ = false;
+  ++sleep_id_;
+  begin_attempt(cause::subscribed);
+}
+
 void sim_client::on_subscription_lost(std::size_t) {
   if (phase_ != phase::acquiring || !acq_ || acq_->done() || !acq_->queued()) return;
   wake();
@@ -233,10 +290,23 @@ void sim_client::wake() {
   begin_attempt(cause::woken);
 }
 
+void sim_client::stop_waiting() {
+  if (phase_ != phase::acquiring || !acq_ || acq_->done()) return;
+  ++stats_.stops;
+  stopped_ = true;
+  if (w_.tracing()) w_.note(who() + " stops waiting for " + acq_->id());
+  acq_->stop(now(), errc::cancelled);
+  pump();
+}
+
 void sim_client::finish_acquisition(const detail::acquisition::outcome& o) {
   in_attempt_ = sleeping_ = wake_pending_ = false;
   ++sleep_id_;
-  if (mode_ == mode::unbounded) {
+  if (stopped_ && !o.ec) {
+    check_.violation("STOP: " + who() + "'s acquisition " + acq_->id() + " was granted (" +
+                     o.token + ") after stop()");
+  }
+  if (mode_ == mode::unbounded && !stopped_) {
     if (o.ec) {
       check_.violation("LIVENESS: " + who() + "'s unbounded acquisition " + acq_->id() +
                        " gave up: " + o.ec.message());

@@ -3,11 +3,13 @@
 //   liveness_rule  when faults are over, and how long an unbounded waiter may then wait
 //   client_stats   what the client did, for the report
 //   sim_client     a loop of cycles: acquire (try once, a few attempts, until a deadline, or
-//                  without bound) with detail::acquisition, hold (sometimes past the TTL,
+//                  without bound; sometimes stopped from outside, as a cancelled wait) with
+//                  detail::acquisition, hold (sometimes past the TTL,
 //                  sometimes extending with detail::quorum_extend), release with
 //                  detail::quorum_release (or abandon the lease), idle, again
-// The client drives the engine as lock_core does (the loop in algo/acquisition.hpp), with the
-// wake-ups of net/inbox.cpp's wake_waiter, and the engine sees only this client's clock. It
+// The client drives the engine as acquire_run does (the loop in algo/acquisition.hpp), with the
+// sleeps and wake-ups of net/inbox.cpp's wake_waiter, and the engine sees only this client's
+// clock. It
 // reports grants, extends and the ends of its claims to the checker, and checks the pacing of
 // its attempts and the liveness of its unbounded waits itself.
 // Not thread-safe: part of one world.
@@ -36,9 +38,9 @@ struct liveness_rule {
 };
 
 struct client_stats {
-  std::uint64_t acquisitions = 0, grants = 0, handoffs = 0, failures = 0, attempts = 0,
-                woken_attempts = 0, wakes = 0, extends = 0, lost_leases = 0, releases = 0,
-                abandoned = 0;
+  std::uint64_t acquisitions = 0, grants = 0, handoffs = 0, failures = 0, stops = 0,
+                attempts = 0, woken_attempts = 0, subscribed_attempts = 0, wakes = 0,
+                extends = 0, lost_leases = 0, releases = 0, abandoned = 0;
   sim_time longest_free_wait = 0;  // the largest unclaimed wait of an unbounded acquisition
 };
 
@@ -54,6 +56,7 @@ class sim_client {
   void start(sim_time at);
   // From the world: a message on the client's wake channel, a lost subscription.
   void on_message(std::size_t node, std::string_view payload);
+  void on_subscribed(std::size_t node);
   void on_subscription_lost(std::size_t node);
 
   bool done() const noexcept { return phase_ == phase::done; }
@@ -64,7 +67,9 @@ class sim_client {
  private:
   enum class phase { idle, acquiring, holding, releasing, done };
   enum class mode { try_once, bounded, deadline, unbounded };
-  enum class cause { first, backstop, woken };
+  // Why an attempt begins: the first, the sleep ran out, a wake-up ended it, or an inbox
+  // became subscribed while the last attempt could not queue everywhere (wake_waiter::sleep).
+  enum class cause { first, backstop, woken, subscribed };
 
   steady::time_point now() const { return w_.clock(c_); }
   void next_cycle();
@@ -74,6 +79,7 @@ class sim_client {
   void on_acquisition_reply(std::uint64_t cycle, std::uint64_t id, std::error_code ec, reply r);
   void go_to_sleep(steady::duration sleep);
   void wake();
+  void stop_waiting();
   void finish_acquisition(const detail::acquisition::outcome& o);
   void hold(const std::string& token, std::uint64_t fence, steady::time_point valid_until);
   void extend();
@@ -98,7 +104,12 @@ class sim_client {
   mode mode_ = mode::try_once;
   sim_time acquire_began_ = 0;
   bool in_attempt_ = false, sleeping_ = false, wake_pending_ = false;
+  bool queued_everywhere_ = false;  // the last attempt had a channel for every node
+  bool stopped_ = false;            // stop() was called
   std::uint64_t sleep_id_ = 0;
+  steady::time_point deadline_{};
+  // After a sleep, no attempt that sends anything before this (client clock).
+  steady::time_point next_attempt_floor_{};
   std::vector<std::uint64_t> attempt_requests_;   // the current attempt's acquire requests
   std::optional<std::int64_t> shortest_holder_ttl_ms_;  // among its "taken" answers
   std::uint64_t wakes_unused_ = 0;  // wake-ups received and not yet turned into an attempt

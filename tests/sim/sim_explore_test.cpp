@@ -68,6 +68,8 @@ void explore(topology t) {
     worst_wait_share = std::max(worst_wait_share, static_cast<double>(result.clients.longest_free_wait) /
                                                       static_cast<double>(result.max_free_wait));
     if (result.failure.empty()) continue;
+    std::printf("seed %llu failed: %s\n", static_cast<unsigned long long>(seed),
+                result.failure.c_str());
     if (++failures > 3) continue;  // the first three are reported in full
     auto traced = run_schedule(config, true);
     EXPECT_EQ(traced.failure, result.failure) << "seed " << seed << " did not replay the same";

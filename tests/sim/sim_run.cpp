@@ -7,8 +7,6 @@
 #include <algorithm>
 #include <memory>
 
-#include "net/inbox.hpp"
-
 namespace dlock::sim {
 namespace {
 
@@ -30,14 +28,15 @@ const char* name(topology t) {
 sim_time us(milliseconds d) { return microseconds(d).count(); }
 
 // Every fault that happens, drawn at its time.
-enum class fault_kind { drop, node_pause, crash, client_pause, amnesia_after_ttl, amnesia };
+enum class fault_kind { drop, node_pause, crash, client_pause, amnesia_after_ttl, amnesia, script_flush };
 
 fault_kind pick(rng& r, const fault_mix& m) {
-  int weights[] = {m.drop, m.node_pause, m.crash, m.client_pause, m.amnesia_after_ttl, m.amnesia};
+  int weights[] = {m.drop,   m.node_pause,        m.crash,   m.client_pause,
+                   m.amnesia_after_ttl, m.amnesia, m.script_flush};
   int total = 0;
   for (int w : weights) total += w;
   auto roll = static_cast<int>(r.below(static_cast<std::uint64_t>(total)));
-  for (int k = 0; k < 6; ++k) {
+  for (int k = 0; k < 7; ++k) {
     if (roll < weights[k]) return static_cast<fault_kind>(k);
     roll -= weights[k];
   }
@@ -84,8 +83,9 @@ run_config make_config(std::uint64_t seed, topology t) {
     c.faults.client_pause = static_cast<int>(r.between(0, 2));
     c.faults.amnesia_after_ttl = r.chance(0.1) ? 1 : 0;
     c.faults.amnesia = r.chance(0.03) ? 1 : 0;
+    c.faults.script_flush = static_cast<int>(r.between(0, 2));
     if (c.faults.drop + c.faults.node_pause + c.faults.crash + c.faults.client_pause +
-            c.faults.amnesia_after_ttl + c.faults.amnesia == 0) {
+            c.faults.amnesia_after_ttl + c.faults.amnesia + c.faults.script_flush == 0) {
       c.faults.drop = 1;
     }
   }
@@ -108,7 +108,8 @@ std::string run_config::describe() const {
          std::to_string(faults.drop) + ", node pause " + std::to_string(faults.node_pause) +
          ", crash " + std::to_string(faults.crash) + ", client pause " +
          std::to_string(faults.client_pause) + ", amnesia after ttl " +
-         std::to_string(faults.amnesia_after_ttl) + ", amnesia " + std::to_string(faults.amnesia) + ")";
+         std::to_string(faults.amnesia_after_ttl) + ", amnesia " + std::to_string(faults.amnesia) +
+         ", script flush " + std::to_string(faults.script_flush) + ")";
   }
   if (bug == client_bug::taken_as_granted) s += "; BUG: taken as granted";
   if (bug == client_bug::double_validity) s += "; BUG: double validity";
@@ -151,6 +152,7 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
       case fault_kind::crash: d = rnd.between(ms(1), 2 * ttl); break;
       case fault_kind::amnesia_after_ttl: d = ttl + rnd.between(ms(1), ttl); break;
       case fault_kind::amnesia: d = rnd.between(0, ttl / 2); break;
+      case fault_kind::script_flush: break;
     }
     plan.emplace_back(kind, d);
     quiet = std::max(quiet, t + d);
@@ -180,6 +182,7 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
   w.on_message = [&](std::size_t k, std::size_t i, std::string_view payload) {
     clients[k]->on_message(i, payload);
   };
+  w.on_subscribed = [&](std::size_t k, std::size_t i) { clients[k]->on_subscribed(i); };
   w.on_subscription_lost = [&](std::size_t k, std::size_t i) { clients[k]->on_subscription_lost(i); };
 
   for (std::size_t f = 0; f < plan.size(); ++f) {
@@ -193,6 +196,7 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
           break;
         }
         case fault_kind::node_pause: w.pause_node(node, d); break;
+        case fault_kind::script_flush: w.flush_scripts(node); break;
         case fault_kind::crash: w.crash_node(node, d, true); break;
         case fault_kind::client_pause: w.pause_client(r.below(c.clients), d); break;
         case fault_kind::amnesia_after_ttl:

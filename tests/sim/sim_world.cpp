@@ -307,6 +307,7 @@ void world::arrive_subscribe(std::uint64_t link_id) {
     if (!l.client_open || sub.link != link_id) return;
     sub.state = sub_state::subscribed;
     if (tracing_) note("c" + std::to_string(l.client) + " subscribed on n" + std::to_string(l.node));
+    if (on_subscribed) on_subscribed(l.client, l.node);
   });
 }
 
@@ -413,6 +414,12 @@ void world::restart_node(std::size_t i, bool persisted) {
   n.redis->restart(persisted);
   n.down = false;
   if (tracing_) note("n" + std::to_string(i) + " is back (" + std::to_string(n.redis->dump().size()) + " keys)");
+}
+
+void world::flush_scripts(std::size_t i) {
+  if (nodes_[i].down) return;
+  if (tracing_) note("FAULT: n" + std::to_string(i) + " SCRIPT FLUSH");
+  nodes_[i].redis->exec({"SCRIPT", "FLUSH"});
 }
 
 void world::pause_client(std::size_t c, sim_time duration) {

@@ -40,9 +40,6 @@
 #include <system_error>
 #include <vector>
 
-// acquisition.hpp names semaphore_options without including its header.
-#include "dlock/semaphore.hpp"
-// Then:
 #include "algo/acquisition.hpp"
 #include "dlock/reply.hpp"
 #include "sim_node.hpp"
@@ -123,9 +120,10 @@ class world {
   // How long after losing a subscription the client subscribes again: random in [0, max].
   void set_resubscribe_delay(sim_time max) { resubscribe_max_ = max; }
 
-  // Delivered on the client: a message published to its channel on node i, and the loss of a
-  // confirmed subscription (a message may have been lost with it).
+  // Delivered on the client: a message published to its channel on node i, a confirmed
+  // subscription, and the loss of one (a message may have been lost with it).
   std::function<void(std::size_t c, std::size_t i, std::string_view payload)> on_message;
+  std::function<void(std::size_t c, std::size_t i)> on_subscribed;
   std::function<void(std::size_t c, std::size_t i)> on_subscription_lost;
   // Around every EVALSHA or EVAL on a node (after set_time; an EVALSHA answered NOSCRIPT runs
   // nothing, but is reported too): the checker's hooks.
@@ -146,6 +144,8 @@ class world {
   // Down for `down_for`, then restarts: with `persisted` (AOF, fsync always) it keeps the keys
   // that have not expired meanwhile, without it it comes back empty.
   void crash_node(std::size_t i, sim_time down_for, bool persisted);
+  // SCRIPT FLUSH: the next EVALSHA of every script answers NOSCRIPT.
+  void flush_scripts(std::size_t i);
   // A stop-the-world pause of the client process (GC, swapping, SIGSTOP).
   void pause_client(std::size_t c, sim_time duration);
 
