@@ -4,8 +4,8 @@
 // lasts, to a later validity. Checking each claim against the others when it begins is then
 // enough for mutual exclusion: an overlap always shows at the later one's beginning.
 //
-// The node-side checks read the lock key with GET on the simulated node (after the world set
-// its clock). A GET also expires a key that is due, which changes nothing a script could see.
+// The node-side checks read the lock key as GET and PTTL would (node::peek, after the world set
+// the node's clock), without running commands.
 #include "sim_checker.hpp"
 
 #include <algorithm>
@@ -51,10 +51,7 @@ bool checker::claiming(std::size_t c) const {
 std::optional<std::string> checker::value_on(std::size_t i) {
   auto& n = w_.redis(i);
   n.set_time(w_.wall_ms());
-  reply r = n.exec({"GET", keys_.key});
-  if (r.is_nil()) return std::nullopt;
-  if (r.is_error()) return "<" + r.str() + ">";
-  return r.str();
+  return n.peek(keys_.key);
 }
 
 // --- claims ---
@@ -72,7 +69,7 @@ void checker::granted(std::size_t c, const std::string& token, std::uint64_t fen
     violation("c" + std::to_string(c) + " granted " + token + " already expired on its clock");
     return;
   }
-  if (safety_ && fences_ && last_fence_ && fence <= *last_fence_) {
+  if (safety_ && fences_ && fence_order_ && last_fence_ && fence <= *last_fence_) {
     violation("c" + std::to_string(c) + " granted " + token + " with fence " +
               std::to_string(fence) + ", not above the previous grant's " +
               std::to_string(*last_fence_));
@@ -119,7 +116,7 @@ void checker::check_key_outlives(const claim& k) {
     if (!k.holders[i]) continue;
     auto& n = w_.redis(i);
     n.set_time(w_.wall_ms());
-    auto pttl = n.exec({"PTTL", keys_.key}).integer();
+    auto pttl = n.peek_pttl(keys_.key);
     // Redis expires a key once its clock passes the deadline: the first true microsecond of
     // the millisecond after now + PTTL. No expiry: it outlives any claim.
     sim_time death = pttl < 0 ? INT64_MAX : (w_.now() / 1000 + pttl + 1) * 1000;

@@ -50,8 +50,10 @@ class checker {
   void leave_assumptions(const std::string& why);
   void forget_fences(const std::string& why);
   // Off: only the claims themselves are compared (sim_checker_test proves that mutual exclusion
-  // alone catches a broken client, not just the holders check, which usually fires first).
+  // alone catches a broken client, not just the holders and fence checks, which often fire
+  // first).
   void check_holders(bool on) { holders_ = on; }
+  void check_fences(bool on) { fence_order_ = on; }
   bool within_assumptions() const noexcept { return safety_; }
 
   // True time in [from, to] during which nobody claimed the lock.
@@ -81,7 +83,7 @@ class checker {
   world& w_;
   lock_keys keys_;
   std::size_t nodes_, quorum_;
-  bool safety_ = true, fences_ = true, holders_ = true;
+  bool safety_ = true, fences_ = true, holders_ = true, fence_order_ = true;
   std::vector<claim> claims_;                  // every claim, in the order they began
   std::vector<std::optional<std::size_t>> current_;  // per client: its latest claim
   std::optional<std::uint64_t> last_fence_;

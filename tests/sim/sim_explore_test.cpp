@@ -20,7 +20,7 @@
 namespace dlock::sim {
 namespace {
 
-constexpr std::uint64_t default_seeds = 4000;
+constexpr std::uint64_t default_seeds = 2400;
 
 std::optional<std::uint64_t> env_number(const char* name) {
   const char* v = std::getenv(name);

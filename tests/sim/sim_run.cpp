@@ -125,6 +125,7 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
   auto& rnd = w.random();
   checker check(w, lock_keys_for(lock_name), c.nodes);
   check.check_holders(c.check_holders);
+  check.check_fences(c.check_fences);
   w.before_script = [&](std::size_t i, const detail::request& r) { check.before_script(i, r); };
   w.after_script = [&](std::size_t i, const detail::request& r, const reply& answer) {
     check.after_script(i, r, answer);

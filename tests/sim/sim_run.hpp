@@ -46,7 +46,8 @@ struct run_config {
   fault_mix faults;
   sim_time resubscribe_max = 0;
   client_bug bug = client_bug::none;
-  bool check_holders = true;
+  bool check_holders = true;  // holders and the key's remaining life
+  bool check_fences = true;
   bool unbounded_only = false;  // every acquisition is a lock() (for liveness repros)
 
   std::string describe() const;
