@@ -90,7 +90,18 @@ run_config make_config(std::uint64_t seed, topology t) {
     }
   }
   c.resubscribe_max = r.between(0, 3 * us(c.lock.retry_delay));
+  if (c.nodes > 1 && r.chance(0.3)) {
+    c.far_node = r.below(c.nodes);
+    c.far_factor = r.between(3, 20);
+  }
   return c;
+}
+
+network_profile scaled(network_profile p, std::int64_t factor) {
+  p.min_delay *= factor;
+  p.max_delay *= factor;
+  p.spike_max *= factor;
+  return p;
 }
 
 std::string run_config::describe() const {
@@ -110,6 +121,9 @@ std::string run_config::describe() const {
          std::to_string(faults.client_pause) + ", amnesia after ttl " +
          std::to_string(faults.amnesia_after_ttl) + ", amnesia " + std::to_string(faults.amnesia) +
          ", script flush " + std::to_string(faults.script_flush) + ")";
+  }
+  if (far_node) {
+    s += "; n" + std::to_string(*far_node) + " is " + std::to_string(far_factor) + "x farther";
   }
   if (bug == client_bug::taken_as_granted) s += "; BUG: taken as granted";
   if (bug == client_bug::double_validity) s += "; BUG: double validity";
@@ -214,9 +228,11 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
       }
     });
   }
+  if (c.far_node) w.set_node_network(*c.far_node, scaled(c.net, c.far_factor));
   w.at(c.fault_end, [&w, &c] {
     if (w.tracing()) w.note("faults are over");
     w.set_network(c.calm_net);
+    if (c.far_node) w.set_node_network(*c.far_node, scaled(c.calm_net, c.far_factor));
   });
   for (auto& client : clients) client->start(rnd.between(0, ttl));
 

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,10 @@ struct run_config {
   std::int64_t max_rate_ppm = 2000;  // client clocks run within +-0.2% of true time
   network_profile net;               // while faults happen
   network_profile calm_net;          // after
+  // Redlock: one node far away, its links `far_factor` times slower (its replies come back
+  // after the others' have decided the round).
+  std::optional<std::size_t> far_node;
+  std::int64_t far_factor = 1;
   sim_time fault_end = 0;
   sim_time fault_gap_max = 0;        // between two faults: uniform in [0, this]
   fault_mix faults;
@@ -55,6 +60,8 @@ struct run_config {
 
 // The configuration seed `seed` gives in the family `t`.
 run_config make_config(std::uint64_t seed, topology t);
+// Every delay of `p` times `factor`.
+network_profile scaled(network_profile p, std::int64_t factor);
 
 struct run_result {
   std::string failure;  // empty: every invariant held

@@ -76,11 +76,12 @@ bool world::step(sim_time until) {
   return true;
 }
 
-sim_time world::delay() {
-  if (net_.spike_chance > 0 && rng_.chance(net_.spike_chance)) {
-    return rng_.between(net_.max_delay, std::max(net_.spike_max, net_.max_delay));
+sim_time world::delay(std::size_t i) {
+  const auto& net = nodes_[i].net ? *nodes_[i].net : net_;
+  if (net.spike_chance > 0 && rng_.chance(net.spike_chance)) {
+    return rng_.between(net.max_delay, std::max(net.spike_max, net.max_delay));
   }
-  return rng_.between(net_.min_delay, net_.max_delay);
+  return rng_.between(net.min_delay, net.max_delay);
 }
 
 // --- clients and their clocks ---
@@ -122,18 +123,34 @@ sim_time world::when(std::size_t c, steady::time_point t) const {
   return guess;
 }
 
+// A paused process handles nothing: what reaches it waits in its backlog, in arrival order,
+// and runs when the pause ends. Anything arriving while the backlog is not yet empty waits
+// behind it, or an arrival at the very end of the pause would overtake older ones (one link's
+// FIFO order would break).
 void world::at_client(std::size_t c, sim_time t, std::function<void()> fn) {
-  at(t, [this, c, fn = std::move(fn)]() mutable {
-    if (clients_[c].paused_until > now_) return at_client(c, clients_[c].paused_until, std::move(fn));
-    fn();
-  });
+  at(t, [this, c, fn = std::move(fn)]() mutable { admit(clients_[c].gate, std::move(fn)); });
 }
 
 void world::at_node(std::size_t i, sim_time t, std::function<void()> fn) {
-  at(t, [this, i, fn = std::move(fn)]() mutable {
-    if (nodes_[i].paused_until > now_) return at_node(i, nodes_[i].paused_until, std::move(fn));
+  at(t, [this, i, fn = std::move(fn)]() mutable { admit(nodes_[i].gate, std::move(fn)); });
+}
+
+void world::admit(pause_gate& g, std::function<void()> fn) {
+  if (g.paused_until > now_ || !g.backlog.empty()) return g.backlog.push_back(std::move(fn));
+  fn();
+}
+
+void world::pause(pause_gate& g, sim_time until, std::function<void()> drain) {
+  g.paused_until = std::max(g.paused_until, until);
+  at(g.paused_until, std::move(drain));
+}
+
+void world::drain(pause_gate& g) {
+  while (g.paused_until <= now_ && !g.backlog.empty()) {
+    auto fn = std::move(g.backlog.front());
+    g.backlog.pop_front();
     fn();
-  });
+  }
 }
 
 // --- script calls ---
@@ -157,7 +174,7 @@ void world::refuse(link_state& l) {
   l.server_open = false;
   ++stats_.refused;
   if (tracing_) note("n" + std::to_string(l.node) + " is down: link " + std::to_string(l.id) + " refused");
-  at_client(l.client, now_ + delay(), [this, link_id = l.id] { fail_link(link_id, errc::node_unreachable); });
+  at_client(l.client, now_ + delay(l.node), [this, link_id = l.id] { fail_link(link_id, errc::node_unreachable); });
 }
 
 void world::call(std::size_t c, const detail::request& r, reply_handler done) {
@@ -178,7 +195,7 @@ void world::send(std::size_t c, std::shared_ptr<const detail::request> req, bool
   ++stats_.calls;
   if (eval) ++stats_.evals;
   l.inflight.push_back(id);
-  l.last_at_node = std::max(l.last_at_node, now_ + delay());
+  l.last_at_node = std::max(l.last_at_node, now_ + delay(i));
   if (tracing_) {
     note("c" + std::to_string(c) + " -> n" + std::to_string(i) + " #" + std::to_string(id) +
          " link " + std::to_string(l.id) + " " + describe(*calls_[id].req, eval) + " (arrives " +
@@ -230,7 +247,7 @@ void world::arrive(std::uint64_t call_id) {
          (l.client_open ? "" : " (its client gave up on it)") + " -> " + render(result));
   }
   deliver_messages(i);
-  l.last_at_client = std::max(l.last_at_client, now_ + delay());
+  l.last_at_client = std::max(l.last_at_client, now_ + delay(i));
   at_client(l.client, l.last_at_client, [this, call_id, result = std::move(result)] { on_reply(call_id, result); });
 }
 
@@ -285,7 +302,7 @@ void world::subscribe(std::size_t c, std::size_t i) {
   sub.state = sub_state::subscribing;
   sub.link = open_link(c, i, true);
   auto& l = links_[sub.link];
-  l.last_at_node = std::max(l.last_at_node, now_ + delay());
+  l.last_at_node = std::max(l.last_at_node, now_ + delay(i));
   if (tracing_) note("c" + std::to_string(c) + " -> n" + std::to_string(i) + " SUBSCRIBE on link " + std::to_string(l.id));
   std::uint64_t link_id = l.id;
   at_node(i, l.last_at_node, [this, link_id] { arrive_subscribe(link_id); });
@@ -300,7 +317,7 @@ void world::arrive_subscribe(std::uint64_t link_id) {
   if (!l.server_open) return;
   if (nodes_[l.node].down) return refuse(l);
   nodes_[l.node].redis->subscribe(l.id, clients_[l.client].channel);
-  l.last_at_client = std::max(l.last_at_client, now_ + delay());
+  l.last_at_client = std::max(l.last_at_client, now_ + delay(l.node));
   at_client(l.client, l.last_at_client, [this, link_id] {
     auto& l = links_[link_id];
     auto& sub = clients_[l.client].subs[l.node];
@@ -330,7 +347,7 @@ void world::deliver_messages(std::size_t i) {
   for (auto& m : nodes_[i].redis->take_messages()) {
     auto& l = links_[m.to];
     ++stats_.messages;
-    l.last_at_client = std::max(l.last_at_client, now_ + delay());
+    l.last_at_client = std::max(l.last_at_client, now_ + delay(i));
     if (tracing_) note("n" + std::to_string(i) + " publishes \"" + m.payload + "\" to c" + std::to_string(l.client) + " (arrives " + format_time(l.last_at_client) + ")");
     at_client(l.client, l.last_at_client, [this, link_id = l.id, payload = std::move(m.payload)] {
       auto& l = links_[link_id];
@@ -371,7 +388,7 @@ void world::drop_link(std::uint64_t id) {
   }
   // The node notices later: until then a subscriber connection still counts for PUBLISH,
   // and its messages are lost.
-  sim_time notice = std::max(l.last_at_node, now_ + delay());
+  sim_time notice = std::max(l.last_at_node, now_ + delay(l.node));
   at(notice, [this, id] {
     auto& l = links_[id];
     if (!l.server_open) return;
@@ -384,7 +401,7 @@ void world::drop_link(std::uint64_t id) {
 void world::pause_node(std::size_t i, sim_time duration) {
   if (nodes_[i].down) return;
   if (tracing_) note("FAULT: n" + std::to_string(i) + " pauses for " + format_time(duration));
-  nodes_[i].paused_until = std::max(nodes_[i].paused_until, now_ + duration);
+  pause(nodes_[i].gate, now_ + duration, [this, i] { drain(nodes_[i].gate); });
 }
 
 void world::crash_node(std::size_t i, sim_time down_for, bool persisted) {
@@ -396,13 +413,15 @@ void world::crash_node(std::size_t i, sim_time down_for, bool persisted) {
   }
   n.down = true;
   n.crashed_at = now_;
-  n.paused_until = 0;
+  // What waited for the pause to end arrives now, at a node that is down.
+  n.gate.paused_until = 0;
+  at(now_, [this, i] { drain(nodes_[i].gate); });
   for (auto& l : links_) {
     if (l.node != i || !l.server_open) continue;
     l.server_open = false;
     if (!l.client_open) continue;
     // The reset follows whatever the node had already sent on the connection.
-    l.last_at_client = std::max(l.last_at_client, now_ + delay());
+    l.last_at_client = std::max(l.last_at_client, now_ + delay(i));
     at_client(l.client, l.last_at_client, [this, id = l.id] { fail_link(id, errc::connection_lost); });
   }
   at(now_ + down_for, [this, i, persisted] { restart_node(i, persisted); });
@@ -424,7 +443,7 @@ void world::flush_scripts(std::size_t i) {
 
 void world::pause_client(std::size_t c, sim_time duration) {
   if (tracing_) note("FAULT: c" + std::to_string(c) + " pauses for " + format_time(duration));
-  clients_[c].paused_until = std::max(clients_[c].paused_until, now_ + duration);
+  pause(clients_[c].gate, now_ + duration, [this, c] { drain(clients_[c].gate); });
 }
 
 // --- trace ---

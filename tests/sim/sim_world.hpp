@@ -82,8 +82,10 @@ class world {
   // --- time and events ---
   sim_time now() const noexcept { return now_; }
   rng& random() noexcept { return rng_; }
-  // From now on messages take this long (a calm network once the faults are over).
+  // From now on messages take this long (a calm network once the faults are over); on the
+  // links of node i, when it has a profile of its own (a node far away).
   void set_network(network_profile net) { net_ = net; }
+  void set_node_network(std::size_t i, network_profile net) { nodes_[i].net = net; }
   // Runs `fn` at true time `t` (now, if t is in the past); same-time events run in the order
   // they were scheduled.
   void at(sim_time t, std::function<void()> fn);
@@ -165,11 +167,17 @@ class world {
     std::uint64_t seq;
     std::function<void()> fn;
   };
+  // A process that can pause: events for it wait in the backlog until the pause ends.
+  struct pause_gate {
+    sim_time paused_until = 0;
+    std::deque<std::function<void()>> backlog;
+  };
   struct node_state {
     std::unique_ptr<node> redis;
     bool down = false;
     sim_time crashed_at = -1;
-    sim_time paused_until = 0;
+    pause_gate gate;
+    std::optional<network_profile> net;
   };
   struct link_state {
     std::uint64_t id;
@@ -197,15 +205,19 @@ class world {
   };
   struct client_state {
     client_clock clock;
-    sim_time paused_until = 0;
+    pause_gate gate;
     std::string channel;
     std::vector<std::optional<std::uint64_t>> command_link;  // per node
     std::vector<subscription> subs;                          // per node
   };
 
-  sim_time delay();
+  sim_time delay(std::size_t node);  // one way, on a link of that node
   std::int64_t clock_us(std::size_t c, sim_time t) const;
   void at_node(std::size_t i, sim_time t, std::function<void()> fn);
+  void admit(pause_gate& g, std::function<void()> fn);
+  // Pauses until `until` (or later, if already paused longer); `drain` runs drain(g) then.
+  void pause(pause_gate& g, sim_time until, std::function<void()> drain);
+  void drain(pause_gate& g);
   std::uint64_t open_link(std::size_t c, std::size_t i, bool subscriber);
   void send(std::size_t c, std::shared_ptr<const detail::request> req, bool eval,
             std::int64_t deadline_us, reply_handler handler);

@@ -211,9 +211,11 @@ TEST(SimWorld, APausedClientHandlesWhatPiledUpInOrderOnResuming) {
   w.at_client(0, 100, [&] { seen.emplace_back(1, w.now()); });
   w.at_client(0, 200, [&] { seen.emplace_back(2, w.now()); });
   w.at_client(1, 150, [&] { seen.emplace_back(3, w.now()); });
+  // Due at the very end of the pause, and scheduled before it: still behind what piled up.
+  w.at_client(0, 1050, [&] { seen.emplace_back(4, w.now()); });
   w.at(50, [&] { w.pause_client(0, 1000); });
   run_all(w);
-  std::vector<std::pair<int, sim_time>> want{{3, 150}, {1, 1050}, {2, 1050}};
+  std::vector<std::pair<int, sim_time>> want{{3, 150}, {1, 1050}, {2, 1050}, {4, 1050}};
   EXPECT_EQ(seen, want);
 }
 
