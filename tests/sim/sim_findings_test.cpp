@@ -82,5 +82,30 @@ TEST(SimFindings, DISABLED_AnEarlierRoundsLateGrantCountsForTheRoundInFlight) {
                         << ") on n0 and on round 0's late grant from n2, which holds b.0";
 }
 
+// Finding 2 in the simulator: Redlock schedules biased toward it (a far node, SCRIPT FLUSH and
+// dropped connections often, short retry delays), until a seed breaks an invariant (with
+// `claims_only`, until two clients' claims overlap).
+void hunt_the_late_vote(bool claims_only) {
+  for (std::uint64_t seed = 0; seed < 20000; ++seed) {
+    auto c = make_config(seed, topology::redlock3);
+    c.far_node = seed % 3;
+    c.far_factor = 10 + static_cast<std::int64_t>(seed % 11);
+    c.faults = fault_mix{.drop = 4, .script_flush = 4};
+    c.fault_end = std::max<sim_time>(c.fault_end, ms(500));
+    c.fault_gap_max = ms(20);
+    c.lock.retry_delay = std::chrono::milliseconds(2);
+    c.lock.node_timeout = std::max(c.lock.node_timeout, std::chrono::milliseconds(10));
+    c.check_holders = c.check_fences = !claims_only;
+    auto r = run_schedule(c);
+    if (r.failure.empty()) continue;
+    auto traced = run_schedule(c, true);
+    ADD_FAILURE() << report(c, traced, 400);
+    return;
+  }
+}
+
+TEST(SimFindings, DISABLED_HuntTheLateVoteInSchedules) { hunt_the_late_vote(false); }
+TEST(SimFindings, DISABLED_HuntTheLateVoteUntilTwoHolders) { hunt_the_late_vote(true); }
+
 }  // namespace
 }  // namespace dlock::sim
