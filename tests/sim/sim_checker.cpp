@@ -100,7 +100,7 @@ void checker::open_claim(std::size_t c, const std::string& token, std::uint64_t 
     where += " n" + std::to_string(i) + "=" + show(v);
   }
   if (safety_ && fences_ && holders_ && held < quorum_) {
-    violation("c" + std::to_string(c) + " claims token " + token + " held by only " +
+    violation("HOLDERS: c" + std::to_string(c) + " claims token " + token + " held by only " +
               std::to_string(held) + " of " + std::to_string(nodes_) + " nodes:" + where);
   }
   if (safety_ && fences_ && holders_ && held >= quorum_) check_key_outlives(k);
