@@ -24,6 +24,7 @@ extern "C" {
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -279,16 +280,42 @@ lua_engine::lua_engine(node& owner) : node_(owner), lua_(luaL_newstate()) {
 lua_engine::~lua_engine() { lua_close(lua_); }
 
 reply lua_engine::load(std::string_view body) {
-  std::string sha = sha1_hex(body);
-  if (functions_.contains(sha)) return reply::make_string(kind::string, sha);
-  if (luaL_loadbuffer(lua_, body.data(), body.size(), "@user_script") != 0) {
+  compiled& c = compile_once(body);
+  if (functions_.contains(c.sha)) return reply::make_string(kind::string, c.sha);
+  // The bytecode when the body compiled (loading it skips the parser: the simulator loads the
+  // same few scripts into thousands of interpreters), else the source, for its error message.
+  const std::string& chunk = c.bytecode.empty() ? c.source : c.bytecode;
+  if (luaL_loadbuffer(lua_, chunk.data(), chunk.size(), "@user_script") != 0) {
     std::string message = lua_tostring(lua_, -1);
     lua_pop(lua_, 1);
     return reply::make_string(kind::error, "ERR Error compiling script (new function): " +
                                                one_line(message));
   }
-  functions_[sha] = luaL_ref(lua_, LUA_REGISTRYINDEX);
-  return reply::make_string(kind::string, sha);
+  functions_[c.sha] = luaL_ref(lua_, LUA_REGISTRYINDEX);
+  return reply::make_string(kind::string, c.sha);
+}
+
+// Compiled once per process, in an interpreter of its own; lua_dump keeps the debug info, so
+// errors name the same lines as the source would. Deterministic, and only a cache: a mutex
+// keeps it safe should two threads ever run simulations.
+lua_engine::compiled& lua_engine::compile_once(std::string_view body) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, compiled> cache;
+  std::lock_guard lock(mutex);
+  auto [it, fresh] = cache.try_emplace(std::string(body));
+  compiled& c = it->second;
+  if (!fresh) return c;
+  c.sha = sha1_hex(body);
+  c.source = std::string(body);
+  lua_State* lua = luaL_newstate();
+  if (luaL_loadbuffer(lua, body.data(), body.size(), "@user_script") == 0) {
+    lua_dump(lua, [](lua_State*, const void* p, size_t n, void* out) {
+      static_cast<std::string*>(out)->append(static_cast<const char*>(p), n);
+      return 0;
+    }, &c.bytecode);
+  }
+  lua_close(lua);
+  return c;
 }
 
 reply lua_engine::run(const std::string& sha, std::span<const std::string> keys,

@@ -36,6 +36,10 @@ class lua_engine {
             std::span<const std::string> argv);
 
  private:
+  struct compiled {
+    std::string sha, source, bytecode;  // bytecode: empty when the source does not compile
+  };
+  static compiled& compile_once(std::string_view body);
   static int redis_call(lua_State* lua);
   static int redis_pcall(lua_State* lua);
   static int redis_call_common(lua_State* lua, bool raise);

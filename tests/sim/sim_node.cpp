@@ -120,6 +120,19 @@ node::~node() = default;
 
 reply node::exec(std::span<const std::string> argv) { return dispatch(argv, false); }
 
+std::optional<std::string> node::peek(const std::string& key) const {
+  auto it = keys_.find(key);
+  if (it == keys_.end() || expired(it->second)) return std::nullopt;
+  if (const auto* s = std::get_if<std::string>(&it->second.value)) return *s;
+  return std::holds_alternative<hash>(it->second.value) ? "<hash>" : "<zset>";
+}
+
+std::int64_t node::peek_pttl(const std::string& key) const {
+  auto it = keys_.find(key);
+  if (it == keys_.end() || expired(it->second)) return -2;
+  return it->second.expires_at ? *it->second.expires_at - now_ms_ : -1;
+}
+
 reply node::exec(std::initializer_list<std::string_view> argv) {
   std::vector<std::string> copy(argv.begin(), argv.end());
   return dispatch(copy, false);
@@ -196,7 +209,8 @@ reply node::dispatch(args argv, bool from_script) {
       {"SCRIPT", {-2, false, [](node& n, args a) { return n.cmd_script(a); }}},
   };
   if (argv.empty()) return error("ERR empty command");
-  auto it = table.find(upper(argv[0]));
+  auto it = table.find(argv[0]);  // most callers spell commands in capitals already
+  if (it == table.end()) it = table.find(upper(argv[0]));
   if (it == table.end()) {
     if (from_script) return error("ERR Unknown Redis command called from script");
     std::string text = "ERR unknown command '" + argv[0].substr(0, 128) +
@@ -722,8 +736,9 @@ reply node::cmd_eval(args a, bool by_sha) {
     return error("ERR Number of keys can't be greater than number of args");
   }
   if (count < 0) return error("ERR Number of keys can't be negative");
-  std::string sha = lower(a[1]);
+  std::string sha;
   if (by_sha) {
+    sha = lower(a[1]);
     if (!lua_->has(sha)) return error("NOSCRIPT No matching script. Please use EVAL.");
   } else {
     reply loaded = lua_->load(a[1]);

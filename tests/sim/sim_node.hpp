@@ -89,6 +89,11 @@ class node {
 
   // Every live key, by name.
   std::map<std::string, key_state> dump() const;
+  // What GET and PTTL would answer for one key, without running a command (and without
+  // deleting it when it is due): the simulator's checker reads keys after every script.
+  // peek: nullopt when absent or expired, "<type>" for a key of another type.
+  std::optional<std::string> peek(const std::string& key) const;
+  std::int64_t peek_pttl(const std::string& key) const;  // -2 absent, -1 no expiry, else ms
 
  private:
   friend class lua_engine;

@@ -1,0 +1,235 @@
+// The invariants. Claims are kept in true time: a claim's end is first the true time at which
+// its client's clock reaches valid_until (a pure function of true time, so known in advance),
+// and only ever moves to an earlier "now" (release sent, lease lost) or, by an extend while it
+// lasts, to a later validity. Checking each claim against the others when it begins is then
+// enough for mutual exclusion: an overlap always shows at the later one's beginning.
+//
+// The node-side checks read the lock key as GET and PTTL would (node::peek, after the world set
+// the node's clock), without running commands.
+#include "sim_checker.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+namespace dlock::sim {
+namespace {
+
+bool starts_with(const std::optional<std::string>& v, const std::string& prefix) {
+  return v && v->compare(0, prefix.size(), prefix) == 0;
+}
+
+std::string show(const std::optional<std::string>& v) { return v ? "\"" + *v + "\"" : "(none)"; }
+
+}  // namespace
+
+checker::checker(world& w, lock_keys keys, std::size_t nodes)
+    : w_(w), keys_(std::move(keys)), nodes_(nodes), quorum_(detail::quorum_of(nodes)) {}
+
+void checker::violation(const std::string& what) {
+  if (failure_) return;
+  failure_ = format_time(w_.now()) + ": " + what;
+  if (w_.tracing()) w_.note("VIOLATION: " + what);
+}
+
+std::string checker::describe(const claim& k) const {
+  return "c" + std::to_string(k.client) + "'s claim (token " + k.token + ", fence " +
+         std::to_string(k.fence) + ", from " + format_time(k.begin) + " until " +
+         format_time(k.end) + ")";
+}
+
+checker::claim* checker::active(std::size_t c) {
+  if (c >= current_.size() || !current_[c]) return nullptr;
+  claim& k = claims_[*current_[c]];
+  return k.end > w_.now() ? &k : nullptr;
+}
+
+bool checker::claiming(std::size_t c) const {
+  return c < current_.size() && current_[c] && claims_[*current_[c]].end > w_.now();
+}
+
+std::optional<std::string> checker::value_on(std::size_t i) {
+  auto& n = w_.redis(i);
+  n.set_time(w_.wall_ms());
+  return n.peek(keys_.key);
+}
+
+// --- claims ---
+
+void checker::granted(std::size_t c, const std::string& token, std::uint64_t fence,
+                      steady::time_point valid_until) {
+  ++grants_;
+  sim_time end = w_.when(c, valid_until);
+  if (w_.tracing()) {
+    w_.note("c" + std::to_string(c) + " GRANTED " + token + " fence " + std::to_string(fence) +
+            ", valid until " + format_time(end));
+  }
+  if (claiming(c)) violation("c" + std::to_string(c) + " granted " + token + " while its claim " + describe(claims_[*current_[c]]) + " lasts");
+  if (valid_until <= w_.clock(c)) {
+    violation("c" + std::to_string(c) + " granted " + token + " already expired on its clock");
+    return;
+  }
+  if (safety_ && fences_ && fence_order_ && last_fence_ && fence <= *last_fence_) {
+    violation("c" + std::to_string(c) + " granted " + token + " with fence " +
+              std::to_string(fence) + ", not above the previous grant's " +
+              std::to_string(*last_fence_));
+  }
+  last_fence_ = fence;
+  open_claim(c, token, fence, end);
+}
+
+void checker::open_claim(std::size_t c, const std::string& token, std::uint64_t fence,
+                         sim_time end) {
+  claim k{c, token, fence, w_.now(), end, std::vector<bool>(nodes_)};
+  if (safety_) {
+    for (std::size_t other = 0; other < current_.size(); ++other) {
+      if (other == c || !current_[other]) continue;
+      const claim& theirs = claims_[*current_[other]];
+      if (theirs.end > w_.now()) {
+        violation("MUTUAL EXCLUSION: c" + std::to_string(c) + " claims the lock (token " +
+                  token + ", fence " + std::to_string(fence) + ") during " + describe(theirs));
+      }
+    }
+  }
+  std::size_t held = 0;
+  std::string where;
+  for (std::size_t i = 0; i < nodes_; ++i) {
+    auto v = value_on(i);
+    k.holders[i] = v == token;
+    held += k.holders[i];
+    where += " n" + std::to_string(i) + "=" + show(v);
+  }
+  if (safety_ && fences_ && holders_ && held < quorum_) {
+    violation("HOLDERS: c" + std::to_string(c) + " claims token " + token + " held by only " +
+              std::to_string(held) + " of " + std::to_string(nodes_) + " nodes:" + where);
+  }
+  if (safety_ && fences_ && holders_ && held >= quorum_) check_key_outlives(k);
+  if (c >= current_.size()) current_.resize(c + 1);
+  current_[c] = claims_.size();
+  claims_.push_back(std::move(k));
+}
+
+void checker::check_key_outlives(const claim& k) {
+  std::vector<sim_time> deaths;
+  std::string where;
+  for (std::size_t i = 0; i < nodes_; ++i) {
+    if (!k.holders[i]) continue;
+    auto& n = w_.redis(i);
+    n.set_time(w_.wall_ms());
+    auto pttl = n.peek_pttl(keys_.key);
+    // Redis expires a key once its clock passes the deadline: the first true microsecond of
+    // the millisecond after now + PTTL. No expiry: it outlives any claim.
+    sim_time death = pttl < 0 ? INT64_MAX : (w_.now() / 1000 + pttl + 1) * 1000;
+    deaths.push_back(death);
+    where += " n" + std::to_string(i) + " until " + (pttl < 0 ? "forever" : format_time(death));
+  }
+  std::sort(deaths.rbegin(), deaths.rend());
+  if (deaths.size() >= quorum_ && deaths[quorum_ - 1] < k.end) {
+    violation("VALIDITY: " + describe(k) + " outlives its key on a quorum:" + where);
+  }
+}
+
+void checker::extended(std::size_t c, steady::time_point valid_until) {
+  sim_time end = w_.when(c, valid_until);
+  if (w_.tracing()) w_.note("c" + std::to_string(c) + " EXTENDED, valid until " + format_time(end));
+  claim* k = active(c);
+  if (!k) {
+    // The extend succeeded after the claim had lapsed: whatever happened in between, the
+    // client claims the lock again from now.
+    if (c >= current_.size() || !current_[c]) return violation("c" + std::to_string(c) + " extended a lease it never had");
+    claim old = claims_[*current_[c]];
+    return open_claim(c, old.token, old.fence, end);
+  }
+  k->end = end;
+  std::size_t held = 0;
+  for (std::size_t i = 0; i < nodes_; ++i) {
+    k->holders[i] = value_on(i) == k->token;
+    held += k->holders[i];
+  }
+  if (!safety_ || !fences_ || !holders_) return;
+  if (held < quorum_) {
+    return violation("HOLDERS: c" + std::to_string(c) + " extended " + describe(*k) +
+                     " but only " + std::to_string(held) + " node(s) hold it");
+  }
+  check_key_outlives(*k);
+}
+
+void checker::ended(std::size_t c, const std::string& why) {
+  claim* k = active(c);
+  if (!k) return;
+  k->end = w_.now();
+  if (w_.tracing()) w_.note("c" + std::to_string(c) + " claim ends: " + why);
+}
+
+// --- node side ---
+
+void checker::before_script(std::size_t i, const detail::request& r) {
+  looked_ = !r.keys.empty() && r.keys[0] == keys_.key;
+  if (looked_) before_value_ = value_on(i);
+}
+
+void checker::after_script(std::size_t i, const detail::request& r, const reply& result) {
+  if (!std::exchange(looked_, false)) return;
+  const auto& before = before_value_;
+  auto after = value_on(i);
+  const std::string& owner = r.args.at(0);
+  bool owns = false;
+  if (r.code == &detail::release_script) {
+    bool give_up = r.args.size() > 1 && r.args[1] == "give-up";
+    owns = give_up ? starts_with(before, owner + ".") : before == owner;
+  } else if (r.code == &detail::extend_script) {
+    owns = before == owner;
+  } else if (r.code == &detail::acquire_script) {
+    owns = !before || starts_with(before, owner.substr(0, owner.find('.')) + ".");
+  }
+  if (!owns && after != before) {
+    violation("OWNERSHIP: " + std::string(script_name(r.code)) + " for \"" + owner + "\" on n" +
+              std::to_string(i) + " changed the lock key from " + show(before) + " to " +
+              show(after) + " (reply " + result.to_string() + ")");
+  }
+  if (!safety_ || !fences_ || !holders_) return;
+  for (auto& k : claims_) {
+    if (k.end <= w_.now() || !k.holders[i] || after == k.token) continue;
+    k.holders[i] = false;
+    auto held = static_cast<std::size_t>(std::count(k.holders.begin(), k.holders.end(), true));
+    if (held < quorum_) {
+      violation("HOLDERS: during " + describe(k) + ", " + std::string(script_name(r.code)) +
+                " for \"" + owner + "\" on n" + std::to_string(i) + " found " + show(after) +
+                " instead (was " + show(before) + "): " + std::to_string(held) +
+                " node(s) still hold it, a quorum is " + std::to_string(quorum_));
+    }
+  }
+}
+
+// --- assumptions and liveness ---
+
+void checker::leave_assumptions(const std::string& why) {
+  if (safety_ && w_.tracing()) w_.note("outside the assumptions from here: " + why);
+  safety_ = false;
+}
+
+void checker::forget_fences(const std::string& why) {
+  if (fences_ && w_.tracing()) w_.note("fences and holders unchecked from here: " + why);
+  fences_ = false;
+}
+
+sim_time checker::free_time(sim_time from, sim_time to) const {
+  if (to <= from) return 0;
+  std::vector<std::pair<sim_time, sim_time>> spans;
+  for (const auto& k : claims_) {
+    sim_time b = std::max(k.begin, from), e = std::min(k.end, to);
+    if (b < e) spans.emplace_back(b, e);
+  }
+  std::sort(spans.begin(), spans.end());
+  sim_time covered = 0, reach = from;
+  for (auto [b, e] : spans) {
+    b = std::max(b, reach);
+    if (e > b) {
+      covered += e - b;
+      reach = e;
+    }
+  }
+  return (to - from) - covered;
+}
+
+}  // namespace dlock::sim

@@ -1,0 +1,96 @@
+// tests/sim/sim_checker.hpp: the simulator's invariants, checked as the world runs.
+//   checker  keeps every client's claim on the lock, in true time, and the node-side view:
+//     mutual exclusion  no two clients' claims overlap (a claim runs from the grant's arrival
+//                       until the client's own clock reaches valid_until, it sends its release,
+//                       or an extend loses the lease; an extend moves valid_until)
+//     fences            each grant's fence is above every earlier grant's
+//     born valid        no grant is reported already expired on the client's clock
+//     holders           while a claim lasts, a quorum of nodes holds its exact token, and
+//                       when it begins or is extended, the key lives on a quorum (by PTTL)
+//                       until the claim's end at least
+//     ownership         a script changes the lock key only when its caller owns it: release
+//                       and extend compare the exact value (give-up: the acquisition's
+//                       prefix), acquire takes over only a free key or one of its own id
+//     free time         how long the lock stayed unclaimed in an interval (the liveness bound)
+// The first violation is kept (with the true time); the run stops there. Faults outside the
+// algorithm's assumptions turn the safety checks off (leave_assumptions); a node that forgot
+// its data within the assumptions (down longer than the TTL) turns off the checks it cannot
+// meet: fences and holders (forget_fences), as docs/guarantees.md says.
+// Not thread-safe: part of one world.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim_world.hpp"
+
+namespace dlock::sim {
+
+class checker {
+ public:
+  checker(world& w, lock_keys keys, std::size_t nodes);
+
+  // --- what the clients report ---
+  // A grant (a round's, or a handoff's) arrived now.
+  void granted(std::size_t c, const std::string& token, std::uint64_t fence,
+               steady::time_point valid_until);
+  void extended(std::size_t c, steady::time_point valid_until);
+  // The claim ends now: the release was sent, an extend lost the lease, the client gave up.
+  void ended(std::size_t c, const std::string& why);
+  // Whether c's clock still says its lease is valid.
+  bool claiming(std::size_t c) const;
+
+  // --- hooks around every script run on a node ---
+  void before_script(std::size_t i, const detail::request& r);
+  void after_script(std::size_t i, const detail::request& r, const reply& result);
+
+  // --- assumptions ---
+  void leave_assumptions(const std::string& why);
+  void forget_fences(const std::string& why);
+  // Off: only the claims themselves are compared (sim_checker_test proves that mutual exclusion
+  // alone catches a broken client, not just the holders and fence checks, which often fire
+  // first).
+  void check_holders(bool on) { holders_ = on; }
+  void check_fences(bool on) { fence_order_ = on; }
+  bool within_assumptions() const noexcept { return safety_; }
+
+  // True time in [from, to] during which nobody claimed the lock.
+  sim_time free_time(sim_time from, sim_time to) const;
+
+  void violation(const std::string& what);
+  bool failed() const noexcept { return failure_.has_value(); }
+  const std::string& failure() const { return *failure_; }
+  std::uint64_t grants() const noexcept { return grants_; }
+
+ private:
+  struct claim {
+    std::size_t client;
+    std::string token;
+    std::uint64_t fence;
+    sim_time begin, end;  // end: tentative until it passes
+    std::vector<bool> holders;  // per node: held the token when last looked
+  };
+  claim* active(std::size_t c);
+  void open_claim(std::size_t c, const std::string& token, std::uint64_t fence, sim_time end);
+  std::optional<std::string> value_on(std::size_t i);
+  // Holds for the claim's nodes: the quorum-th longest remaining life of its key (PTTL) covers
+  // the claim's end.
+  void check_key_outlives(const claim& k);
+  std::string describe(const claim& k) const;
+
+  world& w_;
+  lock_keys keys_;
+  std::size_t nodes_, quorum_;
+  bool safety_ = true, fences_ = true, holders_ = true, fence_order_ = true;
+  std::vector<claim> claims_;                  // every claim, in the order they began
+  std::vector<std::optional<std::size_t>> current_;  // per client: its latest claim
+  std::optional<std::uint64_t> last_fence_;
+  bool looked_ = false;                      // the running script touches the lock key
+  std::optional<std::string> before_value_;  // its value before the script
+  std::optional<std::string> failure_;
+  std::uint64_t grants_ = 0;
+};
+
+}  // namespace dlock::sim

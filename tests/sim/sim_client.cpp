@@ -1,0 +1,444 @@
+// The client's loop. Acquiring follows the engine's driver loop (algo/acquisition.hpp) as
+// acquire_run carries it out: channels for the subscribed inboxes when queues_next(),
+// begin_attempt, send what take_requests gives, feed the answers, and then either sleep what
+// take_sleep says or finish with take_outcome (sending its leftovers first). Sleeping and
+// waking follow wake_waiter (net/inbox.cpp): a handoff goes to on_handoff first; a plain
+// wake-up, or a handoff the engine would not take, ends the sleep at once, or, mid-attempt,
+// skips the next sleep; a lost confirmed subscription wakes the waiter too (inbox::on_drop);
+// a sleep subscribes the missing inboxes, and one that follows an attempt that could not queue
+// everywhere ends once they are subscribed.
+//
+// Pacing is checked on what the engine asks for: no sleep shorter than retry_delay / 2, except
+// down to the shortest "taken" holder's PTTL + 1 ms (the engine may wake at the holder's
+// expiry) or a sleep that ends at the deadline; no attempt after a full sleep goes out before
+// that floor. Attempts the driver begins early (woken, inboxes subscribed) are counted, at
+// most one per wake-up.
+#include "sim_client.hpp"
+
+#include <algorithm>
+#include <climits>
+
+namespace dlock::sim {
+namespace {
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+std::string show(steady::duration d) {
+  return format_time(std::chrono::duration_cast<microseconds>(d).count());
+}
+
+}  // namespace
+
+sim_client::sim_client(world& w, checker& k, const detail::lock_target& target,
+                       std::size_t index, int cycles, liveness_rule liveness, client_bug bug)
+    : w_(w),
+      check_(k),
+      target_(target),
+      c_(index),
+      cycles_left_(cycles),
+      liveness_(liveness),
+      bug_(bug) {}
+
+void sim_client::start(sim_time at) {
+  if (target_.wake_on_release) {
+    for (std::size_t i = 0; i < target_.nodes; ++i) w_.subscribe(c_, i);
+  }
+  w_.at_client(c_, at, [this] { next_cycle(); });
+}
+
+void sim_client::next_cycle() {
+  if (cycles_left_ == 0) {
+    phase_ = phase::done;
+    return;
+  }
+  --cycles_left_;
+  ++cycle_;
+  ++stats_.acquisitions;
+  phase_ = phase::acquiring;
+  auto& rnd = w_.random();
+  auto ttl_us = microseconds(target_.ttl).count();
+  int attempts = INT_MAX;
+  auto deadline = steady::time_point::max();
+  auto roll = rnd.below(100);
+  if (roll < 25) {
+    mode_ = mode::try_once;
+    attempts = 1;
+  } else if (roll < 50) {
+    mode_ = mode::bounded;
+    attempts = static_cast<int>(rnd.between(2, 8));
+  } else if (roll < 70) {
+    mode_ = mode::deadline;
+    deadline = now() + microseconds(rnd.between(ttl_us / 2, 4 * ttl_us));
+  } else {
+    mode_ = mode::unbounded;
+  }
+  if (unbounded_only_) {
+    mode_ = mode::unbounded;
+    attempts = INT_MAX;
+    deadline = steady::time_point::max();
+  }
+  std::string id = who() + "x" + std::to_string(cycle_);
+  acq_.emplace(target_, id, deadline, attempts, rnd.next());
+  acquire_began_ = w_.now();
+  deadline_ = deadline;
+  in_attempt_ = sleeping_ = wake_pending_ = queued_everywhere_ = stopped_ = false;
+  wakes_unused_ = 0;
+  next_attempt_floor_ = {};
+  if (w_.tracing()) {
+    static constexpr const char* names[] = {"try once", "bounded", "deadline", "unbounded"};
+    w_.note(who() + " starts acquisition " + id + " (" + names[static_cast<int>(mode_)] +
+            (mode_ == mode::bounded ? ", " + std::to_string(attempts) + " attempts" : "") +
+            (mode_ == mode::deadline ? ", deadline in " + show(deadline - now()) : "") + ")");
+  }
+  // Sometimes the caller gives up from outside (a stop_token, the CLI's Ctrl-C).
+  if (mode_ != mode::try_once && !unbounded_only_ && rnd.chance(0.1)) {
+    w_.at_client(c_, w_.now() + rnd.between(0, 2 * ttl_us), [this, cycle = cycle_] {
+      if (cycle == cycle_) stop_waiting();
+    });
+  }
+  begin_attempt(cause::first);
+}
+
+// --- acquiring ---
+
+void sim_client::begin_attempt(cause why) {
+  ++stats_.attempts;
+  if (why == cause::woken) {
+    ++stats_.woken_attempts;
+    if (wakes_unused_ == 0) check_.violation("PACING: " + who() + " began an attempt early without a wake-up");
+    if (wakes_unused_ > 0) --wakes_unused_;
+  }
+  if (why == cause::subscribed) ++stats_.subscribed_attempts;
+  if (mode_ == mode::unbounded && !stopped_) {
+    // Still waiting although the lock has been free too long: no need to wait for the end.
+    sim_time free = check_.free_time(std::max(acquire_began_, liveness_.quiet_from), w_.now());
+    if (free > liveness_.max_free_wait) {
+      check_.violation("LIVENESS: " + who() + "'s unbounded acquisition " + acq_->id() +
+                       " still waits, after " + std::to_string(acq_->attempts_made()) +
+                       " attempts, with the lock free for " + format_time(free) +
+                       " since the faults ended (bound " + format_time(liveness_.max_free_wait) + ")");
+    }
+  }
+  auto t = now();
+  // wake_waiter::begin_attempt: a channel where the node's inbox is subscribed.
+  bool queue = target_.wake_on_release && acq_->queues_next(t);
+  std::vector<std::string> channels(target_.nodes);
+  queued_everywhere_ = queue;
+  for (std::size_t i = 0; queue && i < target_.nodes; ++i) {
+    if (w_.subscribed(c_, i)) {
+      channels[i] = w_.wake_channel(c_);
+    } else {
+      queued_everywhere_ = false;
+    }
+  }
+  in_attempt_ = true;
+  wake_pending_ = false;
+  sleeping_ = false;
+  attempt_requests_.clear();
+  shortest_holder_ttl_ms_.reset();
+  if (w_.tracing()) {
+    static constexpr const char* causes[] = {"", " (after sleeping)", " (woken)", " (inbox subscribed)"};
+    std::string where;
+    for (const auto& channel : channels) where += channel.empty() ? " -" : " q";
+    w_.note(who() + " attempt " + std::to_string(acq_->attempts_made() + 1) + " of " + acq_->id() +
+            causes[static_cast<int>(why)] + ", queueing:" + where);
+  }
+  acq_->begin_attempt(t, channels);
+  pump();
+  if (why == cause::backstop && !attempt_requests_.empty() && t < next_attempt_floor_) {
+    check_.violation("PACING: " + who() + "'s attempt " + std::to_string(acq_->attempts_made()) +
+                     " of " + acq_->id() + " went out " + show(next_attempt_floor_ - t) +
+                     " before the retry policy allows");
+  }
+}
+
+void sim_client::pump() {
+  for (auto& r : acq_->take_requests()) send_for_acquisition(r);
+  if (phase_ != phase::acquiring) return;
+  if (auto sleep = acq_->take_sleep()) return go_to_sleep(*sleep);
+  if (auto outcome = acq_->take_outcome()) {
+    for (auto& r : acq_->take_requests()) send_for_acquisition(r);
+    finish_acquisition(*outcome);
+  }
+}
+
+void sim_client::send_for_acquisition(const detail::request& r) {
+  if (r.code == &detail::acquire_script && in_attempt_) {
+    attempt_requests_.push_back(r.id);
+    if (attempt_requests_.size() > target_.nodes) {
+      check_.violation("PACING: " + who() + "'s attempt sent " +
+                       std::to_string(attempt_requests_.size()) + " acquire requests to " +
+                       std::to_string(target_.nodes) + " nodes");
+    }
+  }
+  w_.call(c_, r, [this, cycle = cycle_, id = r.id](std::error_code ec, const reply& answer) {
+    on_acquisition_reply(cycle, id, ec, answer);
+  });
+}
+
+void sim_client::on_acquisition_reply(std::uint64_t cycle, std::uint64_t id, std::error_code ec,
+                                      reply r) {
+  if (cycle != cycle_ || !acq_) return;
+  bool this_attempt = std::find(attempt_requests_.begin(), attempt_requests_.end(), id) !=
+                      attempt_requests_.end();
+  bool taken = !ec && r.is_array() && r.elements().size() == 2 && r.elements()[0].is_integer() &&
+               r.elements()[0].integer() == 0;
+  if (this_attempt && taken && r.elements()[1].integer() > 0) {
+    auto pttl = r.elements()[1].integer();
+    shortest_holder_ttl_ms_ = std::min(shortest_holder_ttl_ms_.value_or(pttl), pttl);
+  }
+  if (bug_ == client_bug::taken_as_granted && this_attempt && taken) {
+    // High fences, so that mutual exclusion (not the fence order) has to catch it.
+    r = reply::make_array({reply::make_integer(1), reply::make_integer(++fake_fence_)});
+  }
+  acq_->on_reply(id, now(), ec, r);
+  pump();
+}
+
+// The engine's sleep is at least retry_delay / 2, or down to the shortest holder's PTTL + 1 ms
+// when that holder expires sooner; shorter only when it ends at the deadline, after which no
+// attempt may go out. The next attempt is held to that floor (checked when it begins).
+void sim_client::go_to_sleep(steady::duration sleep) {
+  in_attempt_ = false;
+  auto t = now();
+  steady::duration shortest = target_.retry_delay / 2;
+  if (shortest_holder_ttl_ms_) {
+    shortest = std::min(shortest, steady::duration(milliseconds(*shortest_holder_ttl_ms_ + 1)));
+  }
+  bool ends_at_deadline = deadline_ != steady::time_point::max() && t + sleep >= deadline_;
+  if (sleep < shortest && !ends_at_deadline) {
+    check_.violation("PACING: " + who() + " told to sleep " + show(sleep) + " after attempt " +
+                     std::to_string(acq_->attempts_made()) + ", less than " + show(shortest));
+  }
+  next_attempt_floor_ = t + shortest;
+  // wake_waiter::sleep: at once when woken during the attempt, or when every inbox is
+  // subscribed now although the attempt could not queue everywhere; and it subscribes the
+  // missing inboxes, whose confirmation ends the sleep (on_subscribed).
+  bool all_subscribed = true;
+  for (std::size_t i = 0; target_.wake_on_release && i < target_.nodes; ++i) {
+    if (!w_.subscribed(c_, i)) {
+      all_subscribed = false;
+      w_.subscribe(c_, i);
+    }
+  }
+  cause next = cause::backstop;
+  sim_time at = w_.when(c_, t + sleep);
+  if (wake_pending_) {
+    next = cause::woken;
+    at = w_.now();
+  } else if (target_.wake_on_release && all_subscribed && !queued_everywhere_) {
+    next = cause::subscribed;
+    at = w_.now();
+  }
+  wake_pending_ = false;
+  sleeping_ = true;
+  auto id = ++sleep_id_;
+  if (w_.tracing()) {
+    w_.note(who() + " sleeps " + (next == cause::backstop ? show(sleep) : "0 (" + std::string(next == cause::woken ? "woken during the attempt" : "inboxes subscribed now") + ")"));
+  }
+  w_.at_client(c_, at, [this, cycle = cycle_, id, next] {
+    if (cycle != cycle_ || !sleeping_ || id != sleep_id_) return;
+    sleeping_ = false;
+    begin_attempt(next);
+  });
+}
+
+void sim_client::on_message(std::size_t node, std::string_view payload) {
+  auto space = payload.find(' ');
+  std::string_view id = payload.substr(0, space);
+  std::string_view rest = space == std::string_view::npos ? "" : payload.substr(space + 1);
+  // The inbox routes by id to a listener, which exists from the first attempt that queued
+  // until the acquisition is over.
+  if (phase_ != phase::acquiring || !acq_ || acq_->done() || acq_->id() != id || !acq_->queued()) {
+    if (w_.tracing()) w_.note(who() + " ignores \"" + std::string(payload) + "\" from n" + std::to_string(node));
+    return;
+  }
+  if (!rest.empty() && target_.accepts_handoff()) {
+    bool took = acq_->on_handoff(now(), rest);
+    if (w_.tracing()) w_.note(who() + " on_handoff(\"" + std::string(rest) + "\") -> " + (took ? "taken" : "not taken"));
+    pump();
+    if (took || phase_ != phase::acquiring) return;
+  }
+  wake();
+}
+
+void sim_client::on_subscribed(std::size_t) {
+  // A sleep after an attempt that could not queue everywhere ends when an inbox it was
+  // waiting for is subscribed (wake_waiter::sleep; it waits for all it started, we for one).
+  if (phase_ != phase::acquiring || !sleeping_ || queued_everywhere_ || !target_.wake_on_release) return;
+  sleeping_ = false;
+  ++sleep_id_;
+  begin_attempt(cause::subscribed);
+}
+
+void sim_client::on_subscription_lost(std::size_t) {
+  if (phase_ != phase::acquiring || !acq_ || acq_->done() || !acq_->queued()) return;
+  wake();
+}
+
+void sim_client::wake() {
+  ++stats_.wakes;
+  ++wakes_unused_;
+  if (in_attempt_) {
+    wake_pending_ = true;
+    return;
+  }
+  if (!sleeping_) return;
+  sleeping_ = false;
+  ++sleep_id_;
+  begin_attempt(cause::woken);
+}
+
+void sim_client::stop_waiting() {
+  if (phase_ != phase::acquiring || !acq_ || acq_->done()) return;
+  ++stats_.stops;
+  stopped_ = true;
+  if (w_.tracing()) w_.note(who() + " stops waiting for " + acq_->id());
+  acq_->stop(now(), errc::cancelled);
+  pump();
+}
+
+void sim_client::finish_acquisition(const detail::acquisition::outcome& o) {
+  in_attempt_ = sleeping_ = wake_pending_ = false;
+  ++sleep_id_;
+  if (stopped_ && !o.ec) {
+    check_.violation("STOP: " + who() + "'s acquisition " + acq_->id() + " was granted (" +
+                     o.token + ") after stop()");
+  }
+  if (mode_ == mode::unbounded && !stopped_) {
+    if (o.ec) {
+      check_.violation("LIVENESS: " + who() + "'s unbounded acquisition " + acq_->id() +
+                       " gave up: " + o.ec.message());
+    } else {
+      sim_time from = std::max(acquire_began_, liveness_.quiet_from);
+      sim_time free = check_.free_time(from, w_.now());
+      stats_.longest_free_wait = std::max(stats_.longest_free_wait, free);
+      if (free > liveness_.max_free_wait) {
+        check_.violation("LIVENESS: " + who() + "'s unbounded acquisition " + acq_->id() +
+                         " waited while the lock was free for " + format_time(free) +
+                         " after the faults ended (bound " + format_time(liveness_.max_free_wait) + ")");
+      }
+    }
+  }
+  if (o.ec) {
+    ++stats_.failures;
+    if (w_.tracing()) w_.note(who() + " acquisition " + acq_->id() + " failed: " + o.ec.message());
+    return idle();
+  }
+  ++stats_.grants;
+  if (o.token.find(".h") != std::string::npos) ++stats_.handoffs;
+  auto claimed = o.valid_until;
+  if (bug_ == client_bug::double_validity) claimed += target_.ttl;
+  check_.granted(c_, o.token, o.fence, claimed);
+  hold(o.token, o.fence, o.valid_until);
+}
+
+// --- holding and releasing ---
+
+void sim_client::hold(const std::string& token, std::uint64_t, steady::time_point valid_until) {
+  phase_ = phase::holding;
+  token_ = token;
+  valid_until_ = valid_until;
+  auto& rnd = w_.random();
+  auto ttl_us = microseconds(target_.ttl).count();
+  auto roll = rnd.below(100);
+  extending_ = roll >= 80;
+  sim_time h = roll < 60 ? rnd.between(0, ttl_us / 2)
+               : roll < 80 ? rnd.between(ttl_us / 2, 3 * ttl_us / 2)
+                           : rnd.between(ttl_us, 3 * ttl_us);
+  abandon_ = rnd.chance(0.1);
+  hold_until_ = now() + microseconds(h);
+  if (w_.tracing()) {
+    w_.note(who() + " holds for " + format_time(h) + (extending_ ? ", extending" : "") +
+            (abandon_ ? ", then abandons it" : ", then releases"));
+  }
+  w_.at_client(c_, w_.when(c_, hold_until_), [this, cycle = cycle_] {
+    if (cycle == cycle_) release();
+  });
+  if (extending_) {
+    w_.at_client(c_, w_.when(c_, now() + target_.ttl / 3), [this, cycle = cycle_] {
+      if (cycle == cycle_) extend();
+    });
+  }
+}
+
+void sim_client::extend() {
+  if (phase_ != phase::holding || now() >= hold_until_) return;
+  ++stats_.extends;
+  if (w_.tracing()) w_.note(who() + " extends " + token_);
+  extend_.emplace(target_, token_, target_.ttl, "", now(), valid_until_);
+  for (auto& r : extend_->take_requests()) {
+    w_.call(c_, r, [this, cycle = cycle_, id = r.id](std::error_code ec, const reply& answer) {
+      if (cycle != cycle_ || phase_ != phase::holding || !extend_) return;
+      extend_->on_reply(id, now(), ec, answer);
+      auto verdict = extend_->take_outcome();
+      if (!verdict) return;
+      extend_.reset();
+      if (!verdict->ec) {
+        valid_until_ = verdict->valid_until;
+        auto claimed = valid_until_;
+        if (bug_ == client_bug::double_validity) claimed += target_.ttl;
+        check_.extended(c_, claimed);
+        w_.at_client(c_, w_.when(c_, now() + target_.ttl / 3), [this, cycle] {
+          if (cycle == cycle_) extend();
+        });
+        return;
+      }
+      ++stats_.lost_leases;
+      check_.ended(c_, "extend failed: " + verdict->ec.message());
+      release();  // the lease's lost() fired; the holder lets go
+    });
+  }
+}
+
+void sim_client::release() {
+  if (phase_ != phase::holding) return;
+  phase_ = phase::releasing;
+  extend_.reset();
+  if (abandon_) {
+    ++stats_.abandoned;
+    check_.ended(c_, "abandoned: the holder stops using it and never releases");
+    return idle();
+  }
+  ++stats_.releases;
+  check_.ended(c_, "release sent");
+  release_.emplace(target_, token_, std::vector<bool>{},
+                   detail::quorum_release::release_quorum(target_.nodes));
+  for (auto& r : release_->take_requests()) {
+    w_.call(c_, r, [this, cycle = cycle_, id = r.id](std::error_code ec, const reply& answer) {
+      if (cycle != cycle_ || !release_) return;
+      release_->on_reply(id, ec, answer);
+      if (phase_ != phase::releasing) return;
+      if (auto tally = release_->take_outcome()) {
+        if (w_.tracing()) {
+          w_.note(who() + " release of " + token_ + ": " +
+                  detail::quorum_release::judge(*tally, target_.nodes).message());
+        }
+        idle();
+      }
+    });
+  }
+}
+
+void sim_client::idle() {
+  phase_ = phase::idle;
+  auto ttl_us = microseconds(target_.ttl).count();
+  w_.at_client(c_, w_.now() + w_.random().between(0, ttl_us), [this, cycle = cycle_] {
+    if (cycle == cycle_ && phase_ == phase::idle) next_cycle();
+  });
+}
+
+void sim_client::check_finished() {
+  if (phase_ == phase::done) return;
+  static constexpr const char* phases[] = {"idle", "acquiring", "holding", "releasing", "done"};
+  std::string what = who() + " never finished: stuck " + phases[static_cast<int>(phase_)];
+  if (phase_ == phase::acquiring && acq_) {
+    what += " " + acq_->id() + " after " + std::to_string(acq_->attempts_made()) + " attempts" +
+            (in_attempt_ ? ", mid-attempt" : "") + (sleeping_ ? ", sleeping" : "") +
+            (acq_->done() ? ", done" : "");
+  }
+  check_.violation("LIVENESS: " + what);
+}
+
+}  // namespace dlock::sim

@@ -1,0 +1,127 @@
+// tests/sim/sim_client.hpp: one simulated client process running the library's own engine.
+//   client_bug     deliberate mistakes, to prove the checker catches them
+//   liveness_rule  when faults are over, and how long an unbounded waiter may then wait
+//   client_stats   what the client did, for the report
+//   sim_client     a loop of cycles: acquire (try once, a few attempts, until a deadline, or
+//                  without bound; sometimes stopped from outside, as a cancelled wait) with
+//                  detail::acquisition, hold (sometimes past the TTL,
+//                  sometimes extending with detail::quorum_extend), release with
+//                  detail::quorum_release (or abandon the lease), idle, again
+// The client drives the engine as acquire_run does (the loop in algo/acquisition.hpp), with the
+// sleeps and wake-ups of net/inbox.cpp's wake_waiter, and the engine sees only this client's
+// clock. It
+// reports grants, extends and the ends of its claims to the checker, and checks the pacing of
+// its attempts and the liveness of its unbounded waits itself.
+// Not thread-safe: part of one world.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sim_checker.hpp"
+#include "sim_world.hpp"
+
+namespace dlock::sim {
+
+enum class client_bug {
+  none,
+  taken_as_granted,  // feeds the engine a grant where the node said "taken"
+  double_validity,   // claims the lock until valid_until + ttl
+};
+
+struct liveness_rule {
+  sim_time quiet_from = 0;        // no fault after this (true time)
+  sim_time max_free_wait = 0;     // unclaimed time an unbounded waiter may see after quiet_from
+};
+
+struct client_stats {
+  std::uint64_t acquisitions = 0, grants = 0, handoffs = 0, failures = 0, stops = 0,
+                attempts = 0, woken_attempts = 0, subscribed_attempts = 0, wakes = 0,
+                extends = 0, lost_leases = 0, releases = 0, abandoned = 0;
+  sim_time longest_free_wait = 0;  // the largest unclaimed wait of an unbounded acquisition
+};
+
+class sim_client {
+ public:
+  sim_client(world& w, checker& k, const detail::lock_target& target, std::size_t index,
+             int cycles, liveness_rule liveness, client_bug bug = client_bug::none);
+  sim_client(const sim_client&) = delete;
+  sim_client& operator=(const sim_client&) = delete;
+
+  // Every acquisition waits without bound (lock()), for liveness repros.
+  void set_unbounded_only(bool on) { unbounded_only_ = on; }
+  void start(sim_time at);
+  // From the world: a message on the client's wake channel, a lost subscription.
+  void on_message(std::size_t node, std::string_view payload);
+  void on_subscribed(std::size_t node);
+  void on_subscription_lost(std::size_t node);
+
+  bool done() const noexcept { return phase_ == phase::done; }
+  // At the end of the run: a client that has not finished its cycles is stuck.
+  void check_finished();
+  const client_stats& stats() const noexcept { return stats_; }
+
+ private:
+  enum class phase { idle, acquiring, holding, releasing, done };
+  enum class mode { try_once, bounded, deadline, unbounded };
+  // Why an attempt begins: the first, the sleep ran out, a wake-up ended it, or an inbox
+  // became subscribed while the last attempt could not queue everywhere (wake_waiter::sleep).
+  enum class cause { first, backstop, woken, subscribed };
+
+  steady::time_point now() const { return w_.clock(c_); }
+  void next_cycle();
+  void begin_attempt(cause why);
+  void pump();
+  void send_for_acquisition(const detail::request& r);
+  void on_acquisition_reply(std::uint64_t cycle, std::uint64_t id, std::error_code ec, reply r);
+  void go_to_sleep(steady::duration sleep);
+  void wake();
+  void stop_waiting();
+  void finish_acquisition(const detail::acquisition::outcome& o);
+  void hold(const std::string& token, std::uint64_t fence, steady::time_point valid_until);
+  void extend();
+  void release();
+  void idle();
+  std::string who() const { return "c" + std::to_string(c_); }
+
+  world& w_;
+  checker& check_;
+  detail::lock_target target_;
+  std::size_t c_;
+  int cycles_left_;
+  liveness_rule liveness_;
+  client_bug bug_;
+  bool unbounded_only_ = false;
+  client_stats stats_;
+  phase phase_ = phase::idle;
+  std::uint64_t cycle_ = 0;  // events and replies of an earlier cycle are ignored
+
+  // The acquisition under way (kept after it is done: its leftovers still get answers).
+  std::optional<detail::acquisition> acq_;
+  mode mode_ = mode::try_once;
+  sim_time acquire_began_ = 0;
+  bool in_attempt_ = false, sleeping_ = false, wake_pending_ = false;
+  bool queued_everywhere_ = false;  // the last attempt had a channel for every node
+  bool stopped_ = false;            // stop() was called
+  std::uint64_t sleep_id_ = 0;
+  steady::time_point deadline_{};
+  // After a sleep, no attempt that sends anything before this (client clock).
+  steady::time_point next_attempt_floor_{};
+  std::vector<std::uint64_t> attempt_requests_;   // the current attempt's acquire requests
+  std::optional<std::int64_t> shortest_holder_ttl_ms_;  // among its "taken" answers
+  std::uint64_t wakes_unused_ = 0;  // wake-ups received and not yet turned into an attempt
+  std::int64_t fake_fence_ = 1'000'000;  // client_bug::taken_as_granted's fences
+
+  // The lease held.
+  std::string token_;
+  steady::time_point valid_until_{};  // the engine's word
+  steady::time_point hold_until_{};
+  bool extending_ = false, abandon_ = false;
+  std::optional<detail::quorum_extend> extend_;
+  std::optional<detail::quorum_release> release_;
+};
+
+}  // namespace dlock::sim
