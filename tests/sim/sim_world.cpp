@@ -258,8 +258,10 @@ void world::on_reply(std::uint64_t call_id, const reply& r) {
   assert(!l.inflight.empty() && l.inflight.front() == call_id);
   l.inflight.pop_front();
   if (!k.eval && is_noscript(r)) {
-    // run_script: EVAL within what is left of the same timeout, truncated to milliseconds.
-    std::int64_t left_ms = (k.deadline_us - clock_us(k.client, now_)) / 1000;
+    // run_script: EVAL within what is left of the same timeout, rounded up to milliseconds
+    // (src/script.cpp's time_left; truncated, a 1 ms timeout never sent it: finding 1).
+    std::int64_t left_us = k.deadline_us - clock_us(k.client, now_);
+    std::int64_t left_ms = left_us > 0 ? (left_us + 999) / 1000 : 0;
     if (left_ms <= 0) return complete(call_id, errc::timeout, reply{});
     k.done = true;
     if (tracing_) note("c" + std::to_string(k.client) + " #" + std::to_string(call_id) + " NOSCRIPT: EVAL follows");
