@@ -82,15 +82,15 @@ void explore(topology t, std::uint64_t part) {
     EXPECT_EQ(traced.failure, result.failure) << "seed " << seed << " did not replay the same";
     ADD_FAILURE() << report(config, traced);
   }
-  double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-  std::printf("%llu schedules in %.1f s (%.0f/s): %llu grants (%llu handoffs), %llu faults, %llu "
-              "outside the assumptions, %llu failed; longest free wait %.0f%% of its bound (seed %llu)\n",
-              static_cast<unsigned long long>(runs), seconds, runs / seconds,
-              static_cast<unsigned long long>(grants), static_cast<unsigned long long>(handoffs),
-              static_cast<unsigned long long>(faults), static_cast<unsigned long long>(outside),
-              static_cast<unsigned long long>(failures), 100 * worst_wait_share,
-              static_cast<unsigned long long>(worst_wait_seed));
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  std::printf(
+      "%llu schedules in %.1f s (%.0f/s): %llu grants (%llu handoffs), %llu faults, %llu "
+      "outside the assumptions, %llu failed; longest free wait %.0f%% of its bound (seed %llu)\n",
+      static_cast<unsigned long long>(runs), seconds, runs / seconds,
+      static_cast<unsigned long long>(grants), static_cast<unsigned long long>(handoffs),
+      static_cast<unsigned long long>(faults), static_cast<unsigned long long>(outside),
+      static_cast<unsigned long long>(failures), 100 * worst_wait_share,
+      static_cast<unsigned long long>(worst_wait_seed));
   EXPECT_EQ(failures, 0u);
 }
 

@@ -48,8 +48,8 @@ TEST(SimFindings, DISABLED_AOneMillisecondNodeTimeoutNeverSendsTheEval) {
 // /work/notes/sim-findings-2.txt). Here the engine is driven by hand, in that order.
 TEST(SimFindings, DISABLED_AnEarlierRoundsLateGrantCountsForTheRoundInFlight) {
   using namespace std::chrono_literals;
-  auto target = detail::make_lock_target(3, "l", lock_options{.ttl = 1000ms, .retry_delay = 20ms},
-                                         1000ms);
+  auto target =
+      detail::make_lock_target(3, "l", lock_options{.ttl = 1000ms, .retry_delay = 20ms}, 1000ms);
   detail::acquisition a(target, "b", steady::time_point::max(), 5, 1);
   auto ints = [](std::int64_t x, std::int64_t y) {
     return reply::make_array({reply::make_integer(x), reply::make_integer(y)});

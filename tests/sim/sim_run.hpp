@@ -47,7 +47,7 @@ struct run_config {
   std::optional<std::size_t> far_node;
   std::int64_t far_factor = 1;
   sim_time fault_end = 0;
-  sim_time fault_gap_max = 0;        // between two faults: uniform in [0, this]
+  sim_time fault_gap_max = 0;  // between two faults: uniform in [0, this]
   fault_mix faults;
   sim_time resubscribe_max = 0;
   client_bug bug = client_bug::none;

@@ -44,7 +44,8 @@ detail::request lock_call(const std::string& script_name, std::size_t node,
 // Spares the NOSCRIPT round trip, so that each call runs once on its node.
 void load_scripts(world& w) {
   for (std::size_t i = 0; i < w.nodes(); ++i) {
-    for (const auto* s : {&detail::acquire_script, &detail::release_script, &detail::extend_script}) {
+    for (const auto* s :
+         {&detail::acquire_script, &detail::release_script, &detail::extend_script}) {
       w.redis(i).exec({"SCRIPT", "LOAD", s->body});
     }
   }
@@ -185,7 +186,8 @@ TEST(SimWorld, AReleaseWakesTheSubscribedWaiterAndADropLosesTheSubscription) {
   result r;
   w.call(1, lock_call("acquire", 0, {"h.0", "1000", "", ""}), record(w, r));
   run_all(w);
-  w.call(0, lock_call("acquire", 0, {"w.0", "1000", "1000 " + w.wake_channel(0), ""}), record(w, r));
+  w.call(0, lock_call("acquire", 0, {"w.0", "1000", "1000 " + w.wake_channel(0), ""}),
+         record(w, r));
   run_all(w);
   EXPECT_EQ(r.r.elements().at(0).integer(), 0);  // queued
   w.call(1, lock_call("release", 0, {"h.0"}), record(w, r));
