@@ -151,7 +151,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     case 3: {
       dlock::client c{s.url(), quick()};
-      dlock::semaphore sem{c, "k", 2, {.ttl = 1000ms, .retry_count = 0, .node_timeout = 200ms}};
+      dlock::semaphore sem{c, "k", 2, {.ttl = 1000ms, .node_timeout = 200ms}};
       auto l = sem.try_acquire(ec);
       if (l) (void)l.release();
       break;

@@ -5,6 +5,8 @@
 #include <asio/dispatch.hpp>
 #include <asio/post.hpp>
 
+#include "access.hpp"
+
 namespace dlock::detail {
 
 lease lease_from(std::shared_ptr<lease_owner> owner, acquisition::outcome& granted) {
@@ -29,10 +31,11 @@ void acquire_run::start(handler_type handler, std::vector<request> first) {
   handler_ = std::move(handler);
   // All of an acquisition runs on the I/O thread, where the inboxes and timers live; the
   // commands would be handed to it anyway.
-  asio::dispatch(owner_->executor(), [self = shared_from_this(), first = std::move(first)]() mutable {
+  asio::dispatch(owner_->get_executor(), [self = shared_from_this(),
+                                          first = std::move(first)]() mutable {
     std::vector<inbox*> boxes;
-    for (auto& node : self->nodes_) boxes.push_back(&node.wake_inbox());
-    self->waiter_ = std::make_shared<wake_waiter>(self->owner_->executor(), std::move(boxes),
+    for (auto& node : self->nodes_) boxes.push_back(&access::wake_inbox(node));
+    self->waiter_ = std::make_shared<wake_waiter>(self->owner_->get_executor(), std::move(boxes),
                                                   self->engine_.id(), self->wake_on_release_);
     // Weak: the waiter belongs to this run, and must not keep it alive.
     std::weak_ptr<acquire_run> weak = self;
@@ -44,13 +47,15 @@ void acquire_run::start(handler_type handler, std::vector<request> first) {
       // Posted, never run inline: the stop may come while this run is in the middle of a step.
       self->on_stop_.emplace(self->control_.stop, [weak] {
         if (auto run = weak.lock()) {
-          asio::post(run->owner_->executor(), [run] { run->stop(errc::cancelled); });
+          asio::post(run->owner_->get_executor(), [run] { run->stop(errc::cancelled); });
         }
       });
     }
     if (self->engine_.attempts_made() == 0) return self->attempt();
     // run_blocking made the first attempt: go on from where it stands.
+    self->pumping_ = true;  // answers that come back inline wait for the whole batch
     for (auto& r : first) self->send(std::move(r));
+    self->pumping_ = false;
     self->pump();
   });
 }
@@ -61,7 +66,7 @@ lease acquire_run::run_blocking(std::error_code& ec) {
     // thread and back. It does not queue (the I/O thread owns the inbox); if it must wait,
     // the wake_waiter's first sleep subscribes and queues at once.
     auto now = steady::now();
-    engine_.begin_attempt(now, std::vector<std::string>(1));
+    engine_.begin_attempt(now, {});
     auto requests = engine_.take_requests();
     reply r;
     std::error_code run_ec;
@@ -93,14 +98,29 @@ void acquire_run::attempt() {
 
 void acquire_run::send(request r) {
   auto& node = nodes_[r.node];
-  run_request(node, r, [self = shared_from_this(), id = r.id](std::error_code ec, reply answer) {
+  auto id = r.id;
+  run_request(node, std::move(r), [self = shared_from_this(), id](std::error_code ec, reply answer) {
+    if (self->pumping_) {
+      self->inline_answers_.push_back({id, ec, std::move(answer)});
+      return;
+    }
     self->engine_.on_reply(id, steady::now(), ec, answer);
     self->pump();
   });
 }
 
 void acquire_run::pump() {
-  for (auto& r : engine_.take_requests()) send(std::move(r));
+  if (pumping_) return;  // the pump below this frame picks up what is new
+  pumping_ = true;
+  for (;;) {
+    auto requests = engine_.take_requests();
+    if (requests.empty() && inline_answers_.empty()) break;
+    for (auto& r : requests) send(std::move(r));
+    for (auto& a : std::exchange(inline_answers_, {})) {
+      engine_.on_reply(a.id, steady::now(), a.ec, a.r);
+    }
+  }
+  pumping_ = false;
   if (auto delay = engine_.take_sleep()) {
     if (control_.on_retry) {
       wait_progress progress;

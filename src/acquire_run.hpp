@@ -50,6 +50,15 @@ class acquire_run : public std::enable_shared_from_this<acquire_run> {
   handler_type handler_;
   node_results* out_;
   wait_control control_;
+  // Answers that came back inside a send (a node in connect backoff fails at once): fed to the
+  // engine after the whole batch went out, so that requests to one node keep their order.
+  struct answer {
+    std::uint64_t id;
+    std::error_code ec;
+    reply r;
+  };
+  std::vector<answer> inline_answers_;
+  bool pumping_ = false;
   std::optional<std::stop_callback<unique_function<void()>>> on_stop_;
   steady::time_point began_ = steady::now();
 };

@@ -14,7 +14,7 @@ client::client(endpoint where, client_options options)
 
 const endpoint& client::where() const noexcept { return conn_->where(); }
 const client_options& client::options() const noexcept { return conn_->options(); }
-detail::io_executor client::get_executor() const noexcept { return conn_->executor(); }
+detail::io_executor client::get_executor() const noexcept { return conn_->get_executor(); }
 
 namespace {
 
@@ -46,8 +46,8 @@ void client::start_exec(command cmd, std::chrono::milliseconds timeout,
   conn_->submit(std::string(cmd.bytes()), count, deadline_after(timeout), std::move(handler));
 }
 
-bool client::try_exec_direct(const command& cmd, std::chrono::milliseconds timeout,
-                             std::error_code& ec, reply& out) {
+bool client::try_exec_direct(const command& cmd, std::chrono::milliseconds timeout, reply& out,
+                             std::error_code& ec) {
   if (cmd.changes_session() && !dedicated_) {
     ec = errc::invalid_argument;
     out = session_refusal();
@@ -60,7 +60,7 @@ bool client::try_exec_direct(const command& cmd, std::chrono::milliseconds timeo
 // the I/O thread, no wake-up back); otherwise the request queues behind the others.
 reply client::exec(command cmd, std::error_code& ec) {
   reply out;
-  if (!detail::on_io_thread() && try_exec_direct(cmd, options().request_timeout, ec, out)) {
+  if (!detail::on_io_thread() && try_exec_direct(cmd, options().request_timeout, out, ec)) {
     return out;
   }
   return detail::wait<reply>(ec, [&](auto handler) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 
+#include "access.hpp"
 #include "algo/quorum_round.hpp"
 
 namespace dlock {
@@ -55,16 +56,16 @@ std::vector<probe> probe_all(const std::vector<client>& nodes) {
     command cmd{"INFO", "server"};
     cmd.then({"INFO", "replication"}).then({"INFO", "memory"}).then({"INFO", "persistence"});
     cmd.then({"CONFIG", "GET", "appendfsync"});
-    node.start_exec(std::move(cmd), node.options().request_timeout,
-                    [g, i](std::error_code ec, reply r) {
-                      bool last = false;
-                      {
-                        std::lock_guard lock(g->m);
-                        g->probes[i] = probe{ec, std::move(r)};
-                        last = --g->left == 0;
-                      }
-                      if (last) g->done.set_value();
-                    });
+    detail::access::start_exec(node, std::move(cmd), node.options().request_timeout,
+                               [g, i](std::error_code ec, reply r) {
+                                 bool last = false;
+                                 {
+                                   std::lock_guard lock(g->m);
+                                   g->probes[i] = probe{ec, std::move(r)};
+                                   last = --g->left == 0;
+                                 }
+                                 if (last) g->done.set_value();
+                               });
   }
   finished.wait();
   std::lock_guard lock(g->m);

@@ -79,11 +79,14 @@ std::string tag_for_slot(std::uint16_t slot) {
 }
 
 // E(key) from the header: ends with '}', hashes to key's slot, and differs for different keys.
+// Appended piecewise: GCC 12's -Wrestrict misfires on `"{" + std::string(...)` at -O2.
 std::string encode(std::string_view key) {
-  std::string k(key);
-  if (tag_open(key) != std::string_view::npos) return k + "{}";
-  if (!key.empty() && key.find('}') == std::string_view::npos) return "{" + k + "}";
-  return "{" + tag_for_slot(hash_slot(key)) + "}" + k + "}}";
+  std::string out;
+  if (tag_open(key) != std::string_view::npos) return out.append(key).append("{}");
+  if (!key.empty() && key.find('}') == std::string_view::npos) {
+    return out.append("{").append(key).append("}");
+  }
+  return out.append("{").append(tag_for_slot(hash_slot(key))).append("}").append(key).append("}}");
 }
 
 std::string companion(std::string_view key, std::string_view suffix) {

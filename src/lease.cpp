@@ -114,8 +114,8 @@ std::error_code lease::release() noexcept {
   return ec;
 }
 
-detail::io_executor lease::executor() const noexcept {
-  return owner_ ? owner_->executor() : detail::runtime::shared().executor();
+detail::io_executor lease::get_executor() const noexcept {
+  return owner_ ? owner_->get_executor() : detail::runtime::shared().get_executor();
 }
 
 std::chrono::milliseconds lease::default_ttl() const noexcept {

@@ -56,7 +56,7 @@ class lease_owner {
 
   virtual const std::string& key() const noexcept = 0;
   virtual std::chrono::milliseconds default_ttl() const noexcept = 0;
-  virtual io_executor executor() const noexcept = 0;
+  virtual io_executor get_executor() const noexcept = 0;
   // Deletes the holder's entry where it is still this token's. not_held when none was.
   virtual void start_release(const std::shared_ptr<lease_state>& state, done_handler handler) = 0;
   // The same, blocking, on the calling thread, when the owner can do that without the I/O

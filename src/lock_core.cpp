@@ -10,15 +10,15 @@ namespace dlock::detail {
 
 lock_core::lock_core(std::vector<client> nodes, std::string key, lock_options options)
     : nodes_(std::move(nodes)), key_(std::move(key)), options_(std::move(options)) {
-  for (const auto& node : nodes_) node_names_.push_back(node.where().to_string());
   target_ = make_lock_target(nodes_.size(), key_, options_,
                              nodes_.front().options().request_timeout);
+  for (const auto& node : nodes_) target_.node_names.push_back(node.where().to_string());
 }
 
 std::shared_ptr<acquire_run> lock_core::make_run(steady::time_point deadline, int attempts,
                                                  node_results* out,
                                                  const wait_control& control) {
-  acquisition engine(target_, random_token(), deadline, attempts, jitter_random(), node_names_);
+  acquisition engine(target_, random_token(), deadline, attempts, jitter_random());
   return std::make_shared<acquire_run>(shared_from_this(), nodes_, std::move(engine),
                                        options_.wake_on_release, out, control);
 }
@@ -38,16 +38,16 @@ bool lock_core::try_release_direct(const std::shared_ptr<lease_state>& state,
   if (nodes_.size() != 1) return false;
   // Marked first, so that a keep-alive renewal starting now does not send after the release.
   if (state->released.exchange(true)) return false;  // start_release reports not_held
-  quorum_release op(target_, state->token);
-  auto requests = op.take_requests();
   reply r;
   std::error_code run_ec;
-  if (!run_request_direct(nodes_[0], requests.front(), run_ec, r)) {
+  if (!run_request_direct(nodes_[0], quorum_release::request_for(target_, 0, state->token), run_ec,
+                          r)) {
     state->released.store(false);  // nothing sent: start_release takes over
     return false;
   }
-  op.on_reply(requests.front().id, run_ec, r);
-  ec = quorum_release::judge(*op.take_outcome(), 1);
+  quorum_release::tally t;
+  quorum_release::count(t, run_ec, r);
+  ec = quorum_release::judge(t, 1);
   return true;
 }
 
@@ -65,7 +65,11 @@ void lock_core::start_release(const std::shared_ptr<lease_state>& state, done_ha
                                 quorum_release::release_quorum(nodes_.size())),
                  std::move(handler), nodes_.size()});
   for (auto& r : op->tally.take_requests()) {
-    run_request(nodes_[r.node], r, [op, id = r.id](std::error_code ec, reply answer) {
+    auto id = r.id;
+    // `self`: the requests point into target_, and the rest of the nodes' releases may still
+    // be out after the lease (and with it the core) is gone.
+    run_request(nodes_[r.node], std::move(r), [self = shared_from_this(), op, id](
+                                                  std::error_code ec, reply answer) {
       op->tally.on_reply(id, ec, answer);
       if (auto t = op->tally.take_outcome()) op->handler(quorum_release::judge(*t, op->nodes));
     });
@@ -95,14 +99,16 @@ void lock_core::extend_everywhere(const std::shared_ptr<lease_state>& state,
     std::shared_ptr<lease_state> state;
     done_handler handler;
   };
-  std::optional<steady::time_point> deadline;
-  if (state->validity_known) deadline = state->deadline();
   auto op = std::make_shared<extend_op>(extend_op{
-      quorum_extend(target_, state->token, ttl, std::move(successor), steady::now(), deadline),
-      state, std::move(handler)});
+      quorum_extend(target_, state->token, ttl, std::move(successor), steady::now()), state,
+      std::move(handler)});
   for (auto& r : op->round.take_requests()) {
-    run_request(nodes_[r.node], r, [op, id = r.id](std::error_code ec, reply answer) {
-      op->round.on_reply(id, steady::now(), ec, answer);
+    auto id = r.id;
+    run_request(nodes_[r.node], std::move(r), [self = shared_from_this(), op, id](
+                                                  std::error_code ec, reply answer) {
+      std::optional<steady::time_point> deadline;
+      if (op->state->validity_known) deadline = op->state->deadline();
+      op->round.on_reply(id, steady::now(), deadline, ec, answer);
       auto verdict = op->round.take_outcome();
       if (!verdict) return;
       auto& state = *op->state;

@@ -28,7 +28,7 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
   std::chrono::milliseconds default_ttl() const noexcept override { return options_.ttl; }
   std::size_t size() const noexcept { return nodes_.size(); }
   const lock_options& options() const noexcept { return options_; }
-  io_executor executor() const noexcept override { return nodes_.front().get_executor(); }
+  io_executor get_executor() const noexcept override { return nodes_.front().get_executor(); }
 
   // Up to `attempts` rounds until `deadline` (max(): attempts only), under one acquisition id.
   // `out`, if set, gets the last round's votes before the handler runs.
@@ -59,7 +59,6 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
                          std::string successor, done_handler handler);
 
   std::vector<client> nodes_;
-  std::vector<std::string> node_names_;  // endpoint::to_string() of each, for the votes
   std::string key_;
   lock_options options_;
   lock_target target_;

@@ -60,27 +60,39 @@ lease mutex::acquire_blocking(clock::time_point deadline, int attempts, std::err
   return core_->acquire_blocking(deadline, attempts, ec, nodes);
 }
 
-lease mutex::acquire_until(clock::time_point deadline, std::error_code& ec, node_results* nodes) {
+lease mutex::acquire_until(clock::time_point deadline, std::error_code& ec) {
+  return acquire_blocking(deadline, INT_MAX, ec, nullptr);
+}
+
+lease mutex::acquire_until(clock::time_point deadline, node_results* nodes, std::error_code& ec) {
   return acquire_blocking(deadline, INT_MAX, ec, nodes);
 }
 
-lease mutex::acquire_until(clock::time_point deadline, std::error_code& ec, node_results* nodes,
-                           const wait_control& control) {
+lease mutex::acquire_until(clock::time_point deadline, const wait_control& control,
+                           node_results* nodes, std::error_code& ec) {
   return core_->acquire_blocking(deadline, INT_MAX, ec, nodes, control);
 }
 
-lease mutex::acquire(std::error_code& ec, node_results* nodes) {
+lease mutex::acquire(std::error_code& ec) {
+  return acquire_blocking(clock::time_point::max(), attempts_for_acquire(), ec, nullptr);
+}
+
+lease mutex::acquire(node_results* nodes, std::error_code& ec) {
   return acquire_blocking(clock::time_point::max(), attempts_for_acquire(), ec, nodes);
 }
 
-lease mutex::try_acquire(std::error_code& ec, node_results* nodes) {
+lease mutex::try_acquire(std::error_code& ec) {
+  return acquire_blocking(clock::time_point::max(), 1, ec, nullptr);
+}
+
+lease mutex::try_acquire(node_results* nodes, std::error_code& ec) {
   return acquire_blocking(clock::time_point::max(), 1, ec, nodes);
 }
 
 lease mutex::acquire() {
   std::error_code ec;
   node_results nodes;
-  lease l = acquire(ec, &nodes);
+  lease l = acquire(&nodes, ec);
   if (ec) {
     std::string what = "dlock: cannot lock " + key();
     for (const auto& n : nodes) what += "; " + n.node + ": " + to_string(n);
@@ -110,7 +122,7 @@ void mutex::remember(lease l, std::error_code ec, node_results results) noexcept
 bool mutex::lock_until(clock::time_point deadline) {
   std::error_code ec;
   node_results results;
-  lease l = acquire_until(deadline, ec, &results);
+  lease l = acquire_until(deadline, &results, ec);
   bool ok = static_cast<bool>(l);
   remember(std::move(l), ec, std::move(results));
   if (!ok && !detail::is_retryable(ec) && ec != errc::not_acquired) {
@@ -129,7 +141,7 @@ void mutex::lock() {
 bool mutex::try_lock() {
   std::error_code ec;
   node_results results;
-  lease l = try_acquire(ec, &results);
+  lease l = try_acquire(&results, ec);
   bool ok = static_cast<bool>(l);
   remember(std::move(l), ec, std::move(results));
   return ok;
@@ -176,7 +188,7 @@ node_results mutex::last_results() const {
 
 const std::string& mutex::key() const noexcept { return core_->key(); }
 std::size_t mutex::node_count() const noexcept { return core_->size(); }
-detail::io_executor mutex::executor() const noexcept { return core_->executor(); }
+detail::io_executor mutex::get_executor() const noexcept { return core_->get_executor(); }
 
 std::string to_string(const node_result& r) {
   switch (r.outcome) {

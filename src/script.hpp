@@ -36,12 +36,13 @@ inline constexpr script sem_refresh_script{scripts::sem_refresh_body, scripts::s
 
 // One script call, as the engine (algo/acquisition.hpp) asks for it: run `code` on node `node`
 // within `timeout`, and hand the answer back under `id`. Requests to one node go out in the
-// order they were made (one connection, FIFO).
+// order they were made (one connection, FIFO). `keys` point into the target (lock_target,
+// semaphore_target) the engine was made for, which must outlive the request's answer.
 struct request {
   std::uint64_t id = 0;
   std::size_t node = 0;
   const script* code = nullptr;
-  std::vector<std::string> keys;
+  std::vector<std::string_view> keys;
   std::vector<std::string> args;
   std::chrono::milliseconds timeout{};
 };
@@ -63,8 +64,7 @@ bool run_script_direct(client& node, const script& s, std::initializer_list<std:
                        std::chrono::milliseconds timeout, std::error_code& ec, reply& out);
 
 // run_script and run_script_direct for a request (`node` is the request's node).
-void run_request(client& node, const request& r,
-                 unique_function<void(std::error_code, reply)> handler);
+void run_request(client& node, request r, unique_function<void(std::error_code, reply)> handler);
 bool run_request_direct(client& node, const request& r, std::error_code& ec, reply& out);
 
 }  // namespace dlock::detail

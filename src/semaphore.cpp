@@ -20,7 +20,6 @@ void check_arguments(const std::string& name, const std::string& key, std::ptrdi
   if (key.size() > max_key_bytes) reject("the semaphore key is longer than max_key_bytes");
   if (o.ttl < std::chrono::milliseconds(1) || o.ttl > max_ttl) reject("TTL must be 1 ms..30 days");
   if (o.retry_delay.count() < 0) reject("retry_delay is negative");
-  if (o.retry_count < 0) reject("retry_count is negative");
   if (o.node_timeout.count() < 0) reject("node_timeout is negative");
   if (!(o.drift_factor >= 0.0 && o.drift_factor <= 0.5)) reject("drift_factor must be 0 to 0.5");
 }
@@ -37,12 +36,10 @@ semaphore::semaphore(client node, std::string name, std::ptrdiff_t limit,
 
 semaphore::~semaphore() = default;  // permits keep the core alive on their own
 
-int semaphore::attempts_for_acquire() const noexcept { return core_->options().retry_count + 1; }
-
-void semaphore::start_acquire(clock::time_point deadline, int attempts, std::ptrdiff_t permits,
+void semaphore::start_acquire(std::ptrdiff_t permits,
                               detail::unique_function<void(std::error_code, lease)> handler) {
   if (permits < 1 || permits > core_->limit()) return handler(errc::invalid_argument, lease{});
-  core_->start_acquire(deadline, attempts, permits, std::move(handler));
+  core_->start_acquire(clock::time_point::max(), INT_MAX, permits, std::move(handler));
 }
 
 namespace {
@@ -59,34 +56,44 @@ lease acquire_blocking(detail::semaphore_core& core, semaphore::clock::time_poin
 
 }  // namespace
 
-lease semaphore::acquire(std::error_code& ec, std::ptrdiff_t permits) {
-  return acquire_blocking(*core_, clock::time_point::max(), attempts_for_acquire(), permits, ec);
+// Like std::counting_semaphore::acquire: no attempt limit and no deadline, so the engine gives
+// up only on an error it does not retry (is_retryable false).
+lease semaphore::acquire(std::error_code& ec) { return acquire(1, ec); }
+
+lease semaphore::acquire(std::ptrdiff_t permits, std::error_code& ec) {
+  return acquire_blocking(*core_, clock::time_point::max(), INT_MAX, permits, ec);
 }
 
 lease semaphore::acquire(std::ptrdiff_t permits) {
   std::error_code ec;
-  lease l = acquire(ec, permits);
+  lease l = acquire(permits, ec);
   if (ec) throw std::system_error(ec, "dlock: cannot acquire a permit of " + key());
   return l;
 }
 
-lease semaphore::acquire_until(clock::time_point deadline, std::error_code& ec,
-                               std::ptrdiff_t permits) {
+lease semaphore::acquire_until(clock::time_point deadline, std::error_code& ec) {
+  return acquire_until(deadline, 1, ec);
+}
+
+lease semaphore::acquire_until(clock::time_point deadline, std::ptrdiff_t permits,
+                               std::error_code& ec) {
   return acquire_blocking(*core_, deadline, INT_MAX, permits, ec);
 }
 
-lease semaphore::acquire_until(clock::time_point deadline, std::error_code& ec,
-                               std::ptrdiff_t permits, const wait_control& control) {
+lease semaphore::acquire_until(clock::time_point deadline, std::ptrdiff_t permits,
+                               const wait_control& control, std::error_code& ec) {
   return acquire_blocking(*core_, deadline, INT_MAX, permits, ec, control);
 }
 
-lease semaphore::try_acquire(std::error_code& ec, std::ptrdiff_t permits) {
+lease semaphore::try_acquire(std::error_code& ec) { return try_acquire(1, ec); }
+
+lease semaphore::try_acquire(std::ptrdiff_t permits, std::error_code& ec) {
   return acquire_blocking(*core_, clock::time_point::max(), 1, permits, ec);
 }
 
 lease semaphore::try_acquire(std::ptrdiff_t permits) {
   std::error_code ec;
-  lease l = try_acquire(ec, permits);
+  lease l = try_acquire(permits, ec);
   if (ec && !detail::is_retryable(ec)) {
     throw std::system_error(ec, "dlock: cannot acquire a permit of " + key());
   }
@@ -95,7 +102,7 @@ lease semaphore::try_acquire(std::ptrdiff_t permits) {
 
 lease semaphore::wait_until(clock::time_point deadline, std::ptrdiff_t permits) {
   std::error_code ec;
-  lease l = acquire_until(deadline, ec, permits);
+  lease l = acquire_until(deadline, permits, ec);
   // A deadline can only end a wait; credentials, ACLs or a wrong key type will not heal.
   if (ec && !detail::is_retryable(ec)) {
     throw std::system_error(ec, "dlock: cannot acquire a permit of " + key());
@@ -112,6 +119,6 @@ std::error_code semaphore::release(lease& permit) noexcept {
 const std::string& semaphore::key() const noexcept { return core_->key(); }
 std::ptrdiff_t semaphore::limit() const noexcept { return core_->limit(); }
 const semaphore_options& semaphore::options() const noexcept { return core_->options(); }
-detail::io_executor semaphore::executor() const noexcept { return core_->executor(); }
+detail::io_executor semaphore::get_executor() const noexcept { return core_->get_executor(); }
 
 }  // namespace dlock

@@ -21,13 +21,14 @@ semaphore_core::semaphore_core(client node, std::string key, std::ptrdiff_t limi
       limit_(limit),
       options_(std::move(options)),
       target_(make_semaphore_target(key_, limit_, options_,
-                                    nodes_.front().options().request_timeout)) {}
+                                    nodes_.front().options().request_timeout)) {
+  target_.node_names.push_back(nodes_.front().where().to_string());
+}
 
 std::shared_ptr<acquire_run> semaphore_core::make_run(steady::time_point deadline, int attempts,
                                                       std::ptrdiff_t permits,
                                                       const wait_control& control) {
-  acquisition engine(target_, random_token(), permits, deadline, attempts, jitter_random(),
-                     {nodes_.front().where().to_string()});
+  acquisition engine(target_, random_token(), permits, deadline, attempts, jitter_random());
   return std::make_shared<acquire_run>(shared_from_this(), nodes_, std::move(engine),
                                        options_.wake_on_release, nullptr, control);
 }

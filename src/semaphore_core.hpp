@@ -29,7 +29,7 @@ class semaphore_core final : public lease_owner,
 
   const std::string& key() const noexcept override { return key_; }
   std::chrono::milliseconds default_ttl() const noexcept override { return options_.ttl; }
-  io_executor executor() const noexcept override { return nodes_.front().get_executor(); }
+  io_executor get_executor() const noexcept override { return nodes_.front().get_executor(); }
   const semaphore_options& options() const noexcept { return options_; }
   std::ptrdiff_t limit() const noexcept { return limit_; }
   const semaphore_keys& keys() const noexcept { return target_.keys; }

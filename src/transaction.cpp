@@ -18,6 +18,7 @@
 #include <span>
 #include <thread>
 
+#include "access.hpp"
 #include "algo/retry.hpp"
 #include "algo/transaction_backoff.hpp"
 #include "token.hpp"
@@ -42,7 +43,7 @@ struct transaction_pool {
       }
     }
     client c(where, options);  // connects on its first request
-    c.dedicated_ = true;
+    access::make_dedicated(c);
     return c;
   }
 

@@ -29,7 +29,7 @@ class keep_alive_task : public std::enable_shared_from_this<keep_alive_task> {
       : owner_(std::move(owner)),
         state_(std::move(state)),
         options_(std::move(options)),
-        timer_(owner_->executor()) {
+        timer_(owner_->get_executor()) {
     if (options_.interval.count() <= 0) options_.interval = owner_->default_ttl() / 3;
     if (options_.interval.count() <= 0) options_.interval = std::chrono::milliseconds(1);
   }
@@ -133,7 +133,7 @@ class keep_alive_task : public std::enable_shared_from_this<keep_alive_task> {
 
 void start_keep_alive(std::shared_ptr<lease_owner> owner, std::shared_ptr<lease_state> state,
                       keep_alive_options options) {
-  auto ex = owner->executor();
+  auto ex = owner->get_executor();
   asio::post(ex, [owner = std::move(owner), state = std::move(state),
                   options = std::move(options)]() mutable {
     if (state->keeper) state->keeper->stop();
@@ -147,7 +147,7 @@ void replan_keep_alive(const std::shared_ptr<lease_owner>& owner,
                        const std::shared_ptr<lease_state>& state) {
   // Inline on the I/O thread (where an extend completes), so the plan is new before the
   // extend's caller hears of it.
-  asio::dispatch(owner->executor(), [state] {
+  asio::dispatch(owner->get_executor(), [state] {
     if (state->keeper) state->keeper->replan();
   });
 }
@@ -155,7 +155,7 @@ void replan_keep_alive(const std::shared_ptr<lease_owner>& owner,
 void stop_keep_alive(const std::shared_ptr<lease_owner>& owner,
                      const std::shared_ptr<lease_state>& state) {
   if (!owner || !state) return;
-  asio::post(owner->executor(), [state] {
+  asio::post(owner->get_executor(), [state] {
     if (state->keeper) std::exchange(state->keeper, {})->stop();
   });
 }

@@ -27,7 +27,7 @@ namespace dlock {
 namespace detail {
 class connection;
 class inbox;
-struct transaction_pool;
+struct access;  // the library's way in to the private cores (src/access.hpp)
 }
 
 // TLS settings, used only when the endpoint has tls set (rediss://). Verification is always on:
@@ -124,26 +124,22 @@ class DLOCK_EXPORT client {
   reply exec(command cmd, std::error_code& ec);
   reply exec(command cmd);
 
-  // The type-erased core; `timeout` bounds the whole request.
-  void start_exec(command cmd, std::chrono::milliseconds timeout,
-                  detail::unique_function<void(std::error_code, reply)> handler);
-
-  // Internal: the blocking fast path behind exec(). When the connection is idle (nothing
-  // queued or in flight, plain TCP or unix socket) and this is not the I/O thread, the calling
-  // thread sends `cmd` and reads its reply itself, within `timeout`, and returns true with the
-  // reply and ec as exec() would; otherwise it returns false having sent nothing.
-  bool try_exec_direct(const command& cmd, std::chrono::milliseconds timeout,
-                       std::error_code& ec, reply& out);
-
   // Closes the connection; requests in flight complete with errc::cancelled. A later request
   // reconnects.
   void disconnect();
 
-  // Internal: the pub/sub inbox through which a release wakes this client's waiters.
-  detail::inbox& wake_inbox() const noexcept { return *inbox_; }
-
  private:
-  friend struct detail::transaction_pool;  // its clients are its own: they may WATCH and MULTI
+  friend struct detail::access;
+
+  // The type-erased core of async_exec; `timeout` bounds the whole request.
+  void start_exec(command cmd, std::chrono::milliseconds timeout,
+                  detail::unique_function<void(std::error_code, reply)> handler);
+  // The blocking fast path behind exec(). When the connection is idle (nothing queued or in
+  // flight, plain TCP or unix socket) and this is not the I/O thread, the calling thread sends
+  // `cmd` and reads its reply itself, within `timeout`, and returns true with the reply and ec
+  // as exec() would; otherwise it returns false having sent nothing.
+  bool try_exec_direct(const command& cmd, std::chrono::milliseconds timeout, reply& out,
+                       std::error_code& ec);
 
   std::shared_ptr<detail::connection> conn_;
   std::shared_ptr<detail::inbox> inbox_;

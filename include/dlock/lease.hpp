@@ -88,7 +88,7 @@ class DLOCK_EXPORT lease {
   template <class CompletionToken>
   auto async_extend(std::chrono::milliseconds ttl, CompletionToken&& token) {
     return detail::initiate<void(std::error_code)>(
-        std::forward<CompletionToken>(token), executor(),
+        std::forward<CompletionToken>(token), get_executor(),
         [this, ttl](detail::unique_function<void(std::error_code)> h) {
           start_extend(ttl, std::move(h));
         });
@@ -116,7 +116,7 @@ class DLOCK_EXPORT lease {
   template <class CompletionToken>
   auto async_release(CompletionToken&& token) {
     return detail::initiate<void(std::error_code)>(
-        std::forward<CompletionToken>(token), executor(),
+        std::forward<CompletionToken>(token), get_executor(),
         [this](detail::unique_function<void(std::error_code)> h) { start_release(std::move(h)); });
   }
 
@@ -143,7 +143,7 @@ class DLOCK_EXPORT lease {
 
   // The type-erased cores of the async API. The executor is the owner's I/O executor, or the
   // runtime's for an empty lease.
-  detail::io_executor executor() const noexcept;
+  detail::io_executor get_executor() const noexcept;
   std::chrono::milliseconds default_ttl() const noexcept;
   void start_release(detail::unique_function<void(std::error_code)> handler);
   void start_extend(std::chrono::milliseconds ttl,

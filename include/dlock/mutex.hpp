@@ -32,6 +32,7 @@ namespace dlock {
 
 namespace detail {
 class lock_core;
+struct access;  // the library's way in to the private cores (src/access.hpp)
 }
 
 class DLOCK_EXPORT mutex {
@@ -54,17 +55,21 @@ class DLOCK_EXPORT mutex {
   // Makes 1 + retry_count rounds, sleeping retry_delay (jittered) between them. Blocks. On
   // failure the lease is empty and ec says why: not_acquired (held by another), quorum_not_reached,
   // lease_expired (the round took longer than the TTL allows), or a node error when every node
-  // failed the same way (wrong_type, auth_failed, ...). `nodes` gets the last round's votes.
-  lease acquire(std::error_code& ec, node_results* nodes = nullptr);
+  // failed the same way (wrong_type, auth_failed, ...). `nodes`, when not null, gets the last
+  // round's votes.
+  lease acquire(std::error_code& ec);
+  lease acquire(node_results* nodes, std::error_code& ec);
   lease acquire();  // throws std::system_error on failure
   // One round, no retry.
-  lease try_acquire(std::error_code& ec, node_results* nodes = nullptr);
+  lease try_acquire(std::error_code& ec);
+  lease try_acquire(node_results* nodes, std::error_code& ec);
   // Rounds until acquired or `deadline` (a steady_clock time point) passes.
-  lease acquire_until(clock::time_point deadline, std::error_code& ec, node_results* nodes = nullptr);
+  lease acquire_until(clock::time_point deadline, std::error_code& ec);
+  lease acquire_until(clock::time_point deadline, node_results* nodes, std::error_code& ec);
   // The same, ended early by `control` (a stop request: cancelled), which also hears of each
   // failed round. Waits in the queue like any waiter, so a release hands the lock over.
-  lease acquire_until(clock::time_point deadline, std::error_code& ec, node_results* nodes,
-                      const wait_control& control);
+  lease acquire_until(clock::time_point deadline, const wait_control& control, node_results* nodes,
+                      std::error_code& ec);
 
   // A lease for a token that another process obtained (`dlock acquire` prints it), so this one
   // can extend or release it. Nothing is checked until then: with a wrong token, release()
@@ -76,7 +81,7 @@ class DLOCK_EXPORT mutex {
   template <class CompletionToken>
   auto async_acquire(CompletionToken&& token) {
     return detail::initiate<void(std::error_code, lease)>(
-        std::forward<CompletionToken>(token), executor(),
+        std::forward<CompletionToken>(token), get_executor(),
         [this](detail::unique_function<void(std::error_code, lease)> h) {
           start_acquire(clock::time_point::max(), attempts_for_acquire(), std::move(h));
         });
@@ -115,14 +120,16 @@ class DLOCK_EXPORT mutex {
   // The key in Redis: key_prefix + name.
   const std::string& key() const noexcept;
   std::size_t node_count() const noexcept;
-  detail::io_executor executor() const noexcept;
+  // dlock's I/O executor, where async completions run unless the handler names another.
+  detail::io_executor get_executor() const noexcept;
+
+ private:
+  friend struct detail::access;
 
   // The type-erased core of the async API: up to `attempts` rounds until `deadline`.
   void start_acquire(clock::time_point deadline, int attempts,
                      detail::unique_function<void(std::error_code, lease)> handler,
                      node_results* nodes = nullptr);
-
- private:
   bool lock_until(clock::time_point deadline);
   lease acquire_blocking(clock::time_point deadline, int attempts, std::error_code& ec,
                          node_results* nodes);

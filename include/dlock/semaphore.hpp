@@ -71,8 +71,6 @@ struct semaphore_options {
   // pub/sub (one extra connection per client); retry_delay remains the backstop for a lost
   // wake-up. Off: plain polling every retry_delay (for servers without pub/sub).
   bool wake_on_release = true;
-  // acquire() makes 1 + retry_count attempts; try_acquire_for/until retry until the deadline.
-  int retry_count = 3;
   // Deadline for each request to the node. 0 picks min(ttl / 10, the client's request_timeout).
   std::chrono::milliseconds node_timeout{0};
   // Validity = ttl - time the acquisition took - (ttl * drift_factor + 2 ms). Valid: 0 to 0.5.
@@ -87,7 +85,7 @@ class DLOCK_EXPORT semaphore {
 
   // `limit` permits under key_prefix + name. Throws std::system_error(errc::invalid_argument),
   // before any I/O, for limit <= 0, an empty name, a key longer than max_key_bytes, a TTL outside
-  // 1 ms..max_ttl, a negative delay, retry count or timeout, a drift_factor outside 0..0.5.
+  // 1 ms..max_ttl, a negative delay or timeout, a drift_factor outside 0..0.5.
   semaphore(client node, std::string name, std::ptrdiff_t limit, semaphore_options options = {});
   ~semaphore();
   semaphore(const semaphore&) = delete;
@@ -99,21 +97,28 @@ class DLOCK_EXPORT semaphore {
   // took longer than the TTL allows), timeout / connection_lost / node_unreachable, and errors
   // that retrying cannot cure (wrong_type, no_permission, auth_failed ...).
 
-  // Makes 1 + retry_count attempts, sleeping retry_delay (jittered, or until woken) between
-  // them. Blocks.
-  lease acquire(std::error_code& ec, std::ptrdiff_t permits = 1);
+  // Waits until the permits are granted, like std::counting_semaphore::acquire: attempts
+  // without limit, sleeping retry_delay (jittered, or until woken) between them. Blocks. Fails
+  // only with invalid_argument or an error that waiting cannot cure (wrong_type, no_permission,
+  // auth_failed ...); not_acquired, timeouts and unreachable nodes are waited out. For a
+  // bounded wait use try_acquire_for/until or acquire_until. (Before issue 14 it gave up after
+  // 1 + semaphore_options::retry_count attempts; that option is gone.)
+  lease acquire(std::error_code& ec);
+  lease acquire(std::ptrdiff_t permits, std::error_code& ec);
   // As above; throws std::system_error on failure.
   lease acquire(std::ptrdiff_t permits = 1);
   // Attempts until acquired or `deadline` (steady_clock) passes. Blocks up to the deadline plus
   // one node_timeout.
-  lease acquire_until(clock::time_point deadline, std::error_code& ec, std::ptrdiff_t permits = 1);
+  lease acquire_until(clock::time_point deadline, std::error_code& ec);
+  lease acquire_until(clock::time_point deadline, std::ptrdiff_t permits, std::error_code& ec);
   // The same, ended early by `control` (a stop request: cancelled), which also hears of each
   // failed attempt.
-  lease acquire_until(clock::time_point deadline, std::error_code& ec, std::ptrdiff_t permits,
-                      const wait_control& control);
+  lease acquire_until(clock::time_point deadline, std::ptrdiff_t permits,
+                      const wait_control& control, std::error_code& ec);
 
   // One attempt, no waiting (a fair semaphore does not queue). Blocks for one round trip.
-  lease try_acquire(std::error_code& ec, std::ptrdiff_t permits = 1);
+  lease try_acquire(std::error_code& ec);
+  lease try_acquire(std::ptrdiff_t permits, std::error_code& ec);
   // As above. Returns an empty lease when the permits were not free or the node did not answer
   // in time; throws std::system_error for invalid_argument and errors retrying cannot cure.
   lease try_acquire(std::ptrdiff_t permits = 1);
@@ -145,15 +150,11 @@ class DLOCK_EXPORT semaphore {
   template <class CompletionToken>
   auto async_acquire(std::ptrdiff_t permits, CompletionToken&& token) {
     return detail::initiate<void(std::error_code, lease)>(
-        std::forward<CompletionToken>(token), executor(),
+        std::forward<CompletionToken>(token), get_executor(),
         [this, permits](detail::unique_function<void(std::error_code, lease)> h) {
-          start_acquire(clock::time_point::max(), attempts_for_acquire(), permits, std::move(h));
+          start_acquire(permits, std::move(h));
         });
   }
-
-  // The type-erased core of the async API: up to `attempts` attempts until `deadline`.
-  void start_acquire(clock::time_point deadline, int attempts, std::ptrdiff_t permits,
-                     detail::unique_function<void(std::error_code, lease)> handler);
 
   // key_prefix + name (also each permit's key()). The Redis keys come from it and share its
   // hash slot: semaphore_keys_for(key, fair) in dlock/key_layout.hpp, such as
@@ -161,11 +162,14 @@ class DLOCK_EXPORT semaphore {
   const std::string& key() const noexcept;
   std::ptrdiff_t limit() const noexcept;
   const semaphore_options& options() const noexcept;
-  detail::io_executor executor() const noexcept;
+  // dlock's I/O executor, where async completions run unless the handler names another.
+  detail::io_executor get_executor() const noexcept;
 
  private:
+  // The type-erased core of async_acquire: attempts until granted or a fatal error.
+  void start_acquire(std::ptrdiff_t permits,
+                     detail::unique_function<void(std::error_code, lease)> handler);
   lease wait_until(clock::time_point deadline, std::ptrdiff_t permits);
-  int attempts_for_acquire() const noexcept;
 
   std::shared_ptr<detail::semaphore_core> core_;
 };

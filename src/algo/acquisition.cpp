@@ -47,10 +47,10 @@ std::uint64_t next_random(std::uint64_t& state) noexcept {
   return z ^ (z >> 31);
 }
 
-std::vector<std::string> lock_acquire_keys(const lock_keys& k) {
+std::vector<std::string_view> lock_acquire_keys(const lock_keys& k) {
   return {k.key, k.fence, k.waiters, k.waiter_info, k.tickets};
 }
-std::vector<std::string> lock_release_keys(const lock_keys& k) {
+std::vector<std::string_view> lock_release_keys(const lock_keys& k) {
   return {k.key, k.waiters, k.waiter_info, k.fence};
 }
 
@@ -136,6 +136,7 @@ lock_target make_lock_target(std::size_t nodes, std::string_view key, const lock
   t.nodes = nodes;
   t.keys = lock_keys_for(key);
   t.ttl = o.ttl;
+  t.ttl_text = std::to_string(o.ttl.count());
   t.retry_delay = o.retry_delay;
   t.node_timeout = effective_node_timeout(o.node_timeout, o.ttl, request_timeout);
   t.drift_factor = o.drift_factor;
@@ -150,6 +151,8 @@ semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limi
   semaphore_target t;
   t.keys = semaphore_keys_for(key, o.fair);
   t.limit = limit;
+  t.limit_text = std::to_string(limit);
+  t.ttl_text = std::to_string(o.ttl.count());
   t.fair = o.fair;
   t.wake_on_release = o.wake_on_release;
   t.ttl = o.ttl;
@@ -165,11 +168,14 @@ semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limi
 
 struct acquisition::impl {
   // What an answer is for.
-  enum class purpose { vote, fence, cleanup, give_back, leave, sem_attempt, sem_cleanup };
+  // final_cleanup: what a give-up sends (leave the queues, give back what it won); the outcome
+  // waits for every answer, so that a caller who exits or retries at once meets none of it.
+  enum class purpose { vote, fence, cleanup, sem_attempt, final_cleanup };
   struct pending {
     std::uint64_t id;
     purpose what;
     std::size_t node;
+    std::size_t round;  // the attempt it belongs to: a late answer never counts for a later one
   };
   // The round in flight (a lock's; a semaphore attempt is a round of one node).
   struct round_state {
@@ -196,8 +202,6 @@ struct acquisition::impl {
   // inbox was not subscribed yet, or the first attempt went out from the caller's thread).
   bool missed_queue = false;
   std::uint64_t random_state;
-  std::vector<std::string> node_names;
-
   std::uint64_t next_request = 1;
   std::vector<pending> awaited;
   std::vector<request> out;
@@ -211,29 +215,39 @@ struct acquisition::impl {
   // A handoff naming an earlier round that came while a later round was in flight: that round
   // may have taken the handed-over key over (acquire.lua), so its answer decides (on_handoff).
   std::optional<std::pair<std::uint64_t, std::size_t>> deferred_handoff;  // fence, round
-  // Semaphore: what the give-up reports once its cleanup answered.
+  // What a give-up reports once its final cleanup answered (final_cleanup_left).
   std::optional<outcome> after_cleanup;
+  std::size_t final_cleanup_left = 0;
   std::optional<std::error_code> stopped;  // stop(): why
+  // Lock, granted: the round (as pending::round counts) and its fence, for the stragglers.
+  std::size_t granted_round = 0;
+  std::int64_t granted_fence = 0;
   std::error_code last_error;
   node_results last_votes;
 
   std::size_t nodes() const noexcept { return lock ? lock->nodes : 1; }
-  milliseconds ttl() const noexcept { return lock ? lock->ttl : sem->ttl; }
   milliseconds retry_delay() const noexcept { return lock ? lock->retry_delay : sem->retry_delay; }
   milliseconds node_timeout() const noexcept {
     return lock ? lock->node_timeout : sem->node_timeout;
   }
-  double drift_factor() const noexcept { return lock ? lock->drift_factor : sem->drift_factor; }
   bool accepts_handoff() const noexcept { return lock && lock->accepts_handoff(); }
 
   std::string round_value(std::size_t r) const { return id + "." + std::to_string(r); }
   std::string handoff_value(std::size_t r) const { return id + ".h" + std::to_string(r); }
 
-  std::uint64_t emit(std::size_t node, const script& code, std::vector<std::string> keys,
+  const std::vector<std::string>& node_names() const noexcept {
+    return lock ? lock->node_names : sem->node_names;
+  }
+
+  std::uint64_t emit(std::size_t node, const script& code, std::vector<std::string_view> keys,
                      std::vector<std::string> args, std::optional<purpose> awaited_for) {
     std::uint64_t rid = next_request++;
+    if (out.empty()) out.reserve(nodes());
     out.push_back(request{rid, node, &code, std::move(keys), std::move(args), node_timeout()});
-    if (awaited_for) awaited.push_back(pending{rid, *awaited_for, node});
+    if (awaited_for) {
+      awaited.push_back(pending{rid, *awaited_for, node, static_cast<std::size_t>(made)});
+      if (*awaited_for == purpose::final_cleanup) ++final_cleanup_left;
+    }
     return rid;
   }
   // The pending entry for `rid`, removed; nullopt for a stale or fire-and-forget answer.
@@ -300,26 +314,25 @@ struct acquisition::impl {
     round_started.push_back(now);
     round.emplace(round_state{index, round_value(index),
                               quorum_round(nodes(), now, lock->ttl, lock->drift_factor)});
-    for (std::size_t i = 0; i < nodes() && i < node_names.size(); ++i) {
-      round->votes.votes()[i].node = node_names[i];
+    const auto& names = node_names();
+    for (std::size_t i = 0; i < nodes() && i < names.size(); ++i) {
+      round->votes.votes()[i].node = names[i];
     }
-    std::string entry_prefix = std::to_string(waiter_entry_ttl(lock->retry_delay).count()) + " ";
-    // "<lock ttl> <round>": release.lua may hand the lock to this entry (see on_handoff).
-    std::string handoff;
-    if (accepts_handoff()) {
-      handoff.append(" ").append(std::to_string(lock->ttl.count()));
-      handoff.append(" ").append(std::to_string(index));
-    }
-    std::string ttl = std::to_string(lock->ttl.count());
     std::string mode = lock->fair ? "fair" : "";
     for (std::size_t i = 0; i < nodes(); ++i) {
       std::string entry;
       if (!last && i < channels.size() && !channels[i].empty()) {
-        entry = entry_prefix + channels[i] + handoff;
+        entry.append(std::to_string(waiter_entry_ttl(lock->retry_delay).count()))
+            .append(" ")
+            .append(channels[i]);
+        // "<lock ttl> <round>": release.lua may hand the lock to this entry (see on_handoff).
+        if (accepts_handoff()) {
+          entry.append(" ").append(lock->ttl_text).append(" ").append(std::to_string(index));
+        }
         queued = true;
       }
-      emit(i, acquire_script, lock_acquire_keys(lock->keys), {round->value, ttl, entry, mode},
-           purpose::vote);
+      emit(i, acquire_script, lock_acquire_keys(lock->keys),
+           {round->value, lock->ttl_text, std::move(entry), mode}, purpose::vote);
     }
   }
 
@@ -396,12 +409,15 @@ struct acquisition::impl {
     round.reset();
     if (!ec && stopped) {
       // Won after the caller stopped waiting: give it back (only this round's value).
-      emit_lock_release(done_round.value);
+      emit_lock_release(done_round.value, purpose::final_cleanup);
       return finish_failed(*stopped, done_round.votes.votes());
     }
     if (!ec) {
-      return finish_granted(done_round.value, static_cast<std::uint64_t>(done_round.fence),
-                            done_round.votes.valid_until(), done_round.votes.votes());
+      granted_round = done_round.index + 1;
+      granted_fence = done_round.fence;
+      return finish_granted(std::move(done_round.value),
+                            static_cast<std::uint64_t>(done_round.fence),
+                            done_round.votes.valid_until(), std::move(done_round.votes.votes()));
     }
     last_error = ec;
     last_votes = done_round.votes.votes();
@@ -414,8 +430,21 @@ struct acquisition::impl {
       return;
     }
     auto delay = next_sleep(now, retry_delay_after(done_round.votes.votes()), ec);
-    if (!delay) return finish_failed(ec, done_round.votes.votes());
+    if (!delay) return finish_failed(ec, std::move(done_round.votes.votes()));
     sleep = delay;
+  }
+
+  // A node that granted after the round was decided holds our key with a counter that may lag
+  // behind the fence: raise it too, so that the counters converge on every node that grants,
+  // not only on the quorum that answered first (a later loss of other nodes' counters then
+  // cannot bring an older fence back).
+  void raise_straggler(std::size_t node, std::error_code ec, const reply& r) {
+    const auto& e = r.elements();
+    bool granted = !ec && r.is_array() && e.size() == 2 && e[0].is_integer() &&
+                   e[0].integer() == 1 && e[1].is_integer();
+    if (!granted || e[1].integer() >= granted_fence) return;
+    emit(node, fence_raise_script, {lock->keys.fence}, {std::to_string(granted_fence)},
+         std::nullopt);
   }
 
   bool accept_handoff(steady::time_point now, std::uint64_t fence, std::size_t r) {
@@ -424,20 +453,19 @@ struct acquisition::impl {
     if (now >= valid_until || stopped) {
       // Born expired (queued longer than the TTL before the release), or no longer wanted:
       // give it back. Only this handoff's own value can be deleted by it, whenever it runs.
-      emit_lock_release(handoff_value(r));
+      emit_lock_release(handoff_value(r), std::nullopt);
       return false;
     }
     node_results votes(1);
-    if (!node_names.empty()) votes[0].node = node_names[0];
+    if (!node_names().empty()) votes[0].node = node_names()[0];
     votes[0].outcome = node_result::vote::granted;
     finish_granted(handoff_value(r), fence, valid_until, std::move(votes));
     return true;
   }
 
-  void emit_lock_release(const std::string& value) {
-    emit(0, release_script, lock_release_keys(lock->keys), {value}, std::nullopt);
-    for (std::size_t i = 1; i < nodes(); ++i) {
-      emit(i, release_script, lock_release_keys(lock->keys), {value}, std::nullopt);
+  void emit_lock_release(const std::string& value, std::optional<purpose> awaited_for) {
+    for (std::size_t i = 0; i < nodes(); ++i) {
+      emit(i, release_script, lock_release_keys(lock->keys), {value}, awaited_for);
     }
   }
 
@@ -450,11 +478,13 @@ struct acquisition::impl {
     // Giving up: a release may have handed us the lock after we stopped listening. The same
     // script that takes us out of the queue gives such a key back (to the next waiter).
     bool give_up = !granted && accepts_handoff();
+    std::optional<purpose> awaited_for;
+    if (!granted) awaited_for = purpose::final_cleanup;
     for (std::size_t i = 0; i < nodes(); ++i) {
       if (give_up) {
-        emit(i, release_script, lock_release_keys(lock->keys), {id, "give-up"}, std::nullopt);
+        emit(i, release_script, lock_release_keys(lock->keys), {id, "give-up"}, awaited_for);
       } else {
-        emit(i, leave_script, {lock->keys.waiters, lock->keys.waiter_info}, {id}, std::nullopt);
+        emit(i, leave_script, {lock->keys.waiters, lock->keys.waiter_info}, {id}, awaited_for);
       }
     }
   }
@@ -470,7 +500,12 @@ struct acquisition::impl {
     finished = true;
     sleep.reset();
     if (lock) leave_queues(false);
-    result = outcome{ec, {}, 0, {}, std::move(votes)};
+    outcome failed{ec, {}, 0, {}, std::move(votes)};
+    if (final_cleanup_left > 0) {
+      after_cleanup = std::move(failed);
+    } else {
+      result = std::move(failed);
+    }
   }
 
   bool on_handoff(steady::time_point now, std::string_view grant) {
@@ -511,11 +546,11 @@ struct acquisition::impl {
   void begin_semaphore_attempt(steady::time_point now, const std::vector<std::string>& channels) {
     round.emplace(round_state{static_cast<std::size_t>(made - 1), id,
                               quorum_round(1, now, sem->ttl, sem->drift_factor)});
-    if (!node_names.empty()) round->votes.votes()[0].node = node_names[0];
+    if (!node_names().empty()) round->votes.votes()[0].node = node_names()[0];
     std::string channel = !last && !channels.empty() ? channels[0] : std::string();
     if (!channel.empty()) queued = true;
-    std::string limit = std::to_string(sem->limit);
-    std::string ttl = std::to_string(sem->ttl.count());
+    const auto& limit = sem->limit_text;
+    const auto& ttl = sem->ttl_text;
     const auto& k = sem->keys;
     if (sem->fair) {
       // Queued (queue_ms > 0) even without a channel: its ticket keeps its place in the queue.
@@ -563,7 +598,7 @@ struct acquisition::impl {
       if (now < valid_until) {
         // The granting script dequeued us: no entry is left to remove.
         return finish_granted(id, static_cast<std::uint64_t>(parsed.ticket), valid_until,
-                              done_round.votes.votes());
+                              std::move(done_round.votes.votes()));
       }
       // Granted too late to be of use. The entry is ours: a retry renews it, giving up drops
       // it.
@@ -587,28 +622,26 @@ struct acquisition::impl {
     // retries at once does not meet our own leftover. A wake-up we got and will not use is
     // handed on to the next waiter by the same script.
     if (!cleanup && !queued) return finish_failed(ec, std::move(votes));
-    finished = true;
-    after_cleanup = outcome{ec, {}, 0, {}, std::move(votes)};
     const auto& k = sem->keys;
     emit(0, sem_release_script, {k.expiries, k.weights, k.waiters, k.waiter_info}, {id},
-         purpose::sem_cleanup);
+         purpose::final_cleanup);
+    finish_failed(ec, std::move(votes));
   }
 };
 
 acquisition::acquisition(const lock_target& target, std::string id, steady::time_point deadline,
-                         int attempts, std::uint64_t seed, std::vector<std::string> node_names)
+                         int attempts, std::uint64_t seed)
     : impl_(std::make_unique<impl>()) {
   impl_->lock = &target;
   impl_->id = std::move(id);
   impl_->deadline = deadline;
   impl_->attempts = std::max(attempts, 1);
   impl_->random_state = seed;
-  impl_->node_names = std::move(node_names);
 }
 
 acquisition::acquisition(const semaphore_target& target, std::string token,
                          std::ptrdiff_t permits, steady::time_point deadline, int attempts,
-                         std::uint64_t seed, std::vector<std::string> node_names)
+                         std::uint64_t seed)
     : impl_(std::make_unique<impl>()) {
   impl_->sem = &target;
   impl_->id = std::move(token);
@@ -616,7 +649,6 @@ acquisition::acquisition(const semaphore_target& target, std::string token,
   impl_->deadline = deadline;
   impl_->attempts = std::max(attempts, 1);
   impl_->random_state = seed;
-  impl_->node_names = std::move(node_names);
 }
 
 acquisition::acquisition(acquisition&&) noexcept = default;
@@ -653,12 +685,19 @@ void acquisition::on_reply(std::uint64_t request_id, steady::time_point now, std
   auto p = s.claim(request_id);
   if (!p) return;
   using purpose = impl::purpose;
-  if (p->what == purpose::sem_cleanup) {
-    s.result = std::move(s.after_cleanup);
-    s.after_cleanup.reset();
+  if (p->what == purpose::final_cleanup) {
+    if (--s.final_cleanup_left == 0 && s.after_cleanup) {
+      s.result = std::move(s.after_cleanup);
+      s.after_cleanup.reset();
+    }
     return;
   }
+  if (s.finished && s.lock && p->what == purpose::vote && p->round == s.granted_round &&
+      s.granted_round > 0) {
+    return s.raise_straggler(p->node, ec, r);
+  }
   if (s.finished || !s.round) return;  // a handoff came first; this round found the key taken
+  if (p->round != s.round->index + 1) return;  // an earlier round's straggler
   switch (p->what) {
     case purpose::vote:
       return s.on_vote(p->node, now, ec, r);
@@ -716,8 +755,7 @@ quorum_release::quorum_release(const lock_target& target, std::string value,
     if (skip[i]) continue;
     open_[i] = true;
     ++outstanding_;
-    requests_.push_back(request{i + 1, i, &release_script, lock_release_keys(target.keys),
-                                {value}, target.node_timeout});
+    requests_.push_back(request_for(target, i, value));
   }
   if (outstanding_ == 0) {
     reported_ = true;
@@ -731,16 +769,26 @@ void quorum_release::on_reply(std::uint64_t request_id, std::error_code ec, cons
   std::size_t node = request_id - 1;
   if (node >= open_.size() || !open_[node]) return;
   open_[node] = false;
-  if (ec && !so_far_.first_error) so_far_.first_error = ec;
-  if (!ec && r.is_integer()) {
-    ++so_far_.answered;
-    if (r.integer() == 1) ++so_far_.released;
-  }
+  count(so_far_, ec, r);
   --outstanding_;
   if (reported_) return;
   if (outstanding_ == 0 || so_far_.answered >= enough_) {
     reported_ = true;
     outcome_ = so_far_;
+  }
+}
+
+request quorum_release::request_for(const lock_target& target, std::size_t node,
+                                     std::string value) {
+  return request{node + 1, node, &release_script, lock_release_keys(target.keys),
+                 {std::move(value)}, target.node_timeout};
+}
+
+void quorum_release::count(tally& t, std::error_code ec, const reply& r) {
+  if (ec && !t.first_error) t.first_error = ec;
+  if (!ec && r.is_integer()) {
+    ++t.answered;
+    if (r.integer() == 1) ++t.released;
   }
 }
 
@@ -764,9 +812,8 @@ std::error_code quorum_release::judge(const tally& t, std::size_t nodes) {
 // ---- quorum_extend ----
 
 quorum_extend::quorum_extend(const lock_target& target, std::string token, milliseconds ttl,
-                             std::string successor, steady::time_point now,
-                             std::optional<steady::time_point> deadline)
-    : round_(target.nodes, now, ttl, target.drift_factor), deadline_(deadline) {
+                             std::string successor, steady::time_point now)
+    : round_(target.nodes, now, ttl, target.drift_factor) {
   std::string ttl_text = std::to_string(ttl.count());
   for (std::size_t i = 0; i < target.nodes; ++i) {
     requests_.push_back(request{i + 1, i, &extend_script, {target.keys.key},
@@ -776,7 +823,8 @@ quorum_extend::quorum_extend(const lock_target& target, std::string token, milli
 
 std::vector<request> quorum_extend::take_requests() { return std::exchange(requests_, {}); }
 
-void quorum_extend::on_reply(std::uint64_t request_id, steady::time_point now, std::error_code ec,
+void quorum_extend::on_reply(std::uint64_t request_id, steady::time_point now,
+                             std::optional<steady::time_point> deadline, std::error_code ec,
                              const reply& r) {
   std::size_t node = request_id - 1;
   if (node >= round_.size()) return;
@@ -793,7 +841,7 @@ void quorum_extend::on_reply(std::uint64_t request_id, steady::time_point now, s
   if (!round_.quorum_granted() && !round_.failure_settled()) return;
   reported_ = true;
   // An extend that lands after the old validity ended cannot vouch for the gap.
-  if (deadline_ && now >= *deadline_) {
+  if (deadline && now >= *deadline) {
     outcome_ = verdict{errc::lease_expired, {}};
   } else if (round_.quorum_granted()) {
     outcome_ = verdict{{}, round_.valid_until()};

@@ -46,9 +46,13 @@ std::chrono::milliseconds effective_node_timeout(std::chrono::milliseconds confi
 // not refreshed for max(4 x retry_delay, 1 s) belongs to a waiter that crashed, and is dropped.
 std::chrono::milliseconds waiter_entry_ttl(std::chrono::milliseconds retry_delay);
 
+// A target is shared by all acquisitions of its lock or semaphore, and must outlive them and
+// their requests (which point into its keys).
 struct lock_target {
   std::size_t nodes = 1;
   lock_keys keys;
+  std::string ttl_text;                 // ttl in ms, as the scripts take it
+  std::vector<std::string> node_names;  // label the votes (may be empty)
   std::chrono::milliseconds ttl{10'000};
   std::chrono::milliseconds retry_delay{50};
   std::chrono::milliseconds node_timeout{1'000};
@@ -64,6 +68,8 @@ lock_target make_lock_target(std::size_t nodes, std::string_view key, const lock
 
 struct semaphore_target {
   semaphore_keys keys;
+  std::string ttl_text, limit_text;     // as the scripts take them
+  std::vector<std::string> node_names;  // label the votes (may be empty)
   std::ptrdiff_t limit = 1;
   bool fair = false;
   bool wake_on_release = true;
@@ -101,13 +107,12 @@ class acquisition {
 
   // A lock acquisition: up to `attempts` rounds until `deadline` (max(): attempts only), under
   // the acquisition id `id` (round n writes "<id>.<n>", a handoff "<id>.h<n>"). `seed` feeds
-  // the retry jitter. `node_names` label the votes (may be empty).
+  // the retry jitter.
   acquisition(const lock_target& target, std::string id, steady::time_point deadline,
-              int attempts, std::uint64_t seed, std::vector<std::string> node_names = {});
+              int attempts, std::uint64_t seed);
   // A semaphore acquisition of `permits`, under the owner token `token` for every attempt.
   acquisition(const semaphore_target& target, std::string token, std::ptrdiff_t permits,
-              steady::time_point deadline, int attempts, std::uint64_t seed,
-              std::vector<std::string> node_names = {});
+              steady::time_point deadline, int attempts, std::uint64_t seed);
   acquisition(acquisition&&) noexcept;
   acquisition& operator=(acquisition&&) noexcept;
   ~acquisition();
@@ -165,6 +170,10 @@ class quorum_release {
   std::vector<request> take_requests();
   void on_reply(std::uint64_t request_id, std::error_code ec, const reply& r);
   std::optional<tally> take_outcome();
+  // The release of `value` on one node, and what its answer adds to a tally: for a caller that
+  // releases on a single node without the bookkeeping (lock_core's caller-thread path).
+  static request request_for(const lock_target& target, std::size_t node, std::string value);
+  static void count(tally& t, std::error_code ec, const reply& r);
   // What a lease's release() reports from a tally with `enough` = the release quorum (see
   // release_quorum): success, not_held, quorum_not_reached or the transport's error.
   static std::error_code judge(const tally& t, std::size_t nodes);
@@ -183,7 +192,8 @@ class quorum_release {
 };
 
 // extend.lua on every node: extend (`successor` empty) or settle under `successor`. Needs a
-// quorum within the lease's validity `deadline` (nullopt: not known, as for adopted tokens).
+// quorum within the lease's validity as it stands when the answers decide (another extend may
+// have moved it meanwhile; nullopt: not known, as for adopted tokens).
 class quorum_extend {
  public:
   struct verdict {
@@ -191,17 +201,15 @@ class quorum_extend {
     steady::time_point valid_until{};  // when extended
   };
   quorum_extend(const lock_target& target, std::string token, std::chrono::milliseconds ttl,
-                std::string successor, steady::time_point now,
-                std::optional<steady::time_point> deadline);
+                std::string successor, steady::time_point now);
   std::vector<request> take_requests();
-  void on_reply(std::uint64_t request_id, steady::time_point now, std::error_code ec,
-                const reply& r);
+  void on_reply(std::uint64_t request_id, steady::time_point now,
+                std::optional<steady::time_point> deadline, std::error_code ec, const reply& r);
   std::optional<verdict> take_outcome();
 
  private:
   std::vector<request> requests_;
   quorum_round round_;
-  std::optional<steady::time_point> deadline_;
   bool reported_ = false;
   std::optional<verdict> outcome_;
 };

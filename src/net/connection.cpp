@@ -127,7 +127,7 @@ bool is_peer_closed(std::error_code ec) {
 connection::connection(endpoint where, client_options options)
     : where_(std::move(where)),
       options_(std::move(options)),
-      executor_(runtime::shared().executor()),
+      executor_(runtime::shared().get_executor()),
       resolver_(executor_),
       connect_timer_(executor_),
       deadline_timer_(executor_),

@@ -45,7 +45,7 @@ class connection : public std::enable_shared_from_this<connection> {
 
   const endpoint& where() const noexcept { return where_; }
   const client_options& options() const noexcept { return options_; }
-  io_executor executor() const noexcept { return executor_; }
+  io_executor get_executor() const noexcept { return executor_; }
 
   // Queues `payload` (holding `replies` commands). The handler runs exactly once, on the I/O
   // thread: with the reply (an array when replies > 1) or an error, by `deadline` at the latest.

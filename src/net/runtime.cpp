@@ -65,7 +65,7 @@ void free_io_thread_openssl_state_at_exit() {
       if (on_io_thread()) return OPENSSL_thread_stop();
       auto done = std::make_shared<std::promise<void>>();
       auto freed = done->get_future();
-      asio::post(runtime::shared().executor(), [done] {
+      asio::post(runtime::shared().get_executor(), [done] {
         OPENSSL_thread_stop();
         done->set_value();
       });

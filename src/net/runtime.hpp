@@ -13,7 +13,7 @@ namespace dlock::detail {
 // only that thread touches it.
 class runtime {
  public:
-  asio::io_context::executor_type executor() noexcept { return io_.get_executor(); }
+  asio::io_context::executor_type get_executor() noexcept { return io_.get_executor(); }
 
   // The process-wide runtime, started on first use. It is never destroyed: the last reference
   // to a connection or lease is often dropped by a handler on the I/O thread itself, which could

@@ -239,7 +239,7 @@ class contender {
       dlock::lease l;
       dlock::node_results votes;
       if (how == 2) {
-        l = lock.try_acquire(ec, &votes);
+        l = lock.try_acquire(&votes, ec);
       } else if (how == 3) {
         std::promise<std::pair<std::error_code, dlock::lease>> done;
         lock.async_acquire([&done](std::error_code e, dlock::lease got) {
@@ -249,7 +249,7 @@ class contender {
         ec = e;
         l = std::move(got);
       } else {
-        l = lock.acquire_until(deadline(end), ec, &votes);
+        l = lock.acquire_until(deadline(end), &votes, ec);
       }
       if (!l) {
         failed(ec, votes);

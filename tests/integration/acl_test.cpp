@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "access.hpp"
 #include "dlock/client.hpp"
 #include "dlock/error.hpp"
 #include "dlock/mutex.hpp"
@@ -221,7 +222,7 @@ TEST_F(AclTest, WithoutEvalshaTheErrorNamesIt) {
   mutex m{u, name_, under_prefix_};
   std::error_code ec;
   node_results nodes;
-  lease l = m.acquire(ec, &nodes);
+  lease l = m.acquire(&nodes, ec);
   EXPECT_FALSE(l);
   EXPECT_EQ(ec, errc::no_permission) << ec.message();
   ASSERT_EQ(nodes.size(), 1u);
@@ -248,7 +249,7 @@ TEST_F(AclTest, WithoutEvalLocksFailOnceTheScriptCacheIsEmpty) {
   admin_.exec({"SCRIPT", "FLUSH"});
   std::error_code ec;
   node_results nodes;
-  (void)m.acquire(ec, &nodes);
+  (void)m.acquire(&nodes, ec);
   EXPECT_EQ(ec, errc::no_permission) << ec.message();
   ASSERT_EQ(nodes.size(), 1u);
   EXPECT_TRUE(contains(nodes[0].message, "'eval'")) << nodes[0].message;
@@ -259,7 +260,7 @@ TEST_F(AclTest, WithoutTheCompanionKeysTheFenceKeyIsRefused) {
   mutex m{u, name_, under_prefix_};
   std::error_code ec;
   node_results nodes;
-  (void)m.acquire(ec, &nodes);
+  (void)m.acquire(&nodes, ec);
   EXPECT_EQ(ec, errc::no_permission) << ec.message();
   ASSERT_EQ(nodes.size(), 1u);
   // Redis 7.0 says only "keys"; its ACL LOG names the key: the acquire's first refused key is
@@ -304,7 +305,7 @@ TEST_F(AclTest, WithoutTheWakeChannelWaitersPoll) {
   client u = user("no-channel", without(lock_rule(), "&dlock:wake:*"));
   std::promise<std::error_code> subscribed;
   asio::post(u.get_executor(), [&] {
-    u.wake_inbox().subscribe([&](std::error_code ec) { subscribed.set_value(ec); });
+    detail::access::wake_inbox(u).subscribe([&](std::error_code ec) { subscribed.set_value(ec); });
   });
   auto f = subscribed.get_future();
   ASSERT_EQ(f.wait_for(5s), std::future_status::ready);

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "access.hpp"
 #include "dlock/error.hpp"
 #include "support/fake_peer.hpp"
 #include "support/redis_server.hpp"
@@ -452,10 +453,10 @@ TEST_F(ClientTest, HungServerTimesOutByTheDeadlineAndNeverMispairs) {
   // A shorter per-request deadline wins over the client's default.
   auto short_done = std::make_shared<std::promise<outcome>>();
   auto short_f = short_done->get_future();
-  c.start_exec({"ECHO", "short"}, 50ms,
-               [short_done, t1 = steady::now()](std::error_code e, reply r) {
-                 short_done->set_value({e, std::move(r), since(t1)});
-               });
+  detail::access::start_exec(c, {"ECHO", "short"}, 50ms,
+                             [short_done, t1 = steady::now()](std::error_code e, reply r) {
+                               short_done->set_value({e, std::move(r), since(t1)});
+                             });
   outcome o = wait(short_f);
   EXPECT_EQ(o.ec, errc::timeout);
   EXPECT_LT(o.elapsed, 50ms + 250ms);

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "access.hpp"
 #include "dlock/client.hpp"
 #include "dlock/error.hpp"
 #include "dlock/mutex.hpp"
@@ -145,9 +146,9 @@ TEST_F(DirectIoTest, ManyThreadsMixingBlockingAndAsyncNeverShiftReplies) {
           for (int j = 0; j < 3; ++j) {
             auto p = std::make_shared<std::promise<std::int64_t>>();
             f.push_back(p->get_future());
-            c.start_exec({"INCR", async_key}, 10s, [p](std::error_code ec, reply r) {
-              p->set_value(ec ? -1 : r.integer());
-            });
+            detail::access::start_exec(
+                c, {"INCR", async_key}, 10s,
+                [p](std::error_code ec, reply r) { p->set_value(ec ? -1 : r.integer()); });
           }
           for (auto& one : f) {
             if (one.wait_for(15s) != std::future_status::ready) {
@@ -179,7 +180,7 @@ TEST_F(DirectIoTest, BlockingCallNeverOvertakesThisThreadsAsyncRequest) {
   std::atomic<int> failed{0};
   for (int i = 0; i < 300; ++i) {
     std::string v = std::to_string(i);
-    c.start_exec({"SET", test_key(), v}, 2s, [&failed](std::error_code ec, reply) {
+    detail::access::start_exec(c, {"SET", test_key(), v}, 2s, [&failed](std::error_code ec, reply) {
       if (ec) ++failed;
     });
     ASSERT_EQ(c.exec({"GET", test_key()}).str(), v) << "round " << i;
@@ -207,7 +208,7 @@ TEST_F(DirectIoTest, ClientKillWhileIdleIsNoticedAndTheNextCallReconnects) {
   EXPECT_EQ(other.exec({"CLIENT", "KILL", "ID", std::to_string(id)}).integer(), 1);
   auto p = std::make_shared<std::promise<std::pair<std::error_code, reply>>>();
   auto f = p->get_future();
-  c.start_exec({"CLIENT", "ID"}, 2s, [p](std::error_code e, reply rr) {
+  detail::access::start_exec(c, {"CLIENT", "ID"}, 2s, [p](std::error_code e, reply rr) {
     p->set_value({e, std::move(rr)});
   });
   ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
@@ -289,7 +290,7 @@ TEST_F(DirectIoTest, AsyncRequestWaitsForADirectExchange) {
   std::this_thread::sleep_for(100ms);  // the direct exchange is waiting for the paused server
   auto p = std::make_shared<std::promise<std::pair<std::error_code, reply>>>();
   auto f = p->get_future();
-  c.start_exec({"CLIENT", "ID"}, 3s, [p](std::error_code e, reply rr) {
+  detail::access::start_exec(c, {"CLIENT", "ID"}, 3s, [p](std::error_code e, reply rr) {
     p->set_value({e, std::move(rr)});
   });
   std::this_thread::sleep_for(100ms);
@@ -374,7 +375,7 @@ TEST(DirectIoNotTakenTest, NotTakenOnAnUnconnectedConnection) {
   std::error_code ec;
   reply out;
   // Never connected: the I/O thread owns the socket, nothing is sent.
-  EXPECT_FALSE(c.try_exec_direct({"PING"}, 1s, ec, out));
+  EXPECT_FALSE(detail::access::try_exec_direct(c, {"PING"}, 1s, out, ec));
   EXPECT_FALSE(ec);
   EXPECT_FALSE(detail::run_script_direct(c, detail::fenced_set_script, {"a", "b"}, {"1", "x"}, 1s,
                                          ec, out));
@@ -423,7 +424,7 @@ TEST_F(DirectIoTest, TryLockOnAHeldLockIsOneDirectRound) {
   auto before = direct_count();
   node_results votes;
   std::error_code ec;
-  EXPECT_FALSE(other.try_acquire(ec, &votes));
+  EXPECT_FALSE(other.try_acquire(&votes, ec));
   EXPECT_EQ(ec, errc::not_acquired);
   EXPECT_EQ(direct_count() - before, 1u);
   ASSERT_EQ(votes.size(), 1u);

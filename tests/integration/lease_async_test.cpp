@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "access.hpp"
 #include "dlock/mutex.hpp"
 #include "dlock/semaphore.hpp"
 #include "support/commandstats.hpp"
@@ -161,11 +162,11 @@ TEST_F(LeaseAsyncTest, AnotherMutexAcquiresInOneRoundRightAfterTheRelease) {
   lease taken;
   l.async_release([&](std::error_code rec) {
     if (rec) return got.set_value(rec);
-    second.start_acquire(mutex::clock::time_point::max(), 1,
-                         [&](std::error_code aec, lease next) {
-                           taken = std::move(next);
-                           got.set_value(aec);
-                         });
+    detail::access::start_acquire(second, mutex::clock::time_point::max(), 1,
+                                  [&](std::error_code aec, lease next) {
+                                    taken = std::move(next);
+                                    got.set_value(aec);
+                                  });
   });
   EXPECT_EQ(await(result), std::error_code());
   ASSERT_TRUE(taken);

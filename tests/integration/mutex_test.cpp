@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <asio/use_future.hpp>
+#include <atomic>
 #include <future>
 #include <mutex>
+#include <stop_token>
 #include <thread>
 
 #include "support/redis_server.hpp"
@@ -18,6 +20,7 @@ namespace {
 using namespace std::chrono_literals;
 using test::redis_server;
 using test::test_key;
+using steady = std::chrono::steady_clock;
 
 class MutexTest : public ::testing::Test {
  protected:
@@ -191,6 +194,79 @@ TEST_F(MutexTest, ReleaseAndExtendSurviveScriptFlush) {
   EXPECT_TRUE(m.acquire());
 }
 
+// A TTL under 20 ms makes node_timeout 1 ms. EVALSHA's NOSCRIPT answer takes a round trip out
+// of it; what was left used to be truncated to 0 ms, so the EVAL that loads the script was never
+// sent and no acquisition could ever succeed on a node with an empty script cache (found by the
+// simulator, tests/sim). Rounded up, the EVAL goes out.
+TEST_F(MutexTest, AOneMillisecondNodeTimeoutStillLoadsTheScript) {
+  mutex m{client_, test_key(), {.ttl = 15ms}};
+  client_.exec({"SCRIPT", "FLUSH"});
+  bool acquired = false;
+  for (int i = 0; i < 20 && !acquired; ++i) {
+    std::error_code ec;
+    acquired = static_cast<bool>(m.try_acquire(ec));
+  }
+  EXPECT_TRUE(acquired) << "the script was never loaded";
+}
+
+// A wait ended from outside (dlock run's signals): a stop request ends it with `cancelled`,
+// and it leaves the waiter queue, so the holder's release hands the lock to nobody.
+TEST_F(MutexTest, AStopRequestEndsAWaitAndLeavesNothingQueued) {
+  const std::string key = test_key();
+  mutex holder{client_, key};
+  lease held = holder.acquire();
+  mutex waiter{client_, key, {.retry_delay = 20ms}};
+  std::stop_source stop;
+  std::atomic<int> retries{0};
+  wait_control control;
+  control.stop = stop.get_token();
+  control.on_retry = [&](const wait_progress& p) {
+    EXPECT_EQ(p.kind, failure_kind::contention);
+    EXPECT_EQ(p.last_error, errc::not_acquired);
+    ++retries;
+    return true;
+  };
+  auto queued = [&] { return client_.exec({"ZCARD", "{" + key + "}:waiters"}).integer(); };
+  auto waiting = std::async(std::launch::async, [&] {
+    std::error_code ec;
+    node_results votes;
+    lease l = waiter.acquire_until(steady::now() + 30s, control, &votes, ec);
+    return std::make_pair(static_cast<bool>(l), ec);
+  });
+  auto until = steady::now() + 5s;
+  while ((queued() == 0 || retries.load() == 0) && steady::now() < until) {
+    std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_EQ(queued(), 1) << "the waiter never queued";
+  auto t0 = steady::now();
+  stop.request_stop();
+  auto [got, ec] = waiting.get();
+  EXPECT_FALSE(got);
+  EXPECT_EQ(ec, errc::cancelled);
+  EXPECT_LT(steady::now() - t0, 1s);
+  EXPECT_EQ(queued(), 0) << "a cancelled waiter must leave the queue";
+  EXPECT_FALSE(held.release());
+  EXPECT_TRUE(client_.exec({"GET", key}).is_nil()) << "handed to the waiter that stopped";
+}
+
+// on_retry returning false ends the wait at once with the failed round's error.
+TEST_F(MutexTest, OnRetryCanEndAWaitWithTheRoundsError) {
+  const std::string key = test_key();
+  mutex holder{client_, key};
+  lease held = holder.acquire();
+  mutex waiter{client_, key};
+  wait_control control;
+  control.on_retry = [](const wait_progress&) { return false; };
+  auto t0 = steady::now();
+  std::error_code ec;
+  node_results votes;
+  EXPECT_FALSE(waiter.acquire_until(steady::now() + 30s, control, &votes, ec));
+  EXPECT_EQ(ec, errc::not_acquired);
+  EXPECT_LT(steady::now() - t0, 5s);
+  ASSERT_EQ(votes.size(), 1u);
+  EXPECT_EQ(votes[0].outcome, node_result::vote::taken);
+}
+
 TEST_F(MutexTest, ServerRestartMidRunReconnectsAndNoscriptIsHandled) {
   mutex m{client_, test_key(), {.ttl = 5s}};
   { auto warm = m.acquire(); }
@@ -227,7 +303,7 @@ TEST_F(MutexTest, UnreachableNodeIsReportedAsSuch) {
   mutex m{nowhere, test_key(), {.retry_count = 0}};
   std::error_code ec;
   node_results votes;
-  EXPECT_FALSE(m.acquire(ec, &votes));
+  EXPECT_FALSE(m.acquire(&votes, ec));
   EXPECT_EQ(ec, errc::node_unreachable);
   ASSERT_EQ(votes.size(), 1u);
   EXPECT_EQ(votes[0].outcome, node_result::vote::failed);

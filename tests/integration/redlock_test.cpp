@@ -141,7 +141,7 @@ TEST_F(RedlockTest, TwoNodesDownStillLocksThreeDownFailsNamingThem) {
   node_results votes;
   std::error_code ec;
   auto before = steady::now();
-  auto l = m.acquire(ec, &votes);
+  auto l = m.acquire(&votes, ec);
   auto after = steady::now();
   ASSERT_TRUE(l) << ec.message() << dump(votes);
   ASSERT_EQ(votes.size(), n_nodes);
@@ -160,7 +160,7 @@ TEST_F(RedlockTest, TwoNodesDownStillLocksThreeDownFailsNamingThem) {
   // Held by another owner on all three live nodes: that is what is reported, although the two
   // dead nodes refuse first.
   for (std::size_t i : {1u, 2u, 4u}) lock_by_other(i, test_key(), 5s);
-  EXPECT_FALSE(m.acquire(ec, &votes));
+  EXPECT_FALSE(m.acquire(&votes, ec));
   EXPECT_EQ(ec, errc::not_acquired) << ec.message() << dump(votes);
   for (std::size_t i : {1u, 2u, 4u}) {
     EXPECT_EQ(votes[i].outcome, vote::taken) << dump(votes);
@@ -169,7 +169,7 @@ TEST_F(RedlockTest, TwoNodesDownStillLocksThreeDownFailsNamingThem) {
   for (std::size_t i : {1u, 2u, 4u}) admin_[i].exec({"DEL", test_key()});
 
   servers_[4]->kill();
-  auto none = m.acquire(ec, &votes);
+  auto none = m.acquire(&votes, ec);
   EXPECT_FALSE(none);
   EXPECT_EQ(ec, errc::quorum_not_reached) << ec.message() << dump(votes);
   for (std::size_t i : {0u, 3u, 4u}) {
@@ -190,6 +190,24 @@ TEST_F(RedlockTest, TwoNodesDownStillLocksThreeDownFailsNamingThem) {
   }
 }
 
+// Nodes in connect backoff fail at once, inside the send: the round is decided before the live
+// nodes' acquires went out. Their cleanup releases must still follow those acquires on the
+// wire, or the live nodes keep our key for a whole TTL (found by review; also in the old loop).
+TEST_F(RedlockTest, AFailedRoundLeavesNothingOnLiveNodesWhileDeadOnesFailAtOnce) {
+  mutex m{nodes_, test_key(), {.ttl = 10s, .retry_delay = 10ms, .retry_count = 0}};
+  for (std::size_t i : {0u, 1u, 2u}) servers_[i]->kill();
+  std::error_code ec;
+  node_results votes;
+  EXPECT_FALSE(m.try_acquire(&votes, ec));  // refused: the dead nodes' clients back off now
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(m.try_acquire(&votes, ec));
+    EXPECT_EQ(ec, errc::quorum_not_reached) << dump(votes);
+    std::this_thread::sleep_for(50ms);  // the last releases land
+    EXPECT_TRUE(ours_left(test_key()).empty()) << "left on a live node after round " << i
+                                               << dump(votes);
+  }
+}
+
 TEST_F(RedlockTest, OneHungNodeCostsAtMostTheNodeTimeoutNotTheTtl) {
   constexpr auto node_timeout = 300ms;
   mutex m{nodes_, test_key(), {.ttl = 10s, .retry_count = 0, .node_timeout = node_timeout}};
@@ -198,7 +216,7 @@ TEST_F(RedlockTest, OneHungNodeCostsAtMostTheNodeTimeoutNotTheTtl) {
   node_results votes;
   std::error_code ec;
   auto start = steady::now();
-  auto l = m.acquire(ec, &votes);
+  auto l = m.acquire(&votes, ec);
   auto took = steady::now() - start;
   ASSERT_TRUE(l) << ec.message() << dump(votes);
   EXPECT_NE(votes[2].outcome, vote::granted);
@@ -223,7 +241,7 @@ TEST_F(RedlockTest, FailedRoundLeavesNothingOfOursAndTheHungNodesLateSetDoesNotL
   servers_[2]->pause();
   node_results votes;
   std::error_code ec;
-  auto l = m.acquire(ec, &votes);
+  auto l = m.acquire(&votes, ec);
   EXPECT_FALSE(l);
   // Two votes against and one node silent: no quorum, and not provably held by another.
   EXPECT_EQ(ec, errc::quorum_not_reached) << ec.message() << dump(votes);
@@ -248,7 +266,7 @@ TEST_F(RedlockTest, FailedRoundLeavesNothingOfOursAndTheHungNodesLateSetDoesNotL
   EXPECT_LT(steady::now() - resumed, ttl + 250ms);
 
   // And the lock is free for us on the three nodes not held by the other owner.
-  auto again = m.acquire(ec, &votes);
+  auto again = m.acquire(&votes, ec);
   EXPECT_TRUE(again) << ec.message() << dump(votes);
 }
 
@@ -270,7 +288,7 @@ TEST_F(RedlockTest, ARetryIsNotRefusedByOurOwnLateSet) {
 
   node_results votes;
   std::error_code ec;
-  auto result = std::async(std::launch::async, [&] { return m.acquire(ec, &votes); });
+  auto result = std::async(std::launch::async, [&] { return m.acquire(&votes, ec); });
   std::string token;
   bool landed = false, met = false;
   auto until = steady::now() + 8s;
@@ -310,7 +328,7 @@ TEST_F(RedlockTest, KeyOfAnotherTypeEverywhereIsWrongTypeNotNoQuorum) {
   mutex m{nodes_, test_key(), {.retry_delay = 5ms}};
   node_results votes;
   std::error_code ec;
-  EXPECT_FALSE(m.acquire(ec, &votes));
+  EXPECT_FALSE(m.acquire(&votes, ec));
   EXPECT_EQ(ec, errc::wrong_type) << ec.message() << dump(votes);
   // Retrying cannot cure it, so the Lockable API gives up rather than waiting out its deadline.
   auto start = steady::now();
@@ -333,7 +351,7 @@ TEST_F(RedlockTest, TtlShorterThanTheRoundFailsAndReleasesEverything) {
   node_results votes;
   std::error_code ec;
   auto start = steady::now();
-  auto l = m.acquire(ec, &votes);
+  auto l = m.acquire(&votes, ec);
   auto returned = steady::now();
   EXPECT_FALSE(l);
   EXPECT_TRUE(ec == errc::lease_expired || ec == errc::not_acquired) << ec.message() << dump(votes);
@@ -361,7 +379,7 @@ TEST_F(RedlockTest, EverySubsetOfBusyNodesAcquiresIffTheFreeNodesMakeAQuorum) {
     mutex m{nodes_, key, {.ttl = 2s, .retry_count = 0}};
     node_results votes;
     std::error_code ec;
-    auto l = m.acquire(ec, &votes);
+    auto l = m.acquire(&votes, ec);
     bool quorum_free = n_nodes - busy >= 3;
     EXPECT_EQ(static_cast<bool>(l), quorum_free) << ec.message() << dump(votes);
     if (!quorum_free) {
@@ -400,7 +418,7 @@ TEST_F(RedlockTest, FencingTokensStrictlyIncreaseAcrossLaggingCounters) {
     mutex& m = (turn++ % 2) ? b : a;
     std::error_code ec;
     node_results votes;
-    auto l = m.acquire(ec, &votes);
+    auto l = m.acquire(&votes, ec);
     EXPECT_TRUE(l) << phase << ": " << ec.message() << dump(votes);
     EXPECT_GT(l.fencing_token(), last) << phase << dump(votes);
     last = std::max<std::uint64_t>(last, l.fencing_token());

@@ -237,7 +237,7 @@ TEST_F(TlsTest, TrustedCertificateForAnotherHostIsRejected) {
   std::error_code ec;
   node_results nodes;
   auto t0 = steady::now();
-  lease l = m.acquire(ec, &nodes);
+  lease l = m.acquire(&nodes, ec);
   EXPECT_FALSE(l);
   EXPECT_EQ(ec, errc::tls_error) << ec.message();
   EXPECT_LT(steady::now() - t0, 1s) << "a TLS verdict is not retried";
@@ -417,7 +417,7 @@ TEST_F(TlsTest, SecretsStayOutOfErrors) {
   mutex m{c, test_key()};
   std::error_code ec;
   node_results nodes;
-  (void)m.acquire(ec, &nodes);
+  (void)m.acquire(&nodes, ec);
   check(ec.message());
   for (const auto& n : nodes) check(n.node + " " + n.message + " " + to_string(n));
 

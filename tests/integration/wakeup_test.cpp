@@ -377,10 +377,12 @@ TEST_F(WakeupTest, SemaphoreRetriesKeepTheirPaceWhenTheNodeIsDown) {
   client dead{"redis://127.0.0.1:" + std::to_string(test::free_port()),
               client_options{.reconnect_backoff_min = 1ms, .reconnect_backoff_max = 5ms}};
   for (bool fair : {false, true}) {
-    semaphore s{dead, test_key(), 2, {.fair = fair, .retry_delay = 200ms, .retry_count = 3}};
+    semaphore s{dead, test_key(), 2, {.fair = fair, .retry_delay = 200ms}};
     auto start = steady::now();
     std::error_code ec;
-    EXPECT_FALSE(s.acquire(ec));
+    // acquire() would wait out the outage; four attempts (three sleeps) end this wait.
+    wait_control four_attempts{.on_retry = [](const wait_progress& p) { return p.attempts < 4; }};
+    EXPECT_FALSE(s.acquire_until(semaphore::clock::time_point::max(), 1, four_attempts, ec));
     EXPECT_EQ(ec, errc::node_unreachable);
     EXPECT_GE(steady::now() - start, 300ms)
         << (fair ? "fair" : "unfair") << ": the sleeps between retries were cut short";

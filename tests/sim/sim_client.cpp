@@ -381,11 +381,11 @@ void sim_client::extend() {
   if (phase_ != phase::holding || now() >= hold_until_) return;
   ++stats_.extends;
   if (w_.tracing()) w_.note(who() + " extends " + token_);
-  extend_.emplace(target_, token_, target_.ttl, "", now(), valid_until_);
+  extend_.emplace(target_, token_, target_.ttl, "", now());
   for (auto& r : extend_->take_requests()) {
     w_.call(c_, r, [this, cycle = cycle_, id = r.id](std::error_code ec, const reply& answer) {
       if (cycle != cycle_ || phase_ != phase::holding || !extend_) return;
-      extend_->on_reply(id, now(), ec, answer);
+      extend_->on_reply(id, now(), valid_until_, ec, answer);
       auto verdict = extend_->take_outcome();
       if (!verdict) return;
       extend_.reset();

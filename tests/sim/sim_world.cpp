@@ -482,7 +482,7 @@ void world::note(std::string text) {
 std::string world::describe(const detail::request& r, bool eval) const {
   std::string s = eval ? "EVAL " : "EVALSHA ";
   s += script_name(r.code);
-  for (const auto& k : r.keys) s += " " + k;
+  for (const auto& k : r.keys) s.append(" ").append(k);
   s += " |";
   for (const auto& a : r.args) s += " \"" + a + "\"";
   s += " timeout " + std::to_string(r.timeout.count()) + "ms";

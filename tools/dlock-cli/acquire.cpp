@@ -42,11 +42,11 @@ int acquire_command(const global_options& g, const acquire_options& o) {
   };
   lock_calls calls;
   calls.try_once = [&](std::error_code& ec, node_results* votes) {
-    return lock.try_acquire(ec, votes);
+    return lock.try_acquire(votes, ec);
   };
   calls.wait_until = [&](std::chrono::steady_clock::time_point deadline, std::error_code& ec,
                          node_results* votes, const wait_control& control) {
-    return lock.acquire_until(deadline, ec, votes, control);
+    return lock.acquire_until(deadline, control, votes, ec);
   };
   auto result = wait_for_lock(calls, w);
   if (result.outcome == wait_outcome::conflict) {

@@ -247,16 +247,16 @@ int run_command(const global_options& g, const run_options& o) {
     calls.try_once = [&](std::error_code& ec, node_results*) { return permits->try_acquire(ec); };
     calls.wait_until = [&](steady::time_point deadline, std::error_code& ec, node_results*,
                            const wait_control& control) {
-      return permits->acquire_until(deadline, ec, 1, control);
+      return permits->acquire_until(deadline, 1, control, ec);
     };
   } else {
     lock.emplace(nodes, o.key, lock_options{.ttl = o.ttl, .retry_delay = 50ms});
     calls.try_once = [&](std::error_code& ec, node_results* votes) {
-      return lock->try_acquire(ec, votes);
+      return lock->try_acquire(votes, ec);
     };
     calls.wait_until = [&](steady::time_point deadline, std::error_code& ec, node_results* votes,
                            const wait_control& control) {
-      return lock->acquire_until(deadline, ec, votes, control);
+      return lock->acquire_until(deadline, control, votes, ec);
     };
   }
 

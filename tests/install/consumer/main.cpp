@@ -14,9 +14,13 @@ int main() {
   try {
     dlock::client node{url};
     dlock::mutex lock{node, "consumer:job"};
-    dlock::lease held = lock.acquire();
+    // The error_code form, error_code last: the installed headers' API as users call it.
+    std::error_code ec;
+    dlock::node_results votes;
+    dlock::lease held = lock.acquire(&votes, ec);
     if (!held || held.fencing_token() == 0) {
-      std::cerr << "consumer: not acquired\n";
+      std::cerr << "consumer: not acquired: " << ec.message() << "\n";
+      for (const auto& v : votes) std::cerr << "  " << v.node << ": " << to_string(v) << "\n";
       return 1;
     }
     std::cout << "consumer: held " << held.key() << " with fencing token " << held.fencing_token()

@@ -1,0 +1,41 @@
+// access.hpp: the library's way in to the private members of public classes. Private.
+//   access  static forwarders to client's and mutex's type-erased cores, client's inbox, and
+//           the switch that gives a transaction its own connection
+// The public headers keep these members private so that the API shows only what users call;
+// src/ (scripts, the acquisition driver, diagnostics) and white-box tests come through here.
+#pragma once
+
+#include <chrono>
+#include <system_error>
+#include <utility>
+
+#include "dlock/client.hpp"
+#include "dlock/mutex.hpp"
+
+namespace dlock::detail {
+
+struct access {
+  // client::async_exec's core: sends `cmd`, `timeout` bounding the whole request.
+  static void start_exec(client& c, command cmd, std::chrono::milliseconds timeout,
+                         unique_function<void(std::error_code, reply)> handler) {
+    c.start_exec(std::move(cmd), timeout, std::move(handler));
+  }
+  // exec()'s blocking fast path: false, nothing sent, unless the connection is idle.
+  static bool try_exec_direct(client& c, const command& cmd, std::chrono::milliseconds timeout,
+                              reply& out, std::error_code& ec) {
+    return c.try_exec_direct(cmd, timeout, out, ec);
+  }
+  // The pub/sub inbox through which a release wakes this client's waiters.
+  static inbox& wake_inbox(const client& c) noexcept { return *c.inbox_; }
+  // A transaction's own connection, shared with no one: it may WATCH and MULTI.
+  static void make_dedicated(client& c) noexcept { c.dedicated_ = true; }
+
+  // mutex::async_acquire's core: up to `attempts` rounds until `deadline`.
+  static void start_acquire(mutex& m, mutex::clock::time_point deadline, int attempts,
+                            unique_function<void(std::error_code, lease)> handler,
+                            node_results* nodes = nullptr) {
+    m.start_acquire(deadline, attempts, std::move(handler), nodes);
+  }
+};
+
+}  // namespace dlock::detail
