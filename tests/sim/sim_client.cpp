@@ -382,9 +382,15 @@ void sim_client::extend() {
   ++stats_.extends;
   if (w_.tracing()) w_.note(who() + " extends " + token_);
   extend_.emplace(target_, token_, target_.ttl, "", now());
+  // Each extend numbers its requests from 1: an answer is for the extend that sent it only (a
+  // late one of an earlier extend would vouch for a key it set earlier).
+  auto serial = ++extend_serial_;
   for (auto& r : extend_->take_requests()) {
-    w_.call(c_, r, [this, cycle = cycle_, id = r.id](std::error_code ec, const reply& answer) {
-      if (cycle != cycle_ || phase_ != phase::holding || !extend_) return;
+    w_.call(c_, r, [this, cycle = cycle_, serial, id = r.id](std::error_code ec,
+                                                            const reply& answer) {
+      if (cycle != cycle_ || phase_ != phase::holding || !extend_ || serial != extend_serial_) {
+        return;
+      }
       extend_->on_reply(id, now(), valid_until_, ec, answer);
       auto verdict = extend_->take_outcome();
       if (!verdict) return;

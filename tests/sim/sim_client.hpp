@@ -121,6 +121,7 @@ class sim_client {
   steady::time_point hold_until_{};
   bool extending_ = false, abandon_ = false;
   std::optional<detail::quorum_extend> extend_;
+  std::uint64_t extend_serial_ = 0;  // which extend extend_ is
   std::optional<detail::quorum_release> release_;
 };
 
