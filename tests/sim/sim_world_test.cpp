@@ -26,7 +26,8 @@ detail::request extend_call(std::uint64_t id, std::size_t node, milliseconds tim
 
 detail::request lock_call(const std::string& script_name, std::size_t node,
                           std::vector<std::string> args) {
-  auto keys = lock_keys_for("l");
+  // A request's keys are views (detail::request): into keys that outlive the run.
+  static const lock_keys keys = lock_keys_for("l");
   detail::request r;
   r.node = node;
   r.timeout = milliseconds(100);
