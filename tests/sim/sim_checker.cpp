@@ -64,7 +64,9 @@ void checker::granted(std::size_t c, const std::string& token, std::uint64_t fen
     w_.note("c" + std::to_string(c) + " GRANTED " + token + " fence " + std::to_string(fence) +
             ", valid until " + format_time(end));
   }
-  if (claiming(c)) violation("c" + std::to_string(c) + " granted " + token + " while its claim " + describe(claims_[*current_[c]]) + " lasts");
+  if (claiming(c))
+    violation("c" + std::to_string(c) + " granted " + token + " while its claim " +
+              describe(claims_[*current_[c]]) + " lasts");
   if (valid_until <= w_.clock(c)) {
     violation("c" + std::to_string(c) + " granted " + token + " already expired on its clock");
     return;
@@ -86,8 +88,8 @@ void checker::open_claim(std::size_t c, const std::string& token, std::uint64_t 
       if (other == c || !current_[other]) continue;
       const claim& theirs = claims_[*current_[other]];
       if (theirs.end > w_.now()) {
-        violation("MUTUAL EXCLUSION: c" + std::to_string(c) + " claims the lock (token " +
-                  token + ", fence " + std::to_string(fence) + ") during " + describe(theirs));
+        violation("MUTUAL EXCLUSION: c" + std::to_string(c) + " claims the lock (token " + token +
+                  ", fence " + std::to_string(fence) + ") during " + describe(theirs));
       }
     }
   }
@@ -136,7 +138,8 @@ void checker::extended(std::size_t c, steady::time_point valid_until) {
   if (!k) {
     // The extend succeeded after the claim had lapsed: whatever happened in between, the
     // client claims the lock again from now.
-    if (c >= current_.size() || !current_[c]) return violation("c" + std::to_string(c) + " extended a lease it never had");
+    if (c >= current_.size() || !current_[c])
+      return violation("c" + std::to_string(c) + " extended a lease it never had");
     claim old = claims_[*current_[c]];
     return open_claim(c, old.token, old.fence, end);
   }
@@ -148,8 +151,8 @@ void checker::extended(std::size_t c, steady::time_point valid_until) {
   }
   if (!safety_ || !fences_ || !holders_) return;
   if (held < quorum_) {
-    return violation("HOLDERS: c" + std::to_string(c) + " extended " + describe(*k) +
-                     " but only " + std::to_string(held) + " node(s) hold it");
+    return violation("HOLDERS: c" + std::to_string(c) + " extended " + describe(*k) + " but only " +
+                     std::to_string(held) + " node(s) hold it");
   }
   check_key_outlives(*k);
 }

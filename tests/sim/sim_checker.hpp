@@ -69,7 +69,7 @@ class checker {
     std::size_t client;
     std::string token;
     std::uint64_t fence;
-    sim_time begin, end;  // end: tentative until it passes
+    sim_time begin, end;        // end: tentative until it passes
     std::vector<bool> holders;  // per node: held the token when last looked
   };
   claim* active(std::size_t c);
@@ -84,7 +84,7 @@ class checker {
   lock_keys keys_;
   std::size_t nodes_, quorum_;
   bool safety_ = true, fences_ = true, holders_ = true, fence_order_ = true;
-  std::vector<claim> claims_;                  // every claim, in the order they began
+  std::vector<claim> claims_;                        // every claim, in the order they began
   std::vector<std::optional<std::size_t>> current_;  // per client: its latest claim
   std::optional<std::uint64_t> last_fence_;
   bool looked_ = false;                      // the running script touches the lock key

@@ -30,8 +30,8 @@ std::string show(steady::duration d) {
 
 }  // namespace
 
-sim_client::sim_client(world& w, checker& k, const detail::lock_target& target,
-                       std::size_t index, int cycles, liveness_rule liveness, client_bug bug)
+sim_client::sim_client(world& w, checker& k, const detail::lock_target& target, std::size_t index,
+                       int cycles, liveness_rule liveness, client_bug bug)
     : w_(w),
       check_(k),
       target_(target),
@@ -106,7 +106,8 @@ void sim_client::begin_attempt(cause why) {
   ++stats_.attempts;
   if (why == cause::woken) {
     ++stats_.woken_attempts;
-    if (wakes_unused_ == 0) check_.violation("PACING: " + who() + " began an attempt early without a wake-up");
+    if (wakes_unused_ == 0)
+      check_.violation("PACING: " + who() + " began an attempt early without a wake-up");
     if (wakes_unused_ > 0) --wakes_unused_;
   }
   if (why == cause::subscribed) ++stats_.subscribed_attempts;
@@ -117,7 +118,8 @@ void sim_client::begin_attempt(cause why) {
       check_.violation("LIVENESS: " + who() + "'s unbounded acquisition " + acq_->id() +
                        " still waits, after " + std::to_string(acq_->attempts_made()) +
                        " attempts, with the lock free for " + format_time(free) +
-                       " since the faults ended (bound " + format_time(liveness_.max_free_wait) + ")");
+                       " since the faults ended (bound " + format_time(liveness_.max_free_wait) +
+                       ")");
     }
   }
   auto t = now();
@@ -138,7 +140,8 @@ void sim_client::begin_attempt(cause why) {
   attempt_requests_.clear();
   shortest_holder_ttl_ms_.reset();
   if (w_.tracing()) {
-    static constexpr const char* causes[] = {"", " (after sleeping)", " (woken)", " (inbox subscribed)"};
+    static constexpr const char* causes[] = {"", " (after sleeping)", " (woken)",
+                                             " (inbox subscribed)"};
     std::string where;
     for (const auto& channel : channels) where += channel.empty() ? " -" : " q";
     w_.note(who() + " attempt " + std::to_string(acq_->attempts_made() + 1) + " of " + acq_->id() +
@@ -180,8 +183,8 @@ void sim_client::send_for_acquisition(const detail::request& r) {
 void sim_client::on_acquisition_reply(std::uint64_t cycle, std::uint64_t id, std::error_code ec,
                                       reply r) {
   if (cycle != cycle_ || !acq_) return;
-  bool this_attempt = std::find(attempt_requests_.begin(), attempt_requests_.end(), id) !=
-                      attempt_requests_.end();
+  bool this_attempt =
+      std::find(attempt_requests_.begin(), attempt_requests_.end(), id) != attempt_requests_.end();
   bool taken = !ec && r.is_array() && r.elements().size() == 2 && r.elements()[0].is_integer() &&
                r.elements()[0].integer() == 0;
   if (this_attempt && taken && r.elements()[1].integer() > 0) {
@@ -235,7 +238,13 @@ void sim_client::go_to_sleep(steady::duration sleep) {
   sleeping_ = true;
   auto id = ++sleep_id_;
   if (w_.tracing()) {
-    w_.note(who() + " sleeps " + (next == cause::backstop ? show(sleep) : "0 (" + std::string(next == cause::woken ? "woken during the attempt" : "inboxes subscribed now") + ")"));
+    w_.note(who() + " sleeps " +
+            (next == cause::backstop
+                 ? show(sleep)
+                 : "0 (" +
+                       std::string(next == cause::woken ? "woken during the attempt"
+                                                        : "inboxes subscribed now") +
+                       ")"));
   }
   w_.at_client(c_, at, [this, cycle = cycle_, id, next] {
     if (cycle != cycle_ || !sleeping_ || id != sleep_id_) return;
@@ -251,12 +260,15 @@ void sim_client::on_message(std::size_t node, std::string_view payload) {
   // The inbox routes by id to a listener, which exists from the first attempt that queued
   // until the acquisition is over.
   if (phase_ != phase::acquiring || !acq_ || acq_->done() || acq_->id() != id || !acq_->queued()) {
-    if (w_.tracing()) w_.note(who() + " ignores \"" + std::string(payload) + "\" from n" + std::to_string(node));
+    if (w_.tracing())
+      w_.note(who() + " ignores \"" + std::string(payload) + "\" from n" + std::to_string(node));
     return;
   }
   if (!rest.empty() && target_.accepts_handoff()) {
     bool took = acq_->on_handoff(now(), rest);
-    if (w_.tracing()) w_.note(who() + " on_handoff(\"" + std::string(rest) + "\") -> " + (took ? "taken" : "not taken"));
+    if (w_.tracing())
+      w_.note(who() + " on_handoff(\"" + std::string(rest) + "\") -> " +
+              (took ? "taken" : "not taken"));
     pump();
     if (took || phase_ != phase::acquiring) return;
   }
@@ -266,7 +278,8 @@ void sim_client::on_message(std::size_t node, std::string_view payload) {
 void sim_client::on_subscribed(std::size_t) {
   // A sleep after an attempt that could not queue everywhere ends when an inbox it was
   // waiting for is subscribed (wake_waiter::sleep; it waits for all it started, we for one).
-  if (phase_ != phase::acquiring || !sleeping_ || queued_everywhere_ || !target_.wake_on_release) return;
+  if (phase_ != phase::acquiring || !sleeping_ || queued_everywhere_ || !target_.wake_on_release)
+    return;
   sleeping_ = false;
   ++sleep_id_;
   begin_attempt(cause::subscribed);
@@ -317,7 +330,8 @@ void sim_client::finish_acquisition(const detail::acquisition::outcome& o) {
       if (free > liveness_.max_free_wait) {
         check_.violation("LIVENESS: " + who() + "'s unbounded acquisition " + acq_->id() +
                          " waited while the lock was free for " + format_time(free) +
-                         " after the faults ended (bound " + format_time(liveness_.max_free_wait) + ")");
+                         " after the faults ended (bound " + format_time(liveness_.max_free_wait) +
+                         ")");
       }
     }
   }
@@ -344,7 +358,7 @@ void sim_client::hold(const std::string& token, std::uint64_t, steady::time_poin
   auto ttl_us = microseconds(target_.ttl).count();
   auto roll = rnd.below(100);
   extending_ = roll >= 80;
-  sim_time h = roll < 60 ? rnd.between(0, ttl_us / 2)
+  sim_time h = roll < 60   ? rnd.between(0, ttl_us / 2)
                : roll < 80 ? rnd.between(ttl_us / 2, 3 * ttl_us / 2)
                            : rnd.between(ttl_us, 3 * ttl_us);
   abandon_ = rnd.chance(0.1);
@@ -368,9 +382,15 @@ void sim_client::extend() {
   ++stats_.extends;
   if (w_.tracing()) w_.note(who() + " extends " + token_);
   extend_.emplace(target_, token_, target_.ttl, "", now());
+  // Each extend numbers its requests from 1: an answer is for the extend that sent it only (a
+  // late one of an earlier extend would vouch for a key it set earlier).
+  auto serial = ++extend_serial_;
   for (auto& r : extend_->take_requests()) {
-    w_.call(c_, r, [this, cycle = cycle_, id = r.id](std::error_code ec, const reply& answer) {
-      if (cycle != cycle_ || phase_ != phase::holding || !extend_) return;
+    w_.call(c_, r, [this, cycle = cycle_, serial, id = r.id](std::error_code ec,
+                                                            const reply& answer) {
+      if (cycle != cycle_ || phase_ != phase::holding || !extend_ || serial != extend_serial_) {
+        return;
+      }
       extend_->on_reply(id, now(), valid_until_, ec, answer);
       auto verdict = extend_->take_outcome();
       if (!verdict) return;

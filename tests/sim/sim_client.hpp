@@ -33,21 +33,21 @@ enum class client_bug {
 };
 
 struct liveness_rule {
-  sim_time quiet_from = 0;        // no fault after this (true time)
-  sim_time max_free_wait = 0;     // unclaimed time an unbounded waiter may see after quiet_from
+  sim_time quiet_from = 0;     // no fault after this (true time)
+  sim_time max_free_wait = 0;  // unclaimed time an unbounded waiter may see after quiet_from
 };
 
 struct client_stats {
-  std::uint64_t acquisitions = 0, grants = 0, handoffs = 0, failures = 0, stops = 0,
-                attempts = 0, woken_attempts = 0, subscribed_attempts = 0, wakes = 0,
-                extends = 0, lost_leases = 0, releases = 0, abandoned = 0;
+  std::uint64_t acquisitions = 0, grants = 0, handoffs = 0, failures = 0, stops = 0, attempts = 0,
+                woken_attempts = 0, subscribed_attempts = 0, wakes = 0, extends = 0,
+                lost_leases = 0, releases = 0, abandoned = 0;
   sim_time longest_free_wait = 0;  // the largest unclaimed wait of an unbounded acquisition
 };
 
 class sim_client {
  public:
-  sim_client(world& w, checker& k, const detail::lock_target& target, std::size_t index,
-             int cycles, liveness_rule liveness, client_bug bug = client_bug::none);
+  sim_client(world& w, checker& k, const detail::lock_target& target, std::size_t index, int cycles,
+             liveness_rule liveness, client_bug bug = client_bug::none);
   sim_client(const sim_client&) = delete;
   sim_client& operator=(const sim_client&) = delete;
 
@@ -110,9 +110,9 @@ class sim_client {
   steady::time_point deadline_{};
   // After a sleep, no attempt that sends anything before this (client clock).
   steady::time_point next_attempt_floor_{};
-  std::vector<std::uint64_t> attempt_requests_;   // the current attempt's acquire requests
+  std::vector<std::uint64_t> attempt_requests_;         // the current attempt's acquire requests
   std::optional<std::int64_t> shortest_holder_ttl_ms_;  // among its "taken" answers
-  std::uint64_t wakes_unused_ = 0;  // wake-ups received and not yet turned into an attempt
+  std::uint64_t wakes_unused_ = 0;       // wake-ups received and not yet turned into an attempt
   std::int64_t fake_fence_ = 1'000'000;  // client_bug::taken_as_granted's fences
 
   // The lease held.
@@ -121,6 +121,7 @@ class sim_client {
   steady::time_point hold_until_{};
   bool extending_ = false, abandon_ = false;
   std::optional<detail::quorum_extend> extend_;
+  std::uint64_t extend_serial_ = 0;  // which extend extend_ is
   std::optional<detail::quorum_release> release_;
 };
 

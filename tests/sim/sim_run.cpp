@@ -17,10 +17,14 @@ constexpr const char* lock_name = "sim:lock";
 
 const char* name(topology t) {
   switch (t) {
-    case topology::single: return "single";
-    case topology::single_fair: return "single_fair";
-    case topology::redlock3: return "redlock3";
-    case topology::redlock5: return "redlock5";
+    case topology::single:
+      return "single";
+    case topology::single_fair:
+      return "single_fair";
+    case topology::redlock3:
+      return "redlock3";
+    case topology::redlock5:
+      return "redlock5";
   }
   return "?";
 }
@@ -28,11 +32,19 @@ const char* name(topology t) {
 sim_time us(milliseconds d) { return microseconds(d).count(); }
 
 // Every fault that happens, drawn at its time.
-enum class fault_kind { drop, node_pause, crash, client_pause, amnesia_after_ttl, amnesia, script_flush };
+enum class fault_kind {
+  drop,
+  node_pause,
+  crash,
+  client_pause,
+  amnesia_after_ttl,
+  amnesia,
+  script_flush
+};
 
 fault_kind pick(rng& r, const fault_mix& m) {
-  int weights[] = {m.drop,   m.node_pause,        m.crash,   m.client_pause,
-                   m.amnesia_after_ttl, m.amnesia, m.script_flush};
+  int weights[] = {m.drop,    m.node_pause,  m.crash, m.client_pause, m.amnesia_after_ttl,
+                   m.amnesia, m.script_flush};
   int total = 0;
   for (int w : weights) total += w;
   auto roll = static_cast<int>(r.below(static_cast<std::uint64_t>(total)));
@@ -62,8 +74,8 @@ run_config make_config(std::uint64_t seed, topology t) {
   c.lock.drift_factor = 0.01;
   c.clients = static_cast<std::size_t>(r.between(2, 4));
   c.cycles = static_cast<int>(r.between(2, 5));
-  auto node_timeout = us(detail::effective_node_timeout(c.lock.node_timeout, c.lock.ttl,
-                                                        c.request_timeout));
+  auto node_timeout =
+      us(detail::effective_node_timeout(c.lock.node_timeout, c.lock.ttl, c.request_timeout));
   // Calm, the network leaves room in node_timeout for two round trips (EVALSHA, NOSCRIPT, EVAL)
   // plus the millisecond run_script's truncation can cost: with less, a node that lost its
   // script cache is never sent the EVAL, and liveness cannot hold (sim_findings_test).
@@ -85,7 +97,8 @@ run_config make_config(std::uint64_t seed, topology t) {
     c.faults.amnesia = r.chance(0.03) ? 1 : 0;
     c.faults.script_flush = static_cast<int>(r.between(0, 2));
     if (c.faults.drop + c.faults.node_pause + c.faults.crash + c.faults.client_pause +
-            c.faults.amnesia_after_ttl + c.faults.amnesia + c.faults.script_flush == 0) {
+            c.faults.amnesia_after_ttl + c.faults.amnesia + c.faults.script_flush ==
+        0) {
       c.faults.drop = 1;
     }
   }
@@ -105,15 +118,15 @@ network_profile scaled(network_profile p, std::int64_t factor) {
 }
 
 std::string run_config::describe() const {
-  std::string s = std::string(name(topo)) + " seed " + std::to_string(seed) + ": " +
-                  std::to_string(nodes) + " node(s), ttl " + std::to_string(lock.ttl.count()) +
-                  "ms, retry_delay " + std::to_string(lock.retry_delay.count()) +
-                  "ms, node_timeout " + std::to_string(lock.node_timeout.count()) + "ms" +
-                  (lock.fair ? ", fair" : "") + (lock.wake_on_release ? ", wake_on_release" : ", polling") +
-                  "; " + std::to_string(clients) + " clients x " + std::to_string(cycles) +
-                  " cycles; network " + format_time(net.min_delay) + "-" + format_time(net.max_delay) +
-                  ", slow messages " + std::to_string(net.spike_chance) + " up to " +
-                  format_time(net.spike_max) + "; faults until " + format_time(fault_end);
+  std::string s =
+      std::string(name(topo)) + " seed " + std::to_string(seed) + ": " + std::to_string(nodes) +
+      " node(s), ttl " + std::to_string(lock.ttl.count()) + "ms, retry_delay " +
+      std::to_string(lock.retry_delay.count()) + "ms, node_timeout " +
+      std::to_string(lock.node_timeout.count()) + "ms" + (lock.fair ? ", fair" : "") +
+      (lock.wake_on_release ? ", wake_on_release" : ", polling") + "; " + std::to_string(clients) +
+      " clients x " + std::to_string(cycles) + " cycles; network " + format_time(net.min_delay) +
+      "-" + format_time(net.max_delay) + ", slow messages " + std::to_string(net.spike_chance) +
+      " up to " + format_time(net.spike_max) + "; faults until " + format_time(fault_end);
   if (fault_end > 0) {
     s += " (every <=" + format_time(fault_gap_max) + "; weights drop " +
          std::to_string(faults.drop) + ", node pause " + std::to_string(faults.node_pause) +
@@ -159,15 +172,23 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
     auto kind = pick(rnd, c.faults);
     sim_time d = 0;
     switch (kind) {
-      case fault_kind::drop: break;
+      case fault_kind::drop:
+        break;
       case fault_kind::node_pause:
       case fault_kind::client_pause:
         d = rnd.chance(0.8) ? rnd.between(ms(1), 2 * ttl) : rnd.between(2 * ttl, 5 * ttl);
         break;
-      case fault_kind::crash: d = rnd.between(ms(1), 2 * ttl); break;
-      case fault_kind::amnesia_after_ttl: d = ttl + rnd.between(ms(1), ttl); break;
-      case fault_kind::amnesia: d = rnd.between(0, ttl / 2); break;
-      case fault_kind::script_flush: break;
+      case fault_kind::crash:
+        d = rnd.between(ms(1), 2 * ttl);
+        break;
+      case fault_kind::amnesia_after_ttl:
+        d = ttl + rnd.between(ms(1), ttl);
+        break;
+      case fault_kind::amnesia:
+        d = rnd.between(0, ttl / 2);
+        break;
+      case fault_kind::script_flush:
+        break;
     }
     plan.emplace_back(kind, d);
     quiet = std::max(quiet, t + d);
@@ -180,8 +201,8 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
   // delays: a holder that vanished leaves its key for a TTL; a round that timed out can leave
   // one more; Redlock's split votes cost a few retry delays each. In fair mode a waiter that
   // vanished from the queue's head holds it up until its entry expires.
-  sim_time bound = 4 * ttl + 10 * us(c.lock.retry_delay) +
-                   4 * us(target.node_timeout) + c.resubscribe_max;
+  sim_time bound =
+      4 * ttl + 10 * us(c.lock.retry_delay) + 4 * us(target.node_timeout) + c.resubscribe_max;
   if (c.lock.fair) bound += us(detail::waiter_entry_ttl(c.lock.retry_delay));
   result.max_free_wait = bound;
 
@@ -198,7 +219,9 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
     clients[k]->on_message(i, payload);
   };
   w.on_subscribed = [&](std::size_t k, std::size_t i) { clients[k]->on_subscribed(i); };
-  w.on_subscription_lost = [&](std::size_t k, std::size_t i) { clients[k]->on_subscription_lost(i); };
+  w.on_subscription_lost = [&](std::size_t k, std::size_t i) {
+    clients[k]->on_subscription_lost(i);
+  };
 
   for (std::size_t f = 0; f < plan.size(); ++f) {
     w.at(fault_times[f], [&w, &check, &c, kind = plan[f].first, d = plan[f].second] {
@@ -210,10 +233,18 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
           if (!links.empty()) w.drop_link(links[r.below(links.size())].id);
           break;
         }
-        case fault_kind::node_pause: w.pause_node(node, d); break;
-        case fault_kind::script_flush: w.flush_scripts(node); break;
-        case fault_kind::crash: w.crash_node(node, d, true); break;
-        case fault_kind::client_pause: w.pause_client(r.below(c.clients), d); break;
+        case fault_kind::node_pause:
+          w.pause_node(node, d);
+          break;
+        case fault_kind::script_flush:
+          w.flush_scripts(node);
+          break;
+        case fault_kind::crash:
+          w.crash_node(node, d, true);
+          break;
+        case fault_kind::client_pause:
+          w.pause_client(r.below(c.clients), d);
+          break;
         case fault_kind::amnesia_after_ttl:
           if (w.node_down(node)) break;
           check.forget_fences("n" + std::to_string(node) + " restarts without its data");
@@ -237,8 +268,9 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
   for (auto& client : clients) client->start(rnd.between(0, ttl));
 
   // Generous: the liveness bounds catch a slow waiter long before this.
-  sim_time cap = quiet + static_cast<sim_time>(c.clients * static_cast<std::size_t>(c.cycles) + 10) *
-                             (4 * ttl + bound);
+  sim_time cap =
+      quiet + static_cast<sim_time>(c.clients * static_cast<std::size_t>(c.cycles) + 10) *
+                  (4 * ttl + bound);
   while (!check.failed() && w.step(cap)) {
   }
   if (!check.failed()) {

@@ -1,5 +1,5 @@
 // tests/sim/sim_run.hpp: one simulated schedule, from a seed to a verdict.
-//   topology      the configuration families, one per test shard: a single node (handoff,
+//   topology      the configuration families (two test shards each): a single node (handoff,
 //                 sometimes polling), a single fair node, Redlock on 3 and on 5 nodes
 //   run_config    everything a seed decides: lock options (short TTLs, so that leases expire
 //                 within a run), clients and their clocks, network, fault schedule
@@ -47,7 +47,7 @@ struct run_config {
   std::optional<std::size_t> far_node;
   std::int64_t far_factor = 1;
   sim_time fault_end = 0;
-  sim_time fault_gap_max = 0;        // between two faults: uniform in [0, this]
+  sim_time fault_gap_max = 0;  // between two faults: uniform in [0, this]
   fault_mix faults;
   sim_time resubscribe_max = 0;
   client_bug bug = client_bug::none;

@@ -17,9 +17,7 @@
 namespace dlock::sim {
 namespace {
 
-bool is_noscript(const reply& r) {
-  return r.is_error() && r.str().compare(0, 8, "NOSCRIPT") == 0;
-}
+bool is_noscript(const reply& r) { return r.is_error() && r.str().compare(0, 8, "NOSCRIPT") == 0; }
 
 bool later(const auto& a, const auto& b) {
   return a.time != b.time ? a.time > b.time : a.seq > b.seq;
@@ -50,8 +48,7 @@ std::string format_time(sim_time t) {
   return buf;
 }
 
-world::world(std::uint64_t seed, std::size_t nodes, network_profile net)
-    : rng_(seed), net_(net) {
+world::world(std::uint64_t seed, std::size_t nodes, network_profile net) : rng_(seed), net_(net) {
   // A wall clock far from zero, different per seed: nothing may assume an epoch.
   epoch_ms_ = 1'700'000'000'000 + rng_.between(0, 10'000'000'000);
   nodes_.resize(nodes);
@@ -62,12 +59,14 @@ world::~world() = default;
 
 void world::at(sim_time t, std::function<void()> fn) {
   queue_.push_back(event{std::max(t, now_), next_seq_++, std::move(fn)});
-  std::push_heap(queue_.begin(), queue_.end(), [](const event& a, const event& b) { return later(a, b); });
+  std::push_heap(queue_.begin(), queue_.end(),
+                 [](const event& a, const event& b) { return later(a, b); });
 }
 
 bool world::step(sim_time until) {
   if (queue_.empty() || queue_.front().time > until) return false;
-  std::pop_heap(queue_.begin(), queue_.end(), [](const event& a, const event& b) { return later(a, b); });
+  std::pop_heap(queue_.begin(), queue_.end(),
+                [](const event& a, const event& b) { return later(a, b); });
   event e = std::move(queue_.back());
   queue_.pop_back();
   now_ = e.time;
@@ -173,8 +172,10 @@ void world::refuse(link_state& l) {
   if (!l.server_open) return;
   l.server_open = false;
   ++stats_.refused;
-  if (tracing_) note("n" + std::to_string(l.node) + " is down: link " + std::to_string(l.id) + " refused");
-  at_client(l.client, now_ + delay(l.node), [this, link_id = l.id] { fail_link(link_id, errc::node_unreachable); });
+  if (tracing_)
+    note("n" + std::to_string(l.node) + " is down: link " + std::to_string(l.id) + " refused");
+  at_client(l.client, now_ + delay(l.node),
+            [this, link_id = l.id] { fail_link(link_id, errc::node_unreachable); });
 }
 
 void world::call(std::size_t c, const detail::request& r, reply_handler done) {
@@ -207,7 +208,9 @@ void world::send(std::size_t c, std::shared_ptr<const detail::request> req, bool
     auto& k = calls_[id];
     if (k.done || !links_[k.link].client_open) return;
     ++stats_.timeouts;
-    if (tracing_) note("c" + std::to_string(k.client) + " #" + std::to_string(id) + " deadline passed: link " + std::to_string(k.link) + " fails with timeout");
+    if (tracing_)
+      note("c" + std::to_string(k.client) + " #" + std::to_string(id) + " deadline passed: link " +
+           std::to_string(k.link) + " fails with timeout");
     fail_link(k.link, errc::timeout);
   });
 }
@@ -219,7 +222,8 @@ void world::arrive(std::uint64_t call_id) {
   if (k.lost || !l.server_open) {
     k.lost = true;
     ++stats_.lost_in_flight;
-    if (tracing_) note("n" + std::to_string(i) + " #" + std::to_string(call_id) + " lost on the way");
+    if (tracing_)
+      note("n" + std::to_string(i) + " #" + std::to_string(call_id) + " lost on the way");
     return;
   }
   if (nodes_[i].down) {
@@ -243,12 +247,14 @@ void world::arrive(std::uint64_t call_id) {
   reply result = n.exec(argv);
   if (after_script) after_script(i, r, result);
   if (tracing_) {
-    note("n" + std::to_string(i) + " #" + std::to_string(call_id) + " ran " + std::string(script_name(r.code)) +
-         (l.client_open ? "" : " (its client gave up on it)") + " -> " + render(result));
+    note("n" + std::to_string(i) + " #" + std::to_string(call_id) + " ran " +
+         std::string(script_name(r.code)) + (l.client_open ? "" : " (its client gave up on it)") +
+         " -> " + render(result));
   }
   deliver_messages(i);
   l.last_at_client = std::max(l.last_at_client, now_ + delay(i));
-  at_client(l.client, l.last_at_client, [this, call_id, result = std::move(result)] { on_reply(call_id, result); });
+  at_client(l.client, l.last_at_client,
+            [this, call_id, result = std::move(result)] { on_reply(call_id, result); });
 }
 
 void world::on_reply(std::uint64_t call_id, const reply& r) {
@@ -264,7 +270,9 @@ void world::on_reply(std::uint64_t call_id, const reply& r) {
     std::int64_t left_ms = left_us > 0 ? (left_us + 999) / 1000 : 0;
     if (left_ms <= 0) return complete(call_id, errc::timeout, reply{});
     k.done = true;
-    if (tracing_) note("c" + std::to_string(k.client) + " #" + std::to_string(call_id) + " NOSCRIPT: EVAL follows");
+    if (tracing_)
+      note("c" + std::to_string(k.client) + " #" + std::to_string(call_id) +
+           " NOSCRIPT: EVAL follows");
     return send(k.client, k.req, true, clock_us(k.client, now_) + left_ms * 1000,
                 std::move(k.handler));
   }
@@ -291,7 +299,9 @@ void world::fail_link(std::uint64_t link_id, std::error_code ec) {
   l.client_open = false;
   auto& slot = clients_[l.client].command_link[l.node];
   if (slot == link_id) slot.reset();
-  if (tracing_) note("c" + std::to_string(l.client) + " link " + std::to_string(link_id) + " to n" + std::to_string(l.node) + " fails: " + ec.message());
+  if (tracing_)
+    note("c" + std::to_string(l.client) + " link " + std::to_string(link_id) + " to n" +
+         std::to_string(l.node) + " fails: " + ec.message());
   auto inflight = std::exchange(l.inflight, {});
   for (auto id : inflight) complete(id, ec, reply{});
 }
@@ -305,7 +315,9 @@ void world::subscribe(std::size_t c, std::size_t i) {
   sub.link = open_link(c, i, true);
   auto& l = links_[sub.link];
   l.last_at_node = std::max(l.last_at_node, now_ + delay(i));
-  if (tracing_) note("c" + std::to_string(c) + " -> n" + std::to_string(i) + " SUBSCRIBE on link " + std::to_string(l.id));
+  if (tracing_)
+    note("c" + std::to_string(c) + " -> n" + std::to_string(i) + " SUBSCRIBE on link " +
+         std::to_string(l.id));
   std::uint64_t link_id = l.id;
   at_node(i, l.last_at_node, [this, link_id] { arrive_subscribe(link_id); });
 }
@@ -325,7 +337,8 @@ void world::arrive_subscribe(std::uint64_t link_id) {
     auto& sub = clients_[l.client].subs[l.node];
     if (!l.client_open || sub.link != link_id) return;
     sub.state = sub_state::subscribed;
-    if (tracing_) note("c" + std::to_string(l.client) + " subscribed on n" + std::to_string(l.node));
+    if (tracing_)
+      note("c" + std::to_string(l.client) + " subscribed on n" + std::to_string(l.node));
     if (on_subscribed) on_subscribed(l.client, l.node);
   });
 }
@@ -340,7 +353,9 @@ void world::lose_subscription(std::uint64_t link_id) {
   if (sub.link != link_id) return;
   bool was_subscribed = sub.state == sub_state::subscribed;
   sub.state = sub_state::none;
-  if (tracing_) note("c" + std::to_string(c) + " subscriber link " + std::to_string(link_id) + " to n" + std::to_string(i) + " lost" + (was_subscribed ? " (was subscribed)" : ""));
+  if (tracing_)
+    note("c" + std::to_string(c) + " subscriber link " + std::to_string(link_id) + " to n" +
+         std::to_string(i) + " lost" + (was_subscribed ? " (was subscribed)" : ""));
   at_client(c, now_ + rng_.between(0, resubscribe_max_), [this, c, i] { subscribe(c, i); });
   if (was_subscribed && on_subscription_lost) on_subscription_lost(c, i);
 }
@@ -350,15 +365,20 @@ void world::deliver_messages(std::size_t i) {
     auto& l = links_[m.to];
     ++stats_.messages;
     l.last_at_client = std::max(l.last_at_client, now_ + delay(i));
-    if (tracing_) note("n" + std::to_string(i) + " publishes \"" + m.payload + "\" to c" + std::to_string(l.client) + " (arrives " + format_time(l.last_at_client) + ")");
+    if (tracing_)
+      note("n" + std::to_string(i) + " publishes \"" + m.payload + "\" to c" +
+           std::to_string(l.client) + " (arrives " + format_time(l.last_at_client) + ")");
     at_client(l.client, l.last_at_client, [this, link_id = l.id, payload = std::move(m.payload)] {
       auto& l = links_[link_id];
       if (!l.client_open) {
         ++stats_.messages_lost;
-        if (tracing_) note("c" + std::to_string(l.client) + " message \"" + payload + "\" lost with its link");
+        if (tracing_)
+          note("c" + std::to_string(l.client) + " message \"" + payload + "\" lost with its link");
         return;
       }
-      if (tracing_) note("c" + std::to_string(l.client) + " receives \"" + payload + "\" from n" + std::to_string(l.node));
+      if (tracing_)
+        note("c" + std::to_string(l.client) + " receives \"" + payload + "\" from n" +
+             std::to_string(l.node));
       if (on_message) on_message(l.client, l.node, payload);
     });
   }
@@ -378,7 +398,9 @@ void world::drop_link(std::uint64_t id) {
   auto& l = links_[id];
   if (!l.client_open) return;
   ++stats_.drops;
-  if (tracing_) note("FAULT: link " + std::to_string(id) + " (c" + std::to_string(l.client) + " - n" + std::to_string(l.node) + ") drops");
+  if (tracing_)
+    note("FAULT: link " + std::to_string(id) + " (c" + std::to_string(l.client) + " - n" +
+         std::to_string(l.node) + ") drops");
   // Of the requests still travelling, a prefix gets through (TCP delivers in order or not
   // at all); they run on the node, but their replies are lost with the connection.
   bool through = true;
@@ -424,7 +446,8 @@ void world::crash_node(std::size_t i, sim_time down_for, bool persisted) {
     if (!l.client_open) continue;
     // The reset follows whatever the node had already sent on the connection.
     l.last_at_client = std::max(l.last_at_client, now_ + delay(i));
-    at_client(l.client, l.last_at_client, [this, id = l.id] { fail_link(id, errc::connection_lost); });
+    at_client(l.client, l.last_at_client,
+              [this, id = l.id] { fail_link(id, errc::connection_lost); });
   }
   at(now_ + down_for, [this, i, persisted] { restart_node(i, persisted); });
 }
@@ -434,7 +457,9 @@ void world::restart_node(std::size_t i, bool persisted) {
   n.redis->set_time(wall_ms());
   n.redis->restart(persisted);
   n.down = false;
-  if (tracing_) note("n" + std::to_string(i) + " is back (" + std::to_string(n.redis->dump().size()) + " keys)");
+  if (tracing_)
+    note("n" + std::to_string(i) + " is back (" + std::to_string(n.redis->dump().size()) +
+         " keys)");
 }
 
 void world::flush_scripts(std::size_t i) {

@@ -114,6 +114,7 @@ class world {
   // Runs the script call `r` on node r.node over the client's command connection (opened if
   // it has none) and hands the outcome to `done` on the client: the reply, or the
   // connection's error (timeout, connection_lost, node_unreachable) with an empty reply.
+  // r.keys are views (detail::request): what they name must outlive the run.
   void call(std::size_t c, const detail::request& r, reply_handler done);
 
   // Subscribes the client's wake channel on node i, unless subscribed or subscribing.
