@@ -3,6 +3,8 @@
 //   lease_owner  what a lease asks of the thing that granted it (a lock, a semaphore):
 //                release and extend, on the I/O thread
 //   make_lease   builds the public dlock::lease
+//   extend_refused / apply_extend  an extend's preconditions and the lease's update from its
+//                verdict, shared by the lock and the semaphore
 //   start_keep_alive / replan_keep_alive / stop_keep_alive  the watchdog's entry points
 #pragma once
 
@@ -15,6 +17,7 @@
 #include "dlock/detail/async.hpp"
 #include "dlock/error.hpp"
 #include "dlock/lease.hpp"
+#include "dlock/options.hpp"
 
 namespace dlock::detail {
 
@@ -74,6 +77,31 @@ class lease_owner {
   virtual void start_settle(const std::shared_ptr<lease_state>& state,
                             std::chrono::milliseconds ttl, done_handler handler) = 0;
 };
+
+// Why an extend or settle of `state` to `ttl` must not start: not_held once released,
+// lease_lost once lost, invalid_argument for a TTL outside 1 ms..max_ttl; else none.
+inline std::error_code extend_refused(const lease_state& state, std::chrono::milliseconds ttl) {
+  if (state.released.load()) return errc::not_held;
+  if (state.lost.stop_requested()) return errc::lease_lost;
+  if (ttl <= std::chrono::milliseconds::zero() || ttl > max_ttl) return errc::invalid_argument;
+  return {};
+}
+
+// Applies what an extend came to (`verdict`: none, lease_lost, lease_expired or a transport
+// error) to the lease: its new validity, or the loss it proves. Returns what the caller is
+// told: a "not ours" after the lease was released is the release's doing (not_held), not a
+// loss.
+inline std::error_code apply_extend(lease_state& state, std::error_code verdict,
+                                    std::chrono::steady_clock::time_point valid_until) {
+  if (!verdict) {
+    state.set_deadline(valid_until);
+  } else if (verdict == errc::lease_lost && state.released.load()) {
+    return errc::not_held;
+  } else if (verdict == errc::lease_lost || verdict == errc::lease_expired) {
+    state.mark_lost(static_cast<errc>(verdict.value()));
+  }
+  return verdict;
+}
 
 // The token an entry takes when it is settled (start_settle): another value, so that requests
 // for the old one find nothing. ':' is in no token or owner value.

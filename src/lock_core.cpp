@@ -89,11 +89,7 @@ void lock_core::start_settle(const std::shared_ptr<lease_state>& state,
 void lock_core::extend_everywhere(const std::shared_ptr<lease_state>& state,
                                   std::chrono::milliseconds ttl, std::string successor,
                                   done_handler handler) {
-  if (state->released.load()) return handler(errc::not_held);
-  if (state->lost.stop_requested()) return handler(errc::lease_lost);
-  if (ttl <= std::chrono::milliseconds::zero() || ttl > max_ttl) {
-    return handler(errc::invalid_argument);
-  }
+  if (auto refused = extend_refused(*state, ttl)) return handler(refused);
   struct extend_op {
     quorum_extend round;
     std::shared_ptr<lease_state> state;
@@ -109,18 +105,9 @@ void lock_core::extend_everywhere(const std::shared_ptr<lease_state>& state,
       std::optional<steady::time_point> deadline;
       if (op->state->validity_known) deadline = op->state->deadline();
       op->round.on_reply(id, steady::now(), deadline, ec, answer);
-      auto verdict = op->round.take_outcome();
-      if (!verdict) return;
-      auto& state = *op->state;
-      if (!verdict->ec) {
-        state.set_deadline(verdict->valid_until);
-      } else if (verdict->ec == errc::lease_lost && state.released.load()) {
-        // Released meanwhile: "not ours" is the release's doing, not a loss.
-        return op->handler(errc::not_held);
-      } else if (verdict->ec == errc::lease_lost || verdict->ec == errc::lease_expired) {
-        state.mark_lost(static_cast<errc>(verdict->ec.value()));
+      if (auto verdict = op->round.take_outcome()) {
+        op->handler(apply_extend(*op->state, verdict->ec, verdict->valid_until));
       }
-      op->handler(verdict->ec);
     });
   }
 }

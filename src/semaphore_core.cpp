@@ -96,31 +96,21 @@ void semaphore_core::start_settle(const std::shared_ptr<lease_state>& state,
 void semaphore_core::refresh_entry(const std::shared_ptr<lease_state>& state,
                                    std::chrono::milliseconds ttl, const std::string& successor,
                                    done_handler handler) {
-  if (state->released.load()) return handler(errc::not_held);
-  if (state->lost.stop_requested()) return handler(errc::lease_lost);
-  if (ttl <= std::chrono::milliseconds::zero() || ttl > max_ttl) {
-    return handler(errc::invalid_argument);
-  }
+  if (auto refused = extend_refused(*state, ttl)) return handler(refused);
   auto start = steady::now();
   double drift_factor = options_.drift_factor;
   auto on_reply = [state, start, ttl, drift_factor, handler = std::move(handler)](
                       std::error_code ec, reply r) mutable {
-    if (ec) return handler(ec);
-    if (!r.is_integer()) return handler(errc::protocol_error);
-    // Released meanwhile: the entry is gone by the release's doing, not lost.
-    if (r.integer() != 1 && state->released.load()) return handler(errc::not_held);
-    if (r.integer() != 1) {
+    auto verdict = [&]() -> std::error_code {
+      if (ec) return ec;
+      if (!r.is_integer()) return errc::protocol_error;
       // Gone or expired on the server: the script did not add it back, and neither do we.
-      state->mark_lost(errc::lease_lost);
-      return handler(errc::lease_lost);
-    }
-    // A refresh that lands after the old validity ended cannot vouch for the gap.
-    if (state->validity_known && steady::now() >= state->deadline()) {
-      state->mark_lost(errc::lease_expired);
-      return handler(errc::lease_expired);
-    }
-    state->set_deadline(start + ttl - drift_allowance(ttl, drift_factor));
-    handler({});
+      if (r.integer() != 1) return errc::lease_lost;
+      // A refresh that lands after the old validity ended cannot vouch for the gap.
+      if (state->validity_known && steady::now() >= state->deadline()) return errc::lease_expired;
+      return {};
+    };
+    handler(apply_extend(*state, verdict(), start + ttl - drift_allowance(ttl, drift_factor)));
   };
   std::string ttl_ms = std::to_string(ttl.count());
   if (options_.fair) {
