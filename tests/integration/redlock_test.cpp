@@ -316,8 +316,11 @@ TEST_F(RedlockTest, ARetryIsNotRefusedByOurOwnLateSet) {
   EXPECT_EQ(l.value().substr(0, id.size() + 1), id + ".");
   EXPECT_NE(l.value(), token);
   EXPECT_EQ(votes[2].outcome, vote::granted) << dump(votes);
-  EXPECT_EQ(votes[0].outcome, vote::taken);
-  EXPECT_EQ(votes[1].outcome, vote::taken);
+  // The round is decided once 2, 3 and 4 granted, so 0 and 1 may not have answered yet.
+  for (std::size_t i : {0u, 1u}) {
+    EXPECT_TRUE(votes[i].outcome == vote::taken || votes[i].outcome == vote::pending)
+        << dump(votes);
+  }
   EXPECT_EQ(get(2, test_key()), l.value());
   EXPECT_FALSE(l.release());
   EXPECT_TRUE(ours_left(test_key()).empty());
