@@ -21,11 +21,14 @@ extern "C" {
 
 #include <openssl/evp.h>
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "sim_node.hpp"
@@ -179,9 +182,19 @@ std::optional<std::string> read_arguments(lua_State* lua, std::vector<std::strin
   if (count == 0) return "Please specify at least one argument for this redis lib call";
   for (int i = 1; i <= count; ++i) {
     if (lua_type(lua, i) == LUA_TNUMBER) {
+      auto number = static_cast<double>(lua_tonumber(lua, i));
       char buffer[64];
-      std::snprintf(buffer, sizeof buffer, "%.17g", static_cast<double>(lua_tonumber(lua, i)));
-      argv.emplace_back(buffer);
+      // An integral value below 1e17 prints under "%.17g" as its integer digits; to_chars
+      // writes those many times faster (the scripts pass integers: TTLs, times, counts); -0
+      // keeps its sign through printf.
+      bool integral = number == std::trunc(number) && !(number == 0 && std::signbit(number));
+      if (integral && std::abs(number) < 1e17) {
+        auto end = std::to_chars(buffer, std::end(buffer), static_cast<long long>(number)).ptr;
+        argv.emplace_back(buffer, end);
+      } else {
+        std::snprintf(buffer, sizeof buffer, "%.17g", number);
+        argv.emplace_back(buffer);
+      }
     } else if (lua_type(lua, i) == LUA_TSTRING) {
       std::size_t length = 0;
       const char* text = lua_tolstring(lua, i, &length);
@@ -219,25 +232,37 @@ std::string sha1_hex(std::string_view bytes) {
   return out;
 }
 
-lua_engine::lua_engine(node& owner) : node_(owner), lua_(luaL_newstate()) {
+struct lua_engine::interpreter {
+  lua_State* lua = luaL_newstate();
+  int error_handler = 0;                          // registry reference
+  node* owner = nullptr;                          // the engine's node, for redis.call
+  std::unordered_map<std::string, int> functions;  // sha -> registry reference
+
+  interpreter();
+  ~interpreter() { lua_close(lua); }
+  interpreter(const interpreter&) = delete;
+  interpreter& operator=(const interpreter&) = delete;
+};
+
+lua_engine::interpreter::interpreter() {
   // The libraries Redis opens that dlock's scripts may use (Redis adds cjson, struct,
   // cmsgpack and bit, which they do not).
   for (lua_CFunction open : {luaopen_base, luaopen_table, luaopen_string, luaopen_math,
                              luaopen_debug}) {
-    lua_pushcfunction(lua_, open);
-    lua_call(lua_, 0, 0);
+    lua_pushcfunction(lua, open);
+    lua_call(lua, 0, 0);
   }
   for (const char* removed : {"loadfile", "dofile"}) {
-    lua_pushnil(lua_);
-    lua_setglobal(lua_, removed);
+    lua_pushnil(lua);
+    lua_setglobal(lua, removed);
   }
 
-  lua_newtable(lua_);
+  lua_newtable(lua);
   auto add = [&](const char* name, lua_CFunction f) {
-    lua_pushstring(lua_, name);
-    lua_pushlightuserdata(lua_, this);
-    lua_pushcclosure(lua_, f, 1);
-    lua_rawset(lua_, -3);
+    lua_pushstring(lua, name);
+    lua_pushlightuserdata(lua, this);
+    lua_pushcclosure(lua, f, 1);
+    lua_rawset(lua, -3);
   };
   add("call", &lua_engine::redis_call);
   add("pcall", &lua_engine::redis_pcall);
@@ -262,36 +287,70 @@ lua_engine::lua_engine(node& owner) : node_(owner), lua_(luaL_newstate()) {
     lua_rawset(lua, -3);
     return 1;
   });
-  lua_setglobal(lua_, "redis");
+  lua_setglobal(lua, "redis");
 
-  luaL_loadstring(lua_, error_handler_source);
-  lua_call(lua_, 0, 0);
-  lua_getglobal(lua_, "__redis__err__handler");
-  error_handler_ = luaL_ref(lua_, LUA_REGISTRYINDEX);
+  luaL_loadstring(lua, error_handler_source);
+  lua_call(lua, 0, 0);
+  lua_getglobal(lua, "__redis__err__handler");
+  error_handler = luaL_ref(lua, LUA_REGISTRYINDEX);
 
-  lua_newtable(lua_);
-  lua_pushcfunction(lua_, global_read_error);
-  lua_setfield(lua_, -2, "__index");
-  lua_pushcfunction(lua_, global_write_error);
-  lua_setfield(lua_, -2, "__newindex");
-  lua_setmetatable(lua_, LUA_GLOBALSINDEX);
+  lua_newtable(lua);
+  lua_pushcfunction(lua, global_read_error);
+  lua_setfield(lua, -2, "__index");
+  lua_pushcfunction(lua, global_write_error);
+  lua_setfield(lua, -2, "__newindex");
+  lua_setmetatable(lua, LUA_GLOBALSINDEX);
 }
 
-lua_engine::~lua_engine() { lua_close(lua_); }
+namespace {
+// Per thread, since a Lua state is single-threaded; a few suffice (a world has at most five
+// nodes, and a restart gives one back before it borrows).
+constexpr std::size_t pool_size = 16;
+}  // namespace
+
+std::vector<std::unique_ptr<lua_engine::interpreter>>& lua_engine::pool() {
+  thread_local std::vector<std::unique_ptr<interpreter>> idle;
+  return idle;
+}
+
+lua_engine::interpreter* lua_engine::borrow_interpreter() {
+  auto& idle = pool();
+  if (idle.empty()) return new interpreter;
+  interpreter* i = idle.back().release();
+  idle.pop_back();
+  return i;
+}
+
+void lua_engine::give_back(interpreter* i) {
+  std::unique_ptr<interpreter> owned(i);
+  owned->owner = nullptr;
+  lua_settop(owned->lua, 0);
+  if (pool().size() < pool_size) pool().push_back(std::move(owned));
+}
+
+lua_engine::lua_engine(node& owner) : node_(owner), interpreter_(borrow_interpreter()) {
+  interpreter_->owner = &owner;
+}
+
+lua_engine::~lua_engine() { give_back(interpreter_); }
 
 reply lua_engine::load(std::string_view body) {
   compiled& c = compile_once(body);
-  if (functions_.contains(c.sha)) return reply::make_string(kind::string, c.sha);
-  // The bytecode when the body compiled (loading it skips the parser: the simulator loads the
-  // same few scripts into thousands of interpreters), else the source, for its error message.
-  const std::string& chunk = c.bytecode.empty() ? c.source : c.bytecode;
-  if (luaL_loadbuffer(lua_, chunk.data(), chunk.size(), "@user_script") != 0) {
-    std::string message = lua_tostring(lua_, -1);
-    lua_pop(lua_, 1);
-    return reply::make_string(kind::error, "ERR Error compiling script (new function): " +
-                                               one_line(message));
+  if (loaded_.contains(c.sha)) return reply::make_string(kind::string, c.sha);
+  if (!interpreter_->functions.contains(c.sha)) {
+    // The bytecode when the body compiled (loading it skips the parser), else the source, for
+    // its error message.
+    lua_State* lua = interpreter_->lua;
+    const std::string& chunk = c.bytecode.empty() ? c.source : c.bytecode;
+    if (luaL_loadbuffer(lua, chunk.data(), chunk.size(), "@user_script") != 0) {
+      std::string message = lua_tostring(lua, -1);
+      lua_pop(lua, 1);
+      return reply::make_string(kind::error, "ERR Error compiling script (new function): " +
+                                                 one_line(message));
+    }
+    interpreter_->functions[c.sha] = luaL_ref(lua, LUA_REGISTRYINDEX);
   }
-  functions_[c.sha] = luaL_ref(lua_, LUA_REGISTRYINDEX);
+  loaded_.insert(c.sha);
   return reply::make_string(kind::string, c.sha);
 }
 
@@ -320,28 +379,29 @@ lua_engine::compiled& lua_engine::compile_once(std::string_view body) {
 
 reply lua_engine::run(const std::string& sha, std::span<const std::string> keys,
                       std::span<const std::string> argv) {
-  lua_settop(lua_, 0);
-  lua_rawgeti(lua_, LUA_REGISTRYINDEX, error_handler_);
-  set_global_array(lua_, "KEYS", keys);
-  set_global_array(lua_, "ARGV", argv);
-  lua_rawgeti(lua_, LUA_REGISTRYINDEX, functions_.at(sha));
+  lua_State* lua = interpreter_->lua;
+  lua_settop(lua, 0);
+  lua_rawgeti(lua, LUA_REGISTRYINDEX, interpreter_->error_handler);
+  set_global_array(lua, "KEYS", keys);
+  set_global_array(lua, "ARGV", argv);
+  lua_rawgeti(lua, LUA_REGISTRYINDEX, interpreter_->functions.at(sha));
   reply out;
-  if (lua_pcall(lua_, 0, 1, 1) == 0) {
-    out = to_reply(lua_, 2);
-  } else if (lua_istable(lua_, 2)) {
+  if (lua_pcall(lua, 0, 1, 1) == 0) {
+    out = to_reply(lua, 2);
+  } else if (lua_istable(lua, 2)) {
     // The handler's table: {err=..., source=..., line=...}.
-    std::string text = string_field(lua_, 2, "err").value_or("");
-    auto source = string_field(lua_, 2, "source");
-    auto line = string_field(lua_, 2, "line");
+    std::string text = string_field(lua, 2, "err").value_or("");
+    auto source = string_field(lua, 2, "source");
+    auto line = string_field(lua, 2, "line");
     if (source && line) text += " script: " + sha + ", on " + *source + ":" + *line + ".";
     out = reply::make_string(kind::error, text);
   } else {
-    const char* message = lua_tostring(lua_, 2);
+    const char* message = lua_tostring(lua, 2);
     out = reply::make_string(kind::error, "ERR Error running script " + sha + ", " +
                                               std::string(message ? message : "execution failure")
                                                   .substr(0, 100));
   }
-  lua_settop(lua_, 0);
+  lua_settop(lua, 0);
   return out;
 }
 
@@ -352,13 +412,13 @@ int lua_engine::redis_pcall(lua_State* lua) { return redis_call_common(lua, fals
 // of the call is gone, because lua_error does not unwind the C++ stack.
 int lua_engine::redis_call_common(lua_State* lua, bool raise) {
   bool failed = [lua] {
-    auto* self = static_cast<lua_engine*>(lua_touserdata(lua, lua_upvalueindex(1)));
+    auto* self = static_cast<interpreter*>(lua_touserdata(lua, lua_upvalueindex(1)));
     std::vector<std::string> argv;
     if (auto problem = read_arguments(lua, argv)) {
       push_error_table(lua, "ERR " + *problem);
       return true;
     }
-    reply r = self->node_.dispatch(argv, true);
+    reply r = self->owner->dispatch(argv, true);
     push_reply(lua, r);
     return r.is_error();
   }();
