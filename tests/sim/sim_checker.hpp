@@ -14,7 +14,7 @@
 //     free time         how long the lock stayed unclaimed in an interval (the liveness bound)
 // The first violation is kept (with the true time); the run stops there. Faults outside the
 // algorithm's assumptions turn the safety checks off (leave_assumptions); a node that forgot
-// its data within the assumptions (down longer than the TTL) turns off the checks it cannot
+// its data within the assumptions (down longer than any TTL) turns off the checks it cannot
 // meet: fences and holders (forget_fences), as docs/guarantees.md says.
 // Not thread-safe: part of one world.
 #pragma once

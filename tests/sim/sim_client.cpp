@@ -380,14 +380,25 @@ void sim_client::hold(const std::string& token, std::uint64_t, steady::time_poin
 void sim_client::extend() {
   if (phase_ != phase::holding || now() >= hold_until_) return;
   ++stats_.extends;
-  if (w_.tracing()) w_.note(who() + " extends " + token_);
-  extend_.emplace(target_, token_, target_.ttl, "", now());
+  // By the lock's TTL, or shorter or longer (as lease::extend(ttl) allows): an extend delayed in
+  // the network may then land after a later one that asked for more.
+  auto roll = w_.random().below(4);
+  milliseconds ttl = roll == 0   ? std::max(target_.ttl / 2, milliseconds(1))
+                     : roll == 1 ? longest_extend(target_.ttl)
+                                 : target_.ttl;
+  if (w_.tracing()) w_.note(who() + " extends " + token_ + " by " + std::to_string(ttl.count()) + " ms");
+  extend_.emplace(target_, token_, ttl, "", now());
   // Each extend numbers its requests from 1: an answer is for the extend that sent it only (a
   // late one of an earlier extend would vouch for a key it set earlier).
   auto serial = ++extend_serial_;
+  auto again_in = [this](steady::duration after) {
+    w_.at_client(c_, w_.when(c_, now() + after), [this, cycle = cycle_] {
+      if (cycle == cycle_) extend();
+    });
+  };
   for (auto& r : extend_->take_requests()) {
-    w_.call(c_, r, [this, cycle = cycle_, serial, id = r.id](std::error_code ec,
-                                                            const reply& answer) {
+    w_.call(c_, r, [this, cycle = cycle_, serial, ttl, again_in, id = r.id](std::error_code ec,
+                                                                            const reply& answer) {
       if (cycle != cycle_ || phase_ != phase::holding || !extend_ || serial != extend_serial_) {
         return;
       }
@@ -400,10 +411,12 @@ void sim_client::extend() {
         auto claimed = valid_until_;
         if (bug_ == client_bug::double_validity) claimed += target_.ttl;
         check_.extended(c_, claimed);
-        w_.at_client(c_, w_.when(c_, now() + target_.ttl / 3), [this, cycle] {
-          if (cycle == cycle_) extend();
-        });
-        return;
+        return again_in(ttl / 3);
+      }
+      if (verdict->ec != errc::lease_lost && verdict->ec != errc::lease_expired) {
+        // Undecided (timeouts, no quorum either way): the lease stands until its validity, and
+        // the watchdog tries again soon.
+        return again_in(std::max(target_.ttl / 10, milliseconds(1)));
       }
       ++stats_.lost_leases;
       check_.ended(c_, "extend failed: " + verdict->ec.message());

@@ -15,6 +15,7 @@
 // Not thread-safe: part of one world.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -31,6 +32,10 @@ enum class client_bug {
   taken_as_granted,  // feeds the engine a grant where the node said "taken"
   double_validity,   // claims the lock until valid_until + ttl
 };
+
+// The longest TTL a client's extend asks for (it picks half, once or twice the lock's TTL): a
+// key may live that long, which the faults' assumptions and the liveness bound account for.
+inline std::chrono::milliseconds longest_extend(std::chrono::milliseconds ttl) { return 2 * ttl; }
 
 struct liveness_rule {
   sim_time quiet_from = 0;     // no fault after this (true time)

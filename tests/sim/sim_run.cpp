@@ -158,7 +158,7 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
     check.after_script(i, r, answer);
   };
   auto target = detail::make_lock_target(c.nodes, lock_name, c.lock, c.request_timeout);
-  sim_time ttl = us(c.lock.ttl);
+  sim_time ttl = us(c.lock.ttl), longest = us(longest_extend(c.lock.ttl));
 
   // The faults' times, and when their effects are over.
   std::vector<sim_time> fault_times;
@@ -181,8 +181,8 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
       case fault_kind::crash:
         d = rnd.between(ms(1), 2 * ttl);
         break;
-      case fault_kind::amnesia_after_ttl:
-        d = ttl + rnd.between(ms(1), ttl);
+      case fault_kind::amnesia_after_ttl:  // longer than any key lives (an extend's TTL too)
+        d = longest + rnd.between(ms(1), ttl);
         break;
       case fault_kind::amnesia:
         d = rnd.between(0, ttl / 2);
@@ -198,11 +198,12 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
   result.faults = plan.size();
 
   // After the faults, an unbounded waiter sees the lock free for at most a few TTLs and retry
-  // delays: a holder that vanished leaves its key for a TTL; a round that timed out can leave
-  // one more; Redlock's split votes cost a few retry delays each. In fair mode a waiter that
-  // vanished from the queue's head holds it up until its entry expires.
-  sim_time bound =
-      4 * ttl + 10 * us(c.lock.retry_delay) + 4 * us(target.node_timeout) + c.resubscribe_max;
+  // delays: a holder that vanished leaves its key for a TTL (or an extend's longer one); a
+  // round that timed out can leave one more; Redlock's split votes cost a few retry delays
+  // each. In fair mode a waiter that vanished from the queue's head holds it up until its entry
+  // expires.
+  sim_time bound = 3 * ttl + longest + 10 * us(c.lock.retry_delay) +
+                   4 * us(target.node_timeout) + c.resubscribe_max;
   if (c.lock.fair) bound += us(detail::waiter_entry_ttl(c.lock.retry_delay));
   result.max_free_wait = bound;
 

@@ -26,7 +26,7 @@ enum class topology { single, single_fair, redlock3, redlock5 };
 
 struct fault_mix {  // relative weights; 0 disables a kind for this seed
   int drop = 0, node_pause = 0, crash = 0, client_pause = 0;
-  int amnesia_after_ttl = 0;  // restart without data, down longer than the TTL: assumed safe
+  int amnesia_after_ttl = 0;  // restart without data, down longer than any TTL: assumed safe
   int amnesia = 0;            // restart without data at once: outside the assumptions
   int script_flush = 0;       // SCRIPT FLUSH (as a failover to a replica would): NOSCRIPT again
 };
