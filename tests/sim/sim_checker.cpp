@@ -180,6 +180,13 @@ void checker::after_script(std::size_t i, const detail::request& r, const reply&
   if (r.code == &detail::release_script) {
     bool give_up = r.args.size() > 1 && r.args[1] == "give-up";
     owns = give_up ? starts_with(before, owner + ".") : before == owner;
+    if (give_up && !result.is_error() && starts_with(after, owner + ".")) {
+      // A handoff (or a late round) that reached the acquisition before it gave up would lie
+      // orphaned for a whole TTL, keeping every waiter out. (A give-up that did not run, a
+      // NOSCRIPT its client no longer waited to re-send, leaves it: bounded by the TTL.)
+      violation("ORPHAN: the give-up of " + owner + " on n" + std::to_string(i) +
+                " left the lock key holding its " + show(after));
+    }
   } else if (r.code == &detail::extend_script) {
     owns = before == owner;
   } else if (r.code == &detail::acquire_script) {

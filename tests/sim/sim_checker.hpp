@@ -11,6 +11,8 @@
 //     ownership         a script changes the lock key only when its caller owns it: release
 //                       and extend compare the exact value (give-up: the acquisition's
 //                       prefix), acquire takes over only a free key or one of its own id
+//     orphans           an acquisition that gives up leaves no value of its own on the node
+//                       (a handoff that reached it first is passed on, not left for a TTL)
 //     free time         how long the lock stayed unclaimed in an interval (the liveness bound)
 // The first violation is kept (with the true time); the run stops there. Faults outside the
 // algorithm's assumptions turn the safety checks off (leave_assumptions); a node that forgot
