@@ -44,9 +44,10 @@ end
 -- `fence`: the token already drawn for this ownership, or nil to draw a new one. A grant always
 -- takes the acquisition out of the queue, whether or not this round queued: an entry an
 -- earlier round left would otherwise make the holder's own release hand the lock back to it.
+-- The info entry exists only beside a queue entry (they are added, dropped and expire
+-- together), so an uncontended grant costs one call here, not two.
 local function grant(fence)
-  redis.call('ZREM', queue, id)
-  redis.call('HDEL', info, id)
+  if redis.call('ZREM', queue, id) == 1 then redis.call('HDEL', info, id) end
   return {1, fence or redis.call('INCR', fence_key)}
 end
 

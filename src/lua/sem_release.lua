@@ -31,8 +31,7 @@ elseif live then
 end
 redis.call('ZREM', expiries, owner)
 redis.call('HDEL', weights, owner)
-redis.call('ZREM', queue, owner)
-redis.call('HDEL', info, owner)
+if redis.call('ZREM', queue, owner) == 1 then redis.call('HDEL', info, owner) end
 
 local start = 0
 while to_wake > 0 do
