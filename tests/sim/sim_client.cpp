@@ -135,7 +135,8 @@ void sim_client::begin_attempt(cause why) {
     if (free > liveness_.max_free_wait) {
       check_.violation("LIVENESS: " + who() + "'s unbounded acquisition " + acq_->id() +
                        " still waits, after " + std::to_string(acq_->attempts_made()) +
-                       " attempts, with the lock free for " + format_time(free) +
+                       " attempts, with " + std::string(lock_ ? "the lock" : "enough permits") +
+                       " free for " + format_time(free) +
                        " since the faults ended (bound " + format_time(liveness_.max_free_wait) +
                        ")");
     }
@@ -357,7 +358,8 @@ void sim_client::finish_acquisition(const detail::acquisition::outcome& o) {
       stats_.longest_free_wait = std::max(stats_.longest_free_wait, free);
       if (free > liveness_.max_free_wait) {
         check_.violation("LIVENESS: " + who() + "'s unbounded acquisition " + acq_->id() +
-                         " waited while the lock was free for " + format_time(free) +
+                         " waited while " + std::string(lock_ ? "the lock was" : "enough permits were") +
+                         " free for " + format_time(free) +
                          " after the faults ended (bound " + format_time(liveness_.max_free_wait) +
                          ")");
       }
