@@ -50,8 +50,8 @@ test: debug
 	@JOBS=$(JOBS) scripts/fuzz $(FUZZ_SECONDS)
 
 # The simulator's sweep (tests/sim, docs/guarantees.md) at scale: SIM_SEEDS seeded schedules,
-# a quarter per configuration family, in a release build without sanitizers (the suite above
-# runs a shorter sweep under ASan/UBSan). About 80 s for 100,000 on 2 cores; a failing seed
+# a sixth per configuration family, in a release build without sanitizers (the suite above
+# runs a shorter sweep under ASan/UBSan). About 70 s for 100,000 on 2 cores (estimated); a failing seed
 # prints its trace, and DLOCK_SIM_SEED=<n> replays it (tests/sim/sim_explore_test.cpp).
 SIM_SEEDS ?= 100000
 sim: bootstrap

@@ -2,10 +2,11 @@
 // its client's clock reaches valid_until (a pure function of true time, so known in advance),
 // and only ever moves to an earlier "now" (release sent, lease lost) or, by an extend while it
 // lasts, to a later validity. Checking each claim against the others when it begins is then
-// enough for mutual exclusion: an overlap always shows at the later one's beginning.
+// enough for mutual exclusion and for the semaphore's limit: the permits claimed only ever grow
+// when a claim begins.
 //
-// The node-side checks read the lock key as GET and PTTL would (node::peek, after the world set
-// the node's clock), without running commands.
+// The node-side checks read the keys as GET, PTTL and ZSCORE would (node::peek*, after the world
+// set the node's clock), without running commands.
 #include "sim_checker.hpp"
 
 #include <algorithm>
@@ -26,6 +27,9 @@ std::string show(const std::optional<std::string>& v) { return v ? "\"" + *v + "
 checker::checker(world& w, lock_keys keys, std::size_t nodes)
     : w_(w), keys_(std::move(keys)), nodes_(nodes), quorum_(detail::quorum_of(nodes)) {}
 
+checker::checker(world& w, semaphore_keys keys, std::ptrdiff_t limit)
+    : w_(w), sem_(std::move(keys)), limit_(limit), nodes_(1), quorum_(1) {}
+
 void checker::violation(const std::string& what) {
   if (failure_) return;
   failure_ = format_time(w_.now()) + ": " + what;
@@ -34,7 +38,8 @@ void checker::violation(const std::string& what) {
 
 std::string checker::describe(const claim& k) const {
   return "c" + std::to_string(k.client) + "'s claim (token " + k.token + ", fence " +
-         std::to_string(k.fence) + ", from " + format_time(k.begin) + " until " +
+         std::to_string(k.fence) +
+         (sem_ ? ", " + std::to_string(k.permits) + " permit(s)" : std::string()) + ", from " + format_time(k.begin) + " until " +
          format_time(k.end) + ")";
 }
 
@@ -57,11 +62,12 @@ std::optional<std::string> checker::value_on(std::size_t i) {
 // --- claims ---
 
 void checker::granted(std::size_t c, const std::string& token, std::uint64_t fence,
-                      steady::time_point valid_until) {
+                      steady::time_point valid_until, std::ptrdiff_t permits) {
   ++grants_;
   sim_time end = w_.when(c, valid_until);
   if (w_.tracing()) {
     w_.note("c" + std::to_string(c) + " GRANTED " + token + " fence " + std::to_string(fence) +
+            (sem_ ? ", " + std::to_string(permits) + " permit(s)" : std::string()) +
             ", valid until " + format_time(end));
   }
   if (claiming(c))
@@ -71,25 +77,57 @@ void checker::granted(std::size_t c, const std::string& token, std::uint64_t fen
     violation("c" + std::to_string(c) + " granted " + token + " already expired on its clock");
     return;
   }
-  if (safety_ && fences_ && fence_order_ && last_fence_ && fence <= *last_fence_) {
+  // A semaphore's grants may arrive out of the node's order: its fences are checked there.
+  if (!sem_ && safety_ && fences_ && fence_order_ && last_fence_ && fence <= *last_fence_) {
     violation("c" + std::to_string(c) + " granted " + token + " with fence " +
               std::to_string(fence) + ", not above the previous grant's " +
               std::to_string(*last_fence_));
   }
   last_fence_ = fence;
-  open_claim(c, token, fence, end);
+  open_claim(c, token, fence, end, permits);
 }
 
 void checker::open_claim(std::size_t c, const std::string& token, std::uint64_t fence,
-                         sim_time end) {
-  claim k{c, token, fence, w_.now(), end, std::vector<bool>(nodes_)};
+                         sim_time end, std::ptrdiff_t permits) {
+  claim k{c, token, fence, w_.now(), end, std::vector<bool>(nodes_), permits};
+  if (sem_) {
+    if (safety_) check_limit(k);
+    if (checks_holders()) check_permit_outlives(k);
+  } else {
+    check_exclusion(k);
+  }
+  if (c >= current_.size()) current_.resize(c + 1);
+  current_[c] = claims_.size();
+  claims_.push_back(std::move(k));
+}
+
+void checker::check_limit(const claim& k) {
+  std::ptrdiff_t claimed = k.permits;
+  std::string others;
+  for (std::size_t other = 0; other < current_.size(); ++other) {
+    if (other == k.client || !current_[other]) continue;
+    const claim& theirs = claims_[*current_[other]];
+    if (theirs.end <= w_.now()) continue;
+    claimed += theirs.permits;
+    others += " " + describe(theirs) + ";";
+  }
+  if (claimed > limit_) {
+    violation("OVER LIMIT: " + std::to_string(claimed) + " permits claimed, limit " +
+              std::to_string(limit_) + ": " + describe(k) + " begins during" + others);
+  }
+}
+
+// Also records which nodes hold the claim's token.
+void checker::check_exclusion(claim& k) {
+  std::size_t c = k.client;
+  const std::string& token = k.token;
   if (safety_) {
     for (std::size_t other = 0; other < current_.size(); ++other) {
       if (other == c || !current_[other]) continue;
       const claim& theirs = claims_[*current_[other]];
       if (theirs.end > w_.now()) {
         violation("MUTUAL EXCLUSION: c" + std::to_string(c) + " claims the lock (token " + token +
-                  ", fence " + std::to_string(fence) + ") during " + describe(theirs));
+                  ", fence " + std::to_string(k.fence) + ") during " + describe(theirs));
       }
     }
   }
@@ -101,14 +139,11 @@ void checker::open_claim(std::size_t c, const std::string& token, std::uint64_t 
     held += k.holders[i];
     where += " n" + std::to_string(i) + "=" + show(v);
   }
-  if (safety_ && fences_ && holders_ && held < quorum_) {
+  if (checks_holders() && held < quorum_) {
     violation("HOLDERS: c" + std::to_string(c) + " claims token " + token + " held by only " +
               std::to_string(held) + " of " + std::to_string(nodes_) + " nodes:" + where);
   }
-  if (safety_ && fences_ && holders_ && held >= quorum_) check_key_outlives(k);
-  if (c >= current_.size()) current_.resize(c + 1);
-  current_[c] = claims_.size();
-  claims_.push_back(std::move(k));
+  if (checks_holders() && held >= quorum_) check_key_outlives(k);
 }
 
 void checker::check_key_outlives(const claim& k) {
@@ -131,6 +166,23 @@ void checker::check_key_outlives(const claim& k) {
   }
 }
 
+// The entry is gone once the node's clock reaches its score (the scripts drop score <= now),
+// or when its key expires, whichever comes first.
+void checker::check_permit_outlives(const claim& k) {
+  auto& n = w_.redis(0);
+  n.set_time(w_.wall_ms());
+  auto score = n.peek_score(sem_->expiries, k.token);
+  if (!score) return violation("HOLDERS: during " + describe(k) + ", the node has no entry for it");
+  auto left_ms = static_cast<std::int64_t>(*score) - n.time();
+  sim_time death = (w_.now() / 1000 + left_ms) * 1000;
+  auto pttl = n.peek_pttl(sem_->expiries);
+  if (pttl >= 0) death = std::min(death, (w_.now() / 1000 + pttl + 1) * 1000);
+  if (death < k.end) {
+    violation("VALIDITY: " + describe(k) + " outlives its permit on the node (entry until " +
+              format_time(death) + ", key PTTL " + std::to_string(pttl) + " ms)");
+  }
+}
+
 void checker::extended(std::size_t c, steady::time_point valid_until) {
   sim_time end = w_.when(c, valid_until);
   if (w_.tracing()) w_.note("c" + std::to_string(c) + " EXTENDED, valid until " + format_time(end));
@@ -141,9 +193,13 @@ void checker::extended(std::size_t c, steady::time_point valid_until) {
     if (c >= current_.size() || !current_[c])
       return violation("c" + std::to_string(c) + " extended a lease it never had");
     claim old = claims_[*current_[c]];
-    return open_claim(c, old.token, old.fence, end);
+    return open_claim(c, old.token, old.fence, end, old.permits);
   }
   k->end = end;
+  if (sem_) {
+    if (checks_holders()) check_permit_outlives(*k);
+    return;
+  }
   std::size_t held = 0;
   for (std::size_t i = 0; i < nodes_; ++i) {
     k->holders[i] = value_on(i) == k->token;
@@ -167,11 +223,12 @@ void checker::ended(std::size_t c, const std::string& why) {
 // --- node side ---
 
 void checker::before_script(std::size_t i, const detail::request& r) {
-  looked_ = !r.keys.empty() && r.keys[0] == keys_.key;
+  looked_ = !sem_ && !r.keys.empty() && r.keys[0] == keys_.key;
   if (looked_) before_value_ = value_on(i);
 }
 
 void checker::after_script(std::size_t i, const detail::request& r, const reply& result) {
+  if (sem_) return after_semaphore_script(r, result);
   if (!std::exchange(looked_, false)) return;
   const auto& before = before_value_;
   auto after = value_on(i);
@@ -211,6 +268,24 @@ void checker::after_script(std::size_t i, const detail::request& r, const reply&
   }
 }
 
+void checker::after_semaphore_script(const detail::request& r, const reply& result) {
+  bool acquire = r.code == &detail::sem_acquire_script || r.code == &detail::sem_fair_acquire_script;
+  if (acquire && result.is_array() && result.elements().size() >= 2 &&
+      result.elements()[0].is_integer() && result.elements()[0].integer() == 1 &&
+      result.elements()[1].is_integer()) {
+    auto fence = result.elements()[1].integer();
+    if (safety_ && fences_ && fence_order_ && last_node_fence_ && fence <= *last_node_fence_) {
+      violation("FENCES: the node granted " + r.args.at(0) + " fence " + std::to_string(fence) +
+                ", not above its previous grant's " + std::to_string(*last_node_fence_));
+    }
+    last_node_fence_ = fence;
+  }
+  if (!checks_holders()) return;
+  for (const auto& k : claims_) {
+    if (k.end > w_.now()) check_permit_outlives(k);
+  }
+}
+
 // --- assumptions and liveness ---
 
 void checker::leave_assumptions(const std::string& why) {
@@ -223,23 +298,25 @@ void checker::forget_fences(const std::string& why) {
   fences_ = false;
 }
 
-sim_time checker::free_time(sim_time from, sim_time to) const {
+sim_time checker::free_time(sim_time from, sim_time to, std::ptrdiff_t wanted) const {
   if (to <= from) return 0;
-  std::vector<std::pair<sim_time, sim_time>> spans;
+  std::vector<std::pair<sim_time, std::ptrdiff_t>> changes;  // when, permits claimed (+) or back
   for (const auto& k : claims_) {
     sim_time b = std::max(k.begin, from), e = std::min(k.end, to);
-    if (b < e) spans.emplace_back(b, e);
+    if (b >= e) continue;
+    changes.emplace_back(b, k.permits);
+    changes.emplace_back(e, -k.permits);
   }
-  std::sort(spans.begin(), spans.end());
-  sim_time covered = 0, reach = from;
-  for (auto [b, e] : spans) {
-    b = std::max(b, reach);
-    if (e > b) {
-      covered += e - b;
-      reach = e;
-    }
+  std::sort(changes.begin(), changes.end());
+  sim_time free = 0, at = from;
+  std::ptrdiff_t claimed = 0;
+  for (auto [when, delta] : changes) {
+    if (claimed + wanted <= limit_) free += when - at;
+    at = when;
+    claimed += delta;
   }
-  return (to - from) - covered;
+  if (claimed + wanted <= limit_) free += to - at;
+  return free;
 }
 
 }  // namespace dlock::sim

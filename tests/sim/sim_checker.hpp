@@ -1,19 +1,27 @@
 // tests/sim/sim_checker.hpp: the simulator's invariants, checked as the world runs.
-//   checker  keeps every client's claim on the lock, in true time, and the node-side view:
-//     mutual exclusion  no two clients' claims overlap (a claim runs from the grant's arrival
-//                       until the client's own clock reaches valid_until, it sends its release,
-//                       or an extend loses the lease; an extend moves valid_until)
-//     fences            each grant's fence is above every earlier grant's
+//   checker  keeps every client's claim on the lock or on semaphore permits, in true time, and
+//            the node-side view:
+//     mutual exclusion  (lock) no two clients' claims overlap (a claim runs from the grant's
+//                       arrival until the client's own clock reaches valid_until, it sends its
+//                       release, or an extend loses the lease; an extend moves valid_until)
+//     limit             (semaphore) at no moment do the claims hold more than `limit` permits
+//     fences            (lock) each grant's fence is above every earlier grant's; (semaphore)
+//                       each grant the node answers carries a fence above its earlier grants'
+//                       (grant order is the node's: answers may arrive in another order)
 //     born valid        no grant is reported already expired on the client's clock
-//     holders           while a claim lasts, a quorum of nodes holds its exact token, and
-//                       when it begins or is extended, the key lives on a quorum (by PTTL)
-//                       until the claim's end at least
-//     ownership         a script changes the lock key only when its caller owns it: release
-//                       and extend compare the exact value (give-up: the acquisition's
+//     holders           (lock) while a claim lasts, a quorum of nodes holds its exact token,
+//                       and when it begins or is extended, the key lives on a quorum (by PTTL)
+//                       until the claim's end at least; (semaphore) after every script, each
+//                       claimed permit's entry (its score, and the key's PTTL) lives until the
+//                       claim's end at least
+//     ownership         (lock) a script changes the lock key only when its caller owns it:
+//                       release and extend compare the exact value (give-up: the acquisition's
 //                       prefix), acquire takes over only a free key or one of its own id
-//     orphans           an acquisition that gives up leaves no value of its own on the node
-//                       (a handoff that reached it first is passed on, not left for a TTL)
-//     free time         how long the lock stayed unclaimed in an interval (the liveness bound)
+//     orphans           (lock) an acquisition that gives up leaves no value of its own on
+//                       the node (a handoff that reached it first is passed on, not left for
+//                       a TTL)
+//     free time         how long enough permits for a waiter (the lock: it) stayed unclaimed
+//                       in an interval (the liveness bound)
 // The first violation is kept (with the true time); the run stops there. Faults outside the
 // algorithm's assumptions turn the safety checks off (leave_assumptions); a node that forgot
 // its data within the assumptions (down longer than any TTL) turns off the checks it cannot
@@ -33,11 +41,13 @@ namespace dlock::sim {
 class checker {
  public:
   checker(world& w, lock_keys keys, std::size_t nodes);
+  // A semaphore of `limit` permits on one node.
+  checker(world& w, semaphore_keys keys, std::ptrdiff_t limit);
 
   // --- what the clients report ---
-  // A grant (a round's, or a handoff's) arrived now.
+  // A grant (a round's, or a handoff's) of `permits` (a lock: 1) arrived now.
   void granted(std::size_t c, const std::string& token, std::uint64_t fence,
-               steady::time_point valid_until);
+               steady::time_point valid_until, std::ptrdiff_t permits = 1);
   void extended(std::size_t c, steady::time_point valid_until);
   // The claim ends now: the release was sent, an extend lost the lease, the client gave up.
   void ended(std::size_t c, const std::string& why);
@@ -58,8 +68,9 @@ class checker {
   void check_fences(bool on) { fence_order_ = on; }
   bool within_assumptions() const noexcept { return safety_; }
 
-  // True time in [from, to] during which nobody claimed the lock.
-  sim_time free_time(sim_time from, sim_time to) const;
+  // True time in [from, to] during which at least `wanted` permits (the lock: it) were
+  // unclaimed.
+  sim_time free_time(sim_time from, sim_time to, std::ptrdiff_t wanted = 1) const;
 
   void violation(const std::string& what);
   bool failed() const noexcept { return failure_.has_value(); }
@@ -72,23 +83,34 @@ class checker {
     std::string token;
     std::uint64_t fence;
     sim_time begin, end;        // end: tentative until it passes
-    std::vector<bool> holders;  // per node: held the token when last looked
+    std::vector<bool> holders;  // lock, per node: held the token when last looked
+    std::ptrdiff_t permits = 1;
   };
   claim* active(std::size_t c);
-  void open_claim(std::size_t c, const std::string& token, std::uint64_t fence, sim_time end);
+  void open_claim(std::size_t c, const std::string& token, std::uint64_t fence, sim_time end,
+                  std::ptrdiff_t permits);
+  void check_limit(const claim& k);
+  void check_exclusion(claim& k);
   std::optional<std::string> value_on(std::size_t i);
+  void after_semaphore_script(const detail::request& r, const reply& result);
   // Holds for the claim's nodes: the quorum-th longest remaining life of its key (PTTL) covers
   // the claim's end.
   void check_key_outlives(const claim& k);
+  // Semaphore: the claim's entry on the node lives until the claim's end.
+  void check_permit_outlives(const claim& k);
+  bool checks_holders() const noexcept { return safety_ && fences_ && holders_; }
   std::string describe(const claim& k) const;
 
   world& w_;
   lock_keys keys_;
+  std::optional<semaphore_keys> sem_;  // set: the claims are on a semaphore's permits
+  std::ptrdiff_t limit_ = 1;
   std::size_t nodes_, quorum_;
   bool safety_ = true, fences_ = true, holders_ = true, fence_order_ = true;
   std::vector<claim> claims_;                        // every claim, in the order they began
   std::vector<std::optional<std::size_t>> current_;  // per client: its latest claim
   std::optional<std::uint64_t> last_fence_;
+  std::optional<std::int64_t> last_node_fence_;  // semaphore: the node's latest grant
   bool looked_ = false;                      // the running script touches the lock key
   std::optional<std::string> before_value_;  // its value before the script
   std::optional<std::string> failure_;

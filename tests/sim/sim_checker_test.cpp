@@ -52,6 +52,34 @@ TEST(SimChecker, AClaimThatOutlivesItsKeyIsCaughtWithoutARival) {
   EXPECT_NE(caught->second.find("VALIDITY"), std::string::npos) << caught->second;
 }
 
+// A semaphore client that takes "not granted" (or "queued") for a grant, or claims its permit a
+// TTL too long, holds more permits than the limit: the claims' sum alone must see it.
+TEST(SimChecker, ATakenPermitTreatedAsGrantedBreaksTheLimit) {
+  for (auto t : {topology::semaphore, topology::semaphore_fair}) {
+    auto caught = first_caught(t, client_bug::taken_as_granted, 300);
+    ASSERT_TRUE(caught) << "never caught";
+    EXPECT_NE(caught->second.find("OVER LIMIT"), std::string::npos) << caught->second;
+    std::printf("semaphore, taken as granted: caught at seed %llu: %s\n",
+                static_cast<unsigned long long>(caught->first), caught->second.c_str());
+  }
+}
+
+TEST(SimChecker, APermitClaimedATtlTooLongBreaksTheLimit) {
+  for (auto t : {topology::semaphore, topology::semaphore_fair}) {
+    auto caught = first_caught(t, client_bug::double_validity, 300);
+    ASSERT_TRUE(caught) << "never caught";
+    EXPECT_NE(caught->second.find("OVER LIMIT"), std::string::npos) << caught->second;
+    std::printf("semaphore, double validity: caught at seed %llu: %s\n",
+                static_cast<unsigned long long>(caught->first), caught->second.c_str());
+  }
+}
+
+TEST(SimChecker, APermitClaimedPastItsEntryIsCaughtWithoutARival) {
+  auto caught = first_caught(topology::semaphore, client_bug::double_validity, 50, false);
+  ASSERT_TRUE(caught) << "never caught";
+  EXPECT_NE(caught->second.find("VALIDITY"), std::string::npos) << caught->second;
+}
+
 TEST(SimChecker, ARunReplaysExactly) {
   auto config = make_config(12, topology::redlock3);
   auto a = run_schedule(config, true);

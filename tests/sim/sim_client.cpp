@@ -34,15 +34,25 @@ sim_client::sim_client(world& w, checker& k, const detail::lock_target& target, 
                        int cycles, liveness_rule liveness, client_bug bug)
     : w_(w),
       check_(k),
-      target_(target),
+      lock_(target),
+      c_(index),
+      cycles_left_(cycles),
+      liveness_(liveness),
+      bug_(bug) {}
+
+sim_client::sim_client(world& w, checker& k, const detail::semaphore_target& target,
+                       std::size_t index, int cycles, liveness_rule liveness, client_bug bug)
+    : w_(w),
+      check_(k),
+      sem_(target),
       c_(index),
       cycles_left_(cycles),
       liveness_(liveness),
       bug_(bug) {}
 
 void sim_client::start(sim_time at) {
-  if (target_.wake_on_release) {
-    for (std::size_t i = 0; i < target_.nodes; ++i) w_.subscribe(c_, i);
+  if (wake_on_release()) {
+    for (std::size_t i = 0; i < nodes(); ++i) w_.subscribe(c_, i);
   }
   w_.at_client(c_, at, [this] { next_cycle(); });
 }
@@ -57,7 +67,7 @@ void sim_client::next_cycle() {
   ++stats_.acquisitions;
   phase_ = phase::acquiring;
   auto& rnd = w_.random();
-  auto ttl_us = microseconds(target_.ttl).count();
+  auto ttl_us = microseconds(ttl()).count();
   int attempts = INT_MAX;
   auto deadline = steady::time_point::max();
   auto roll = rnd.below(100);
@@ -78,8 +88,14 @@ void sim_client::next_cycle() {
     attempts = INT_MAX;
     deadline = steady::time_point::max();
   }
+  // A lock acquisition's id, or a semaphore's owner token (unique, as random_token()'s are).
   std::string id = who() + "x" + std::to_string(cycle_);
-  acq_.emplace(target_, id, deadline, attempts, rnd.next());
+  if (lock_) {
+    acq_.emplace(*lock_, id, deadline, attempts, rnd.next());
+  } else {
+    permits_ = static_cast<std::ptrdiff_t>(rnd.between(1, max_permits_));
+    acq_.emplace(*sem_, id, permits_, deadline, attempts, rnd.next());
+  }
   acquire_began_ = w_.now();
   deadline_ = deadline;
   in_attempt_ = sleeping_ = wake_pending_ = queued_everywhere_ = stopped_ = false;
@@ -89,7 +105,8 @@ void sim_client::next_cycle() {
     static constexpr const char* names[] = {"try once", "bounded", "deadline", "unbounded"};
     w_.note(who() + " starts acquisition " + id + " (" + names[static_cast<int>(mode_)] +
             (mode_ == mode::bounded ? ", " + std::to_string(attempts) + " attempts" : "") +
-            (mode_ == mode::deadline ? ", deadline in " + show(deadline - now()) : "") + ")");
+            (mode_ == mode::deadline ? ", deadline in " + show(deadline - now()) : "") +
+            (sem_ ? ", " + std::to_string(permits_) + " permit(s)" : "") + ")");
   }
   // Sometimes the caller gives up from outside (a stop_token, the CLI's Ctrl-C).
   if (mode_ != mode::try_once && !unbounded_only_ && rnd.chance(0.1)) {
@@ -113,21 +130,23 @@ void sim_client::begin_attempt(cause why) {
   if (why == cause::subscribed) ++stats_.subscribed_attempts;
   if (mode_ == mode::unbounded && !stopped_) {
     // Still waiting although the lock has been free too long: no need to wait for the end.
-    sim_time free = check_.free_time(std::max(acquire_began_, liveness_.quiet_from), w_.now());
+    sim_time free =
+        check_.free_time(std::max(acquire_began_, liveness_.quiet_from), w_.now(), permits_);
     if (free > liveness_.max_free_wait) {
       check_.violation("LIVENESS: " + who() + "'s unbounded acquisition " + acq_->id() +
                        " still waits, after " + std::to_string(acq_->attempts_made()) +
-                       " attempts, with the lock free for " + format_time(free) +
+                       " attempts, with " + std::string(lock_ ? "the lock" : "enough permits") +
+                       " free for " + format_time(free) +
                        " since the faults ended (bound " + format_time(liveness_.max_free_wait) +
                        ")");
     }
   }
   auto t = now();
   // wake_waiter::begin_attempt: a channel where the node's inbox is subscribed.
-  bool queue = target_.wake_on_release && acq_->queues_next(t);
-  std::vector<std::string> channels(target_.nodes);
+  bool queue = wake_on_release() && acq_->queues_next(t);
+  std::vector<std::string> channels(nodes());
   queued_everywhere_ = queue;
-  for (std::size_t i = 0; queue && i < target_.nodes; ++i) {
+  for (std::size_t i = 0; queue && i < nodes(); ++i) {
     if (w_.subscribed(c_, i)) {
       channels[i] = w_.wake_channel(c_);
     } else {
@@ -167,12 +186,15 @@ void sim_client::pump() {
 }
 
 void sim_client::send_for_acquisition(const detail::request& r) {
-  if (r.code == &detail::acquire_script && in_attempt_) {
+  bool attempt_script = r.code == &detail::acquire_script ||
+                        r.code == &detail::sem_acquire_script ||
+                        r.code == &detail::sem_fair_acquire_script;
+  if (attempt_script && in_attempt_) {
     attempt_requests_.push_back(r.id);
-    if (attempt_requests_.size() > target_.nodes) {
+    if (attempt_requests_.size() > nodes()) {
       check_.violation("PACING: " + who() + "'s attempt sent " +
                        std::to_string(attempt_requests_.size()) + " acquire requests to " +
-                       std::to_string(target_.nodes) + " nodes");
+                       std::to_string(nodes()) + " nodes");
     }
   }
   w_.call(c_, r, [this, cycle = cycle_, id = r.id](std::error_code ec, const reply& answer) {
@@ -185,15 +207,22 @@ void sim_client::on_acquisition_reply(std::uint64_t cycle, std::uint64_t id, std
   if (cycle != cycle_ || !acq_) return;
   bool this_attempt =
       std::find(attempt_requests_.begin(), attempt_requests_.end(), id) != attempt_requests_.end();
-  bool taken = !ec && r.is_array() && r.elements().size() == 2 && r.elements()[0].is_integer() &&
-               r.elements()[0].integer() == 0;
-  if (this_attempt && taken && r.elements()[1].integer() > 0) {
+  // {0, x}: "taken", x the holder's PTTL (lock) or ms until the first holder expires (unfair
+  // semaphore; 0 counts, where a lock's 0 means "no expiry to wait for"); the fair semaphore's
+  // {0, ticket, rank} has no such hint.
+  bool fair_sem = sem_ && sem_->fair;
+  std::size_t taken_size = fair_sem ? 3 : 2;
+  bool taken = !ec && r.is_array() && r.elements().size() == taken_size &&
+               r.elements()[0].is_integer() && r.elements()[0].integer() == 0;
+  if (this_attempt && taken && !fair_sem && r.elements()[1].integer() >= (lock_ ? 1 : 0)) {
     auto pttl = r.elements()[1].integer();
     shortest_holder_ttl_ms_ = std::min(shortest_holder_ttl_ms_.value_or(pttl), pttl);
   }
   if (bug_ == client_bug::taken_as_granted && this_attempt && taken) {
-    // High fences, so that mutual exclusion (not the fence order) has to catch it.
-    r = reply::make_array({reply::make_integer(1), reply::make_integer(++fake_fence_)});
+    // High fences, so that mutual exclusion or the limit (not the fence order) has to catch it.
+    std::vector<reply> granted{reply::make_integer(1), reply::make_integer(++fake_fence_)};
+    if (fair_sem) granted.push_back(reply::make_integer(0));
+    r = reply::make_array(std::move(granted));
   }
   acq_->on_reply(id, now(), ec, r);
   pump();
@@ -205,7 +234,7 @@ void sim_client::on_acquisition_reply(std::uint64_t cycle, std::uint64_t id, std
 void sim_client::go_to_sleep(steady::duration sleep) {
   in_attempt_ = false;
   auto t = now();
-  steady::duration shortest = target_.retry_delay / 2;
+  steady::duration shortest = retry_delay() / 2;
   if (shortest_holder_ttl_ms_) {
     shortest = std::min(shortest, steady::duration(milliseconds(*shortest_holder_ttl_ms_ + 1)));
   }
@@ -219,7 +248,7 @@ void sim_client::go_to_sleep(steady::duration sleep) {
   // subscribed now although the attempt could not queue everywhere; and it subscribes the
   // missing inboxes, whose confirmation ends the sleep (on_subscribed).
   bool all_subscribed = true;
-  for (std::size_t i = 0; target_.wake_on_release && i < target_.nodes; ++i) {
+  for (std::size_t i = 0; wake_on_release() && i < nodes(); ++i) {
     if (!w_.subscribed(c_, i)) {
       all_subscribed = false;
       w_.subscribe(c_, i);
@@ -230,7 +259,7 @@ void sim_client::go_to_sleep(steady::duration sleep) {
   if (wake_pending_) {
     next = cause::woken;
     at = w_.now();
-  } else if (target_.wake_on_release && all_subscribed && !queued_everywhere_) {
+  } else if (wake_on_release() && all_subscribed && !queued_everywhere_) {
     next = cause::subscribed;
     at = w_.now();
   }
@@ -264,7 +293,7 @@ void sim_client::on_message(std::size_t node, std::string_view payload) {
       w_.note(who() + " ignores \"" + std::string(payload) + "\" from n" + std::to_string(node));
     return;
   }
-  if (!rest.empty() && target_.accepts_handoff()) {
+  if (!rest.empty() && accepts_handoff()) {
     bool took = acq_->on_handoff(now(), rest);
     if (w_.tracing())
       w_.note(who() + " on_handoff(\"" + std::string(rest) + "\") -> " +
@@ -278,7 +307,7 @@ void sim_client::on_message(std::size_t node, std::string_view payload) {
 void sim_client::on_subscribed(std::size_t) {
   // A sleep after an attempt that could not queue everywhere ends when an inbox it was
   // waiting for is subscribed (wake_waiter::sleep; it waits for all it started, we for one).
-  if (phase_ != phase::acquiring || !sleeping_ || queued_everywhere_ || !target_.wake_on_release)
+  if (phase_ != phase::acquiring || !sleeping_ || queued_everywhere_ || !wake_on_release())
     return;
   sleeping_ = false;
   ++sleep_id_;
@@ -325,11 +354,12 @@ void sim_client::finish_acquisition(const detail::acquisition::outcome& o) {
                        " gave up: " + o.ec.message());
     } else {
       sim_time from = std::max(acquire_began_, liveness_.quiet_from);
-      sim_time free = check_.free_time(from, w_.now());
+      sim_time free = check_.free_time(from, w_.now(), permits_);
       stats_.longest_free_wait = std::max(stats_.longest_free_wait, free);
       if (free > liveness_.max_free_wait) {
         check_.violation("LIVENESS: " + who() + "'s unbounded acquisition " + acq_->id() +
-                         " waited while the lock was free for " + format_time(free) +
+                         " waited while " + std::string(lock_ ? "the lock was" : "enough permits were") +
+                         " free for " + format_time(free) +
                          " after the faults ended (bound " + format_time(liveness_.max_free_wait) +
                          ")");
       }
@@ -343,8 +373,8 @@ void sim_client::finish_acquisition(const detail::acquisition::outcome& o) {
   ++stats_.grants;
   if (o.token.find(".h") != std::string::npos) ++stats_.handoffs;
   auto claimed = o.valid_until;
-  if (bug_ == client_bug::double_validity) claimed += target_.ttl;
-  check_.granted(c_, o.token, o.fence, claimed);
+  if (bug_ == client_bug::double_validity) claimed += ttl();
+  check_.granted(c_, o.token, o.fence, claimed, permits_);
   hold(o.token, o.fence, o.valid_until);
 }
 
@@ -355,7 +385,7 @@ void sim_client::hold(const std::string& token, std::uint64_t, steady::time_poin
   token_ = token;
   valid_until_ = valid_until;
   auto& rnd = w_.random();
-  auto ttl_us = microseconds(target_.ttl).count();
+  auto ttl_us = microseconds(ttl()).count();
   auto roll = rnd.below(100);
   extending_ = roll >= 80;
   sim_time h = roll < 60   ? rnd.between(0, ttl_us / 2)
@@ -371,7 +401,7 @@ void sim_client::hold(const std::string& token, std::uint64_t, steady::time_poin
     if (cycle == cycle_) release();
   });
   if (extending_) {
-    w_.at_client(c_, w_.when(c_, now() + target_.ttl / 3), [this, cycle = cycle_] {
+    w_.at_client(c_, w_.when(c_, now() + ttl() / 3), [this, cycle = cycle_] {
       if (cycle == cycle_) extend();
     });
   }
@@ -380,25 +410,25 @@ void sim_client::hold(const std::string& token, std::uint64_t, steady::time_poin
 void sim_client::extend() {
   if (phase_ != phase::holding || now() >= hold_until_) return;
   ++stats_.extends;
-  // By the lock's TTL, or shorter or longer (as lease::extend(ttl) allows): an extend delayed in
-  // the network may then land after a later one that asked for more.
+  // By the TTL, or shorter or longer (as lease::extend(ttl) allows): an extend delayed in the
+  // network may then land after a later one that asked for more.
   auto roll = w_.random().below(4);
-  milliseconds ttl = roll == 0   ? std::max(target_.ttl / 2, milliseconds(1))
-                     : roll == 1 ? longest_extend(target_.ttl)
-                                 : target_.ttl;
-  if (w_.tracing()) w_.note(who() + " extends " + token_ + " by " + std::to_string(ttl.count()) + " ms");
-  extend_.emplace(target_, token_, ttl, "", now());
+  milliseconds by = roll == 0   ? std::max(ttl() / 2, milliseconds(1))
+                     : roll == 1 ? longest_extend(ttl())
+                                 : ttl();
+  if (w_.tracing()) w_.note(who() + " extends " + token_ + " by " + std::to_string(by.count()) + " ms");
+  if (lock_) return extend_lock(by);
+  refresh_permit(by);
+}
+
+void sim_client::extend_lock(milliseconds by) {
+  extend_.emplace(*lock_, token_, by, "", now());
   // Each extend numbers its requests from 1: an answer is for the extend that sent it only (a
   // late one of an earlier extend would vouch for a key it set earlier).
   auto serial = ++extend_serial_;
-  auto again_in = [this](steady::duration after) {
-    w_.at_client(c_, w_.when(c_, now() + after), [this, cycle = cycle_] {
-      if (cycle == cycle_) extend();
-    });
-  };
   for (auto& r : extend_->take_requests()) {
-    w_.call(c_, r, [this, cycle = cycle_, serial, ttl, again_in, id = r.id](std::error_code ec,
-                                                                            const reply& answer) {
+    w_.call(c_, r, [this, cycle = cycle_, serial, by, id = r.id](std::error_code ec,
+                                                                  const reply& answer) {
       if (cycle != cycle_ || phase_ != phase::holding || !extend_ || serial != extend_serial_) {
         return;
       }
@@ -406,23 +436,61 @@ void sim_client::extend() {
       auto verdict = extend_->take_outcome();
       if (!verdict) return;
       extend_.reset();
-      if (!verdict->ec) {
-        valid_until_ = verdict->valid_until;
-        auto claimed = valid_until_;
-        if (bug_ == client_bug::double_validity) claimed += target_.ttl;
-        check_.extended(c_, claimed);
-        return again_in(ttl / 3);
-      }
-      if (verdict->ec != errc::lease_lost && verdict->ec != errc::lease_expired) {
-        // Undecided (timeouts, no quorum either way): the lease stands until its validity, and
-        // the watchdog tries again soon.
-        return again_in(std::max(target_.ttl / 10, milliseconds(1)));
-      }
-      ++stats_.lost_leases;
-      check_.ended(c_, "extend failed: " + verdict->ec.message());
-      release();  // the lease's lost() fired; the holder lets go
+      on_extend_verdict(verdict->ec, verdict->valid_until, by);
     });
   }
+}
+
+// semaphore_core::refresh_entry: validity from the moment the refresh is sent; a permit the
+// script did not find is lost; an answer that lands after the old validity cannot vouch for
+// the gap.
+void sim_client::refresh_permit(milliseconds by) {
+  auto serial = ++extend_serial_;
+  auto start = now();
+  const auto& k = sem_->keys;
+  detail::request r;
+  r.id = serial;
+  r.code = &detail::sem_refresh_script;
+  r.keys = {k.expiries, k.weights};
+  if (sem_->fair) r.keys.push_back(k.owners);
+  r.args = {token_, std::to_string(by.count()), ""};
+  r.timeout = sem_->node_timeout;
+  w_.call(c_, r, [this, cycle = cycle_, serial, by, start](std::error_code ec,
+                                                            const reply& answer) {
+    if (cycle != cycle_ || phase_ != phase::holding || serial != extend_serial_) return;
+    auto verdict = [&]() -> std::error_code {
+      if (ec) return ec;
+      if (!answer.is_integer()) return errc::protocol_error;
+      if (answer.integer() != 1) return errc::lease_lost;
+      if (now() >= valid_until_) return errc::lease_expired;
+      return {};
+    }();
+    on_extend_verdict(verdict, start + by - detail::drift_allowance(by, sem_->drift_factor), by);
+  });
+}
+
+void sim_client::on_extend_verdict(std::error_code ec, steady::time_point valid_until,
+                                   milliseconds by) {
+  auto again_in = [this](steady::duration after) {
+    w_.at_client(c_, w_.when(c_, now() + after), [this, cycle = cycle_] {
+      if (cycle == cycle_) extend();
+    });
+  };
+  if (!ec) {
+    valid_until_ = valid_until;
+    auto claimed = valid_until_;
+    if (bug_ == client_bug::double_validity) claimed += ttl();
+    check_.extended(c_, claimed);
+    return again_in(by / 3);
+  }
+  if (ec != errc::lease_lost && ec != errc::lease_expired) {
+    // Undecided (timeouts, no quorum either way): the lease stands until its validity, and the
+    // watchdog tries again soon.
+    return again_in(std::max(ttl() / 10, milliseconds(1)));
+  }
+  ++stats_.lost_leases;
+  check_.ended(c_, "extend failed: " + ec.message());
+  release();  // the lease's lost() fired; the holder lets go
 }
 
 void sim_client::release() {
@@ -436,8 +504,9 @@ void sim_client::release() {
   }
   ++stats_.releases;
   check_.ended(c_, "release sent");
-  release_.emplace(target_, token_, std::vector<bool>{},
-                   detail::quorum_release::release_quorum(target_.nodes));
+  if (sem_) return release_permit();
+  release_.emplace(*lock_, token_, std::vector<bool>{},
+                   detail::quorum_release::release_quorum(nodes()));
   for (auto& r : release_->take_requests()) {
     w_.call(c_, r, [this, cycle = cycle_, id = r.id](std::error_code ec, const reply& answer) {
       if (cycle != cycle_ || !release_) return;
@@ -446,7 +515,7 @@ void sim_client::release() {
       if (auto tally = release_->take_outcome()) {
         if (w_.tracing()) {
           w_.note(who() + " release of " + token_ + ": " +
-                  detail::quorum_release::judge(*tally, target_.nodes).message());
+                  detail::quorum_release::judge(*tally, nodes()).message());
         }
         idle();
       }
@@ -454,9 +523,31 @@ void sim_client::release() {
   }
 }
 
+// semaphore_core::release_entry: sem_release.lua, 1 when the permit was still live.
+void sim_client::release_permit() {
+  const auto& k = sem_->keys;
+  detail::request r;
+  r.id = ++release_serial_;
+  r.code = &detail::sem_release_script;
+  r.keys = {k.expiries, k.weights, k.waiters, k.waiter_info};
+  r.args = {token_};
+  r.timeout = sem_->node_timeout;
+  w_.call(c_, r, [this, cycle = cycle_](std::error_code ec, const reply& answer) {
+    if (cycle != cycle_ || phase_ != phase::releasing) return;
+    if (w_.tracing()) {
+      std::string verdict = ec                    ? ec.message()
+                            : !answer.is_integer() ? "protocol error"
+                            : answer.integer() == 1 ? "released"
+                                                    : "not held";
+      w_.note(who() + " release of " + token_ + ": " + verdict);
+    }
+    idle();
+  });
+}
+
 void sim_client::idle() {
   phase_ = phase::idle;
-  auto ttl_us = microseconds(target_.ttl).count();
+  auto ttl_us = microseconds(ttl()).count();
   w_.at_client(c_, w_.now() + w_.random().between(0, ttl_us), [this, cycle = cycle_] {
     if (cycle == cycle_ && phase_ == phase::idle) next_cycle();
   });

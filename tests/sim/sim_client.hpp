@@ -2,11 +2,13 @@
 //   client_bug     deliberate mistakes, to prove the checker catches them
 //   liveness_rule  when faults are over, and how long an unbounded waiter may then wait
 //   client_stats   what the client did, for the report
-//   sim_client     a loop of cycles: acquire (try once, a few attempts, until a deadline, or
-//                  without bound; sometimes stopped from outside, as a cancelled wait) with
-//                  detail::acquisition, hold (sometimes past the TTL,
-//                  sometimes extending with detail::quorum_extend), release with
-//                  detail::quorum_release (or abandon the lease), idle, again
+//   sim_client     a loop of cycles on a lock or on a semaphore's permits (1..max_permits a
+//                  cycle): acquire (try once, a few attempts, until a deadline, or without
+//                  bound; sometimes stopped from outside, as a cancelled wait) with
+//                  detail::acquisition, hold (sometimes past the TTL, sometimes extending:
+//                  a lock with detail::quorum_extend, a permit with sem_refresh.lua as
+//                  semaphore_core does), release (detail::quorum_release; a permit:
+//                  sem_release.lua as semaphore_core does) or abandon the lease, idle, again
 // The client drives the engine as acquire_run does (the loop in algo/acquisition.hpp), with the
 // sleeps and wake-ups of net/inbox.cpp's wake_waiter, and the engine sees only this client's
 // clock. It
@@ -29,8 +31,8 @@ namespace dlock::sim {
 
 enum class client_bug {
   none,
-  taken_as_granted,  // feeds the engine a grant where the node said "taken"
-  double_validity,   // claims the lock until valid_until + ttl
+  taken_as_granted,  // feeds the engine a grant where the node said "taken" (or "queued")
+  double_validity,   // claims the lock (or permit) until valid_until + ttl
 };
 
 // The longest TTL a client's extend asks for (it picks half, once or twice the lock's TTL): a
@@ -53,11 +55,16 @@ class sim_client {
  public:
   sim_client(world& w, checker& k, const detail::lock_target& target, std::size_t index, int cycles,
              liveness_rule liveness, client_bug bug = client_bug::none);
+  // A semaphore's client (one node).
+  sim_client(world& w, checker& k, const detail::semaphore_target& target, std::size_t index,
+             int cycles, liveness_rule liveness, client_bug bug = client_bug::none);
   sim_client(const sim_client&) = delete;
   sim_client& operator=(const sim_client&) = delete;
 
   // Every acquisition waits without bound (lock()), for liveness repros.
   void set_unbounded_only(bool on) { unbounded_only_ = on; }
+  // Semaphore: each acquisition asks for 1..this many permits.
+  void set_max_permits(std::ptrdiff_t n) { max_permits_ = n; }
   void start(sim_time at);
   // From the world: a message on the client's wake channel, a lost subscription.
   void on_message(std::size_t node, std::string_view payload);
@@ -77,6 +84,19 @@ class sim_client {
   enum class cause { first, backstop, woken, subscribed };
 
   steady::time_point now() const { return w_.clock(c_); }
+  // The target's settings, whichever kind it is.
+  std::size_t nodes() const { return lock_ ? lock_->nodes : 1; }
+  std::chrono::milliseconds ttl() const { return lock_ ? lock_->ttl : sem_->ttl; }
+  std::chrono::milliseconds retry_delay() const {
+    return lock_ ? lock_->retry_delay : sem_->retry_delay;
+  }
+  bool wake_on_release() const { return lock_ ? lock_->wake_on_release : sem_->wake_on_release; }
+  bool accepts_handoff() const { return lock_ && lock_->accepts_handoff(); }
+  void extend_lock(std::chrono::milliseconds by);
+  void refresh_permit(std::chrono::milliseconds by);
+  // An extend's verdict, as lease_state's apply_extend takes it.
+  void on_extend_verdict(std::error_code ec, steady::time_point valid_until,
+                         std::chrono::milliseconds by);
   void next_cycle();
   void begin_attempt(cause why);
   void pump();
@@ -89,12 +109,16 @@ class sim_client {
   void hold(const std::string& token, std::uint64_t fence, steady::time_point valid_until);
   void extend();
   void release();
+  void release_permit();
   void idle();
   std::string who() const { return "c" + std::to_string(c_); }
 
   world& w_;
   checker& check_;
-  detail::lock_target target_;
+  // One of the two: the requests point into its keys, so the client keeps its own copy.
+  std::optional<detail::lock_target> lock_;
+  std::optional<detail::semaphore_target> sem_;
+  std::ptrdiff_t max_permits_ = 1, permits_ = 1;
   std::size_t c_;
   int cycles_left_;
   liveness_rule liveness_;
@@ -128,6 +152,7 @@ class sim_client {
   std::optional<detail::quorum_extend> extend_;
   std::uint64_t extend_serial_ = 0;  // which extend extend_ is
   std::optional<detail::quorum_release> release_;
+  std::uint64_t release_serial_ = 0;  // semaphore: which release the answer is for
 };
 
 }  // namespace dlock::sim

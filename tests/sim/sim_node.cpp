@@ -133,6 +133,16 @@ std::int64_t node::peek_pttl(const std::string& key) const {
   return it->second.expires_at ? *it->second.expires_at - now_ms_ : -1;
 }
 
+std::optional<double> node::peek_score(const std::string& key, const std::string& member) const {
+  auto it = keys_.find(key);
+  if (it == keys_.end() || expired(it->second)) return std::nullopt;
+  const auto* z = std::get_if<sorted_set>(&it->second.value);
+  if (!z) return std::nullopt;
+  auto m = z->score_of.find(member);
+  if (m == z->score_of.end()) return std::nullopt;
+  return m->second;
+}
+
 reply node::exec(std::initializer_list<std::string_view> argv) {
   std::vector<std::string> copy(argv.begin(), argv.end());
   return dispatch(copy, false);

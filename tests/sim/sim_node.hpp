@@ -94,6 +94,8 @@ class node {
   // peek: nullopt when absent or expired, "<type>" for a key of another type.
   std::optional<std::string> peek(const std::string& key) const;
   std::int64_t peek_pttl(const std::string& key) const;  // -2 absent, -1 no expiry, else ms
+  // What ZSCORE would answer: nullopt when the key or the member is absent (or the key expired).
+  std::optional<double> peek_score(const std::string& key, const std::string& member) const;
 
  private:
   friend class lua_engine;

@@ -14,6 +14,7 @@ using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
 constexpr const char* lock_name = "sim:lock";
+constexpr const char* semaphore_name = "sim:sem";
 
 const char* name(topology t) {
   switch (t) {
@@ -25,6 +26,10 @@ const char* name(topology t) {
       return "redlock3";
     case topology::redlock5:
       return "redlock5";
+    case topology::semaphore:
+      return "semaphore";
+    case topology::semaphore_fair:
+      return "semaphore_fair";
   }
   return "?";
 }
@@ -65,8 +70,11 @@ run_config make_config(std::uint64_t seed, topology t) {
   // alone decide it.
   rng r(seed * 4 + static_cast<std::uint64_t>(t) + 0x5eed);
   c.nodes = t == topology::redlock3 ? 3 : t == topology::redlock5 ? 5 : 1;
-  c.lock.fair = t == topology::single_fair;
-  c.lock.wake_on_release = c.lock.fair || r.chance(t == topology::single ? 0.85 : 0.7);
+  c.lock.fair = t == topology::single_fair || t == topology::semaphore_fair;
+  // A fair lock's queue needs wake-ups (a poll would find the head's handoff gone); a fair
+  // semaphore's ticket keeps the place across polls.
+  c.lock.wake_on_release = (c.lock.fair && !is_semaphore(t)) ||
+                           r.chance(t == topology::single || t == topology::semaphore ? 0.85 : 0.7);
   std::int64_t ttl = r.between(20, 200);
   c.lock.ttl = milliseconds(ttl);
   c.lock.retry_delay = milliseconds(r.between(std::max<std::int64_t>(2, ttl / 20), ttl / 2));
@@ -107,6 +115,11 @@ run_config make_config(std::uint64_t seed, topology t) {
     c.far_node = r.below(c.nodes);
     c.far_factor = r.between(3, 20);
   }
+  if (is_semaphore(t)) {  // drawn last: the lock families' seeds keep their configurations
+    c.limit = r.between(1, 3);
+    c.max_permits = r.chance(0.5) ? c.limit : 1;
+    c.clients = static_cast<std::size_t>(r.between(2, c.limit + 2));
+  }
   return c;
 }
 
@@ -117,12 +130,26 @@ network_profile scaled(network_profile p, std::int64_t factor) {
   return p;
 }
 
+semaphore_options run_config::semaphore() const {
+  semaphore_options o;
+  o.ttl = lock.ttl;
+  o.fair = lock.fair;
+  o.retry_delay = lock.retry_delay;
+  o.wake_on_release = lock.wake_on_release;
+  o.node_timeout = lock.node_timeout;
+  o.drift_factor = lock.drift_factor;
+  return o;
+}
+
 std::string run_config::describe() const {
   std::string s =
       std::string(name(topo)) + " seed " + std::to_string(seed) + ": " + std::to_string(nodes) +
       " node(s), ttl " + std::to_string(lock.ttl.count()) + "ms, retry_delay " +
       std::to_string(lock.retry_delay.count()) + "ms, node_timeout " +
       std::to_string(lock.node_timeout.count()) + "ms" + (lock.fair ? ", fair" : "") +
+      (limit > 0 ? ", limit " + std::to_string(limit) + ", up to " +
+                       std::to_string(max_permits) + " permit(s) per acquisition"
+                 : "") +
       (lock.wake_on_release ? ", wake_on_release" : ", polling") + "; " + std::to_string(clients) +
       " clients x " + std::to_string(cycles) + " cycles; network " + format_time(net.min_delay) +
       "-" + format_time(net.max_delay) + ", slow messages " + std::to_string(net.spike_chance) +
@@ -150,7 +177,9 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
   w.set_echo(echo);
   w.set_resubscribe_delay(c.resubscribe_max);
   auto& rnd = w.random();
-  checker check(w, lock_keys_for(lock_name), c.nodes);
+  bool semaphore = c.limit > 0;
+  auto check = semaphore ? checker(w, semaphore_keys_for(semaphore_name, c.lock.fair), c.limit)
+                         : checker(w, lock_keys_for(lock_name), c.nodes);
   check.check_holders(c.check_holders);
   check.check_fences(c.check_fences);
   w.before_script = [&](std::size_t i, const detail::request& r) { check.before_script(i, r); };
@@ -158,6 +187,8 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
     check.after_script(i, r, answer);
   };
   auto target = detail::make_lock_target(c.nodes, lock_name, c.lock, c.request_timeout);
+  auto sem_target =
+      detail::make_semaphore_target(semaphore_name, c.limit, c.semaphore(), c.request_timeout);
   sim_time ttl = us(c.lock.ttl), longest = us(longest_extend(c.lock.ttl));
 
   // The faults' times, and when their effects are over.
@@ -204,7 +235,8 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
   // expires.
   sim_time bound = 3 * ttl + longest + 10 * us(c.lock.retry_delay) +
                    4 * us(target.node_timeout) + c.resubscribe_max;
-  if (c.lock.fair) bound += us(detail::waiter_entry_ttl(c.lock.retry_delay));
+  // A semaphore's waiter that vanished keeps its place (fair) or its wake-up (unfair) as long.
+  if (c.lock.fair || semaphore) bound += us(detail::waiter_entry_ttl(c.lock.retry_delay));
   result.max_free_wait = bound;
 
   std::vector<std::unique_ptr<sim_client>> clients;
@@ -212,8 +244,15 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
     client_clock clock{rnd.between(1'000'000'000, 1'000'000'000'000),
                        rnd.between(-c.max_rate_ppm, c.max_rate_ppm)};
     std::size_t index = w.add_client(clock);
-    clients.push_back(std::make_unique<sim_client>(w, check, target, index, c.cycles,
-                                                   liveness_rule{quiet, bound}, c.bug));
+    liveness_rule liveness{quiet, bound};
+    if (semaphore) {
+      clients.push_back(std::make_unique<sim_client>(w, check, sem_target, index, c.cycles,
+                                                     liveness, c.bug));
+      clients.back()->set_max_permits(c.max_permits);
+    } else {
+      clients.push_back(
+          std::make_unique<sim_client>(w, check, target, index, c.cycles, liveness, c.bug));
+    }
     clients.back()->set_unbounded_only(c.unbounded_only);
   }
   w.on_message = [&](std::size_t k, std::size_t i, std::string_view payload) {

@@ -1,6 +1,7 @@
 // tests/sim/sim_run.hpp: one simulated schedule, from a seed to a verdict.
 //   topology      the configuration families (two test shards each): a single node (handoff,
-//                 sometimes polling), a single fair node, Redlock on 3 and on 5 nodes
+//                 sometimes polling), a single fair node, Redlock on 3 and on 5 nodes, a
+//                 counting semaphore (limit 1-3, sometimes weighted) unfair and fair
 //   run_config    everything a seed decides: lock options (short TTLs, so that leases expire
 //                 within a run), clients and their clocks, network, fault schedule
 //   run_result    the verdict (the first violation, if any), statistics, and the trace when
@@ -22,7 +23,10 @@
 
 namespace dlock::sim {
 
-enum class topology { single, single_fair, redlock3, redlock5 };
+enum class topology { single, single_fair, redlock3, redlock5, semaphore, semaphore_fair };
+inline bool is_semaphore(topology t) {
+  return t == topology::semaphore || t == topology::semaphore_fair;
+}
 
 struct fault_mix {  // relative weights; 0 disables a kind for this seed
   int drop = 0, node_pause = 0, crash = 0, client_pause = 0;
@@ -35,7 +39,10 @@ struct run_config {
   std::uint64_t seed = 0;
   topology topo = topology::single;
   std::size_t nodes = 1;
-  lock_options lock;
+  lock_options lock;  // a semaphore takes the same settings (semaphore_options())
+  std::ptrdiff_t limit = 0;        // > 0: a semaphore of this many permits
+  std::ptrdiff_t max_permits = 1;  // semaphore: an acquisition asks for 1..this many
+
   std::chrono::milliseconds request_timeout{1000};
   std::size_t clients = 2;
   int cycles = 3;
@@ -56,6 +63,7 @@ struct run_config {
   bool unbounded_only = false;  // every acquisition is a lock() (for liveness repros)
 
   std::string describe() const;
+  semaphore_options semaphore() const;
 };
 
 // The configuration seed `seed` gives in the family `t`.
