@@ -24,9 +24,23 @@ local ttl_ms, queue_ms, channel = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
+-- The keys vanish by themselves when the last member's expiry passes (the counter stays), all
+-- four at once: owners must never outlive timeouts, or members whose expiry and weight are gone
+-- would stay in line for good.
+local function expire_with_last_member()
+  local last = redis.call('ZRANGE', timeouts, -1, -1, 'WITHSCORES')
+  if not last[2] then return end
+  for _, key in ipairs({owners, timeouts, weights, info}) do
+    if redis.call('EXISTS', key) == 1 then redis.call('PEXPIREAT', key, last[2]) end
+  end
+end
+
 -- Drop expired holders and waiters that stopped polling from the timeouts set; intersecting
 -- with weights 0 (timeouts) and 1 (owners) drops them from owners too and keeps the tickets.
--- An expired holder's permits come back without a wake-up: the waiters' next poll finds them.
+-- ZINTERSTORE writes owners anew, without its expiry, which is therefore set again at once
+-- (an attempt that neither is granted nor queues would otherwise leave it unset: found by the
+-- simulator). An expired holder's permits come back without a wake-up: the waiters' next poll
+-- finds them.
 local expired = redis.call('ZRANGEBYSCORE', timeouts, '-inf', now)
 if #expired > 0 then
   redis.call('ZREMRANGEBYSCORE', timeouts, '-inf', now)
@@ -35,6 +49,7 @@ if #expired > 0 then
     redis.call('HDEL', info, unpack(expired, i, math.min(i + 999, #expired)))
   end
   redis.call('ZINTERSTORE', owners, 2, timeouts, owners, 'WEIGHTS', 0, 1)
+  expire_with_last_member()
 end
 
 -- The entry's expiry only moves out, never back: an attempt that lands late (after a later
@@ -42,11 +57,7 @@ end
 local function keep(expiry)
   local current = redis.call('ZSCORE', timeouts, owner)
   if not current or expiry > tonumber(current) then redis.call('ZADD', timeouts, expiry, owner) end
-  -- The keys vanish by themselves when the last member's expiry passes (the counter stays).
-  local last = redis.call('ZRANGE', timeouts, -1, -1, 'WITHSCORES')
-  for _, key in ipairs({owners, timeouts, weights, info}) do
-    if redis.call('EXISTS', key) == 1 then redis.call('PEXPIREAT', key, last[2]) end
-  end
+  expire_with_last_member()
 end
 
 -- The fence is drawn at the grant, not at arrival: with a limit above 1, waiters may be granted

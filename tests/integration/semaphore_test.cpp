@@ -528,5 +528,32 @@ TEST_F(SemaphoreTest, FairWaiterThatVanishesBlocksTheQueueOnlyBriefly) {
   EXPECT_LT(waited, 1s);
 }
 
+// Found by the simulator (fair semaphore family, seeds 21869 and 27179): dropping an expired
+// waiter rewrote the owners set without its expiry (ZINTERSTORE), and an attempt that did not
+// queue returned without setting it again. Once the other keys expired, a holder that had
+// vanished stayed first in line for good, and a retrying token found there lost its weight.
+TEST_F(SemaphoreTest, FairHolderThatVanishesAfterAWaiterExpiredDoesNotBlockForever) {
+  auto keys = semaphore_keys_for(test_key(), true);
+  auto attempt = [&](const char* token, const char* ttl_ms, const char* queue_ms) {
+    return client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "6", keys.owners,
+                         keys.expiries, keys.weights, keys.tickets, keys.waiter_info, keys.fence,
+                         token, "1", "1", ttl_ms, queue_ms, ""});
+  };
+  // A holder for 400 ms that then dies without releasing, and a waiter that stops polling.
+  ASSERT_EQ(attempt("vanished", "400", "0").elements().at(0).integer(), 1);
+  ASSERT_EQ(attempt("gone", "10000", "100").elements().at(0).integer(), 0);
+  std::this_thread::sleep_for(150ms);
+  // A try-once attempt drops the expired waiter, is refused (the holder still holds) and leaves.
+  auto refused = attempt("once", "10000", "0");
+  ASSERT_EQ(refused.elements().at(0).integer(), 0);
+  EXPECT_GT(client_.exec({"PTTL", keys.owners}).integer(), 0) << "the owners set lost its expiry";
+  // Once the holder's TTL has passed, the permit is free again.
+  std::this_thread::sleep_for(300ms);
+  semaphore s{client_, test_key(), 1, {.fair = true, .retry_delay = 10ms}};
+  std::error_code ec;
+  auto p = s.acquire_until(steady::now() + 1s, ec);
+  EXPECT_TRUE(p) << ec.message();
+}
+
 }  // namespace
 }  // namespace dlock
