@@ -51,7 +51,7 @@ test: debug
 
 # The simulator's sweep (tests/sim, docs/guarantees.md) at scale: SIM_SEEDS seeded schedules,
 # a sixth per configuration family, in a release build without sanitizers (the suite above
-# runs a shorter sweep under ASan/UBSan). About 70 s for 100,000 on 2 cores (estimated); a failing seed
+# runs a shorter sweep under ASan/UBSan). About 66 s for 100,000 on 2 cores; a failing seed
 # prints its trace, and DLOCK_SIM_SEED=<n> replays it (tests/sim/sim_explore_test.cpp).
 SIM_SEEDS ?= 100000
 sim: bootstrap
