@@ -41,10 +41,13 @@ local function expire_with_last_holder()
   end
 end
 
--- A holder is no waiter: an entry left by an earlier attempt of this acquisition goes (its info
--- exists only beside its queue entry, so an uncontended grant makes one call here).
+-- A holder is no waiter: an entry left by an earlier attempt of this acquisition goes. Both
+-- calls, always: an info entry can outlive its queue entry (the two keys' expiries may differ
+-- by a millisecond), and a holder's release that found one would count it as a leaving waiter
+-- and wake nobody for its permits.
 local function grant()
-  if redis.call('ZREM', queue, owner) == 1 then redis.call('HDEL', info, owner) end
+  redis.call('ZREM', queue, owner)
+  redis.call('HDEL', info, owner)
   expire_with_last_holder()
   return {1, redis.call('INCR', fence_key)}
 end

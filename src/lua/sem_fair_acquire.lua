@@ -41,8 +41,10 @@ end
 -- (an attempt that neither is granted nor queues would otherwise leave it unset: found by the
 -- simulator). An expired holder's permits come back without a wake-up: the waiters' next poll
 -- finds them.
+-- An owners set without an expiry is one an earlier version of this script left behind: it may
+-- hold members whose timeout is gone, and is cleaned up the same way.
 local expired = redis.call('ZRANGEBYSCORE', timeouts, '-inf', now)
-if #expired > 0 then
+if #expired > 0 or redis.call('PTTL', owners) == -1 then
   redis.call('ZREMRANGEBYSCORE', timeouts, '-inf', now)
   for i = 1, #expired, 1000 do
     redis.call('HDEL', weights, unpack(expired, i, math.min(i + 999, #expired)))
@@ -77,8 +79,10 @@ if ticket then
 else
   ticket = redis.call('INCR', counter)
   redis.call('ZADD', owners, ticket, owner)
-  if want > 1 then redis.call('HSET', weights, owner, want) end
 end
+-- Written on every attempt, not only the first: a weight that went missing (see above) would
+-- count the token as one permit.
+if want > 1 then redis.call('HSET', weights, owner, want) end
 
 -- Granted when the permits wanted by everyone up to and including us fit in the limit.
 local rank = redis.call('ZRANK', owners, owner)

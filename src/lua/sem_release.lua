@@ -31,7 +31,8 @@ elseif live then
 end
 redis.call('ZREM', expiries, owner)
 redis.call('HDEL', weights, owner)
-if redis.call('ZREM', queue, owner) == 1 then redis.call('HDEL', info, owner) end
+redis.call('ZREM', queue, owner)
+redis.call('HDEL', info, owner)
 
 local start = 0
 while to_wake > 0 do

@@ -555,5 +555,36 @@ TEST_F(SemaphoreTest, FairHolderThatVanishesAfterAWaiterExpiredDoesNotBlockForev
   EXPECT_TRUE(p) << ec.message();
 }
 
+// What the bug above left behind before the fix: owners without an expiry, holding members
+// whose timeout and weight are gone. The fixed script repairs it at the next attempt instead of
+// keeping the stale member first in line (found by the adversarial review of the fix).
+TEST_F(SemaphoreTest, FairOwnersLeftWithoutExpiryByAnEarlierVersionAreRepaired) {
+  auto keys = semaphore_keys_for(test_key(), true);
+  client_.exec({"ZADD", keys.owners, "1", "stale-holder", "2", "stale-waiter"});
+  client_.exec({"SET", keys.tickets, "2"});
+  semaphore s{client_, test_key(), 1, {.fair = true}};
+  std::error_code ec;
+  auto p = s.try_acquire(ec);
+  EXPECT_TRUE(p) << ec.message();
+  EXPECT_GT(client_.exec({"PTTL", keys.owners}).integer(), 0);
+  EXPECT_FALSE(client_.exec({"ZSCORE", keys.owners, "stale-holder"}).is_string());
+}
+
+// A retried attempt of a weighted acquisition that finds its ticket but not its weight (lost as
+// above) records the weight again rather than counting as one permit.
+TEST_F(SemaphoreTest, FairRetryThatFindsItsTicketButNoWeightCountsItsWeight) {
+  auto keys = semaphore_keys_for(test_key(), true);
+  auto attempt = [&](const char* token, const char* want) {
+    return client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "6", keys.owners,
+                         keys.expiries, keys.weights, keys.tickets, keys.waiter_info, keys.fence,
+                         token, "2", want, "10000", "0", ""});
+  };
+  client_.exec({"ZADD", keys.owners, "1", "heavy"});
+  client_.exec({"PEXPIRE", keys.owners, "10000"});
+  client_.exec({"SET", keys.tickets, "1"});
+  ASSERT_EQ(attempt("heavy", "2").elements().at(0).integer(), 1);  // both permits
+  EXPECT_EQ(attempt("light", "1").elements().at(0).integer(), 0);  // none left
+}
+
 }  // namespace
 }  // namespace dlock
