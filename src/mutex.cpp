@@ -4,30 +4,24 @@
 
 #include "dlock/key_layout.hpp"
 #include "lock_core.hpp"
+#include "option_checks.hpp"
 
 namespace dlock {
 namespace {
 
-void check_arguments(const std::vector<client>& nodes, const std::string& key,
-                     const lock_options& o) {
-  auto reject = [](const char* what) {
-    throw std::system_error(make_error_code(errc::invalid_argument), what);
-  };
-  if (nodes.empty()) reject("a lock needs at least one node");
-  if (key.empty()) reject("the lock name is empty");
-  if (key.size() > max_key_bytes) reject("the lock key is longer than dlock::max_key_bytes");
+void check_arguments(const std::vector<client>& nodes, const std::string& name,
+                     const std::string& key, const lock_options& o) {
+  using detail::reject_argument;
+  if (nodes.empty()) reject_argument("a lock needs at least one node");
+  detail::check_shared_options("lock", name, key, o);
   // Such a key would share its value with another name's fencing counter or queue.
   if (is_companion_key(key)) {
-    reject("the lock key is one of dlock's companion keys of another name (such as {x}:fence; "
-           "see dlock/key_layout.hpp)");
+    reject_argument("the lock key is one of dlock's companion keys of another name (such as "
+                    "{x}:fence; see dlock/key_layout.hpp)");
   }
-  if (o.ttl < std::chrono::milliseconds(1) || o.ttl > max_ttl) reject("TTL must be 1 ms to 30 days");
-  if (o.retry_delay.count() < 0) reject("retry_delay is negative");
-  if (o.retry_count < 0) reject("retry_count is negative");
-  if (o.node_timeout.count() < 0) reject("node_timeout is negative");
-  if (!(o.drift_factor >= 0.0 && o.drift_factor <= 0.5)) reject("drift_factor must be 0 to 0.5");
+  if (o.retry_count < 0) reject_argument("retry_count is negative");
   if (o.fair && (nodes.size() > 1 || !o.wake_on_release)) {
-    reject("fair mode needs a single node and wake_on_release");
+    reject_argument("fair mode needs a single node and wake_on_release");
   }
 }
 
@@ -38,8 +32,7 @@ mutex::mutex(client node, std::string name, lock_options options)
 
 mutex::mutex(std::vector<client> nodes, std::string name, lock_options options) {
   std::string key = options.key_prefix + name;
-  if (name.empty()) key.clear();
-  check_arguments(nodes, key, options);
+  check_arguments(nodes, name, key, options);
   core_ = std::make_shared<detail::lock_core>(std::move(nodes), std::move(key), std::move(options));
 }
 

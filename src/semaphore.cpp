@@ -4,24 +4,16 @@
 
 #include <climits>
 
+#include "option_checks.hpp"
 #include "semaphore_core.hpp"
 
 namespace dlock {
 namespace {
 
-[[noreturn]] void reject(const char* what) {
-  throw std::system_error(make_error_code(errc::invalid_argument), what);
-}
-
 void check_arguments(const std::string& name, const std::string& key, std::ptrdiff_t limit,
                      const semaphore_options& o) {
-  if (limit <= 0) reject("a semaphore's limit must be at least 1");
-  if (name.empty()) reject("the semaphore name is empty");
-  if (key.size() > max_key_bytes) reject("the semaphore key is longer than max_key_bytes");
-  if (o.ttl < std::chrono::milliseconds(1) || o.ttl > max_ttl) reject("TTL must be 1 ms..30 days");
-  if (o.retry_delay.count() < 0) reject("retry_delay is negative");
-  if (o.node_timeout.count() < 0) reject("node_timeout is negative");
-  if (!(o.drift_factor >= 0.0 && o.drift_factor <= 0.5)) reject("drift_factor must be 0 to 0.5");
+  if (limit <= 0) detail::reject_argument("a semaphore's limit must be at least 1");
+  detail::check_shared_options("semaphore", name, key, o);
 }
 
 }  // namespace

@@ -586,5 +586,30 @@ TEST_F(SemaphoreTest, FairRetryThatFindsItsTicketButNoWeightCountsItsWeight) {
   EXPECT_EQ(attempt("light", "1").elements().at(0).integer(), 0);  // none left
 }
 
+// A refresh sets the expiry of the fair semaphore's keys to its last member's: the waiter info
+// too, or it outlived owners after the waiter with the latest deadline left, keeping the
+// entries of waiters that were gone (each later arrival then carried them on).
+TEST_F(SemaphoreTest, FairWaiterInfoExpiresWithTheOtherKeysAfterARefresh) {
+  auto keys = semaphore_keys_for(test_key(), true);
+  auto attempt = [&](const char* token, const char* ttl_ms, const char* queue_ms) {
+    return client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "6", keys.owners,
+                         keys.expiries, keys.weights, keys.tickets, keys.waiter_info, keys.fence,
+                         token, "1", "1", ttl_ms, queue_ms, ""});
+  };
+  ASSERT_EQ(attempt("holder", "600", "0").elements().at(0).integer(), 1);
+  ASSERT_EQ(attempt("short-waiter", "10000", "300").elements().at(0).integer(), 0);
+  ASSERT_EQ(attempt("long-waiter", "10000", "3000").elements().at(0).integer(), 0);
+  client_.exec({"EVAL", detail::sem_release_script.body, "4", keys.expiries, keys.weights,
+                keys.owners, keys.waiter_info, "long-waiter"});  // it gives up
+  ASSERT_EQ(client_.exec({"EVAL", detail::sem_refresh_script.body, "4", keys.expiries,
+                          keys.weights, keys.owners, keys.waiter_info, "holder", "600", ""})
+                .integer(),
+            1);
+  auto owners_ttl = client_.exec({"PTTL", keys.owners}).integer();
+  auto info_ttl = client_.exec({"PTTL", keys.waiter_info}).integer();
+  EXPECT_GT(owners_ttl, 0);
+  EXPECT_LE(info_ttl, owners_ttl) << "the waiter info outlives the owners set";
+}
+
 }  // namespace
 }  // namespace dlock

@@ -176,7 +176,7 @@ class step_generator {
         bool fair = below(2) == 0;
         const auto& k = semaphore(fair);
         std::vector<std::string> keys{k.expiries, k.weights};
-        if (fair) keys.push_back(k.owners);
+        if (fair) keys.insert(keys.end(), {k.owners, k.waiter_info});
         std::string successor = below(3) == 0 ? token() + ":settled" : "";
         script(s, sem_refresh, keys, {token(), ttl(), successor});
         break;
