@@ -106,12 +106,9 @@ TEST(SimExplore, Redlock5_0) { explore(topology::redlock5, 0); }
 TEST(SimExplore, Redlock5_1) { explore(topology::redlock5, 1); }
 TEST(SimExplore, Semaphore0) { explore(topology::semaphore, 0); }
 TEST(SimExplore, Semaphore1) { explore(topology::semaphore, 1); }
-// RED beyond the default seeds, on a real bug in src/lua/sem_fair_acquire.lua (first failing
-// seeds 21869, 27179, 30641; none below 2400): its sweep's ZINTERSTORE rewrites the owners key
-// without its TTL, and the not-queued path (try-once, a last attempt) returns without setting
-// it again. Once the timeouts key expires, owners keeps members that have no timeouts entry:
-// one ranked ahead blocks the queue for good (21869, no faults: LIVENESS), and a retrying
-// token found there is granted without its weight, counted as 1 permit (27179: OVER LIMIT).
+// This family found a bug in src/lua/sem_fair_acquire.lua (fixed; seeds 21869, 27179, 30641,
+// none below 2400): dropping expired entries rewrote the owners key without its TTL, so owners
+// could keep members whose timeout and weight were gone (docs/guarantees.md).
 TEST(SimExplore, SemaphoreFair0) { explore(topology::semaphore_fair, 0); }
 TEST(SimExplore, SemaphoreFair1) { explore(topology::semaphore_fair, 1); }
 
