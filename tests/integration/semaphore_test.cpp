@@ -38,6 +38,16 @@ long long server_now_ms(client& c) {
 
 long long integer_of(const reply& r) { return r.is_nil() ? 0 : std::stoll(r.str()); }
 
+// One attempt of sem_fair_acquire.lua with the keys and arguments semaphore_core sends, for the
+// tests that build a fair semaphore's state by hand. The first element of the reply: granted.
+reply fair_attempt(client& c, const std::string& name, const char* token, const char* limit,
+                   const char* want, const char* ttl_ms, const char* queue_ms) {
+  auto keys = semaphore_keys_for(name, true);
+  return c.exec({"EVAL", detail::sem_fair_acquire_script.body, "6", keys.owners, keys.expiries,
+                 keys.weights, keys.tickets, keys.waiter_info, keys.fence, token, limit, want,
+                 ttl_ms, queue_ms, ""});
+}
+
 class SemaphoreTest : public ::testing::Test {
  protected:
   // Runs semaphore_worker with its wall clock moved by `offset` (tests/support/clock_shim) and
@@ -507,14 +517,10 @@ TEST_F(SemaphoreTest, FairFenceCounterStartsAboveTheTicketsOfEarlierVersions) {
 TEST_F(SemaphoreTest, FairWaiterThatVanishesBlocksTheQueueOnlyBriefly) {
   auto keys = semaphore_keys_for(test_key(), true);
   // A waiter that queued for 300 ms and then died (it never polls again).
-  reply ghost = client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "6", keys.owners,
-                              keys.expiries, keys.weights, keys.tickets, keys.waiter_info,
-                              keys.fence, "ghost", "1", "1", "10000", "300", ""});
+  reply ghost = fair_attempt(client_, test_key(), "ghost", "1", "1", "10000", "300");
   ASSERT_EQ(ghost.elements().size(), 3u);
   EXPECT_EQ(ghost.elements()[0].integer(), 1);  // the permit was free: the ghost holds it
-  reply queued = client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "6", keys.owners,
-                               keys.expiries, keys.weights, keys.tickets, keys.waiter_info,
-                               keys.fence, "ghost2", "1", "1", "10000", "300", ""});
+  reply queued = fair_attempt(client_, test_key(), "ghost2", "1", "1", "10000", "300");
   EXPECT_EQ(queued.elements()[0].integer(), 0);
   EXPECT_NE(queued.elements()[1].integer(), 0);  // queued behind the holder
   client_.exec({"ZREM", keys.expiries, "ghost"});  // the holder leaves...
@@ -535,9 +541,7 @@ TEST_F(SemaphoreTest, FairWaiterThatVanishesBlocksTheQueueOnlyBriefly) {
 TEST_F(SemaphoreTest, FairHolderThatVanishesAfterAWaiterExpiredDoesNotBlockForever) {
   auto keys = semaphore_keys_for(test_key(), true);
   auto attempt = [&](const char* token, const char* ttl_ms, const char* queue_ms) {
-    return client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "6", keys.owners,
-                         keys.expiries, keys.weights, keys.tickets, keys.waiter_info, keys.fence,
-                         token, "1", "1", ttl_ms, queue_ms, ""});
+    return fair_attempt(client_, test_key(), token, "1", "1", ttl_ms, queue_ms);
   };
   // A holder for 400 ms that then dies without releasing, and a waiter that stops polling.
   ASSERT_EQ(attempt("vanished", "400", "0").elements().at(0).integer(), 1);
@@ -575,9 +579,7 @@ TEST_F(SemaphoreTest, FairOwnersLeftWithoutExpiryByAnEarlierVersionAreRepaired) 
 TEST_F(SemaphoreTest, FairRetryThatFindsItsTicketButNoWeightCountsItsWeight) {
   auto keys = semaphore_keys_for(test_key(), true);
   auto attempt = [&](const char* token, const char* want) {
-    return client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "6", keys.owners,
-                         keys.expiries, keys.weights, keys.tickets, keys.waiter_info, keys.fence,
-                         token, "2", want, "10000", "0", ""});
+    return fair_attempt(client_, test_key(), token, "2", want, "10000", "0");
   };
   client_.exec({"ZADD", keys.owners, "1", "heavy"});
   client_.exec({"PEXPIRE", keys.owners, "10000"});
@@ -592,9 +594,7 @@ TEST_F(SemaphoreTest, FairRetryThatFindsItsTicketButNoWeightCountsItsWeight) {
 TEST_F(SemaphoreTest, FairWaiterInfoExpiresWithTheOtherKeysAfterARefresh) {
   auto keys = semaphore_keys_for(test_key(), true);
   auto attempt = [&](const char* token, const char* ttl_ms, const char* queue_ms) {
-    return client_.exec({"EVAL", detail::sem_fair_acquire_script.body, "6", keys.owners,
-                         keys.expiries, keys.weights, keys.tickets, keys.waiter_info, keys.fence,
-                         token, "1", "1", ttl_ms, queue_ms, ""});
+    return fair_attempt(client_, test_key(), token, "1", "1", ttl_ms, queue_ms);
   };
   ASSERT_EQ(attempt("holder", "600", "0").elements().at(0).integer(), 1);
   ASSERT_EQ(attempt("short-waiter", "10000", "300").elements().at(0).integer(), 0);
