@@ -44,8 +44,9 @@ end
 -- `fence`: the token already drawn for this ownership, or nil to draw a new one. A grant always
 -- takes the acquisition out of the queue, whether or not this round queued: an entry an
 -- earlier round left would otherwise make the holder's own release hand the lock back to it.
--- The info entry exists only beside a queue entry (they are added, dropped and expire
--- together), so an uncontended grant costs one call here, not two.
+-- Its info entry goes only when a queue entry did: one call, not two, for an uncontended
+-- grant. An info entry left without its queue entry (the two keys' expiries may differ by a
+-- millisecond) is never read: live_head and release.lua read info for queue members only.
 local function grant(fence)
   if redis.call('ZREM', queue, id) == 1 then redis.call('HDEL', info, id) end
   return {1, fence or redis.call('INCR', fence_key)}
