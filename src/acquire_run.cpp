@@ -6,6 +6,7 @@
 #include <asio/post.hpp>
 
 #include "access.hpp"
+#include "observe.hpp"
 
 namespace dlock::detail {
 
@@ -75,6 +76,7 @@ lease acquire_run::run_blocking(std::error_code& ec) {
       auto more = engine_.take_requests();
       if (more.empty()) {
         if (auto result = engine_.take_outcome()) {
+          report(*result);
           if (out_) *out_ = result->votes;
           ec = result->ec;
           return result->ec ? lease{} : lease_from(owner_, *result);
@@ -138,6 +140,7 @@ void acquire_run::pump() {
   if (!result || !handler_) return;
   waiter_->finish();
   on_stop_.reset();
+  report(*result);
   if (out_) *out_ = result->votes;
   lease l = result->ec ? lease{} : lease_from(owner_, *result);
   std::exchange(handler_, {})(result->ec, std::move(l));
@@ -150,8 +153,23 @@ void acquire_run::stop(std::error_code why) {
 
 bool acquire_run::on_handoff(std::string_view grant) {
   bool took = engine_.on_handoff(steady::now(), grant);
+  handed_off_ |= took;
   pump();
   return took;
+}
+
+void acquire_run::report(const acquisition::outcome& result) const {
+  auto* o = current_observer();
+  if (!o) return;
+  acquire_event e;
+  e.key = owner_->key();
+  e.what = owner_->kind();
+  e.ec = result.ec;
+  if (result.ec) e.kind = classify_failure(result.ec, result.votes);
+  e.attempts = engine_.attempts_made();
+  e.waited = steady::now() - began_;
+  e.handoff = handed_off_ && !result.ec;
+  o->on_acquire(e);
 }
 
 }  // namespace dlock::detail

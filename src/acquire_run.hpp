@@ -41,6 +41,8 @@ class acquire_run : public std::enable_shared_from_this<acquire_run> {
   void pump();
   bool on_handoff(std::string_view grant);
   void stop(std::error_code why);
+  // Tells the observer (observe.hpp) how the acquisition ended.
+  void report(const acquisition::outcome& result) const;
 
   std::shared_ptr<lease_owner> owner_;
   std::vector<client>& nodes_;
@@ -61,6 +63,7 @@ class acquire_run : public std::enable_shared_from_this<acquire_run> {
   bool pumping_ = false;
   std::optional<std::stop_callback<unique_function<void()>>> on_stop_;
   steady::time_point began_ = steady::now();
+  bool handed_off_ = false;  // granted by a release's handoff
 };
 
 }  // namespace dlock::detail

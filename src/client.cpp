@@ -2,6 +2,7 @@
 
 #include "net/connection.hpp"
 #include "net/inbox.hpp"
+#include "observe.hpp"
 
 namespace dlock {
 
@@ -43,6 +44,14 @@ void client::start_exec(command cmd, std::chrono::milliseconds timeout,
                         detail::unique_function<void(std::error_code, reply)> handler) {
   if (cmd.changes_session() && !dedicated_) return handler(errc::invalid_argument, session_refusal());
   std::size_t count = cmd.size();
+  if (auto* o = detail::current_observer()) {
+    // Timed only when someone listens: an unobserved request reads no clock for it.
+    handler = [o, conn = conn_, began = detail::clock::now(), h = std::move(handler)](
+                  std::error_code ec, reply r) mutable {
+      o->on_node_request({conn->name(), ec, detail::clock::now() - began});
+      h(ec, std::move(r));
+    };
+  }
   conn_->submit(std::string(cmd.bytes()), count, deadline_after(timeout), std::move(handler));
 }
 
@@ -53,7 +62,13 @@ bool client::try_exec_direct(const command& cmd, std::chrono::milliseconds timeo
     out = session_refusal();
     return true;
   }
-  return conn_->try_exchange_direct(cmd.bytes(), cmd.size(), deadline_after(timeout), ec, out);
+  auto* o = detail::current_observer();
+  auto began = o ? detail::clock::now() : detail::clock::time_point{};
+  if (!conn_->try_exchange_direct(cmd.bytes(), cmd.size(), deadline_after(timeout), ec, out)) {
+    return false;
+  }
+  if (o) o->on_node_request({conn_->name(), ec, detail::clock::now() - began});
+  return true;
 }
 
 // The caller's thread does the round trip itself when the connection is idle (no wake-up of

@@ -45,4 +45,31 @@ const std::error_category& category() noexcept {
 
 std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), category()}; }
 
+std::string_view to_string(errc e) noexcept {
+  switch (e) {
+    case errc::not_acquired: return "not_acquired";
+    case errc::quorum_not_reached: return "quorum_not_reached";
+    case errc::lease_expired: return "lease_expired";
+    case errc::lease_lost: return "lease_lost";
+    case errc::not_held: return "not_held";
+    case errc::node_unreachable: return "node_unreachable";
+    case errc::timeout: return "timeout";
+    case errc::connection_lost: return "connection_lost";
+    case errc::protocol_error: return "protocol_error";
+    case errc::auth_failed: return "auth_failed";
+    case errc::no_permission: return "no_permission";
+    case errc::wrong_type: return "wrong_type";
+    case errc::read_only: return "read_only";
+    case errc::out_of_memory: return "out_of_memory";
+    case errc::script_error: return "script_error";
+    case errc::server_error: return "server_error";
+    case errc::invalid_argument: return "invalid_argument";
+    case errc::would_block_io_thread: return "would_block_io_thread";
+    case errc::cancelled: return "cancelled";
+    case errc::tls_error: return "tls_error";
+    case errc::transaction_aborted: return "transaction_aborted";
+  }
+  return "unknown";
+}
+
 }  // namespace dlock

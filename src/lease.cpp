@@ -2,6 +2,7 @@
 
 #include "lease_state.hpp"
 #include "net/runtime.hpp"
+#include "observe.hpp"
 
 namespace dlock {
 namespace {
@@ -9,6 +10,11 @@ namespace {
 // Granted, and not given up by release() or detach(): a let-go lease reads as empty.
 bool held(const std::shared_ptr<detail::lease_state>& state) noexcept {
   return state && !state->let_go.load();
+}
+
+// Tells the observer how a release ended.
+void report_release(const detail::lease_owner& owner, std::error_code ec) noexcept {
+  if (auto* o = detail::current_observer()) o->on_release({owner.key(), owner.kind(), ec});
 }
 
 // Starts the owner's release without waiting. The completion keeps the owner and the state
@@ -20,10 +26,22 @@ void start_release_detached(std::shared_ptr<detail::lease_owner> owner,
   detail::stop_keep_alive(owner, state);
   auto& core = *owner;
   core.start_release(state, [owner = std::move(owner), state, h = std::move(handler)](
-                                std::error_code ec) mutable { h(ec); });
+                                std::error_code ec) mutable {
+    report_release(*owner, ec);
+    h(ec);
+  });
 }
 
 }  // namespace
+
+void detail::lose(const lease_owner& owner, lease_state& state, errc reason) noexcept {
+  if (!state.mark_lost(reason)) return;
+  if (logging()) {
+    log(log_level::error, std::string(to_string(owner.kind())) + " '" + owner.key() +
+                              "': lease lost (" + std::string(to_string(reason)) + ")");
+  }
+  if (auto* o = current_observer()) o->on_lease_lost({owner.key(), owner.kind(), reason});
+}
 
 lease::lease(std::shared_ptr<detail::lease_owner> owner,
              std::shared_ptr<detail::lease_state> state) noexcept
@@ -105,12 +123,14 @@ std::error_code lease::release() noexcept {
   }
   detail::stop_keep_alive(owner_, state_);
   std::error_code ec;
-  if (owner_->try_release_direct(state_, ec)) return ec;
-  detail::wait<int>(ec, [&](auto handler) {
-    owner_->start_release(state_, [h = std::move(handler)](std::error_code e) mutable {
-      h(e, 0);
+  if (!owner_->try_release_direct(state_, ec)) {
+    detail::wait<int>(ec, [&](auto handler) {
+      owner_->start_release(state_, [h = std::move(handler)](std::error_code e) mutable {
+        h(e, 0);
+      });
     });
-  });
+  }
+  report_release(*owner_, ec);
   return ec;
 }
 

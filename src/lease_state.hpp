@@ -17,6 +17,7 @@
 #include "dlock/detail/async.hpp"
 #include "dlock/error.hpp"
 #include "dlock/lease.hpp"
+#include "dlock/observer.hpp"
 #include "dlock/options.hpp"
 
 namespace dlock::detail {
@@ -37,11 +38,12 @@ struct lease_state {
   std::atomic<int> lost_reason{0};  // the errc that fired `lost`
   std::shared_ptr<keep_alive_task> keeper;  // touched on the I/O thread only
 
-  // Records why and fires the loss signal (once; later calls change nothing).
-  void mark_lost(errc reason) noexcept {
+  // Records why and fires the loss signal (once; later calls change nothing). True for the
+  // call that fired it. Use lose() below, which also reports it.
+  bool mark_lost(errc reason) noexcept {
     int none = 0;
     lost_reason.compare_exchange_strong(none, static_cast<int>(reason));
-    lost.request_stop();
+    return lost.request_stop();
   }
 
   steady::time_point deadline() const noexcept {
@@ -58,6 +60,7 @@ class lease_owner {
   virtual ~lease_owner() = default;
 
   virtual const std::string& key() const noexcept = 0;
+  virtual primitive kind() const noexcept = 0;
   virtual std::chrono::milliseconds default_ttl() const noexcept = 0;
   virtual io_executor get_executor() const noexcept = 0;
   // Deletes the holder's entry where it is still this token's. not_held when none was.
@@ -78,6 +81,10 @@ class lease_owner {
                             std::chrono::milliseconds ttl, done_handler handler) = 0;
 };
 
+// Marks `state` lost (lease_state::mark_lost) and, the first time, tells the observer and the
+// log sink (observe.hpp).
+void lose(const lease_owner& owner, lease_state& state, errc reason) noexcept;
+
 // Why an extend or settle of `state` to `ttl` must not start: not_held once released,
 // lease_lost once lost, invalid_argument for a TTL outside 1 ms..max_ttl; else none.
 inline std::error_code extend_refused(const lease_state& state, std::chrono::milliseconds ttl) {
@@ -91,14 +98,15 @@ inline std::error_code extend_refused(const lease_state& state, std::chrono::mil
 // error) to the lease: its new validity, or the loss it proves. Returns what the caller is
 // told: a "not ours" after the lease was released is the release's doing (not_held), not a
 // loss.
-inline std::error_code apply_extend(lease_state& state, std::error_code verdict,
+inline std::error_code apply_extend(const lease_owner& owner, lease_state& state,
+                                    std::error_code verdict,
                                     std::chrono::steady_clock::time_point valid_until) {
   if (!verdict) {
     state.set_deadline(valid_until);
   } else if (verdict == errc::lease_lost && state.released.load()) {
     return errc::not_held;
   } else if (verdict == errc::lease_lost || verdict == errc::lease_expired) {
-    state.mark_lost(static_cast<errc>(verdict.value()));
+    lose(owner, state, static_cast<errc>(verdict.value()));
   }
   return verdict;
 }

@@ -106,7 +106,7 @@ void lock_core::extend_everywhere(const std::shared_ptr<lease_state>& state,
       if (op->state->validity_known) deadline = op->state->deadline();
       op->round.on_reply(id, steady::now(), deadline, ec, answer);
       if (auto verdict = op->round.take_outcome()) {
-        op->handler(apply_extend(*op->state, verdict->ec, verdict->valid_until));
+        op->handler(apply_extend(*self, *op->state, verdict->ec, verdict->valid_until));
       }
     });
   }

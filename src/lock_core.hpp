@@ -25,6 +25,7 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
   lock_core(std::vector<client> nodes, std::string key, lock_options options);
 
   const std::string& key() const noexcept override { return key_; }
+  primitive kind() const noexcept override { return primitive::lock; }
   std::chrono::milliseconds default_ttl() const noexcept override { return options_.ttl; }
   std::size_t size() const noexcept { return nodes_.size(); }
   const lock_options& options() const noexcept { return options_; }

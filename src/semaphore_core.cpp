@@ -99,7 +99,9 @@ void semaphore_core::refresh_entry(const std::shared_ptr<lease_state>& state,
   if (auto refused = extend_refused(*state, ttl)) return handler(refused);
   auto start = steady::now();
   double drift_factor = options_.drift_factor;
-  auto on_reply = [state, start, ttl, drift_factor, handler = std::move(handler)](
+  // `self`: the lease may be gone, and with it the core, when the reply comes.
+  auto on_reply = [self = shared_from_this(), state, start, ttl, drift_factor,
+                   handler = std::move(handler)](
                       std::error_code ec, reply r) mutable {
     auto verdict = [&]() -> std::error_code {
       if (ec) return ec;
@@ -110,7 +112,7 @@ void semaphore_core::refresh_entry(const std::shared_ptr<lease_state>& state,
       if (state->validity_known && steady::now() >= state->deadline()) return errc::lease_expired;
       return {};
     };
-    handler(apply_extend(*state, verdict(), start + ttl - drift_allowance(ttl, drift_factor)));
+    handler(apply_extend(*self, *state, verdict(), start + ttl - drift_allowance(ttl, drift_factor)));
   };
   std::string ttl_ms = std::to_string(ttl.count());
   if (options_.fair) {

@@ -28,6 +28,7 @@ class semaphore_core final : public lease_owner,
   semaphore_core(client node, std::string key, std::ptrdiff_t limit, semaphore_options options);
 
   const std::string& key() const noexcept override { return key_; }
+  primitive kind() const noexcept override { return primitive::semaphore; }
   std::chrono::milliseconds default_ttl() const noexcept override { return options_.ttl; }
   io_executor get_executor() const noexcept override { return nodes_.front().get_executor(); }
   const semaphore_options& options() const noexcept { return options_; }

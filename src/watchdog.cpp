@@ -19,6 +19,7 @@
 
 #include "algo/retry.hpp"
 #include "lease_state.hpp"
+#include "observe.hpp"
 
 namespace dlock::detail {
 
@@ -97,16 +98,19 @@ class keep_alive_task : public std::enable_shared_from_this<keep_alive_task> {
     auto state = state_.lock();
     if (stopped_ || !state || state->released.load() || state->lost.stop_requested()) return;
     auto now = steady::now();
-    if (now >= state->deadline()) return state->mark_lost(errc::lease_expired);
+    if (now >= state->deadline()) return lose(*owner_, *state, errc::lease_expired);
     if (!in_flight_ && may_renew(now) && now >= next_renewal_) return renew(state);
     schedule();
   }
 
   void renew(const std::shared_ptr<lease_state>& state) {
     in_flight_ = true;
+    auto sent = steady::now();
+    auto lag = sent - next_renewal_;
     owner_->start_extend(state, owner_->default_ttl(),
-                         [self = shared_from_this()](std::error_code ec) {
+                         [self = shared_from_this(), sent, lag](std::error_code ec) {
       self->in_flight_ = false;
+      self->report(ec, lag, steady::now() - sent);
       auto state = self->state_.lock();
       if (!state) return;
       if (!ec) ++self->renewals_;
@@ -118,6 +122,18 @@ class keep_alive_task : public std::enable_shared_from_this<keep_alive_task> {
       self->schedule();
     });
     schedule();  // meanwhile, watch the end of validity
+  }
+
+  // Tells the observer and the log sink (observe.hpp) how a renewal ended.
+  void report(std::error_code ec, steady::duration lag, steady::duration took) const {
+    if (ec && logging()) {
+      log(ec == errc::lease_lost ? log_level::error : log_level::warning,
+          std::string(to_string(owner_->kind())) + " '" + owner_->key() +
+              "': renewal failed: " + ec.message());
+    }
+    if (auto* o = current_observer()) {
+      o->on_renewal({owner_->key(), owner_->kind(), ec, lag, took});
+    }
   }
 
   std::shared_ptr<lease_owner> owner_;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -41,6 +42,9 @@ enum class errc {
 DLOCK_EXPORT const std::error_category& category() noexcept;
 
 DLOCK_EXPORT std::error_code make_error_code(errc e) noexcept;
+
+// The enumerator's name ("not_acquired", "timeout" ...): for metric labels and logs.
+DLOCK_EXPORT std::string_view to_string(errc e) noexcept;
 
 }  // namespace dlock
 

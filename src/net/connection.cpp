@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "net/runtime.hpp"
+#include "observe.hpp"
 #include "net/socket_link.hpp"
 
 namespace dlock::detail {
@@ -132,6 +133,7 @@ connection::connection(endpoint where, client_options options)
       connect_timer_(executor_),
       deadline_timer_(executor_),
       backoff_(options_.reconnect_backoff_min) {
+  name_ = where_.to_string();
   if (!options_.user.empty()) where_.user = options_.user;
   if (!options_.password.empty()) where_.password = options_.password;
   if (where_.tls) {
@@ -391,6 +393,7 @@ void connection::start_session() {
 
 void connection::become_ready() {
   state_ = state::ready;
+  report(connection_event::change::connected, {});
   connect_timer_.cancel();
   backoff_ = options_.reconnect_backoff_min;
   last_connect_error_.clear();
@@ -512,6 +515,11 @@ void connection::fail(std::error_code inflight_error, bool connect_failed,
     return;
   }
   deferred_fail_.reset();
+  if (connect_failed) {
+    report(connection_event::change::connect_failed, inflight_error);
+  } else if (state_ == state::ready) {
+    report(connection_event::change::dropped, inflight_error);
+  }
   ++generation_;
   state_ = state::idle;
   writing_ = false;
@@ -541,6 +549,15 @@ void connection::fail(std::error_code inflight_error, bool connect_failed,
   }
   if (on_drop_) on_drop_();
   if (!connect_failed) kick();  // never-written requests go out on a new connection
+}
+
+void connection::report(connection_event::change what, std::error_code ec) {
+  if (logging() && what != connection_event::change::connected) {
+    log(log_level::warning, name_ + (what == connection_event::change::dropped
+                                         ? ": connection dropped: "
+                                         : ": connect failed: ") + ec.message());
+  }
+  if (auto* o = current_observer()) o->on_connection({name_, what, ec});
 }
 
 void connection::arm_deadline_timer() {

@@ -23,6 +23,7 @@
 #include <string_view>
 
 #include "dlock/client.hpp"
+#include "dlock/observer.hpp"
 #include "resp/reply_reader.hpp"
 
 namespace asio::ssl {
@@ -44,6 +45,8 @@ class connection : public std::enable_shared_from_this<connection> {
   connection(endpoint where, client_options options);
 
   const endpoint& where() const noexcept { return where_; }
+  // where().to_string(), made once: the label of this node's events (observe.hpp).
+  const std::string& name() const noexcept { return name_; }
   const client_options& options() const noexcept { return options_; }
   io_executor get_executor() const noexcept { return executor_; }
 
@@ -96,6 +99,8 @@ class connection : public std::enable_shared_from_this<connection> {
   void start_connect();
   void try_endpoint(std::size_t index);
   void on_connected();
+  // Tells the observer and the log sink (observe.hpp) of a connect, a failed one, or a drop.
+  void report(connection_event::change what, std::error_code ec);
   void start_tls();
   void start_session();  // AUTH/SELECT, or on TLS a PING that proves the session was accepted
   // A TLS handshake or session that failed while connecting: tls_error for OpenSSL's verdicts,
@@ -130,6 +135,7 @@ class connection : public std::enable_shared_from_this<connection> {
   void on_deadline();
 
   endpoint where_;
+  std::string name_;
   client_options options_;
   io_executor executor_;
   std::shared_ptr<asio::ssl::context> tls_context_;  // null for a plain connection

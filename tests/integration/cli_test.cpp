@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/promtool.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
@@ -567,6 +568,37 @@ TEST_F(CliTest, DoctorWarnsAboutAWeakDeploymentAndPassesASoundOne) {
   auto down = run({"--timeout", "200ms", "-r", "redis://127.0.0.1:" + std::to_string(test::free_port()),
                    "doctor"});
   EXPECT_EQ(down.status, 69) << down.out << down.err;
+}
+
+// --metrics-file: the counts of the run, in a file that promtool accepts, for a run that took
+// the lock and one that found it held.
+TEST_F(CliTest, MetricsFileCountsTheRunForTheTextfileCollector) {
+  const std::string key = test_key(), file = path("job.prom");
+  auto ok = run({"-r", server_.url(), "--metrics-file", file, "run", key, "--", "true"});
+  ASSERT_EQ(ok.status, 0) << ok.err;
+  std::string text = read_file(file);
+  SCOPED_TRACE(text);
+  auto [status, out] = test::promtool_check(text);
+  EXPECT_EQ(status, 0) << out;
+  std::string labels = "key=\"" + key + "\",primitive=\"lock\"";
+  EXPECT_EQ(test::metric_value(text, "dlock_acquisitions_total{" + labels + ",result=\"ok\"}"), 1);
+  EXPECT_EQ(test::metric_value(text, "dlock_releases_total{" + labels + ",result=\"ok\"}"), 1);
+  EXPECT_EQ(test::metric_value(text, "dlock_cli_exit_status{command=\"run\"}"), 0);
+  EXPECT_GT(test::metric_value(text, "dlock_cli_end_timestamp_seconds{command=\"run\"}"), 1.7e9);
+
+  auto holder = start({"-r", server_.url(), "run", key, "--", "sleep", "30"});
+  ASSERT_TRUE(eventually([&] { return exists(key); }));
+  auto refused = run({"-r", server_.url(), "--metrics-file", file, "run", "-n", key, "--", "true"});
+  EXPECT_EQ(refused.status, 75) << refused.err;
+  text = read_file(file);
+  EXPECT_EQ(test::metric_value(text, "dlock_acquisitions_total{" + labels + ",result=\"not_acquired\"}"), 1);
+  EXPECT_EQ(test::metric_value(text, "dlock_acquisitions_total{" + labels + ",result=\"ok\"}"), -1)
+      << "each run writes its own counts";
+  EXPECT_EQ(test::metric_value(text, "dlock_cli_exit_status{command=\"run\"}"), 75);
+  std::tie(status, out) = test::promtool_check(text);
+  EXPECT_EQ(status, 0) << out;
+  holder->signal(SIGTERM);
+  EXPECT_EQ(holder->wait(10s), 128 + SIGTERM);
 }
 
 }  // namespace

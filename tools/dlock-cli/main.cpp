@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "cli.hpp"
+#include "run_metrics.hpp"
 #include "dlock/error.hpp"
 #include "process.hpp"
 
@@ -34,6 +35,24 @@ std::string one_line(std::string text) {
   std::replace(text.begin(), text.end(), '\n', ' ');
   while (!text.empty() && text.back() == ' ') text.pop_back();
   return text;
+}
+
+// Runs the chosen command and turns what it threw into an exit status.
+int run_command(const dlock::cli::subcommand& c) {
+  using namespace dlock::cli;
+  try {
+    return c.execute();
+  } catch (const usage_error& e) {
+    say("%s", one_line(e.what()).c_str());
+    return exit_usage;
+  } catch (const std::system_error& e) {
+    say("%s", one_line(e.what()).c_str());
+    if (e.code() == dlock::errc::invalid_argument) return exit_usage;
+    return e.code().category() == dlock::category() ? exit_unavailable : exit_software;
+  } catch (const std::exception& e) {
+    say("internal error: %s", one_line(e.what()).c_str());
+    return exit_software;
+  }
 }
 
 }  // namespace
@@ -70,6 +89,11 @@ int main(int argc, char** argv) {
                   "Per-request deadline, also for connecting (default 1s); a node outage is "
                   "waited out for twice this");
   app.add_flag("-v,--verbose", g.verbose, "Tell what happens on stderr (waiting, holder, release)");
+  std::string metrics_file;
+  app.add_option("--metrics-file", metrics_file,
+                 "At the end, write Prometheus metrics of this run to FILE, atomically (for "
+                 "node_exporter's textfile collector: name it *.prom)")
+      ->type_name("FILE");
 
   std::vector<subcommand> commands = add_all_commands(app, g);
 
@@ -81,22 +105,14 @@ int main(int argc, char** argv) {
     return exit_usage;
   }
   set_verbose(g.verbose);
+  std::optional<run_metrics> metrics;
+  if (!metrics_file.empty()) metrics.emplace(metrics_file);
 
   for (auto& c : commands) {
     if (!c.app->parsed()) continue;
-    try {
-      return c.execute();
-    } catch (const usage_error& e) {
-      say("%s", one_line(e.what()).c_str());
-      return exit_usage;
-    } catch (const std::system_error& e) {
-      say("%s", one_line(e.what()).c_str());
-      if (e.code() == dlock::errc::invalid_argument) return exit_usage;
-      return e.code().category() == dlock::category() ? exit_unavailable : exit_software;
-    } catch (const std::exception& e) {
-      say("internal error: %s", one_line(e.what()).c_str());
-      return exit_software;
-    }
+    int status = run_command(c);
+    if (metrics) metrics->write(c.app->get_name(), status);
+    return status;
   }
   return exit_usage;
 }
