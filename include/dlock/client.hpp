@@ -1,11 +1,13 @@
-// dlock/client.hpp: a connection to one Redis node, shared by many threads.
-//   tls_options     CA, client certificate and server name for rediss:// endpoints
-//   client_options  timeouts, reconnect backoff, credentials that override the URL's, TLS
-//   command         a command formatted once, on the caller's thread
-//   client          a cheap copyable handle to one pipelined connection
-// A client is thread-safe: any number of threads may send through one handle or its copies.
-// All I/O runs on one dlock I/O thread shared by every client of the process; completions are
-// delivered on the handler's associated executor (by default that I/O thread: do not block there).
+/// @file
+/// dlock/client.hpp: a connection to one Redis node, shared by many threads.
+/// - tls_options:     CA, client certificate and server name for rediss:// endpoints
+/// - client_options:  timeouts, reconnect backoff, credentials that override the URL's, TLS
+/// - command:         a command formatted once, on the caller's thread
+/// - client:          a cheap copyable handle to one pipelined connection
+///
+/// A client is thread-safe: any number of threads may send through one handle or its copies.
+/// All I/O runs on one dlock I/O thread shared by every client of the process; completions are
+/// delivered on the handler's associated executor (by default that I/O thread: do not block there).
 #pragma once
 
 #include <chrono>
@@ -30,60 +32,67 @@ class inbox;
 struct access;  // the library's way in to the private cores (src/access.hpp)
 }
 
-// TLS settings, used only when the endpoint has tls set (rediss://). Verification is always on:
-// the server's certificate must chain to a trusted CA and name the host (a DNS name via its
-// subjectAltName, or an IP literal via an IP SAN); there is no switch to turn it off. The files
-// are PEM and are read once, when the client is created: a rotated certificate takes a new
-// client. The client constructor throws std::system_error(errc::tls_error) when one cannot be
-// loaded. A failed handshake completes requests with errc::tls_error, and the error reply's text
-// carries OpenSSL's reason ("hostname mismatch", "unable to get local issuer certificate" ...).
+/// TLS settings, used only when the endpoint has tls set (rediss://). Verification is always on:
+/// the server's certificate must chain to a trusted CA and name the host (a DNS name via its
+/// subjectAltName, or an IP literal via an IP SAN); there is no switch to turn it off. The files
+/// are PEM and are read once, when the client is created: a rotated certificate takes a new
+/// client. The client constructor throws std::system_error(errc::tls_error) when one cannot be
+/// loaded. A failed handshake completes requests with errc::tls_error, and the error reply's text
+/// carries OpenSSL's reason ("hostname mismatch", "unable to get local issuer certificate" ...).
 struct tls_options {
-  // CA certificates to trust. Empty: the system's default store (/etc/ssl/certs).
+  /// CA certificates to trust. Empty: the system's default store (/etc/ssl/certs).
   std::string ca_file;
-  // Client certificate (chain) and its unencrypted private key, for servers that require
-  // mutual TLS (--tls-auth-clients yes). key_file defaults to cert_file (one PEM with both).
+  /// Client certificate (chain), for servers that require mutual TLS (`--tls-auth-clients yes`).
   std::string cert_file;
+  /// The client certificate's unencrypted private key. Empty: cert_file (one PEM with both).
   std::string key_file;
-  // The name the server's certificate must carry, when it differs from the URL's host (e.g.
-  // connecting to 10.0.0.5 whose certificate says redis.internal). Also sent as SNI.
+  /// The name the server's certificate must carry, when it differs from the URL's host (as when
+  /// connecting to 10.0.0.5 whose certificate says redis.internal). Also sent as SNI.
   std::string server_name;
 };
 
+/// How a client connects and how long it waits: timeouts, reconnect backoff, credentials, TLS.
 struct client_options {
-  // Deadline for connect plus the AUTH/SELECT handshake.
+  /// Deadline for connect plus the AUTH/SELECT handshake.
   std::chrono::milliseconds connect_timeout{1000};
-  // Default deadline for one request, from submission to reply.
+  /// Default deadline for one request, from submission to reply.
   std::chrono::milliseconds request_timeout{1000};
-  // After a failed connect, requests fail fast (node_unreachable) until this backoff has
-  // passed; it doubles per failure up to the maximum and resets on success.
+  /// After a failed connect, requests fail fast (node_unreachable) until this backoff has
+  /// passed; it doubles per failure up to reconnect_backoff_max and resets on success.
   std::chrono::milliseconds reconnect_backoff_min{50};
-  std::chrono::milliseconds reconnect_backoff_max{2000};
-  // Credentials that override the URL's, so a secret need not appear in a URL.
+  std::chrono::milliseconds reconnect_backoff_max{2000};  ///< the cap of that doubling
+  /// The ACL user; when not empty it overrides the URL's.
   std::string user;
+  /// The password; when not empty it overrides the URL's, so a secret need not appear in a URL.
   std::string password;
-  // For rediss:// endpoints.
+  /// For rediss:// endpoints.
   tls_options tls;
 };
 
-// One Redis command (or several, pipelined as one request), formatted at construction.
-// Throws std::system_error(errc::invalid_argument) for an empty command, and for commands that
-// do not answer exactly once (SUBSCRIBE and friends, MONITOR, SYNC, CLIENT REPLY), which would
-// pair later replies with the wrong requests on the shared connection.
+/// One Redis command (or several, pipelined as one request), formatted at construction.
+/// Throws std::system_error(errc::invalid_argument) for an empty command, and for commands that
+/// do not answer exactly once (SUBSCRIBE and friends, MONITOR, SYNC, CLIENT REPLY), which would
+/// pair later replies with the wrong requests on the shared connection.
 class DLOCK_EXPORT command {
  public:
+  /// Formats `args`, the command's name and arguments: `command{"GET", key}`.
   command(std::initializer_list<std::string_view> args);
+  /// The same, for arguments assembled at run time.
   explicit command(std::span<const std::string> args);
-  explicit command(std::span<const std::string_view> args);
+  explicit command(std::span<const std::string_view> args);  ///< the same, for string views
 
-  // Appends another command; the request then completes with an array of all replies.
+  /// Appends another command; the request then completes with an array of all replies.
   command& then(std::initializer_list<std::string_view> args);
-  command& then(std::span<const std::string> args);
+  command& then(std::span<const std::string> args);  ///< the same, for a run-time list
 
+  /// The request as it goes on the wire: each command in RESP.
   const std::string& bytes() const noexcept { return bytes_; }
+  /// How many commands it holds, and so how many replies it gets.
   std::size_t size() const noexcept { return count_; }
-  // Some command in it changes its connection's state (SELECT, AUTH, HELLO, RESET, QUIT,
-  // MULTI/EXEC/DISCARD, WATCH/UNWATCH, READONLY/READWRITE/ASKING, CLIENT TRACKING/CACHING/
-  // SETNAME/SETINFO/NO-EVICT/NO-TOUCH): a client refuses to run it (see client::exec).
+  /// Some command in it changes its connection's state (SELECT, AUTH, HELLO, RESET, QUIT,
+  /// MULTI/EXEC/DISCARD, WATCH/UNWATCH, READONLY/READWRITE/ASKING, CLIENT
+  /// TRACKING/CACHING/SETNAME/SETINFO/NO-EVICT/NO-TOUCH): a client refuses to run it (see
+  /// client::exec).
   bool changes_session() const noexcept { return changes_session_; }
 
  private:
@@ -92,25 +101,31 @@ class DLOCK_EXPORT command {
   bool changes_session_ = false;
 };
 
+/// A cheap copyable handle to one pipelined connection to a Redis node; copies share the
+/// connection. Thread-safe: see client.hpp for the threads that run I/O and completions.
 class DLOCK_EXPORT client {
  public:
-  // Parses the URL (see parse_endpoint) and prepares the connection; connects lazily, on the
-  // first request. Throws std::system_error: errc::invalid_argument on a bad URL,
-  // errc::tls_error when a TLS file of options.tls cannot be loaded.
+  /// Parses the URL (see parse_endpoint) and prepares the connection; connects lazily, on the
+  /// first request. Throws std::system_error: errc::invalid_argument on a bad URL,
+  /// errc::tls_error when a TLS file of options.tls cannot be loaded.
   explicit client(std::string_view url, client_options options = {});
+  /// The same, for an endpoint already parsed.
   explicit client(endpoint where, client_options options = {});
 
+  /// The node, with the credentials of options() applied.
   const endpoint& where() const noexcept;
+  /// The options the client was created with.
   const client_options& options() const noexcept;
+  /// dlock's I/O executor, where async completions run unless the handler names another.
   detail::io_executor get_executor() const noexcept;
 
-  // Sends a command and completes with its reply, or with an array of replies for a pipelined
-  // command. Signature void(std::error_code, reply). An error reply from the server completes
-  // with its errc (wrong_type, no_permission, ...) and the reply carries the server's text.
-  // timeout, connection_lost: the command may have run. node_unreachable: it was not sent.
-  // invalid_argument, nothing sent: a command that would change the shared connection's state
-  // (command::changes_session()), under every lock of this client; set the database and user
-  // in the URL or client_options, and use dlock::transaction for WATCH/MULTI/EXEC.
+  /// Sends a command and completes with its reply, or with an array of replies for a pipelined
+  /// command. Signature void(std::error_code, reply). An error reply from the server completes
+  /// with its errc (wrong_type, no_permission, ...) and the reply carries the server's text.
+  /// timeout, connection_lost: the command may have run. node_unreachable: it was not sent.
+  /// invalid_argument, nothing sent: a command that would change the shared connection's state
+  /// (command::changes_session()), under every lock of this client; set the database and user
+  /// in the URL or client_options, and use dlock::transaction for WATCH/MULTI/EXEC.
   template <class CompletionToken>
   auto async_exec(command cmd, CompletionToken&& token) {
     return detail::initiate<void(std::error_code, reply)>(
@@ -120,12 +135,13 @@ class DLOCK_EXPORT client {
         });
   }
 
-  // Blocking forms. The first sets ec; the second throws std::system_error.
+  /// Blocking form of async_exec(): returns the reply and sets ec.
   reply exec(command cmd, std::error_code& ec);
+  /// Blocking form of async_exec(); throws std::system_error on failure.
   reply exec(command cmd);
 
-  // Closes the connection; requests in flight complete with errc::cancelled. A later request
-  // reconnects.
+  /// Closes the connection; requests in flight complete with errc::cancelled. A later request
+  /// reconnects.
   void disconnect();
 
  private:
@@ -146,7 +162,7 @@ class DLOCK_EXPORT client {
   bool dedicated_ = false;  // not shared: commands that change the session are allowed
 };
 
-// Maps an error reply's text ("WRONGTYPE ...", "NOPERM ...") to an errc.
+/// Maps an error reply's text ("WRONGTYPE ...", "NOPERM ...") to an errc.
 DLOCK_EXPORT std::error_code error_from_reply(const reply& r) noexcept;
 
 }  // namespace dlock

@@ -1,4 +1,5 @@
-// dlock/dlock.hpp: everything of dlock's API in one include.
+/// @file
+/// dlock/dlock.hpp: everything of dlock's API in one include.
 #pragma once
 
 #include "dlock/client.hpp"

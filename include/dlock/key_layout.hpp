@@ -1,31 +1,36 @@
-// dlock/key_layout.hpp: the Redis keys dlock keeps for a lock or a semaphore name.
-//   hash_slot           the Redis Cluster slot of a key
-//   lock_keys           a lock's own key (its name, unchanged) and its companion keys
-//   semaphore_keys      a semaphore's keys, for either variant (it has no key of its own)
-//   high_fence_key      where dlock::fenced_set keeps the highest token of a data key
-//   holder_key          the `dlock` CLI's note of who holds a lock
-//   is_companion_key    whether a key is one of those companions (no lock may use one)
-// Pure functions; thread-safe.
-//
-// Every companion key is E(name) + a fixed suffix (":fence", ":waiters", ":sem:holders" ...).
-// No suffix contains '}', and E(name) always ends with '}':
-//   E(name) = name + "{}"               when the name has a hash tag ("a{b}c" keeps its tag b);
-//           = "{" + name + "}"          when it has none and contains no '}' (most names);
-//           = "{" + F + "}" + name + "}}"  otherwise ("a}b", "a{}b", the empty name), where F is
-//                                       the first four characters of '@'..'O' that hash to
-//                                       the name's slot.
-// This gives three properties:
-// - One slot. Every key of a lock or a semaphore hashes to its name's slot. One script can
-//   then touch them all, and Redis Cluster accepts that script.
-// - No sharing. The last '}' of a companion key is the end of E(name), and E can be undone.
-//   So two different (name, suffix) pairs never give the same key, across locks, semaphores,
-//   fenced_set and the CLI. (Before this layout, "x" and "{x}" shared {x}:waiters, and
-//   releasing "x" could hand "{x}" to its waiter.)
-// - Compatible. A plain name keeps the keys of earlier versions ({orders:42}:fence). A lock's
-//   own key is its name, the way other Redis lock libraries store it. A name with a hash tag
-//   gets new companions (orders:{42}{}:fence instead of orders:{42}:fence).
-// A lock name that is itself a companion key, such as "{x}:fence", is refused. So a lock's key
-// never equals a companion key either.
+/// @file
+/// dlock/key_layout.hpp: the Redis keys dlock keeps for a lock or a semaphore name.
+/// - hash_slot:          the Redis Cluster slot of a key
+/// - lock_keys:          a lock's own key (its name, unchanged) and its companion keys
+/// - semaphore_keys:     a semaphore's keys, for either variant (it has no key of its own)
+/// - high_fence_key:     where dlock::fenced_set keeps the highest token of a data key
+/// - holder_key:         the `dlock` CLI's note of who holds a lock
+/// - is_companion_key:   whether a key is one of those companions (no lock may use one)
+///
+/// Pure functions; thread-safe.
+///
+/// Every companion key is E(name) + a fixed suffix (":fence", ":waiters", ":sem:holders" ...).
+/// No suffix contains '}', and E(name) always ends with '}':
+/// ```text
+///   E(name) = name + "{}"               when the name has a hash tag ("a{b}c" keeps its tag b);
+///           = "{" + name + "}"          when it has none and contains no '}' (most names);
+///           = "{" + F + "}" + name + "}}"  otherwise ("a}b", "a{}b", the empty name), where F is
+///                                       the first four characters of '@'..'O' that hash to
+///                                       the name's slot.
+/// ```
+/// This gives three properties:
+/// - One slot. Every key of a lock or a semaphore hashes to its name's slot. One script can
+///   then touch them all, and Redis Cluster accepts that script.
+/// - No sharing. The last '}' of a companion key is the end of E(name), and E can be undone.
+///   So two different (name, suffix) pairs never give the same key, across locks, semaphores,
+///   fenced_set and the CLI. (Before this layout, "x" and "{x}" shared {x}:waiters, and
+///   releasing "x" could hand "{x}" to its waiter.)
+/// - Compatible. A plain name keeps the keys of earlier versions ({orders:42}:fence). A lock's
+///   own key is its name, the way other Redis lock libraries store it. A name with a hash tag
+///   gets new companions (orders:{42}{}:fence instead of orders:{42}:fence).
+///
+/// A lock name that is itself a companion key, such as "{x}:fence", is refused. So a lock's key
+/// never equals a companion key either.
 #pragma once
 
 #include <cstdint>
@@ -36,52 +41,54 @@
 
 namespace dlock {
 
-// The slot Redis Cluster gives `key`: CRC16 (XMODEM) mod 16384 of its hash tag, or of the
-// whole key when it has no tag. The hash tag is the text between the first '{' and the first
-// '}' after it, if that text is not empty.
+/// The slot Redis Cluster gives `key`: CRC16 (XMODEM) mod 16384 of its hash tag, or of the
+/// whole key when it has no tag. The hash tag is the text between the first '{' and the first
+/// '}' after it, if that text is not empty.
 DLOCK_EXPORT std::uint16_t hash_slot(std::string_view key) noexcept;
 
+/// A lock's keys: its own key and its companions, which follow E(key).
 struct lock_keys {
-  std::string key;          // the lock: value = owner "<acquisition id>.<round>", PX = TTL
-  std::string fence;        // the fencing counter; never expires
-  std::string waiters;      // the waiter queue: acquisition id -> ticket
-  std::string waiter_info;  // acquisition id -> "<deadline ms> <wake channel>[ <ttl ms> <round>]"
-  std::string tickets;      // the queue's ticket counter
+  std::string key;          ///< the lock: value = owner "<acquisition id>.<round>", PX = TTL
+  std::string fence;        ///< the fencing counter; never expires
+  std::string waiters;      ///< the waiter queue: acquisition id -> ticket
+  std::string waiter_info;  ///< acquisition id -> "<deadline ms> <wake channel>[ <ttl ms> <round>]"
+  std::string tickets;      ///< the queue's ticket counter
 };
 
-// The keys of the lock whose key (key_prefix + name) is `key`.
+/// The keys of the lock whose key (key_prefix + name) is `key`.
 DLOCK_EXPORT lock_keys lock_keys_for(std::string_view key);
 
-// A semaphore's keys, by variant (semaphore_options::fair); the suffixes follow E(key):
-// |             | unfair           | fair                                              |
-// | expiries    | :sem:holders     | :fairsem:timeouts (holders' and waiters' expiries) |
-// | owners      | (empty string)   | :fairsem:owners (the queue: token -> ticket)       |
-// | weights     | :sem:weights     | :fairsem:weights                                  |
-// | fence       | :sem:fence       | :fairsem:fence                                    |
-// | waiters     | :sem:waiters     | the owners key again                              |
-// | waiter_info | :sem:waiter-info | :fairsem:waiter-info                              |
-// | tickets     | :sem:tickets     | :fairsem:counter                                  |
+/// A semaphore's keys, by variant (semaphore_options::fair); the suffixes follow E(key):
+/// |             | unfair           | fair                                              |
+/// |-------------|------------------|---------------------------------------------------|
+/// | expiries    | :sem:holders     | :fairsem:timeouts (holders' and waiters' expiries) |
+/// | owners      | (empty string)   | :fairsem:owners (the queue: token -> ticket)       |
+/// | weights     | :sem:weights     | :fairsem:weights                                  |
+/// | fence       | :sem:fence       | :fairsem:fence                                    |
+/// | waiters     | :sem:waiters     | the owners key again                              |
+/// | waiter_info | :sem:waiter-info | :fairsem:waiter-info                              |
+/// | tickets     | :sem:tickets     | :fairsem:counter                                  |
 struct semaphore_keys {
-  std::string expiries;     // sorted set: owner token -> expiry in server ms
-  std::string owners;       // sorted set: owner token -> ticket
-  std::string weights;      // hash: owner token -> permits, for entries of more than one
-  std::string fence;        // the fencing counter, drawn at each grant; never expires
-  std::string waiters;      // who a release wakes, in ticket order
-  std::string waiter_info;  // queued waiters: token -> "<deadline ms>[ <channel>[ woken]]"
-  std::string tickets;      // the counter that hands out the queue's tickets
+  std::string expiries;     ///< sorted set: owner token -> expiry in server ms
+  std::string owners;       ///< sorted set: owner token -> ticket
+  std::string weights;      ///< hash: owner token -> permits, for entries of more than one
+  std::string fence;        ///< the fencing counter, drawn at each grant; never expires
+  std::string waiters;      ///< who a release wakes, in ticket order
+  std::string waiter_info;  ///< queued waiters: token -> "<deadline ms>[ <channel>[ woken]]"
+  std::string tickets;      ///< the counter that hands out the queue's tickets
 };
 
-// The keys of the semaphore whose key (key_prefix + name) is `key`.
+/// The keys of the semaphore whose key (key_prefix + name) is `key`.
 DLOCK_EXPORT semaphore_keys semaphore_keys_for(std::string_view key, bool fair);
 
-// Where dlock::fenced_set keeps the highest token that wrote `data_key`.
+/// Where dlock::fenced_set keeps the highest token that wrote `data_key`.
 DLOCK_EXPORT std::string high_fence_key(std::string_view data_key);
 
-// The `dlock` CLI's advisory note of who holds the lock `lock_key`. Only the CLI writes it.
+/// The `dlock` CLI's advisory note of who holds the lock `lock_key`. Only the CLI writes it.
 DLOCK_EXPORT std::string holder_key(std::string_view lock_key);
 
-// True when `key` is a companion key of some name: a key that the functions above return,
-// other than a lock's own key. dlock::mutex refuses such a lock key (errc::invalid_argument).
+/// True when `key` is a companion key of some name: a key that the functions above return,
+/// other than a lock's own key. dlock::mutex refuses such a lock key (errc::invalid_argument).
 DLOCK_EXPORT bool is_companion_key(std::string_view key);
 
 }  // namespace dlock

@@ -1,17 +1,20 @@
-// dlock/mutex.hpp: a distributed mutex over one Redis node or N independent ones (Redlock).
-//   mutex  Lockable + TimedLockable facade (works with std::unique_lock, std::scoped_lock),
-//          lease-returning acquire(), and async_acquire() for any Asio completion token
-// One concept for both deployments: with one client it is the classic single-instance lock
-// (SET NX PX + compare-and-delete), with N it runs Redlock's quorum round over all N at once.
-// Thread-safety: a mutex object may be shared by threads of one process; like std::mutex it is
-// not reentrant (a second lock() from the holder's process waits for the first unlock()). The
-// Lockable calls keep one lease per thread: unlock() releases the calling thread's own
-// acquisition only, never one another thread made after the caller's lease ran out; as with
-// std::mutex, the thread that locked must be the one that unlocks.
-//
-// |      | try_lock()               | unlock()                 | validity ends / lease lost  |
-// | Free | Held, or false if taken  | no-op                    | -                           |
-// | Held | false (not reentrant)    | Free (best effort)       | Lost: the lease's lost()    |
+/// @file
+/// dlock/mutex.hpp: a distributed mutex over one Redis node or N independent ones (Redlock).
+/// - mutex:  Lockable + TimedLockable facade (works with std::unique_lock, std::scoped_lock),
+///           lease-returning acquire(), and async_acquire() for any Asio completion token
+///
+/// One concept for both deployments: with one client it is the classic single-instance lock
+/// (SET NX PX + compare-and-delete), with N it runs Redlock's quorum round over all N at once.
+/// Thread-safety: a mutex object may be shared by threads of one process; like std::mutex it is
+/// not reentrant (a second lock() from the holder's process waits for the first unlock()). The
+/// Lockable calls keep one lease per thread: unlock() releases the calling thread's own
+/// acquisition only, never one another thread made after the caller's lease ran out; as with
+/// std::mutex, the thread that locked must be the one that unlocks.
+///
+/// |      | try_lock()               | unlock()                 | validity ends / lease lost  |
+/// |------|--------------------------|--------------------------|-----------------------------|
+/// | Free | Held, or false if taken  | no-op                    | -                           |
+/// | Held | false (not reentrant)    | Free (best effort)       | Lost: the lease's lost()    |
 #pragma once
 
 #include <chrono>
@@ -35,49 +38,57 @@ class lock_core;
 struct access;  // the library's way in to the private cores (src/access.hpp)
 }
 
+/// A distributed mutex over one Redis node or N independent ones (Redlock): lease-returning
+/// acquire() and async_acquire(), and the Lockable + TimedLockable calls that std::unique_lock
+/// uses. mutex.hpp has its states and what threads may share.
 class DLOCK_EXPORT mutex {
  public:
-  using clock = std::chrono::steady_clock;
+  using clock = std::chrono::steady_clock;  ///< the clock of deadlines and validity
 
-  // Throws std::system_error(errc::invalid_argument), before any I/O, for: no nodes, an empty
-  // name, a key longer than max_key_bytes, a key that is another name's companion key
-  // (is_companion_key in dlock/key_layout.hpp, such as "{x}:fence"), a TTL outside
-  // 1 ms..max_ttl, a negative delay or timeout, a drift_factor outside 0..0.5. With N nodes the
-  // quorum is N/2 + 1; use N >= 3 odd.
+  /// The lock `name` on one node; its key is key_prefix + name. Throws
+  /// std::system_error(errc::invalid_argument), before any I/O, for: no nodes, an empty
+  /// name, a key longer than max_key_bytes, a key that is another name's companion key
+  /// (is_companion_key in dlock/key_layout.hpp, such as "{x}:fence"), a TTL outside
+  /// 1 ms..max_ttl, a negative delay or timeout, a drift_factor outside 0..0.5.
   mutex(client node, std::string name, lock_options options = {});
+  /// The same over N independent nodes (Redlock). The quorum is N/2 + 1; use N >= 3 odd.
   mutex(std::vector<client> nodes, std::string name, lock_options options = {});
-  ~mutex();  // releases a lease still held through lock()/try_lock*()
+  ~mutex();  ///< releases a lease still held through lock()/try_lock*()
 
   mutex(const mutex&) = delete;
   mutex& operator=(const mutex&) = delete;
 
-  // --- Lease-returning API ------------------------------------------------------------------
-  // Makes 1 + retry_count rounds, sleeping retry_delay (jittered) between them. Blocks. On
-  // failure the lease is empty and ec says why: not_acquired (held by another), quorum_not_reached,
-  // lease_expired (the round took longer than the TTL allows), or a node error when every node
-  // failed the same way (wrong_type, auth_failed, ...). `nodes`, when not null, gets the last
-  // round's votes.
+  /// @name Lease-returning API
+  /// @{
+
+  /// Makes 1 + retry_count rounds, sleeping retry_delay (jittered) between them. Blocks. On
+  /// failure the lease is empty and ec says why: not_acquired (held by another),
+  /// quorum_not_reached, lease_expired (the round took longer than the TTL allows), or a node
+  /// error when every node failed the same way (wrong_type, auth_failed, ...).
   lease acquire(std::error_code& ec);
+  /// As above; `nodes`, when not null, gets the last round's votes.
   lease acquire(node_results* nodes, std::error_code& ec);
-  lease acquire();  // throws std::system_error on failure
-  // One round, no retry.
+  lease acquire();  ///< as above; throws std::system_error on failure
+  /// One round, no retry.
   lease try_acquire(std::error_code& ec);
+  /// One round, no retry; `nodes`, when not null, gets its votes.
   lease try_acquire(node_results* nodes, std::error_code& ec);
-  // Rounds until acquired or `deadline` (a steady_clock time point) passes.
+  /// Rounds until acquired or `deadline` (a steady_clock time point) passes.
   lease acquire_until(clock::time_point deadline, std::error_code& ec);
+  /// As above; `nodes`, when not null, gets the last round's votes.
   lease acquire_until(clock::time_point deadline, node_results* nodes, std::error_code& ec);
-  // The same, ended early by `control` (a stop request: cancelled), which also hears of each
-  // failed round. Waits in the queue like any waiter, so a release hands the lock over.
+  /// The same, ended early by `control` (a stop request: cancelled), which also hears of each
+  /// failed round. Waits in the queue like any waiter, so a release hands the lock over.
   lease acquire_until(clock::time_point deadline, const wait_control& control, node_results* nodes,
                       std::error_code& ec);
 
-  // A lease for a token that another process obtained (`dlock acquire` prints it), so this one
-  // can extend or release it. Nothing is checked until then: with a wrong token, release()
-  // returns not_held and extend() lease_lost, and the real holder's key is untouched. The
-  // validity is unknown, so valid_until() starts at now.
+  /// A lease for a token that another process obtained (`dlock acquire` prints it), so this one
+  /// can extend or release it. Nothing is checked until then: with a wrong token, release()
+  /// returns not_held and extend() lease_lost, and the real holder's key is untouched. The
+  /// validity is unknown, so valid_until() starts at now.
   lease adopt(std::string token, std::uint64_t fencing_token = 0);
 
-  // Asynchronous acquire(): signature void(std::error_code, lease).
+  /// Asynchronous acquire(): signature void(std::error_code, lease).
   template <class CompletionToken>
   auto async_acquire(CompletionToken&& token) {
     return detail::initiate<void(std::error_code, lease)>(
@@ -86,41 +97,49 @@ class DLOCK_EXPORT mutex {
           start_acquire(clock::time_point::max(), attempts_for_acquire(), std::move(h));
         });
   }
+  /// @}
 
-  // --- Lockable / TimedLockable ----------------------------------------------------------------
-  // lock() waits until acquired (retrying while held by another or while nodes are down) and
-  // throws std::system_error only for errors that retrying cannot cure (auth, ACL, wrong type,
-  // protocol). try_lock() is one round. The _for/_until forms retry until the deadline; deadlines
-  // of other clocks are converted to steady_clock once, on entry.
+  /// @name Lockable / TimedLockable
+  /// One lease per thread, kept by the mutex (see current_lease()).
+  /// @{
+
+  /// Waits until acquired (retrying while held by another or while nodes are down). Throws
+  /// std::system_error only for errors that retrying cannot cure (auth, ACL, wrong type,
+  /// protocol).
   void lock();
+  /// One round: false when not acquired (last_error() says why).
   [[nodiscard]] bool try_lock();
+  /// Retries until acquired or `d` has passed.
   template <class Rep, class Period>
   [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
     return try_lock_until(clock::now() + std::chrono::ceil<clock::duration>(d));
   }
+  /// Retries until acquired or `tp` passes; a deadline of another clock is converted to
+  /// steady_clock once, on entry.
   template <class Clock, class Duration>
   [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& tp) {
     return lock_until(clock::now() + std::chrono::ceil<clock::duration>(tp - Clock::now()));
   }
-  // Releases the lease the calling thread took by lock()/try_lock*(). Never throws; see
-  // last_error(): not_held when this thread holds nothing, lease_expired (or lease_lost) when
-  // its lease had run out (or was lost) before, so that another owner may have held the lock
-  // meanwhile, quorum_not_reached when a quorum of nodes may still hold the key until it expires.
+  /// Releases the lease the calling thread took by lock()/try_lock*(). Never throws; see
+  /// last_error(): not_held when this thread holds nothing, lease_expired (or lease_lost) when
+  /// its lease had run out (or was lost) before, so that another owner may have held the lock
+  /// meanwhile, quorum_not_reached when a quorum of nodes may still hold the key until it expires.
   void unlock() noexcept;
 
-  // The lease the calling thread holds through the Lockable API, or nullptr. Valid until this
-  // thread's unlock().
+  /// The lease the calling thread holds through the Lockable API, or nullptr. Valid until this
+  /// thread's unlock().
   const lease* current_lease() const noexcept;
-  // The error of the calling thread's last Lockable call (try_lock's reason, unlock's
-  // failure), or none.
+  /// The error of the calling thread's last Lockable call (try_lock's reason, unlock's
+  /// failure), or none.
   std::error_code last_error() const noexcept;
-  // The per-node votes of the calling thread's last Lockable round.
+  /// The per-node votes of the calling thread's last Lockable round.
   node_results last_results() const;
+  /// @}
 
-  // The key in Redis: key_prefix + name.
+  /// The key in Redis: key_prefix + name.
   const std::string& key() const noexcept;
-  std::size_t node_count() const noexcept;
-  // dlock's I/O executor, where async completions run unless the handler names another.
+  std::size_t node_count() const noexcept;  ///< how many nodes it runs on (1: single instance)
+  /// dlock's I/O executor, where async completions run unless the handler names another.
   detail::io_executor get_executor() const noexcept;
 
  private:

@@ -1,18 +1,19 @@
-//! @file
-//! dlock/observer.hpp: hooks for metrics, tracing and logs.
-//!   observer      what dlock reports as it works: acquisitions, releases, renewals, lost
-//!                 leases, each node request and connection; override what you need
-//!   set_observer  installs one observer for the whole process (none by default)
-//!   log_sink      where dlock's log lines go; set_log_sink installs one (none by default:
-//!                 the library never writes to stderr itself)
-//! With neither installed, each hook costs one atomic load and a branch. The events are
-//! plain values that borrow their strings for the duration of the call.
-//!
-//! Thread safety: set_observer and set_log_sink may be called from any thread at any time.
-//! An observer's functions and the sink are called from dlock's I/O thread and from threads
-//! that call blocking dlock functions, concurrently: they must be thread-safe, quick, must not
-//! block and must not call blocking dlock functions. An exception they throw ends the process
-//! (they are called from noexcept paths).
+/// @file
+/// dlock/observer.hpp: hooks for metrics, tracing and logs.
+/// - observer:      what dlock reports as it works: acquisitions, releases, renewals, lost
+///                  leases, each node request and connection; override what you need
+/// - set_observer:  installs one observer for the whole process (none by default)
+/// - log_sink:      where dlock's log lines go; set_log_sink installs one (none by default:
+///                  the library never writes to stderr itself)
+///
+/// With neither installed, each hook costs one atomic load and a branch. The events are
+/// plain values that borrow their strings for the duration of the call.
+///
+/// Thread safety: set_observer and set_log_sink may be called from any thread at any time.
+/// An observer's functions and the sink are called from dlock's I/O thread and from threads
+/// that call blocking dlock functions, concurrently: they must be thread-safe, quick, must not
+/// block and must not call blocking dlock functions. An exception they throw ends the process
+/// (they are called from noexcept paths).
 #pragma once
 
 #include <chrono>
@@ -39,8 +40,8 @@ DLOCK_EXPORT std::string_view to_string(primitive p) noexcept;
 /// One acquisition ended: acquire(), try_lock(), try_acquire_for() and friends, sync or
 /// async. One event per call, however many attempts it made.
 struct acquire_event {
-  std::string_view key;  ///< the lock's or semaphore's key (key_prefix + name)
-  primitive what = primitive::lock;
+  std::string_view key;              ///< the lock's or semaphore's key (key_prefix + name)
+  primitive what = primitive::lock;  ///< a lock's or a semaphore's
   std::error_code ec;    ///< empty: acquired; else why not (not_acquired, cancelled, ...)
   failure_kind kind = failure_kind::contention;  ///< what a failure means; contention if acquired
   int attempts = 0;      ///< rounds made, the granting one included
@@ -50,15 +51,15 @@ struct acquire_event {
 
 /// A release ended (lease::release(), its destructor, unlock(), async release).
 struct release_event {
-  std::string_view key;
-  primitive what = primitive::lock;
+  std::string_view key;              ///< the lock's or semaphore's key
+  primitive what = primitive::lock;  ///< a lock's or a semaphore's
   std::error_code ec;  ///< empty: released; not_held: it was gone already; else the failure
 };
 
 /// A renewal by a lease's keep-alive (the watchdog) ended. Manual extends are not renewals.
 struct renewal_event {
-  std::string_view key;
-  primitive what = primitive::lock;
+  std::string_view key;              ///< the lock's or semaphore's key
+  primitive what = primitive::lock;  ///< a lock's or a semaphore's
   std::error_code ec;  ///< empty: renewed; lease_lost: it was gone; else a failure, retried
   /// How late the renewal went out after its planned time (an overloaded I/O thread, or a
   /// process that was paused, shows here first).
@@ -68,8 +69,8 @@ struct renewal_event {
 
 /// A lease was lost: its lost() token fired. Once per lease.
 struct lease_lost_event {
-  std::string_view key;
-  primitive what = primitive::lock;
+  std::string_view key;              ///< the lock's or semaphore's key
+  primitive what = primitive::lock;  ///< a lock's or a semaphore's
   /// lease_lost (the servers say it is another's or gone) or lease_expired (validity ran
   /// out before a renewal succeeded).
   std::error_code reason;
@@ -84,14 +85,15 @@ struct node_request_event {
 
 /// A connection to a node changed state.
 struct connection_event {
+  /// What happened to the connection.
   enum class change {
     connected,       ///< connected and ready (after AUTH/SELECT/TLS)
     connect_failed,  ///< a connect failed; requests fail fast until the backoff passes
     dropped,         ///< a ready connection broke (reset, timeout, protocol error)
   };
-  std::string_view node;
-  change what = change::connected;
-  std::error_code ec;  ///< why, for connect_failed and dropped
+  std::string_view node;            ///< the endpoint, as endpoint::to_string() writes it
+  change what = change::connected;  ///< what happened
+  std::error_code ec;               ///< why, for connect_failed and dropped
 };
 
 /// "connected", "connect_failed" or "dropped".

@@ -1,6 +1,9 @@
-// dlock/options.hpp: the knobs of a lock, as an aggregate for designated initializers:
-//   dlock::mutex lock{nodes, "orders:42", {.ttl = 10s, .retry_delay = 50ms}};
-// Plain values; thread-safe.
+/// @file
+/// dlock/options.hpp: the knobs of a lock, as an aggregate for designated initializers:
+/// ```
+/// dlock::mutex lock{nodes, "orders:42", {.ttl = 10s, .retry_delay = 50ms}};
+/// ```
+/// Plain values; thread-safe.
 #pragma once
 
 #include <chrono>
@@ -12,52 +15,55 @@
 
 namespace dlock {
 
+/// The knobs of a mutex: TTL, retry pacing, node timeout, drift, key prefix, wake-ups and
+/// fairness. An aggregate, for designated initializers.
 struct lock_options {
-  // How long the servers keep the lock if its holder vanishes. Valid: 1 ms to 30 days.
+  /// How long the servers keep the lock if its holder vanishes. Valid: 1 ms to 30 days.
   std::chrono::milliseconds ttl{10'000};
-  // Between two attempts the locker sleeps a random time in [retry_delay/2, retry_delay],
-  // so that contending lockers do not retry in lock-step.
+  /// Between two attempts the locker sleeps a random time in [retry_delay/2, retry_delay],
+  /// so that contending lockers do not retry in lock-step.
   std::chrono::milliseconds retry_delay{50};
-  // acquire() makes 1 + retry_count attempts. try_lock_for/until retry until their deadline;
-  // lock() until it succeeds.
+  /// acquire() makes 1 + retry_count attempts. try_lock_for/until retry until their deadline;
+  /// lock() until it succeeds.
   int retry_count = 3;
-  // Deadline for each node's answer in a round; a hung node is skipped after it. 0 picks
-  // min(ttl / 10, the client's request_timeout).
+  /// Deadline for each node's answer in a round; a hung node is skipped after it. 0 picks
+  /// min(ttl / 10, the client's request_timeout).
   std::chrono::milliseconds node_timeout{0};
-  // Clock drift allowance: drift = ttl * drift_factor + 2 ms. Valid: 0 to 0.5.
+  /// Clock drift allowance: drift = ttl * drift_factor + 2 ms. Valid: 0 to 0.5.
   double drift_factor = 0.01;
-  // Prepended to the lock's name to form the key.
+  /// Prepended to the lock's name to form the key.
   std::string key_prefix;
-  // A waiter queues on the nodes and the release wakes the first one through pub/sub, so a
-  // freed lock passes on within about a round trip; retry_delay remains the backstop for a lost
-  // wake-up. Off: plain polling every retry_delay (for servers without pub/sub).
+  /// A waiter queues on the nodes and the release wakes the first one through pub/sub, so a
+  /// freed lock passes on within about a round trip; retry_delay remains the backstop for a lost
+  /// wake-up. Off: plain polling every retry_delay (for servers without pub/sub).
   bool wake_on_release = true;
-  // First come, first served: the lock goes to waiters in arrival order, and newcomers do not
-  // barge in. Needs wake_on_release and a single node (with N nodes each node's queue could
-  // name a different head, and no waiter would reach a quorum).
+  /// First come, first served: the lock goes to waiters in arrival order, and newcomers do not
+  /// barge in. Needs wake_on_release and a single node (with N nodes each node's queue could
+  /// name a different head, and no waiter would reach a quorum).
   bool fair = false;
 };
 
-// Limits checked before any I/O.
+/// Limits checked before any I/O: the longest key (key_prefix + name), in bytes.
 inline constexpr std::size_t max_key_bytes = 1024;
+/// The longest TTL: 30 days.
 inline constexpr std::chrono::milliseconds max_ttl{30LL * 24 * 3600 * 1000};
 
-// What a wait reports between two attempts (wait_control::on_retry).
+/// What a wait reports between two attempts (wait_control::on_retry).
 struct wait_progress {
-  std::chrono::steady_clock::duration waited{};  // since the wait began
-  int attempts = 0;                              // made so far
-  std::error_code last_error;                    // why the last one failed
-  failure_kind kind = failure_kind::contention;  // what that failure means
-  const node_results* votes = nullptr;           // the last attempt's, per node
+  std::chrono::steady_clock::duration waited{};  ///< since the wait began
+  int attempts = 0;                              ///< made so far
+  std::error_code last_error;                    ///< why the last one failed
+  failure_kind kind = failure_kind::contention;  ///< what that failure means
+  const node_results* votes = nullptr;           ///< the last attempt's, per node
 };
 
-// Control over a blocking wait (mutex::acquire_until, semaphore::acquire_until), for callers
-// that must end it from outside, or show what it waits for (the `dlock` command does both).
+/// Control over a blocking wait (mutex::acquire_until, semaphore::acquire_until), for callers
+/// that must end it from outside, or show what it waits for (the `dlock` command does both).
 struct wait_control {
-  // A stop request ends the wait with errc::cancelled, leaving nothing held or queued.
+  /// A stop request ends the wait with errc::cancelled, leaving nothing held or queued.
   std::stop_token stop;
-  // Runs on dlock's I/O thread after each failed attempt that another will follow; returning
-  // false ends the wait with that attempt's error. Keep it short; it must not block.
+  /// Runs on dlock's I/O thread after each failed attempt that another will follow; returning
+  /// false ends the wait with that attempt's error. Keep it short; it must not block.
   std::function<bool(const wait_progress&)> on_retry;
 };
 

@@ -1,29 +1,34 @@
-//! @file
-//! dlock/prometheus.hpp: a ready observer that counts in Prometheus' terms.
-//!   prometheus_options  whether the metrics carry the key as a label
-//!   prometheus_metrics  counters and histograms of every dlock event, rendered in the text
-//!                       exposition format (version 0.0.4), or written to a file for
-//!                       node_exporter's textfile collector
-//! Install it with set_observer; the metrics count from then on:
-//!   auto metrics = std::make_shared<dlock::prometheus_metrics>();
-//!   dlock::set_observer(metrics);
-//!   ... serve metrics->render() on /metrics, or metrics->write_textfile(path) now and then
-//! Thread-safe: events may arrive on any thread while render() runs on another.
-//!
-//! The metrics (`primitive` is lock or semaphore; `result` is "ok" or an errc's name, see
-//! to_string(errc); with key_label, the first nine also carry `key`):
-//! | dlock_acquisitions_total{primitive,result}         | counter: acquisitions ended      |
-//! | dlock_acquire_attempts_total{primitive}             | counter: rounds they made        |
-//! | dlock_acquire_wait_seconds{primitive,result}        | histogram: call to outcome       |
-//! | dlock_handoffs_total{primitive}                     | counter: granted by a handoff    |
-//! | dlock_releases_total{primitive,result}              | counter: releases ended          |
-//! | dlock_renewals_total{primitive,result}              | counter: keep-alive renewals     |
-//! | dlock_renewal_lag_seconds{primitive}                | histogram: lateness of renewals  |
-//! | dlock_renewal_duration_seconds{primitive}           | histogram: send to verdict       |
-//! | dlock_leases_lost_total{primitive,reason}           | counter: leases lost             |
-//! | dlock_node_requests_total{node,result}              | counter: requests per node       |
-//! | dlock_node_request_duration_seconds{node}           | histogram: submission to reply   |
-//! | dlock_node_connection_events_total{node,event}      | counter: connected, connect_failed, dropped |
+/// @file
+/// dlock/prometheus.hpp: a ready observer that counts in Prometheus' terms.
+/// - prometheus_options:  whether the metrics carry the key as a label
+/// - prometheus_metrics:  counters and histograms of every dlock event, rendered in the text
+///                        exposition format (version 0.0.4), or written to a file for
+///                        node_exporter's textfile collector
+///
+/// Install it with set_observer; the metrics count from then on:
+/// ```
+/// auto metrics = std::make_shared<dlock::prometheus_metrics>();
+/// dlock::set_observer(metrics);
+/// // ... serve metrics->render() on /metrics, or metrics->write_textfile(path) now and then
+/// ```
+/// Thread-safe: events may arrive on any thread while render() runs on another.
+///
+/// The metrics (`primitive` is lock or semaphore; `result` is "ok" or an errc's name, see
+/// to_string(errc); with key_label, the first nine also carry `key`):
+/// | metric                                         | what it counts                              |
+/// |------------------------------------------------|---------------------------------------------|
+/// | dlock_acquisitions_total{primitive,result}     | counter: acquisitions ended                 |
+/// | dlock_acquire_attempts_total{primitive}        | counter: rounds they made                   |
+/// | dlock_acquire_wait_seconds{primitive,result}   | histogram: call to outcome                  |
+/// | dlock_handoffs_total{primitive}                | counter: granted by a handoff               |
+/// | dlock_releases_total{primitive,result}         | counter: releases ended                     |
+/// | dlock_renewals_total{primitive,result}         | counter: keep-alive renewals                |
+/// | dlock_renewal_lag_seconds{primitive}           | histogram: lateness of renewals             |
+/// | dlock_renewal_duration_seconds{primitive}      | histogram: send to verdict                  |
+/// | dlock_leases_lost_total{primitive,reason}      | counter: leases lost                        |
+/// | dlock_node_requests_total{node,result}         | counter: requests per node                  |
+/// | dlock_node_request_duration_seconds{node}      | histogram: submission to reply              |
+/// | dlock_node_connection_events_total{node,event} | counter: connected, connect_failed, dropped |
 #pragma once
 
 #include <memory>
@@ -58,7 +63,7 @@ class DLOCK_EXPORT prometheus_metrics final : public observer {
   /// escaped, and bytes that are not UTF-8 become U+FFFD.
   std::string render() const;
 
-  /// Writes render(), then `extra` (more lines in the same format, e.g. the caller's own
+  /// Writes render(), then `extra` (more lines in the same format, such as the caller's own
   /// gauges), to `path` the way node_exporter's textfile collector needs it: into a
   /// temporary file in the same directory, flushed to disk, then renamed over `path`, so that
   /// a scrape never reads half a file. Returns the error of the step that failed (and

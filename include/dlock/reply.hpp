@@ -1,6 +1,8 @@
-// dlock/reply.hpp: a decoded RESP2 reply.
-//   reply  nil, integer, simple string (status), bulk string, error or array of replies
-// A reply is a plain value: copy it, move it, read it from any thread.
+/// @file
+/// dlock/reply.hpp: a decoded RESP2 reply.
+/// - reply:  nil, integer, simple string (status), bulk string, error or array of replies
+///
+/// A reply is a plain value: copy it, move it, read it from any thread.
 #pragma once
 
 #include <cstdint>
@@ -12,32 +14,42 @@
 
 namespace dlock {
 
+/// A decoded RESP2 reply: nil, integer, simple string (status), bulk string, error or array of
+/// replies. A plain value: copy it, move it, read it from any thread.
 class DLOCK_EXPORT reply {
  public:
-  enum class kind { nil, integer, string, status, error, array };
+  /// The RESP2 type of a reply.
+  enum class kind {
+    nil,      ///< a null bulk string or null array (hiredis's nil)
+    integer,  ///< an integer: integer()
+    string,   ///< a bulk string: str()
+    status,   ///< a simple string, such as OK: str()
+    error,    ///< an error reply, such as "WRONGTYPE ...": str()
+    array     ///< an array of replies: elements()
+  };
 
-  reply() = default;
-  static reply make_nil() { return {}; }
-  static reply make_integer(std::int64_t v);
-  static reply make_string(kind k, std::string_view text);  // string, status or error
-  static reply make_array(std::vector<reply> elements);
+  reply() = default;                                        ///< a nil reply
+  static reply make_nil() { return {}; }                    ///< a nil reply
+  static reply make_integer(std::int64_t v);                ///< an integer reply
+  static reply make_string(kind k, std::string_view text);  ///< string, status or error
+  static reply make_array(std::vector<reply> elements);     ///< an array reply
 
-  kind type() const noexcept { return kind_; }
-  bool is_nil() const noexcept { return kind_ == kind::nil; }
-  bool is_integer() const noexcept { return kind_ == kind::integer; }
-  bool is_error() const noexcept { return kind_ == kind::error; }
-  bool is_array() const noexcept { return kind_ == kind::array; }
-  // Bulk and simple strings both count as strings.
+  kind type() const noexcept { return kind_; }                         ///< the reply's kind
+  bool is_nil() const noexcept { return kind_ == kind::nil; }          ///< type() == kind::nil
+  bool is_integer() const noexcept { return kind_ == kind::integer; }  ///< type() == kind::integer
+  bool is_error() const noexcept { return kind_ == kind::error; }      ///< type() == kind::error
+  bool is_array() const noexcept { return kind_ == kind::array; }      ///< type() == kind::array
+  /// Bulk and simple strings both count as strings.
   bool is_string() const noexcept { return kind_ == kind::string || kind_ == kind::status; }
 
-  // The integer of an integer reply; 0 for other kinds.
+  /// The integer of an integer reply; 0 for other kinds.
   std::int64_t integer() const noexcept { return integer_; }
-  // The text of a string, status or error reply; empty for other kinds.
+  /// The text of a string, status or error reply; empty for other kinds.
   const std::string& str() const noexcept { return text_; }
-  // The elements of an array reply; empty for other kinds.
+  /// The elements of an array reply; empty for other kinds.
   const std::vector<reply>& elements() const noexcept { return elements_; }
 
-  // A short human-readable rendering, for logs and error messages.
+  /// A short human-readable rendering, for logs and error messages.
   std::string to_string() const;
 
  private:
