@@ -198,9 +198,6 @@ struct acquisition::impl {
   int attempts = 1;
   int made = 0;
   bool last = false;  // the attempt begun last cannot be followed by another
-  // The attempt begun last wanted to queue for wake-ups but some node could not take it (its
-  // inbox was not subscribed yet, or the first attempt went out from the caller's thread).
-  bool missed_queue = false;
   std::uint64_t random_state;
   std::uint64_t next_request = 1;
   std::vector<pending> awaited;
@@ -261,14 +258,10 @@ struct acquisition::impl {
   }
 
   bool queues_next(steady::time_point now) const noexcept {
-    // An attempt after which none could start before the deadline is the last. The shortest
-    // sleep is retry_delay / 2 (jitter), or 1 ms where a holder's expiry can bring the next
-    // attempt forward (locks, unfair semaphores: retry_delay_after).
-    bool expiry_hints = lock || !sem->fair;
-    steady::duration shortest = expiry_hints ? steady::duration(milliseconds(1))
-                                             : steady::duration(retry_delay() / 2);
+    // An attempt after which none could start before the deadline is the last: next_sleep
+    // ends a sleep last_attempt_lead before the deadline at the latest.
     return made + 1 < attempts &&
-           (deadline == steady::time_point::max() || now + shortest < deadline);
+           (deadline == steady::time_point::max() || now + acquisition::last_attempt_lead < deadline);
   }
 
   steady::duration retry_delay_after(const node_results& votes) {
@@ -283,30 +276,19 @@ struct acquisition::impl {
     }
     return delay;
   }
-  bool may_retry(steady::time_point now, steady::duration delay, std::error_code ec) const {
-    bool time_left = deadline == steady::time_point::max() || now + delay < deadline;
-    return is_retryable(ec) && made < attempts && time_left;
-  }
-  // The sleep before the next attempt, or nullopt to give up. An attempt that could not queue
-  // where it wanted to is followed by one that can as soon as the inboxes are subscribed (the
-  // driver cuts the sleep short), even when the backstop would end after the deadline; that
-  // sleep then ends at the deadline, where begin_attempt gives up.
+  // The sleep before the next attempt, or nullopt to give up. A backstop that would end past
+  // the deadline is cut to end last_attempt_lead before it, for one last attempt: meanwhile a
+  // release may wake the waiter (or hand it the lock), and the driver cuts a sleep short once
+  // an attempt that could not queue can (its inboxes subscribed). Giving up instead would end
+  // try_lock_for(2s) after one round whenever retry_delay is above 2 s.
   std::optional<steady::duration> next_sleep(steady::time_point now, steady::duration delay,
                                              std::error_code ec) const {
-    if (may_retry(now, delay, ec)) return delay;
-    if (missed_queue && is_retryable(ec) && made < attempts && now < deadline) {
-      return std::min<steady::duration>(delay, deadline - now);
-    }
-    return std::nullopt;
+    if (!is_retryable(ec) || made >= attempts) return std::nullopt;
+    if (deadline == steady::time_point::max() || now + delay < deadline) return delay;
+    auto until_last = deadline - now - acquisition::last_attempt_lead;
+    if (until_last <= steady::duration::zero()) return std::nullopt;
+    return until_last;
   }
-  void note_channels(const std::vector<std::string>& channels, bool wake_on_release) {
-    missed_queue = false;
-    if (last || !wake_on_release) return;
-    for (std::size_t i = 0; i < nodes(); ++i) {
-      if (i >= channels.size() || channels[i].empty()) missed_queue = true;
-    }
-  }
-
   // ---- lock ----
 
   void begin_lock_round(steady::time_point now, const std::vector<std::string>& channels) {
@@ -664,17 +646,15 @@ void acquisition::begin_attempt(steady::time_point now, const std::vector<std::s
   if (s.finished || s.round) return;  // a driver bug; nothing sensible to do
   s.sleep.reset();
   if (s.made > 0 && s.deadline != steady::time_point::max() && now >= s.deadline) {
-    // A sleep that ended at the deadline (next_sleep): no attempt starts after it.
+    // A sleep that ended at the deadline (a late timer): no attempt starts after it.
     if (s.lock) return s.finish_failed(s.last_error, s.last_votes);
     return s.retry_or_give_up(now, {}, s.last_error, true, s.last_votes);
   }
   s.last = !s.queues_next(now);
   ++s.made;
   if (s.lock) {
-    s.note_channels(channels, s.lock->wake_on_release);
     s.begin_lock_round(now, channels);
   } else {
-    s.note_channels(channels, s.sem->wake_on_release);
     s.begin_semaphore_attempt(now, channels);
   }
 }

@@ -117,6 +117,10 @@ class acquisition {
   acquisition& operator=(acquisition&&) noexcept;
   ~acquisition();
 
+  // A sleep that would end past the deadline is cut to end this long before it, for one last
+  // attempt (a queued waiter keeps waiting for a release's wake-up or handoff until then).
+  static constexpr steady::duration last_attempt_lead = std::chrono::milliseconds(1);
+
   // The driver's loop:
   //   1. channels = the wake channel of each node ("" where that node cannot wake us, or when
   //      !queues_next()), then begin_attempt(now, channels);

@@ -116,8 +116,10 @@ TEST_F(ObserverTest, CountsASemaphoresPermits) {
 
 TEST_F(ObserverTest, CountsAHandoffToAQueuedWaiter) {
   mutex a{client_, test_key()};
-  // Polls once a second at most: the release's handoff comes long before the next poll.
-  mutex b{client_, test_key(), {.retry_delay = 1s}};
+  // Polls every 5..10 s: only the release's handoff can grant it in time. (Its first round
+  // found the lock taken, and a next one at 5..10 s could not start before the deadline, so the
+  // wait used to end there, in 0.02 s: LockAcquisitionTest.AWaiterWaitsOutItsDeadline...)
+  mutex b{client_, test_key(), {.retry_delay = 10s}};
   auto held = a.acquire();
   lease got;
   std::error_code ec;

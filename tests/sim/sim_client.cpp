@@ -229,8 +229,9 @@ void sim_client::on_acquisition_reply(std::uint64_t cycle, std::uint64_t id, std
 }
 
 // The engine's sleep is at least retry_delay / 2, or down to the shortest holder's PTTL + 1 ms
-// when that holder expires sooner; shorter only when it ends at the deadline, after which no
-// attempt may go out. The next attempt is held to that floor (checked when it begins).
+// when that holder expires sooner; shorter only when it ends just before the deadline
+// (acquisition::last_attempt_lead) for a last attempt, after which no sleep fits. The next
+// attempt is held to that floor (checked when it begins).
 void sim_client::go_to_sleep(steady::duration sleep) {
   in_attempt_ = false;
   auto t = now();
@@ -238,11 +239,13 @@ void sim_client::go_to_sleep(steady::duration sleep) {
   if (shortest_holder_ttl_ms_) {
     shortest = std::min(shortest, steady::duration(milliseconds(*shortest_holder_ttl_ms_ + 1)));
   }
-  bool ends_at_deadline = deadline_ != steady::time_point::max() && t + sleep >= deadline_;
-  if (sleep < shortest && !ends_at_deadline) {
+  bool ends_before_deadline = deadline_ != steady::time_point::max() &&
+                              t + sleep >= deadline_ - detail::acquisition::last_attempt_lead;
+  if (sleep < shortest && !ends_before_deadline) {
     check_.violation("PACING: " + who() + " told to sleep " + show(sleep) + " after attempt " +
                      std::to_string(acq_->attempts_made()) + ", less than " + show(shortest));
   }
+  shortest = std::min(shortest, sleep);
   next_attempt_floor_ = t + shortest;
   // wake_waiter::sleep: at once when woken during the attempt, or when every inbox is
   // subscribed now although the attempt could not queue everywhere; and it subscribes the

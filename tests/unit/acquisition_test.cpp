@@ -162,10 +162,13 @@ TEST(SemaphoreAcquisitionTest, DeadlineEndsTheWait) {
   answer(a, attempt(a, t0, "ch"), t0 + 10ms, ints({0, 100'000}));
   EXPECT_TRUE(a.take_sleep());
   answer(a, attempt(a, t0 + 80ms, "ch"), t0 + 90ms, ints({0, 100'000}));  // 90 + >= 20 > 100
+  EXPECT_EQ(a.take_sleep(), steady::duration(9ms));  // the last attempt: 1 ms before the end
+  EXPECT_FALSE(a.queues_next(t0 + 99ms));
+  answer(a, attempt(a, t0 + 99ms, "ch"), t0 + 100ms, ints({0, 100'000}));
   EXPECT_FALSE(a.take_sleep());
-  auto cleanup = a.take_requests();  // it queued: the entry must go
+  auto cleanup = a.take_requests();  // it queued before: the entry must go
   ASSERT_EQ(cleanup.size(), 1u);
-  a.on_reply(cleanup[0].id, t0 + 91ms, {}, reply::make_integer(0));
+  a.on_reply(cleanup[0].id, t0 + 101ms, {}, reply::make_integer(0));
   auto o = a.take_outcome();
   ASSERT_TRUE(o);
   EXPECT_EQ(o->ec, errc::not_acquired);
@@ -173,14 +176,15 @@ TEST(SemaphoreAcquisitionTest, DeadlineEndsTheWait) {
 
 TEST(SemaphoreAcquisitionTest, AnAttemptThatCouldNotQueueIsFollowedByOneThatCan) {
   // The first attempt went out without a channel (the inbox was not subscribed yet). The
-  // backstop would end after the deadline, yet the wait goes on until then: the driver cuts the
-  // sleep short once it can queue. If it cannot, no attempt starts at the deadline.
+  // backstop would end after the deadline, yet the wait goes on until 1 ms before it: the
+  // driver cuts the sleep short once it can queue. A timer that fires late, at the deadline,
+  // starts no attempt.
   auto t = base_semaphore();
   acquisition a(t, "tok", 1, t0 + 30ms, INT_MAX, 0);
   answer(a, attempt(a, t0), t0 + 1ms, ints({0, 100'000}));
   auto sleep = a.take_sleep();
   ASSERT_TRUE(sleep);
-  EXPECT_EQ(*sleep, steady::duration(29ms));  // up to the deadline
+  EXPECT_EQ(*sleep, steady::duration(28ms));  // up to the last attempt's start
   a.begin_attempt(t0 + 30ms, {"ch"});
   auto cleanup = a.take_requests();
   ASSERT_EQ(cleanup.size(), 1u);
@@ -214,13 +218,13 @@ TEST(SemaphoreAcquisitionTest, FairWaiterThatGivesUpQueuedMustLeave) {
   acquisition a(t, "tok", 1, t0 + 50ms, INT_MAX, 0);
   auto r = attempt(a, t0, "ch");
   EXPECT_EQ(r.args[4], "150");  // could not know this is the last one
-  answer(a, r, t0 + 45ms, ints({0, 4, 2}));
+  answer(a, r, t0 + 49ms, ints({0, 4, 2}));  // no time left for another attempt
   auto cleanup = a.take_requests();
   ASSERT_EQ(cleanup.size(), 1u);
   EXPECT_EQ(cleanup[0].code, &sem_release_script);
   // Near the deadline the waiter does not ask to be queued at all.
   acquisition near(t, "tok2", 1, t0 + 50ms, INT_MAX, 0);
-  EXPECT_EQ(attempt(near, t0 + 31ms).args[4], "0");
+  EXPECT_EQ(attempt(near, t0 + 49ms).args[4], "0");
 }
 
 TEST(SemaphoreAcquisitionTest, QueuesForWakeUpsOnlyWhenAnotherAttemptCanFollow) {
@@ -236,9 +240,10 @@ TEST(SemaphoreAcquisitionTest, QueuesForWakeUpsOnlyWhenAnotherAttemptCanFollow) 
     // Even when the driver offers a channel, the last attempt does not queue.
     EXPECT_EQ(attempt(a, t0 + 40ms, "dlock:wake:c").args.back(), "") << fair;
     acquisition near(t, "tok", 1, t0 + 50ms, INT_MAX, 0);
-    // Fair: no sleep of >= 20 ms ends in time. Unfair: a holder's expiry may bring the next
-    // attempt forward to 1 ms, so it queues while that could follow.
-    EXPECT_EQ(near.queues_next(t0 + 31ms), !fair) << fair;
+    // A sleep that would end later is cut to end 1 ms before the deadline, for a last
+    // attempt: it queues while that one could follow.
+    EXPECT_TRUE(near.queues_next(t0 + 31ms)) << fair;
+    EXPECT_TRUE(near.queues_next(t0 + 48ms)) << fair;
     EXPECT_FALSE(near.queues_next(t0 + 49ms)) << fair;
     EXPECT_TRUE(near.queues_next(t0)) << fair;
   }
@@ -364,6 +369,29 @@ TEST(LockAcquisitionTest, AFailedRoundCleansUpWhereItMayHaveSetBeforeRetrying) {
   a.on_reply(cleanup[1].id, t0, {}, reply::make_integer(1));
   EXPECT_TRUE(a.take_sleep());
   EXPECT_EQ(round(a, t0 + 40ms)[0].args[0], "id.1");  // the next round's own value
+}
+
+// try_lock_for(15ms) with a retry_delay of 40 ms: no backstop of 20..40 ms ends in time, yet
+// the waiter queued and a release may wake it, and one more poll fits before the deadline. It
+// used to give up after its first round (found by ObserverTest's handoff test, whose waiter
+// gave up at once with a deadline of 8 s and a retry_delay of 10 s).
+TEST(LockAcquisitionTest, AWaiterWaitsOutItsDeadlineWhenTheBackstopEndsLater) {
+  auto t = lock_on(1);
+  acquisition a(t, "id", t0 + 15ms, INT_MAX, 0);
+  answer(a, round(a, t0, {"ch"})[0], t0 + 1ms, ints({0, 500}));
+  auto sleep = a.take_sleep();
+  ASSERT_TRUE(sleep) << "gave up with 14 ms left";
+  EXPECT_EQ(*sleep, steady::duration(13ms));  // the last round starts 1 ms before the deadline
+  EXPECT_FALSE(a.queues_next(t0 + 14ms));      // and does not queue
+  auto last = round(a, t0 + 14ms, {"ch"});
+  ASSERT_EQ(last.size(), 1u);
+  answer(a, last[0], t0 + 15ms, ints({0, 500}));
+  EXPECT_FALSE(a.take_sleep());
+  for (auto& cleanup : a.take_requests()) a.on_reply(cleanup.id, t0 + 16ms, {}, reply::make_integer(1));
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->ec, errc::not_acquired);
+  EXPECT_EQ(a.attempts_made(), 2);
 }
 
 TEST(LockAcquisitionTest, AHandoffIsTakenForTheRoundInFlightAndDatedFromItsStart) {
