@@ -6,10 +6,12 @@
 #               (scripts/check-install), then the unit and integration tests under
 #               ThreadSanitizer (build/tsan), then each fuzzer for FUZZ_SECONDS (scripts/fuzz, clang)
 #   make bench  install what is missing, build (release), run the benchmarks
+#   make package  Debian packages dlock and libdlock-dev in build/package (cmake/Packaging.cmake)
+#   make docs   the API reference from the public headers (Doxygen) in build/docs/html
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all bootstrap debug release demo test sim bench clean
+.PHONY: all bootstrap debug release demo test sim bench package docs clean
 
 all: release
 
@@ -31,7 +33,8 @@ demo: bootstrap
 	@build/release/tools/dlock-cli/dlock demo
 
 # After the suite, scripts/check-install installs the library as a user would (static, then
-# shared) and builds, links and runs a consumer through find_package and pkg-config. Then the
+# shared, then the Debian packages) and builds, links and runs a consumer through find_package
+# and pkg-config; `make docs` must pass without a warning. Then the
 # unit and integration tests build once more with ThreadSanitizer in
 # build/tsan (target dlock_tests: no fault suite, soak run, fuzz replays or examples) and run
 # there; a race fails its test. tests/tsan.supp lists the reports that are not dlock's, and
@@ -44,6 +47,7 @@ test: debug
 	@cd build/debug && ctest --output-on-failure -j $(JOBS) --timeout 300 $(CTEST_ARGS)
 	@$(MAKE) --no-print-directory sim
 	@JOBS=$(JOBS) scripts/check-install build/debug/tests/run_with_redis
+	@$(MAKE) --no-print-directory docs
 	@cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_SANITIZE=thread -DDLOCK_WERROR=ON -DDLOCK_BUILD_EXAMPLES=OFF >/dev/null
 	@cmake --build build/tsan -j $(JOBS) --target dlock_tests
 	@cd build/tsan && TSAN_OPTIONS="$(TSAN_TEST_OPTIONS)" ctest --output-on-failure -j $(JOBS) --timeout 300 -L 'unit|integration' -LE 'fault|soak' -E '^fuzz\.' $(CTEST_ARGS)
@@ -72,6 +76,16 @@ bench: bootstrap
 	@timeout 120 build/bench/bench/dlock_micro_bench --benchmark_min_time=0.05 --benchmark_out=bench/results/micro.json --benchmark_out_format=json
 	@timeout 900 build/bench/bench/lock_bench $(BENCH_ARGS)
 	@gnuplot -e "results='bench/results'; docs='docs'" bench/plot.gp || echo "bench: gnuplot failed; no PNGs"
+
+# The packages are built from a static libdlock, configured for /usr, in Release.
+package: bootstrap
+	@cmake -S . -B build/package -DCMAKE_BUILD_TYPE=Release -DDLOCK_WERROR=ON -DBUILD_SHARED_LIBS=OFF -DCMAKE_INSTALL_PREFIX=/usr -DDLOCK_BUILD_TESTS=OFF -DDLOCK_BUILD_INTEGRATION_TESTS=OFF -DDLOCK_BUILD_EXAMPLES=OFF >/dev/null
+	@cmake --build build/package -j $(JOBS)
+	@cd build/package && cpack -G DEB >/dev/null && ls -1 $(CURDIR)/build/package/*.deb
+
+# Undocumented public names and broken references are errors (docs/Doxyfile).
+docs: bootstrap
+	@doxygen docs/Doxyfile && echo "docs: build/docs/html/index.html"
 
 clean:
 	rm -rf build

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   CLI::App app{"dlock: run commands under a distributed lock on Redis (a distributed flock)",
                "dlock"};
   app.footer(footer);
-  app.set_version_flag("--version", "dlock 0.1.0");
+  app.set_version_flag("--version", "dlock " DLOCK_VERSION);
   app.require_subcommand(1);
   global_options g;
   app.add_option("-r,--redis", g.urls, "Redis node URL; repeat for a Redlock over N nodes")
