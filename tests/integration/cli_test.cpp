@@ -3,13 +3,18 @@
 // the servers' state; every wait is bounded.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <future>
 #include <optional>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +23,9 @@
 #include <thread>
 #include <vector>
 
+#include "dlock/key_layout.hpp"
+#include "dlock/semaphore.hpp"
+#include "support/commandstats.hpp"
 #include "support/promtool.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
@@ -206,11 +214,83 @@ class CliTest : public ::testing::Test {
     return pid;
   }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  // The members of the sorted set `key`, in order (a waiter queue, a fair semaphore's owners).
+  std::vector<std::string> queued(const std::string& key) {
+    std::error_code ec;
+    auto r = client(server_.url()).exec(command{"ZRANGE", key, "0", "-1"}, ec);
+    std::vector<std::string> out;
+    for (const auto& e : r.elements()) out.push_back(e.str());
+    return out;
+  }
+  // Runs `dlock args...` with stderr on a pseudo-terminal; returns its status and what it wrote
+  // there.
+  std::pair<int, std::string> run_on_terminal(std::vector<std::string> args);
 
   redis_server server_;
   fs::path dir_;
 };
 
+
+std::pair<int, std::string> CliTest::run_on_terminal(std::vector<std::string> args) {
+  int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (master < 0 || ::grantpt(master) != 0 || ::unlockpt(master) != 0) {
+    ADD_FAILURE() << "no pseudo-terminal: " << std::strerror(errno);
+    return {-1, ""};
+  }
+  std::string terminal = ::ptsname(master);
+  {
+    // Raw: no "\n" -> "\r\n" on the way out, so the test sees exactly what dlock wrote.
+    int slave = ::open(terminal.c_str(), O_RDWR | O_NOCTTY);
+    termios mode{};
+    ::tcgetattr(slave, &mode);
+    ::cfmakeraw(&mode);
+    ::tcsetattr(slave, TCSANOW, &mode);
+    ::close(slave);
+  }
+  args.insert(args.begin(), DLOCK_CLI_PATH);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  auto env = cli_environment({"TERM=xterm"});
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, terminal.c_str(), O_RDWR | O_NOCTTY, 0);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    ::close(master);
+    ADD_FAILURE() << "cannot start " DLOCK_CLI_PATH;
+    return {-1, ""};
+  }
+  // Drain the terminal while it runs (its buffer is small), then what is left after it exits.
+  std::string written;
+  int status = -1;
+  auto until = steady::now() + 20s;
+  for (bool exited = false; !exited;) {
+    exited = ::waitpid(pid, &status, WNOHANG) == pid;
+    if (!exited && steady::now() >= until) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      exited = true;
+    }
+    for (;;) {
+      pollfd p{master, POLLIN, 0};
+      if (::poll(&p, 1, exited ? 0 : 20) <= 0 || !(p.revents & POLLIN)) break;
+      char buf[4096];
+      auto n = ::read(master, buf, sizeof buf);
+      if (n <= 0) break;
+      written.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  ::close(master);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), written};
+}
 
 // One line on stderr, "dlock: ...", as the issue asks of every usage error.
 void expect_one_line_message(const cli_result& r) {
@@ -506,20 +586,198 @@ TEST_F(CliTest, PasswordFromEnvironmentOrFileNeverOnlyArgv) {
   expect_one_line_message(missing);
 }
 
-TEST_F(CliTest, VerboseWaitShowsTheHolderAndTheTimeWaited) {
+// Not on a terminal (cron, a log file), a wait shows who holds the lock as one line per change
+// of holder, not one per second: 4 s behind two holders in turn, two lines. -q says nothing.
+TEST_F(CliTest, WaitNotOnATerminalPrintsALineWhenTheHolderChanges) {
   const std::string key = test_key();
-  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c", "touch " + path("m") + "; exec sleep 30"});
+  auto first = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
+                      "touch " + path("m") + "; exec sleep 2"});
   ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
-  auto r = run({"-v", "-r", server_.url(), "run", "-w", "1500ms", key, "--", "true"});
-  EXPECT_EQ(r.status, 75);
-  EXPECT_NE(r.err.find("held by "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("pid " + std::to_string(holder->pid())), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("sh -c touch"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("waited 1."), std::string::npos) << r.err;
+  // The second queues first, so the first's release hands it the lock.
+  auto second = start({"-r", server_.url(), "run", "-w", "20s", key, "--", "sleep", "30"});
+  ASSERT_TRUE(eventually([&] { return queued(lock_keys_for(key).waiters).size() == 1; }, 5s));
+  const pid_t first_pid = first->pid(), second_pid = second->pid();
+  auto r = run({"-r", server_.url(), "run", "-w", "4s", key, "--", "true"});
+  EXPECT_EQ(r.status, 75) << r.err;
+  EXPECT_EQ(first->wait(), 0) << first->err();
+  EXPECT_EQ(r.err.find('\r'), std::string::npos) << r.err;
+  // The second holder's note lands just after its lock, so one look may fall in between and
+  // print a line of its own ("another owner"); every other line names a new holder.
+  std::vector<std::string> named;
+  std::istringstream err(r.err);
+  for (std::string line; std::getline(err, line);) {
+    EXPECT_EQ(line.rfind("dlock: waiting for '" + key + "': held by ", 0), 0u) << r.err;
+    if (line.find("held by another owner") == std::string::npos) named.push_back(line);
+  }
+  EXPECT_LE(lines(r.err), 3u) << "one line per holder, not one per second:\n" << r.err;
+  ASSERT_EQ(named.size(), 2u) << "one line per holder, not one per second:\n" << r.err;
+  EXPECT_NE(named[0].find("pid " + std::to_string(first_pid) + " (`sh -c touch"), std::string::npos)
+      << r.err;
+  EXPECT_NE(named[1].find("pid " + std::to_string(second_pid) + " (`sleep 30`)"), std::string::npos)
+      << r.err;
+  EXPECT_NE(named[1].find(", expires in "), std::string::npos) << r.err;
+  EXPECT_NE(named[1].find("; waited "), std::string::npos) << r.err;
+
+  // 2.5 s behind one holder: one line, not three.
+  auto one = run({"-r", server_.url(), "run", "-w", "2500ms", key, "--", "true"});
+  EXPECT_EQ(one.status, 75) << one.err;
+  EXPECT_EQ(lines(one.err), 1u) << one.err;
+  EXPECT_NE(one.err.find("pid " + std::to_string(second_pid) + " (`sleep 30`)"), std::string::npos)
+      << one.err;
+
+  auto quiet = run({"-r", server_.url(), "run", "-q", "-w", "1500ms", key, "--", "true"});
+  EXPECT_EQ(quiet.status, 75);
+  EXPECT_EQ(quiet.err, "");
+  second->signal(SIGTERM);
+  EXPECT_EQ(second->wait(), 128 + SIGTERM);
+}
+
+// On a terminal the wait is one live line, rewritten in place (\r, clear to the end of the line)
+// and ended with a newline when the wait ends. stderr is a pseudo-terminal here, in raw mode so
+// that the bytes arrive as written.
+TEST_F(CliTest, WaitOnATerminalRewritesOneLiveLine) {
+  const std::string key = test_key();
+  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
+                       "touch " + path("m") + "; exec sleep 30"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
+  auto [status, err] = run_on_terminal({"-r", server_.url(), "acquire", "-w", "2500ms", key});
+  EXPECT_EQ(status, 75) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_EQ(err.back(), '\n') << err;
+  std::size_t rewrites = 0;
+  for (auto at = err.find("\r\x1b[K"); at != std::string::npos; at = err.find("\r\x1b[K", at + 1)) {
+    ++rewrites;
+  }
+  EXPECT_GE(rewrites, 2u) << "rewritten as the wait goes on: " << err;
+  auto last = err.substr(err.rfind('\r') + 4);
+  EXPECT_EQ(last.rfind("dlock: waiting for '" + key + "': held by ", 0), 0u) << err;
+  EXPECT_NE(last.find("pid " + std::to_string(holder->pid())), std::string::npos) << err;
+  EXPECT_NE(last.find("; waited 2."), std::string::npos) << err;
   holder->signal(SIGTERM);
   EXPECT_EQ(holder->wait(), 128 + SIGTERM);
 }
 
+// `dlock status` shows the waiter queue the library keeps for wake-ups and handoffs.
+TEST_F(CliTest, StatusOfALockShowsItsQueuedWaiters) {
+  const std::string key = test_key();
+  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
+                       "touch " + path("m") + "; exec sleep 30"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
+  auto waiter = start({"-r", server_.url(), "run", "-q", "-w", "20s", key, "--", "true"});
+  std::vector<std::string> ids;
+  ASSERT_TRUE(
+      eventually([&] { return (ids = queued(lock_keys_for(key).waiters)).size() == 1; }, 5s));
+
+  auto text = run({"-r", server_.url(), "status", key});
+  EXPECT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find(key + ": held by "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("1 waiter"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("1. " + ids[0]), std::string::npos) << text.out;
+  auto json = run({"-r", server_.url(), "status", "--json", key});
+  EXPECT_EQ(json.status, 0) << json.err;
+  EXPECT_NE(json.out.find("\"waiters\":[{\"id\":\"" + ids[0] + "\",\"position\":1,"),
+            std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"takes_handoff\":true"), std::string::npos) << json.out;
+
+  holder->signal(SIGTERM);
+  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+  EXPECT_EQ(waiter->wait(), 0) << waiter->err();
+  auto after = run({"-r", server_.url(), "status", "--json", key});
+  EXPECT_NE(after.out.find("\"waiters\":[]"), std::string::npos) << after.out;
+}
+
+// `dlock status --semaphore LIMIT` shows the permits in use against the limit, the holders and
+// the queue; the same for a fair semaphore with --fair.
+TEST_F(CliTest, StatusOfASemaphoreShowsHoldersPermitsAndWaiters) {
+  const std::string key = test_key("sem");
+  auto holder = [&](const std::string& name) {
+    return start({"-r", server_.url(), "run", "--semaphore", "2", key, "--", "sh", "-c",
+                  "echo $DLOCK_TOKEN > " + path(name) + "; exec sleep 30"});
+  };
+  auto a = holder("a");
+  auto b = holder("b");
+  std::string token_a, token_b;
+  ASSERT_TRUE(eventually([&] {
+    token_a = read_file(path("a")), token_b = read_file(path("b"));
+    return token_a.size() == 33 && token_b.size() == 33;
+  })) << a->err() << b->err();
+  token_a.pop_back(), token_b.pop_back();
+  auto waiter = start({"-r", server_.url(), "run", "-q", "-w", "20s", "--semaphore", "2", key,
+                       "--", "true"});
+  std::vector<std::string> ids;
+  ASSERT_TRUE(eventually([&] {
+    return (ids = queued(semaphore_keys_for(key, false).waiters)).size() == 1;
+  }, 5s));
+
+  auto text = run({"-r", server_.url(), "status", "--semaphore", "2", key});
+  EXPECT_EQ(text.status, 0) << text.err;
+  EXPECT_EQ(text.out.rfind(key + ": semaphore, 2 of 2 permits in use", 0), 0u) << text.out;
+  EXPECT_NE(text.out.find(token_a), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(token_b), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("1. " + ids[0]), std::string::npos) << text.out;
+  auto json = run({"-r", server_.url(), "status", "--json", "--semaphore", "2", key});
+  EXPECT_EQ(json.status, 0) << json.err;
+  for (const auto* part : {"\"type\":\"semaphore\"", "\"fair\":false", "\"limit\":2",
+                           "\"in_use\":2", "\"free\":0"}) {
+    EXPECT_NE(json.out.find(part), std::string::npos) << part << " in " << json.out;
+  }
+  for (const auto& token : {token_a, token_b}) {
+    EXPECT_NE(json.out.find("{\"token\":\"" + token + "\",\"permits\":1,"), std::string::npos)
+        << json.out;
+  }
+  EXPECT_NE(json.out.find("\"waiters\":[{\"token\":\"" + ids[0] + "\",\"position\":1,"),
+            std::string::npos) << json.out;
+  // Status only reads: the waiter still queues, the holders still hold.
+  EXPECT_EQ(queued(semaphore_keys_for(key, false).waiters), ids);
+  a->signal(SIGTERM);
+  EXPECT_EQ(a->wait(), 128 + SIGTERM);
+  EXPECT_EQ(waiter->wait(), 0) << waiter->err();
+  b->signal(SIGTERM);
+  EXPECT_EQ(b->wait(), 128 + SIGTERM);
+  auto free = run({"-r", server_.url(), "status", "--semaphore", "2", key});
+  EXPECT_EQ(free.out.rfind(key + ": semaphore, 0 of 2 permits in use", 0), 0u) << free.out;
+
+  // A fair semaphore (the library's fair = true) keeps holders and waiters in one queue.
+  const std::string fair_key = test_key("fair");
+  semaphore fair{client(server_.url()), fair_key, 1, {.ttl = 20s, .fair = true}};
+  lease held = fair.acquire();
+  // Status only reads: no script runs and the server counts no change.
+  auto changes = [&] {
+    auto info = test::raw_command(server_.port(), "INFO persistence");
+    auto at = info.find("rdb_changes_since_last_save:");
+    return at == std::string::npos ? -1 : std::stoll(info.substr(at + 28));
+  };
+  client observer{server_.url()};
+  const auto changes_before = changes(), scripts_before = test::scripts_run(observer);
+  ASSERT_GE(changes_before, 0);
+  EXPECT_EQ(run({"-r", server_.url(), "status", "--semaphore", "1", "--fair", fair_key}).status, 0);
+  EXPECT_EQ(run({"-r", server_.url(), "status", fair_key}).status, 0);
+  EXPECT_EQ(changes(), changes_before);
+  EXPECT_EQ(test::scripts_run(observer), scripts_before);
+  auto queued_waiter = std::async(std::launch::async, [&] { return fair.try_acquire_for(10s); });
+  ASSERT_TRUE(eventually(
+      [&] { return queued(semaphore_keys_for(fair_key, true).owners).size() == 2; }, 5s));
+  auto fair_json =
+      run({"-r", server_.url(), "status", "--json", "--semaphore", "1", "--fair", fair_key});
+  EXPECT_EQ(fair_json.status, 0) << fair_json.err;
+  EXPECT_NE(fair_json.out.find("\"fair\":true"), std::string::npos) << fair_json.out;
+  EXPECT_NE(fair_json.out.find("\"holders\":[{\"token\":\"" + held.value() + "\""),
+            std::string::npos)
+      << fair_json.out;
+  EXPECT_NE(fair_json.out.find("\"waiters\":[{\"token\":"), std::string::npos) << fair_json.out;
+  EXPECT_EQ(fair_json.out.find("\"waiters\":[{\"token\":\"" + held.value()), std::string::npos)
+      << "the holder is no waiter: " << fair_json.out;
+  EXPECT_FALSE(held.release());
+  EXPECT_TRUE(queued_waiter.get());
+  // A semaphore lives on one node; --fair alone is a usage error.
+  redis_server other;
+  auto two_nodes = run({"-r", server_.url(), "-r", other.url(), "status", "--semaphore", "2", key});
+  EXPECT_EQ(two_nodes.status, 64);
+  expect_one_line_message(two_nodes);
+  auto fair_alone = run({"-r", server_.url(), "status", "--fair", key});
+  EXPECT_EQ(fair_alone.status, 64);
+  expect_one_line_message(fair_alone);
+}
 
 TEST_F(CliTest, SemaphoreRunsUpToLimitCmdsAtOnce) {
   const std::string key = test_key("sem");

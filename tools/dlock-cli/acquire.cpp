@@ -36,10 +36,8 @@ int acquire_command(const global_options& g, const acquire_options& o) {
   w.node_count = nodes.size();
   w.unavailable_grace = 2 * g.timeout;
   w.key = o.key;
-  w.describe_holder = [&] {
-    auto view = inspect_lock(nodes, o.key);
-    return view.holder ? describe(*view.holder) : std::string("another owner");
-  };
+  w.show_status = !o.quiet;
+  w.describe_holder = [&] { return lock_holder_status(nodes, o.key); };
   lock_calls calls;
   calls.try_once = [&](std::error_code& ec, node_results* votes) {
     return lock.try_acquire(votes, ec);

@@ -5,7 +5,7 @@
 //   subcommand        one subcommand: its CLI11 app and the function that runs it
 //   add_*_command     one per subcommand file (run.cpp, acquire.cpp, ...)
 //   say / say_verbose one "dlock: ..." line on stderr
-//   wait_flags        -w / -n / -E of `run` and `acquire`, added by add_wait_flags
+//   wait_flags        -w / -n / -E / -q of `run` and `acquire`, added by add_wait_flags
 //   duration_option   a CLI11 option that takes 500ms / 30s / 2m / plain milliseconds
 // Single-threaded by design: the CLI parses, then runs one command on the main thread.
 #pragma once
@@ -79,8 +79,10 @@ struct wait_flags {
   std::optional<std::chrono::milliseconds> wait;  // -w/--wait; none: wait until acquired
   bool nonblock = false;                          // -n/--nonblock
   int conflict_status = exit_conflict;            // -E/--conflict-exit-code
+  bool quiet = false;  // -q/--quiet: no status line while waiting
 };
-// Adds -w/--wait, -n/--nonblock (exclusive with -w) and -E/--conflict-exit-code to `app`.
+// Adds -w/--wait, -n/--nonblock (exclusive with -w), -E/--conflict-exit-code and -q/--quiet to
+// `app`.
 void add_wait_flags(CLI::App& app, wait_flags& into);
 
 // `--name DURATION` stored into `into`; a malformed value fails the parse (exit 64).

@@ -149,12 +149,17 @@ CLI::Option* duration_option(CLI::App& app, const std::string& name,
 
 void add_wait_flags(CLI::App& app, wait_flags& into) {
   auto* wait = duration_option(app, "-w,--wait", into.wait,
-                               "Give up (exit 75) if not acquired within this time");
+                               "Give up (exit 75) if not acquired within this time (default: "
+                               "wait as long as it takes)");
   auto* nb = app.add_flag("-n,--nonblock", into.nonblock, "Fail at once (exit 75) if the lock is held");
   wait->excludes(nb);
   app.add_option("-E,--conflict-exit-code", into.conflict_status,
                  "Exit status when not acquired (default 75)")
       ->check(CLI::Range(0, 255));
+  app.add_flag("-q,--quiet", into.quiet,
+               "Say nothing while waiting. Otherwise, once the lock is found held, stderr shows "
+               "who holds it, for how long, and how long we have waited: on a terminal one line "
+               "updated in place, else (cron, a log) one line each time the holder changes");
 }
 
 void check_ttl(std::chrono::milliseconds ttl, const char* option) {

@@ -1,5 +1,8 @@
-// Reading a lock the way the library lays it out (value = owner token, PX expiry, its fencing
-// counter and the CLI's own holder note where dlock/key_layout.hpp puts them).
+// Reading a lock or a semaphore the way the library lays it out (dlock/key_layout.hpp names the
+// keys; src/lua/acquire.lua and sem_*acquire.lua say what they hold): a lock's value = owner
+// token with a PX expiry, its fencing counter, its waiter queue (zset: acquisition id -> ticket)
+// and waiter info (hash: id -> "<deadline ms> <channel>[ <ttl ms> <round>]"), and the CLI's own
+// holder note; a semaphore's expiry set, weights, queue, waiter info and fence.
 #include "lock_view.hpp"
 
 #include <unistd.h>
@@ -37,6 +40,116 @@ std::optional<long long> to_number(std::string_view s) {
   } catch (const std::exception&) {
     return std::nullopt;
   }
+}
+
+std::optional<double> to_double(std::string_view s) {
+  if (s.empty()) return std::nullopt;
+  try {
+    std::size_t used = 0;
+    double v = std::stod(std::string(s), &used);
+    if (used != s.size()) return std::nullopt;
+    return v;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// The server's clock in ms, from TIME's [seconds, microseconds]: deadlines and expiries in the
+// keys are written in it, so they are judged by it, never by ours.
+long long server_ms(const reply& time) {
+  const auto& e = time.elements();
+  if (e.size() != 2) return 0;
+  return to_number(e[0].str()).value_or(0) * 1000 + to_number(e[1].str()).value_or(0) / 1000;
+}
+
+// A flat [field, value, field, value ...] reply (HGETALL, ZRANGE ... WITHSCORES), in order.
+std::vector<std::pair<std::string, std::string>> pairs(const reply& flat) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const auto& e = flat.elements();
+  for (std::size_t i = 0; i + 1 < e.size(); i += 2) out.emplace_back(e[i].str(), e[i + 1].str());
+  return out;
+}
+
+std::map<std::string, std::string> hash_of(const reply& flat) {
+  auto p = pairs(flat);
+  return {p.begin(), p.end()};
+}
+
+// A waiter info entry split at its spaces; its first field is the deadline in server ms.
+std::vector<std::string_view> fields(std::string_view entry) {
+  std::vector<std::string_view> out;
+  while (!entry.empty()) {
+    auto space = entry.find(' ');
+    out.push_back(entry.substr(0, space));
+    if (space == std::string_view::npos) break;
+    entry.remove_prefix(space + 1);
+  }
+  return out;
+}
+
+// The live waiters of one queue in its order. Scripts drop a member whose info entry is missing
+// or past its deadline (a waiter that crashed) when they next meet it, so it is not listed.
+// `mark` reads what the entry's other fields say.
+template <class Mark>
+std::vector<waiter_view> live_waiters(const reply& queue,
+                                      const std::map<std::string, std::string>& info,
+                                      long long now_ms, Mark mark) {
+  std::vector<waiter_view> out;
+  for (const auto& member : queue.elements()) {
+    auto entry = info.find(member.str());
+    if (entry == info.end()) continue;
+    auto f = fields(entry->second);
+    auto deadline = f.empty() ? std::nullopt : to_number(f[0]);
+    if (!deadline || *deadline <= now_ms) continue;
+    waiter_view w;
+    w.id = member.str();
+    w.expires_in_ms = *deadline - now_ms;
+    mark(w, f);
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+// The first error among a pipeline's replies (WRONGTYPE: a key that is not what dlock keeps).
+const reply* first_error(const std::vector<reply>& replies) {
+  for (const auto& r : replies) {
+    if (r.is_error()) return &r;
+  }
+  return nullptr;
+}
+
+// One list from every node's queue: by mean position (the nodes' queues agree unless a node
+// missed some attempts), then by where each was first seen.
+std::vector<waiter_view> merge_queues(const std::vector<std::vector<waiter_view>>& queues) {
+  struct merged {
+    waiter_view w;
+    double position_sum = 0;
+    std::size_t first_seen = 0;
+  };
+  std::map<std::string, merged> by_id;
+  for (const auto& queue : queues) {
+    for (std::size_t position = 0; position < queue.size(); ++position) {
+      const auto& w = queue[position];
+      auto [it, added] = by_id.try_emplace(w.id, merged{w, 0, by_id.size()});
+      auto& m = it->second;
+      if (!added) {
+        ++m.w.nodes;
+        m.w.expires_in_ms = std::max(m.w.expires_in_ms, w.expires_in_ms);
+        m.w.takes_handoff = m.w.takes_handoff || w.takes_handoff;
+      }
+      m.position_sum += static_cast<double>(position);
+    }
+  }
+  std::vector<merged> all;
+  for (auto& [id, m] : by_id) all.push_back(std::move(m));
+  std::sort(all.begin(), all.end(), [](const merged& a, const merged& b) {
+    double pa = a.position_sum / static_cast<double>(a.w.nodes);
+    double pb = b.position_sum / static_cast<double>(b.w.nodes);
+    return pa != pb ? pa < pb : a.first_seen < b.first_seen;
+  });
+  std::vector<waiter_view> out;
+  for (auto& m : all) out.push_back(std::move(m.w));
+  return out;
 }
 
 }  // namespace
@@ -123,26 +236,35 @@ void clear_holder(std::vector<client>& nodes, const std::string& key, const std:
   }
 }
 
-lock_view inspect_lock(std::vector<client>& nodes, const std::string& key) {
+lock_view inspect_lock(std::vector<client>& nodes, const std::string& key, read_queue queue) {
   lock_view view;
   view.key = key;
   view.quorum = nodes.size() / 2 + 1;
+  const auto keys = lock_keys_for(key);
   command cmd{"GET", key};
-  cmd.then({"PTTL", key}).then({"GET", lock_keys_for(key).fence}).then({"GET", holder_key(key)});
+  cmd.then({"PTTL", key}).then({"GET", keys.fence}).then({"GET", holder_key(key)});
+  const bool with_queue = queue == read_queue::yes;
+  if (with_queue) {
+    cmd.then({"ZRANGE", keys.waiters, "0", "-1"})
+        .then({"HGETALL", keys.waiter_info})
+        .then({"TIME"});
+  }
+  const std::size_t expected = with_queue ? 7 : 4;
   auto replies = exec_all(nodes, cmd);
   std::map<std::string, std::size_t> votes;
+  std::vector<std::vector<waiter_view>> queues;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     node_view n;
     n.node = nodes[i].where().to_string();
     const auto& r = replies[i];
     const auto& e = r.value.elements();
-    if (r.ec || !r.value.is_array() || e.size() != 4) {
+    if (r.ec || !r.value.is_array() || e.size() != expected) {
       n.ec = r.ec ? r.ec : std::error_code(errc::protocol_error);
       n.message = r.value.is_error() ? r.value.str() : n.ec.message();
-    } else if (e[0].is_error()) {
+    } else if (const reply* wrong = first_error(e)) {
       // WRONGTYPE: the key exists but is not a lock.
-      n.ec = error_from_reply(e[0]);
-      n.message = e[0].str();
+      n.ec = error_from_reply(*wrong);
+      n.message = wrong->str();
     } else {
       ++view.reachable;
       if (e[0].is_string()) {
@@ -153,9 +275,18 @@ lock_view inspect_lock(std::vector<client>& nodes, const std::string& key) {
       if (e[2].is_string()) n.fence = static_cast<std::uint64_t>(to_number(e[2].str()).value_or(0));
       if (e[3].is_string()) n.holder = decode_holder(e[3].str());
       view.fence = std::max(view.fence, n.fence);
+      if (with_queue) {
+        // "<deadline ms> <channel> <ttl ms> <round>": the waiter accepts a handoff.
+        queues.push_back(live_waiters(e[4], hash_of(e[5]), server_ms(e[6]),
+                                      [](waiter_view& w, const std::vector<std::string_view>& f) {
+                                        w.takes_handoff = f.size() >= 4;
+                                      }));
+        n.waiters = queues.back().size();
+      }
     }
     view.nodes.push_back(std::move(n));
   }
+  view.waiters = merge_queues(queues);
   for (const auto& [token, count] : votes) {
     if (count > view.holding) {
       view.token = token;
@@ -175,6 +306,60 @@ lock_view inspect_lock(std::vector<client>& nodes, const std::string& key) {
     std::sort(pttls.rbegin(), pttls.rend());
     std::size_t idx = std::min(view.quorum, pttls.size()) - 1;
     view.pttl_ms = pttls[idx];
+  }
+  return view;
+}
+
+semaphore_view inspect_semaphore(client& node, const std::string& key, bool fair,
+                                 read_queue queue) {
+  semaphore_view view;
+  view.key = key;
+  view.fair = fair;
+  view.node = node.where().to_string();
+  const auto keys = semaphore_keys_for(key, fair);
+  // A fair semaphore's waiters sit in its expiry set too, told apart from holders by their info
+  // entry, so it reads the info even when the queue is not wanted.
+  const bool with_queue = queue == read_queue::yes, with_info = with_queue || fair;
+  command cmd{"TIME"};
+  cmd.then({"ZRANGE", keys.expiries, "0", "-1", "WITHSCORES"})
+      .then({"HGETALL", keys.weights})
+      .then({"GET", keys.fence});
+  if (with_info) cmd.then({"HGETALL", keys.waiter_info});
+  if (with_queue) cmd.then({"ZRANGE", keys.waiters, "0", "-1"});
+  const std::size_t expected = 4 + (with_info ? 1 : 0) + (with_queue ? 1 : 0);
+  std::error_code ec;
+  reply r = node.exec(cmd, ec);
+  const auto& e = r.elements();
+  if (ec || !r.is_array() || e.size() != expected) {
+    view.ec = ec ? ec : std::error_code(errc::protocol_error);
+    view.message = r.is_error() ? r.str() : view.ec.message();
+    return view;
+  }
+  if (const reply* wrong = first_error(e)) {
+    view.ec = error_from_reply(*wrong);
+    view.message = wrong->str();
+    return view;
+  }
+  const long long now = server_ms(e[0]);
+  const auto weights = hash_of(e[2]);
+  if (e[3].is_string()) view.fence = static_cast<std::uint64_t>(to_number(e[3].str()).value_or(0));
+  const auto info = with_info ? hash_of(e[4]) : std::map<std::string, std::string>{};
+  // Holders: unexpired entries without waiter info (a grant deletes it). An expired one is gone
+  // though the next script has yet to remove it: its permits are free.
+  for (const auto& [token, score] : pairs(e[1])) {
+    auto expiry = to_double(score);
+    if (!expiry || *expiry <= static_cast<double>(now) || info.contains(token)) continue;
+    auto weight = weights.find(token);
+    long long permits = weight == weights.end() ? 1 : to_number(weight->second).value_or(1);
+    view.holders.push_back({token, permits, static_cast<long long>(*expiry) - now});
+    view.in_use += permits;
+  }
+  if (with_queue) {
+    // "<deadline ms>[ <channel>[ woken]]": " woken" until the waiter's next attempt.
+    view.waiters = live_waiters(e[5], info, now,
+                                [](waiter_view& w, const std::vector<std::string_view>& f) {
+                                  w.woken = f.size() >= 3 && f.back() == "woken";
+                                });
   }
   return view;
 }

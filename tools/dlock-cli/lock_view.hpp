@@ -1,13 +1,20 @@
-// tools/dlock-cli/lock_view.hpp: reading and annotating a lock on its nodes, for the CLI.
+// tools/dlock-cli/lock_view.hpp: reading and annotating a lock or a semaphore, for the CLI.
 //   exec_all       one command to every node at once; waits for all replies (each bounded by
 //                  the client's request timeout)
 //   holder_info    who holds a lock: host, pid, command, since when; kept in holder_key(K)
 //                  ({K}:holder) by the CLI beside the lock (the library only names the key)
 //   publish_holder / clear_holder  write and remove it
-//   lock_view      what the nodes say about a lock: token, PTTL, fence counter, holder
-//   inspect_lock   reads a lock_view (GET, PTTL, GET of the fence and holder keys, every node)
+//   waiter_view    one entry of the waiter queue the library keeps for wake-ups and handoffs
+//   lock_view      what the nodes say about a lock: token, PTTL, fence counter, holder, waiters
+//   inspect_lock   reads a lock_view (GET, PTTL, GET of the fence and holder keys, and with
+//                  read_queue::yes the queue, on every node)
+//   semaphore_view / inspect_semaphore  the same for a semaphore on its one node: holders,
+//                  permits in use, waiters, fence
 // Holder info is advisory: it is shown only when its token matches the lock's current value.
-// Blocking calls; call them from the main thread, never from dlock's I/O thread.
+// Reads only: nothing here runs a script or writes a key the library keeps (one pipeline of
+// plain reads per node, so a script may run between two of them; the view is advisory).
+// How long a waiter has waited is not stored: its ticket carries no time and each poll renews
+// its entry. Blocking calls; call them from the main thread, never from dlock's I/O thread.
 #pragma once
 
 #include <chrono>
@@ -48,6 +55,19 @@ void publish_holder(std::vector<client>& nodes, const std::string& key, const ho
 // Deletes holder_key(K) on every node where it names `token`.
 void clear_holder(std::vector<client>& nodes, const std::string& key, const std::string& token);
 
+// Whether inspect_lock / inspect_semaphore read the waiter queue too (a status does; a waiting
+// command that only names the holder does not, so that many waiters do not each read the
+// whole queue every second).
+enum class read_queue : bool { no, yes };
+
+struct waiter_view {
+  std::string id;             // lock: the acquisition id; semaphore: the owner token
+  std::size_t nodes = 1;      // lock: how many nodes queue it
+  long long expires_in_ms = 0;  // until its entry lapses unless it polls again (server clock)
+  bool takes_handoff = false; // lock: a release hands the lock straight to it
+  bool woken = false;         // semaphore: a release woke it; its next attempt takes the permit
+};
+
 struct node_view {
   std::string node;                 // endpoint::to_string()
   std::error_code ec;               // set when the node did not answer
@@ -56,6 +76,7 @@ struct node_view {
   long long pttl_ms = -2;           // PTTL of the lock key (-2: no key)
   std::uint64_t fence = 0;          // the fencing counter on this node
   std::optional<holder_info> holder;
+  std::size_t waiters = 0;          // live entries in its queue (with read_queue::yes)
 };
 
 struct lock_view {
@@ -68,11 +89,39 @@ struct lock_view {
   long long pttl_ms = -2;            // when fewer than a quorum will still hold it, if held
   std::uint64_t fence = 0;           // the highest counter: the next holder gets more
   std::optional<holder_info> holder; // matching `token`
+  // Live waiters in queue order (with read_queue::yes). Across several nodes, ordered by their
+  // mean position in the nodes' queues, which agree unless a node missed some attempts.
+  std::vector<waiter_view> waiters;
 
   bool answered() const noexcept { return reachable >= quorum; }
   bool held() const noexcept { return token && holding >= quorum; }
 };
 
-lock_view inspect_lock(std::vector<client>& nodes, const std::string& key);
+lock_view inspect_lock(std::vector<client>& nodes, const std::string& key,
+                       read_queue queue = read_queue::no);
+
+struct permit_holder {
+  std::string token;           // the permit lease's value() ($DLOCK_TOKEN under `dlock run`)
+  long long permits = 1;
+  long long expires_in_ms = 0; // server clock (a holder past its expiry is gone: not listed)
+};
+
+// A semaphore's limit is not stored: the caller passes it when it knows it.
+struct semaphore_view {
+  std::string key;
+  bool fair = false;
+  std::string node;
+  std::error_code ec;                // set when the node did not answer (or a key has the
+  std::string message;               // wrong type); then the rest is empty
+  std::vector<permit_holder> holders;  // the earliest expiry first
+  long long in_use = 0;              // permits the live holders hold
+  std::vector<waiter_view> waiters;  // live waiters in ticket order (with read_queue::yes)
+  std::uint64_t fence = 0;           // the fencing counter: the next grant gets more
+
+  bool answered() const noexcept { return !ec; }
+};
+
+semaphore_view inspect_semaphore(client& node, const std::string& key, bool fair,
+                                 read_queue queue = read_queue::no);
 
 }  // namespace dlock::cli

@@ -1,5 +1,10 @@
 // The wait of `dlock run` and `dlock acquire`: the library waits (and queues, and takes the
-// handoff); this adds signals, progress lines, the outage grace and the exit classes.
+// handoff); this adds signals, the wait's status line, the outage grace and the exit classes.
+//
+// The status says who holds the lock and for how long, because a wait that says nothing looks
+// like a hang. On a terminal it is one line, rewritten in place each second. Elsewhere (cron's
+// mail, a log file) every write stays, so a line comes only when there is news: a new holder, or
+// the state turning between held and no quorum.
 //
 // A failure is either contention (another owner holds the key on enough nodes: wait for the
 // release, up to -w) or an outage (too few nodes answered to make a quorum at all: a restart or
@@ -8,16 +13,21 @@
 #include "lock_wait.hpp"
 
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <stop_token>
 #include <thread>
 
 #include "cli.hpp"
 #include "duration.hpp"
+#include "lock_view.hpp"
 
 namespace dlock::cli {
 namespace {
@@ -67,13 +77,69 @@ wait_result judge(const wait_options& o, std::error_code ec, const node_results&
   return result;
 }
 
-// What the I/O thread last reported, for the watcher's progress line.
+// What the I/O thread last reported, for the watcher's status line.
 struct progress_note {
   std::mutex guard;
   bool any = false;
   failure_kind kind = failure_kind::contention;
   std::string why;
-  steady::duration waited{};
+};
+
+// A terminal that understands "\r" and clear-to-end-of-line ("\x1b[K"); TERM=dumb does not.
+bool stderr_is_terminal() {
+  const char* term = std::getenv("TERM");
+  return ::isatty(STDERR_FILENO) == 1 && !(term && std::string_view(term) == "dumb");
+}
+
+// `line` cut to the terminal's width: a line that wraps cannot be rewritten with "\r". Cuts
+// before a UTF-8 continuation byte, never inside a character.
+std::string fit_terminal(std::string line) {
+  winsize size{};
+  if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &size) != 0 || size.ws_col < 2) return line;
+  std::size_t width = size.ws_col - 1u;
+  if (line.size() <= width) return line;
+  while (width > 0 && (static_cast<unsigned char>(line[width]) & 0xC0) == 0x80) --width;
+  line.resize(width);
+  return line;
+}
+
+void write_stderr(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
+}
+
+// The wait's status on stderr: live (one line rewritten in place) on a terminal, else a line
+// per change of `state`.
+class status_line {
+ public:
+  explicit status_line(const std::string& key)
+      : prefix_("dlock: waiting for '" + key + "': "), live_(stderr_is_terminal()) {}
+
+  // `state` names what the line reports (the holder, or "no quorum"); `text` says it.
+  void show(const std::string& state, const std::string& text, steady::duration waited) {
+    if (!live_ && state == state_) return;
+    state_ = state;
+    text_ = text;
+    write(waited);
+  }
+  // The wait is over: the live line gets its last time waited and a newline, so that what
+  // follows starts a line of its own.
+  void finish(steady::duration waited) {
+    if (!live_ || state_.empty()) return;
+    write(waited);
+    write_stderr("\n");
+  }
+
+ private:
+  void write(steady::duration waited) {
+    std::string line = prefix_ + text_ + "; waited " + seconds_text(waited);
+    write_stderr(live_ ? "\r\x1b[K" + fit_terminal(std::move(line)) : line + "\n");
+  }
+
+  std::string prefix_;
+  bool live_;
+  std::string state_;  // empty until the first show()
+  std::string text_;
 };
 
 // Ends the watcher at once (it polls this fd besides the signals).
@@ -94,6 +160,35 @@ class wake_fd {
 };
 
 }  // namespace
+
+holder_status lock_holder_status(std::vector<client>& nodes, const std::string& key) {
+  auto view = inspect_lock(nodes, key);
+  if (!view.held()) return {};
+  holder_status status;
+  // The note arrives just after the lock (the holder writes it once it holds): its arrival is
+  // news too.
+  status.who = *view.token + (view.holder ? " noted" : "");
+  status.text = view.holder ? describe(*view.holder) : "another owner";
+  if (view.pttl_ms >= 0) status.text += ", expires in " + seconds_text(milliseconds(view.pttl_ms));
+  return status;
+}
+
+holder_status semaphore_holder_status(client& node, const std::string& key, long long limit) {
+  // `dlock run --semaphore` has no fair variant, so neither has its wait.
+  auto view = inspect_semaphore(node, key, /*fair=*/false);
+  if (!view.answered() || view.holders.empty()) return {};
+  holder_status status;
+  std::vector<std::string> tokens;
+  for (const auto& h : view.holders) tokens.push_back(h.token);
+  std::sort(tokens.begin(), tokens.end());
+  for (const auto& t : tokens) status.who += t + " ";
+  status.text = std::to_string(view.holders.size()) +
+                (view.holders.size() == 1 ? " holder" : " holders") + " (" +
+                std::to_string(view.in_use) + " of " + std::to_string(limit) +
+                " permits), the first expires in " +
+                seconds_text(milliseconds(view.holders.front().expires_in_ms));
+  return status;
+}
 
 wait_result wait_for_lock(const lock_calls& calls, const wait_options& o) {
   const auto start = steady::now();
@@ -124,7 +219,6 @@ wait_result wait_for_lock(const lock_calls& calls, const wait_options& o) {
     std::lock_guard lock(note.guard);
     note.any = true;
     note.kind = p.kind;
-    note.waited = p.waited;
     note.why = p.kind == failure_kind::unavailable && p.votes ? node_failures(*p.votes) : "";
     if (note.why.empty()) note.why = p.last_error.message();
     return true;
@@ -132,7 +226,8 @@ wait_result wait_for_lock(const lock_calls& calls, const wait_options& o) {
 
   wake_fd done;
   std::thread watcher([&] {
-    auto next_progress = start + std::chrono::seconds(1);
+    status_line line(o.key);
+    auto next_look = start;
     for (;;) {
       int sig = 0;
       if (o.watch) {
@@ -144,29 +239,30 @@ wait_result wait_for_lock(const lock_calls& calls, const wait_options& o) {
       if (sig) {
         signal = sig;
         stopper.request_stop();
-        return;
+        break;
       }
       pollfd p{done.get(), POLLIN, 0};
-      if (::poll(&p, 1, 0) > 0) return;
-      if (!verbose() || steady::now() < next_progress) continue;
-      next_progress = steady::now() + std::chrono::seconds(1);
+      if (::poll(&p, 1, 0) > 0) break;
+      if (!o.show_status || steady::now() < next_look) continue;
       progress_note copy;
       {
         std::lock_guard lock(note.guard);
         if (!note.any) continue;
         copy.kind = note.kind;
         copy.why = note.why;
-        copy.waited = note.waited;
       }
+      // The holder is read about once a second: each look costs a round trip to every node.
+      next_look = steady::now() + std::chrono::seconds(1);
       if (copy.kind == failure_kind::contention) {
-        std::string holder = o.describe_holder ? o.describe_holder() : "";
-        say("waiting for '%s': held by %s; waited %s", o.key.c_str(),
-            holder.empty() ? "another owner" : holder.c_str(), seconds_text(copy.waited).c_str());
+        holder_status holder =
+            o.describe_holder ? o.describe_holder() : holder_status{"?", "another owner"};
+        if (holder.who.empty()) continue;  // released a moment ago: the next attempt tells
+        line.show("held " + holder.who, "held by " + holder.text, steady::now() - start);
       } else {
-        say("waiting for '%s': no quorum of Redis nodes: %s; waited %s", o.key.c_str(),
-            copy.why.c_str(), seconds_text(copy.waited).c_str());
+        line.show("no quorum", "no quorum of Redis nodes: " + copy.why, steady::now() - start);
       }
     }
+    line.finish(steady::now() - start);
   });
   auto deadline = o.wait ? start + *o.wait : steady::time_point::max();
   lease l = calls.wait_until(deadline, ec, &votes, control);

@@ -1,12 +1,16 @@
 // tools/dlock-cli/lock_wait.hpp: waiting for a lock the way flock(1) does, for `run`/`acquire`.
-//   wait_options  -n / -w, how long a node outage is waited out, how signals are watched
+//   holder_status who holds what a wait waits for, as its status line says it
+//   lock_holder_status / semaphore_holder_status  read it from the nodes
+//   wait_options  -n / -w, -q, how long a node outage is waited out, how signals are watched
 //   lock_calls    the library calls to make: one attempt (-n), or a wait under wait_control
 //   wait_result   acquired (with the lease), conflict, unavailable, failed or interrupted
 //   wait_for_lock one of those
 // The waiting itself is the library's (mutex::acquire_until with a wait_control): the command
 // queues like any library waiter and takes a release's handoff. This file adds what a command
 // needs around it: a watcher thread that turns SIGINT/SIGTERM/SIGHUP into a stop request and
-// prints the -v progress lines, the outage grace, and the exit classes: contention (another
+// shows the wait's status on stderr (who holds it, since when, how long we waited: on a terminal
+// one live line rewritten in place, otherwise one line each time the holder or the state
+// changes), the outage grace, and the exit classes: contention (another
 // owner holds it: 75) versus unavailability (too few nodes answer for a quorum: 69), which
 // dlock::classify_failure tells apart. Blocks the caller.
 #pragma once
@@ -16,12 +20,26 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <vector>
 
+#include "dlock/client.hpp"
 #include "dlock/error.hpp"
 #include "dlock/lease.hpp"
 #include "dlock/options.hpp"
 
 namespace dlock::cli {
+
+// What the wait status says about the holder(s). `who` identifies them and what is known of
+// them (a lock's token and holder note, a semaphore's holder tokens): when it changes, a wait
+// whose stderr is no terminal prints a new line. Empty when nothing holds it (a moment between
+// two holders): nothing to report then.
+struct holder_status {
+  std::string who;
+  std::string text;  // "host pid 42 (`make deploy`) for 12.3 s, expires in 8.1 s"
+};
+// Read from the nodes (lock_view.hpp). Blocking.
+holder_status lock_holder_status(std::vector<client>& nodes, const std::string& key);
+holder_status semaphore_holder_status(client& node, const std::string& key, long long limit);
 
 struct wait_options {
   bool nonblock = false;                           // one attempt only (-n)
@@ -31,9 +49,11 @@ struct wait_options {
   // Waits up to `d` for a stop signal or for `wake_fd` to become readable; returns the signal
   // number, or 0. Runs on a watcher thread. Empty: no signals are watched.
   std::function<int(std::chrono::milliseconds d, int wake_fd)> watch;
-  // With -v: a description of the current holder for the progress line (may be empty). Runs on
-  // the watcher thread, so it may block.
-  std::function<std::string()> describe_holder;
+  // Show the wait's status on stderr once the first attempt failed (-q turns it off).
+  bool show_status = true;
+  // The current holder, for the status; looked up about once a second. Runs on the watcher
+  // thread, so it may block. Empty: "another owner".
+  std::function<holder_status()> describe_holder;
   std::string key;  // for messages
 };
 

@@ -272,14 +272,10 @@ int run_command(const global_options& g, const run_options& o) {
     }
     return 0;
   };
+  w.show_status = !o.quiet;
   w.describe_holder = [&] {
-    if (o.semaphore_limit) return "all " + std::to_string(*o.semaphore_limit) + " permit holders";
-    auto view = inspect_lock(nodes, o.key);
-    std::string out = view.holder ? describe(*view.holder) : "another owner";
-    if (view.held() && view.pttl_ms >= 0) {
-      out += ", expires in " + seconds_text(milliseconds(view.pttl_ms));
-    }
-    return out;
+    if (o.semaphore_limit) return semaphore_holder_status(nodes.front(), o.key, *o.semaphore_limit);
+    return lock_holder_status(nodes, o.key);
   };
   auto started = steady::now();
   auto result = wait_for_lock(calls, w);

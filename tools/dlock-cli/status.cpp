@@ -1,10 +1,16 @@
-// dlock status KEY [--json]: is the lock held, by whom, until when, and where its fencing
-// counter stands, node by node. Exit 0 when a quorum of nodes answered (held or free alike),
-// 69 when too few did to say.
+// dlock status KEY [--json]: is the lock held, by whom, until when, who queues for it, and where
+// its fencing counter stands, node by node.
+// dlock status --semaphore LIMIT [--fair] KEY [--json]: the semaphore's holders, the permits
+// they hold out of LIMIT, and its waiters. A semaphore stores neither its limit nor whether it
+// is fair (every user passes them), so status takes them the way `dlock run --semaphore` does.
+// Reads only: plain GET/PTTL/ZRANGE/HGETALL/TIME, never a script, so looking changes nothing.
+// Exit 0 when a quorum of nodes answered (held or free alike), 69 when too few did to say.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "cli.hpp"
 #include "lock_view.hpp"
@@ -12,9 +18,13 @@
 namespace dlock::cli {
 namespace {
 
+using std::chrono::milliseconds;
+
 struct status_options {
   std::string key;
   bool json = false;
+  std::optional<long long> semaphore_limit;
+  bool fair = false;
 };
 
 std::string json_string(std::string_view s) {
@@ -39,36 +49,67 @@ std::string json_string(std::string_view s) {
   return out + "\"";
 }
 
+const char* json_bool(bool b) { return b ? "true" : "false"; }
+
 std::string json_holder(const holder_info& h) {
   return "{\"host\":" + json_string(h.host) + ",\"pid\":" + std::to_string(h.pid) +
          ",\"since_unix_ms\":" + std::to_string(h.since_unix_ms) +
          ",\"command\":" + json_string(h.command) + "}";
 }
 
-void print_json(const lock_view& v) {
-  std::string out = "{\"key\":" + json_string(v.key) + ",\"held\":" + (v.held() ? "true" : "false");
+void write_out(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
+
+// ---- lock ----
+
+void print_lock_json(const lock_view& v) {
+  std::string out = "{\"key\":" + json_string(v.key) + ",\"type\":\"lock\"";
+  out += ",\"held\":" + std::string(json_bool(v.held()));
   out += ",\"token\":" + (v.held() ? json_string(*v.token) : std::string("null"));
   out += ",\"pttl_ms\":" + (v.held() ? std::to_string(v.pttl_ms) : std::string("null"));
   out += ",\"fence\":" + std::to_string(v.fence);
   out += ",\"holder\":" + (v.held() && v.holder ? json_holder(*v.holder) : std::string("null"));
-  out += ",\"quorum\":" + std::to_string(v.quorum) + ",\"reachable\":" + std::to_string(v.reachable);
+  out += ",\"waiters\":[";
+  for (std::size_t i = 0; i < v.waiters.size(); ++i) {
+    const auto& w = v.waiters[i];
+    if (i) out += ",";
+    out += "{\"id\":" + json_string(w.id) + ",\"position\":" + std::to_string(i + 1) +
+           ",\"nodes\":" + std::to_string(w.nodes) +
+           ",\"expires_in_ms\":" + std::to_string(w.expires_in_ms) +
+           ",\"takes_handoff\":" + json_bool(w.takes_handoff) + "}";
+  }
+  out += "],\"quorum\":" + std::to_string(v.quorum) +
+         ",\"reachable\":" + std::to_string(v.reachable);
   out += ",\"nodes\":[";
   for (std::size_t i = 0; i < v.nodes.size(); ++i) {
     const auto& n = v.nodes[i];
     if (i) out += ",";
-    out += "{\"node\":" + json_string(n.node) + ",\"reachable\":" + (n.ec ? "false" : "true");
+    out += "{\"node\":" + json_string(n.node) + ",\"reachable\":" + json_bool(!n.ec);
     if (n.ec) {
       out += ",\"error\":" + json_string(n.message) + "}";
       continue;
     }
     out += ",\"token\":" + (n.token ? json_string(*n.token) : std::string("null"));
-    out += ",\"pttl_ms\":" + std::to_string(n.pttl_ms) + ",\"fence\":" + std::to_string(n.fence) + "}";
+    out += ",\"pttl_ms\":" + std::to_string(n.pttl_ms) + ",\"fence\":" + std::to_string(n.fence) +
+           ",\"waiters\":" + std::to_string(n.waiters) + "}";
   }
   out += "]}\n";
-  std::fwrite(out.data(), 1, out.size(), stdout);
+  write_out(out);
 }
 
-void print_text(const lock_view& v) {
+// "entry expires in 0.9 s unless it polls again": a live waiter renews its entry at each
+// attempt; one that crashed lets it lapse and is dropped.
+std::string entry_text(const waiter_view& w) {
+  return "entry expires in " + seconds_text(milliseconds(w.expires_in_ms)) +
+         " unless it polls again";
+}
+
+std::string waiters_heading(std::size_t count) {
+  if (count == 0) return "  no waiters queued\n";
+  return "  " + std::to_string(count) + (count == 1 ? " waiter" : " waiters") +
+         ", first in line first:\n";
+}
+
+void print_lock_text(const lock_view& v) {
   if (v.held()) {
     std::printf("%s: held", v.key.c_str());
     if (v.holder) std::printf(" by %s", describe(*v.holder).c_str());
@@ -82,6 +123,18 @@ void print_text(const lock_view& v) {
   }
   std::printf("  fence counter %llu (the next holder gets a higher token)\n",
               static_cast<unsigned long long>(v.fence));
+  std::string queue = waiters_heading(v.waiters.size());
+  for (std::size_t i = 0; i < v.waiters.size(); ++i) {
+    const auto& w = v.waiters[i];
+    queue += "    " + std::to_string(i + 1) + ". " + w.id + "  ";
+    if (v.nodes.size() > 1) {
+      queue +=
+          "on " + std::to_string(w.nodes) + " of " + std::to_string(v.nodes.size()) + " nodes, ";
+    }
+    if (w.takes_handoff) queue += "takes a handoff, ";
+    queue += entry_text(w) + "\n";
+  }
+  write_out(queue);
   if (v.nodes.size() == 1 && !v.nodes[0].ec) return;
   for (const auto& n : v.nodes) {
     if (n.ec) {
@@ -96,14 +149,13 @@ void print_text(const lock_view& v) {
   }
 }
 
-int status_command(const global_options& g, const status_options& o) {
-  if (o.key.empty()) throw usage_error("KEY is empty");
+int lock_status(const global_options& g, const status_options& o) {
   auto nodes = make_clients(g);
-  auto view = inspect_lock(nodes, o.key);
+  auto view = inspect_lock(nodes, o.key, read_queue::yes);
   if (o.json) {
-    print_json(view);
+    print_lock_json(view);
   } else {
-    print_text(view);
+    print_lock_text(view);
   }
   std::fflush(stdout);
   if (!view.answered()) {
@@ -118,14 +170,104 @@ int status_command(const global_options& g, const status_options& o) {
   return exit_ok;
 }
 
+// ---- semaphore ----
+
+void print_semaphore_json(const semaphore_view& v, long long limit) {
+  std::string out = "{\"key\":" + json_string(v.key) + ",\"type\":\"semaphore\",\"fair\":" +
+                    json_bool(v.fair) + ",\"limit\":" + std::to_string(limit);
+  out += ",\"in_use\":" + std::to_string(v.in_use) +
+         ",\"free\":" + std::to_string(std::max(limit - v.in_use, 0LL)) +
+         ",\"fence\":" + std::to_string(v.fence) + ",\"holders\":[";
+  for (std::size_t i = 0; i < v.holders.size(); ++i) {
+    const auto& h = v.holders[i];
+    if (i) out += ",";
+    out += "{\"token\":" + json_string(h.token) + ",\"permits\":" + std::to_string(h.permits) +
+           ",\"expires_in_ms\":" + std::to_string(h.expires_in_ms) + "}";
+  }
+  out += "],\"waiters\":[";
+  for (std::size_t i = 0; i < v.waiters.size(); ++i) {
+    const auto& w = v.waiters[i];
+    if (i) out += ",";
+    out += "{\"token\":" + json_string(w.id) + ",\"position\":" + std::to_string(i + 1) +
+           ",\"expires_in_ms\":" + std::to_string(w.expires_in_ms) +
+           ",\"woken\":" + json_bool(w.woken) + "}";
+  }
+  out += "],\"node\":" + json_string(v.node) + ",\"reachable\":" + json_bool(v.answered());
+  if (!v.answered()) out += ",\"error\":" + json_string(v.message);
+  out += "}\n";
+  write_out(out);
+}
+
+void print_semaphore_text(const semaphore_view& v, long long limit) {
+  if (!v.answered()) {
+    std::printf("%s: semaphore on %s: no answer\n", v.key.c_str(), v.node.c_str());
+    return;
+  }
+  std::string out = v.key + ": semaphore, " + std::to_string(v.in_use) + " of " +
+                    std::to_string(limit) + " permits in use (" + (v.fair ? "fair" : "unfair") +
+                    ")\n";
+  if (v.holders.empty()) {
+    out += "  no holders\n";
+  } else {
+    out += "  " + std::to_string(v.holders.size()) +
+           (v.holders.size() == 1 ? " holder" : " holders") + ", the first to expire first:\n";
+  }
+  for (const auto& h : v.holders) {
+    out += "    " + h.token + "  " + std::to_string(h.permits) +
+           (h.permits == 1 ? " permit" : " permits") + ", expires in " +
+           seconds_text(milliseconds(h.expires_in_ms)) + "\n";
+  }
+  out += waiters_heading(v.waiters.size());
+  for (std::size_t i = 0; i < v.waiters.size(); ++i) {
+    const auto& w = v.waiters[i];
+    out += "    " + std::to_string(i + 1) + ". " + w.id + "  " + (w.woken ? "woken, " : "") +
+           entry_text(w) + "\n";
+  }
+  out += "  fence counter " + std::to_string(v.fence) + " (the next holder gets a higher token)\n";
+  write_out(out);
+}
+
+int semaphore_status(const global_options& g, const status_options& o) {
+  auto nodes = make_clients(g);
+  if (nodes.size() != 1) {
+    throw usage_error("--semaphore needs exactly one Redis node: a semaphore lives on one node");
+  }
+  auto view = inspect_semaphore(nodes.front(), o.key, o.fair, read_queue::yes);
+  if (o.json) {
+    print_semaphore_json(view, *o.semaphore_limit);
+  } else {
+    print_semaphore_text(view, *o.semaphore_limit);
+  }
+  std::fflush(stdout);
+  if (!view.answered()) {
+    say("%s did not answer: %s", view.node.c_str(), view.message.c_str());
+    return exit_unavailable;
+  }
+  return exit_ok;
+}
+
+int status_command(const global_options& g, const status_options& o) {
+  if (o.key.empty()) throw usage_error("KEY is empty");
+  return o.semaphore_limit ? semaphore_status(g, o) : lock_status(g, o);
+}
+
 }  // namespace
 
 subcommand add_status_command(CLI::App& parent, const global_options& g) {
   auto o = std::make_shared<status_options>();
-  auto* app = parent.add_subcommand("status", "Show whether KEY is held, by whom, its TTL and fence");
+  auto* app = parent.add_subcommand(
+      "status", "Show whether KEY is held, by whom, its TTL, fence and waiters (reads only)");
   app->fallthrough();
   app->add_flag("--json", o->json, "One JSON object on stdout");
-  app->add_option("KEY", o->key, "The lock's name")->required();
+  auto* semaphore = app->add_option("--semaphore", o->semaphore_limit,
+                                    "KEY is a semaphore of LIMIT permits (as for `dlock run "
+                                    "--semaphore`): show its holders, permits and waiters")
+                        ->type_name("LIMIT")
+                        ->check(CLI::Range(1, 1'000'000));
+  app->add_flag("--fair", o->fair,
+                "The semaphore is a fair one (the library's semaphore_options::fair)")
+      ->needs(semaphore);
+  app->add_option("KEY", o->key, "The lock's or the semaphore's name")->required();
   return {app, [&g, o] { return status_command(g, *o); }};
 }
 
