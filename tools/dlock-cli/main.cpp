@@ -88,7 +88,9 @@ int main(int argc, char** argv) {
   duration_option(app, "--timeout", g.timeout,
                   "Per-request deadline, also for connecting (default 1s); a node outage is "
                   "waited out for twice this");
-  app.add_flag("-v,--verbose", g.verbose, "Tell what happens on stderr (waiting, holder, release)");
+  app.add_flag("-v,--verbose", g.verbose,
+               "Tell what happens on stderr (acquired, CMD started and ended, signals "
+               "forwarded, released); a wait shows the holder without it (-q hides that)");
   std::string metrics_file;
   app.add_option("--metrics-file", metrics_file,
                  "At the end, write Prometheus metrics of this run to FILE, atomically (for "
