@@ -52,6 +52,7 @@ void acquire_run::start(handler_type handler, std::vector<request> first) {
         }
       });
     }
+    self->arm_deadline();
     if (self->engine_.attempts_made() == 0) return self->attempt();
     // run_blocking made the first attempt: go on from where it stands.
     self->pumping_ = true;  // answers that come back inline wait for the whole batch
@@ -62,11 +63,15 @@ void acquire_run::start(handler_type handler, std::vector<request> first) {
 }
 
 lease acquire_run::run_blocking(std::error_code& ec) {
-  if (nodes_.size() == 1 && !on_io_thread()) {
+  auto now = steady::now();
+  // The direct exchange blocks this thread for up to a node timeout, so only when the deadline
+  // is no nearer; else the I/O thread runs the attempt and ends the wait at the deadline.
+  bool within_deadline = engine_.deadline() == steady::time_point::max() ||
+                         now + engine_.node_timeout() <= engine_.deadline();
+  if (nodes_.size() == 1 && !on_io_thread() && within_deadline) {
     // The first attempt from this thread when the connection is idle: no hand-over to the I/O
     // thread and back. It does not queue (the I/O thread owns the inbox); if it must wait,
     // the wake_waiter's first sleep subscribes and queues at once.
-    auto now = steady::now();
     engine_.begin_attempt(now, {});
     auto requests = engine_.take_requests();
     reply r;
@@ -140,10 +145,24 @@ void acquire_run::pump() {
   if (!result || !handler_) return;
   waiter_->finish();
   on_stop_.reset();
+  if (deadline_timer_) deadline_timer_->cancel();
   report(*result);
   if (out_) *out_ = result->votes;
   lease l = result->ec ? lease{} : lease_from(owner_, *result);
   std::exchange(handler_, {})(result->ec, std::move(l));
+}
+
+void acquire_run::arm_deadline() {
+  if (engine_.deadline() == steady::time_point::max()) return;
+  deadline_timer_.emplace(owner_->get_executor());
+  deadline_timer_->expires_at(engine_.deadline());
+  std::weak_ptr<acquire_run> weak = shared_from_this();
+  deadline_timer_->async_wait([weak](std::error_code ec) {
+    auto self = weak.lock();
+    if (ec || !self || !self->handler_) return;
+    self->engine_.on_deadline(steady::now());
+    self->pump();
+  });
 }
 
 void acquire_run::stop(std::error_code why) {

@@ -7,6 +7,8 @@
 // on the caller's thread when the node's connection is idle (run_request_direct).
 #pragma once
 
+#include <asio/steady_timer.hpp>
+
 #include <memory>
 #include <optional>
 #include <stop_token>
@@ -39,6 +41,8 @@ class acquire_run : public std::enable_shared_from_this<acquire_run> {
   void attempt();
   void send(request r);
   void pump();
+  // Ends the wait at the engine's deadline however long the nodes take to answer.
+  void arm_deadline();
   bool on_handoff(std::string_view grant);
   void stop(std::error_code why);
   // Tells the observer (observe.hpp) how the acquisition ended.
@@ -49,6 +53,7 @@ class acquire_run : public std::enable_shared_from_this<acquire_run> {
   acquisition engine_;
   bool wake_on_release_;
   std::shared_ptr<wake_waiter> waiter_;  // made on the I/O thread, by start()
+  std::optional<asio::steady_timer> deadline_timer_;  // armed by start() for a bounded wait
   handler_type handler_;
   node_results* out_;
   wait_control control_;

@@ -11,7 +11,11 @@ client::client(std::string_view url, client_options options)
 
 client::client(endpoint where, client_options options)
     : conn_(std::make_shared<detail::connection>(where, options)),
-      inbox_(std::make_shared<detail::inbox>(std::move(where), std::move(options))) {}
+      inbox_(std::make_shared<detail::inbox>(std::move(where), std::move(options))),
+      last_copy_(nullptr, [conn = conn_, inbox = inbox_](void*) {
+        conn->close(errc::cancelled);
+        inbox->close();
+      }) {}
 
 const endpoint& client::where() const noexcept { return conn_->where(); }
 const client_options& client::options() const noexcept { return conn_->options(); }
@@ -108,6 +112,9 @@ std::error_code error_from_reply(const reply& r) noexcept {
   // server_error it would stop lock() and acquire_until() (not retryable) and make the
   // Lockable calls throw during a routine restart.
   if (starts("LOADING")) return errc::node_unreachable;
+  // A server at maxclients answers this to a new connection and closes it: an outage of that
+  // node that ends when a client leaves, not a verdict on the command.
+  if (starts("ERR max number of clients reached")) return errc::node_unreachable;
   if (starts("OOM")) return errc::out_of_memory;
   if (starts("ERR AUTH") || starts("ERR invalid password") || starts("ERR Client sent AUTH"))
     return errc::auth_failed;

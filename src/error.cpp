@@ -29,6 +29,10 @@ class dlock_category final : public std::error_category {
       case errc::cancelled: return "cancelled";
       case errc::tls_error: return "TLS failure";
       case errc::transaction_aborted: return "transaction aborted: the watched keys kept changing";
+      case errc::forked_process:
+        return "dlock cannot be used in a child process after fork() (it has no I/O thread and "
+               "shares the parent's connections): use it before fork() in the parent, or after "
+               "exec()";
     }
     return "unknown dlock error";
   }
@@ -68,6 +72,7 @@ std::string_view to_string(errc e) noexcept {
     case errc::cancelled: return "cancelled";
     case errc::tls_error: return "tls_error";
     case errc::transaction_aborted: return "transaction_aborted";
+    case errc::forked_process: return "forked_process";
   }
   return "unknown";
 }

@@ -159,6 +159,9 @@ class DLOCK_EXPORT client {
 
   std::shared_ptr<detail::connection> conn_;
   std::shared_ptr<detail::inbox> inbox_;
+  // Shared by the copies: the last one's destruction closes both connections at once, with
+  // requests still in flight completing with errc::cancelled.
+  std::shared_ptr<void> last_copy_;
   bool dedicated_ = false;  // not shared: commands that change the session are allowed
 };
 

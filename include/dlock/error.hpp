@@ -39,6 +39,7 @@ enum class errc {
   cancelled,           ///< the operation was cancelled (client shut down)
   tls_error,           ///< TLS failed: certificate untrusted or for another host, handshake refused
   transaction_aborted, ///< every attempt of an optimistic transaction met a concurrent change
+  forked_process,      ///< called in a child after fork(): dlock works in the parent only
 };
 
 /// The category of errc values; name() is "dlock".

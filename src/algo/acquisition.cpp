@@ -221,6 +221,8 @@ struct acquisition::impl {
   std::int64_t granted_fence = 0;
   std::error_code last_error;
   node_results last_votes;
+  // The time of the call being handled (each entry point sets it): emit() judges by it.
+  steady::time_point now_{};
 
   std::size_t nodes() const noexcept { return lock ? lock->nodes : 1; }
   milliseconds retry_delay() const noexcept { return lock ? lock->retry_delay : sem->retry_delay; }
@@ -236,8 +238,31 @@ struct acquisition::impl {
     return lock ? lock->node_names : sem->node_names;
   }
 
+  bool past_deadline() const noexcept {
+    return deadline != steady::time_point::max() && now_ >= deadline;
+  }
+  // The node's last vote (the round in flight's, else the last round's) timed out or lost its
+  // connection: the connection was closed, so a request to it now waits for a fresh connect
+  // and a whole node timeout if the node still does not answer.
+  bool lost_touch_with(std::size_t node) const noexcept {
+    const node_results& votes = round ? round->votes.votes() : last_votes;
+    if (node >= votes.size() || votes[node].outcome != node_result::vote::failed) return false;
+    return votes[node].error == errc::timeout || votes[node].error == errc::connection_lost;
+  }
+  // A cleanup is awaited (a failed round's before the next, a give-up's before the outcome) so
+  // that what follows meets none of it; but never past the caller's deadline, nor on a node
+  // that stopped answering. Not awaited, it still goes out, after our earlier requests to that
+  // node (one connection, FIFO), and can delete only the values it names.
+  std::optional<purpose> awaited_cleanup(std::size_t node, purpose what) const noexcept {
+    if (past_deadline() || lost_touch_with(node)) return std::nullopt;
+    return what;
+  }
+
   std::uint64_t emit(std::size_t node, const script& code, std::vector<std::string_view> keys,
                      std::vector<std::string> args, std::optional<purpose> awaited_for) {
+    if (awaited_for == purpose::cleanup || awaited_for == purpose::final_cleanup) {
+      awaited_for = awaited_cleanup(node, *awaited_for);
+    }
     std::uint64_t rid = next_request++;
     if (out.empty()) out.reserve(nodes());
     out.push_back(request{rid, node, &code, std::move(keys), std::move(args), node_timeout()});
@@ -367,8 +392,9 @@ struct acquisition::impl {
     round->failure = ec;
     for (std::size_t i = 0; i < nodes(); ++i) {
       if (round->votes.votes()[i].outcome == node_result::vote::taken) continue;
-      ++round->cleanup_outstanding;
-      emit(i, release_script, lock_release_keys(lock->keys), {round->value}, purpose::cleanup);
+      auto awaited_for = awaited_cleanup(i, purpose::cleanup);
+      if (awaited_for) ++round->cleanup_outstanding;
+      emit(i, release_script, lock_release_keys(lock->keys), {round->value}, awaited_for);
     }
     if (round->cleanup_outstanding == 0) round_done(now, ec);
   }
@@ -389,6 +415,7 @@ struct acquisition::impl {
     auto deferred = std::exchange(deferred_handoff, std::nullopt);
     round_state done_round = std::move(*round);
     round.reset();
+    last_votes = done_round.votes.votes();  // what the cleanups below judge the nodes by
     if (!ec && stopped) {
       // Won after the caller stopped waiting: give it back (only this round's value).
       emit_lock_release(done_round.value, purpose::final_cleanup);
@@ -643,6 +670,7 @@ bool acquisition::queues_next(steady::time_point now) const noexcept {
 
 void acquisition::begin_attempt(steady::time_point now, const std::vector<std::string>& channels) {
   auto& s = *impl_;
+  s.now_ = now;
   if (s.finished || s.round) return;  // a driver bug; nothing sensible to do
   s.sleep.reset();
   if (s.made > 0 && s.deadline != steady::time_point::max() && now >= s.deadline) {
@@ -662,6 +690,7 @@ void acquisition::begin_attempt(steady::time_point now, const std::vector<std::s
 void acquisition::on_reply(std::uint64_t request_id, steady::time_point now, std::error_code ec,
                            const reply& r) {
   auto& s = *impl_;
+  s.now_ = now;
   auto p = s.claim(request_id);
   if (!p) return;
   using purpose = impl::purpose;
@@ -693,11 +722,23 @@ void acquisition::on_reply(std::uint64_t request_id, steady::time_point now, std
 }
 
 bool acquisition::on_handoff(steady::time_point now, std::string_view grant) {
+  impl_->now_ = now;
   return impl_->on_handoff(now, grant);
+}
+
+void acquisition::on_deadline(steady::time_point now) {
+  auto& s = *impl_;
+  s.now_ = now;
+  if (!s.past_deadline()) return;
+  // Whatever is still awaited has missed the deadline: it counts as timed out, and its answer,
+  // when it comes, is ignored (stale). What that ends (the round, the give-up's cleanup) sends
+  // its cleanups without awaiting them, since the deadline has passed.
+  for (const auto& p : std::vector<impl::pending>(s.awaited)) on_reply(p.id, now, errc::timeout, {});
 }
 
 void acquisition::stop(steady::time_point now, std::error_code why) {
   auto& s = *impl_;
+  s.now_ = now;
   if (s.finished || s.stopped) return;
   s.stopped = why;
   if (s.round) return;  // the attempt in flight concludes first
@@ -707,6 +748,8 @@ void acquisition::stop(steady::time_point now, std::error_code why) {
   s.retry_or_give_up(now, {}, why, true, s.last_votes);
 }
 
+steady::time_point acquisition::deadline() const noexcept { return impl_->deadline; }
+milliseconds acquisition::node_timeout() const noexcept { return impl_->node_timeout(); }
 std::error_code acquisition::last_error() const noexcept { return impl_->last_error; }
 const node_results& acquisition::last_votes() const noexcept { return impl_->last_votes; }
 

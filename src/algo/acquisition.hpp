@@ -139,6 +139,14 @@ class acquisition {
   // plain wake-up.
   bool on_handoff(steady::time_point now, std::string_view grant);
 
+  // The deadline has come (the driver's timer): what is still awaited counts as timed out, so
+  // the outcome comes now, however silent a node is. Its requests stay on the wire, and their
+  // answers are ignored. No-op before the deadline.
+  void on_deadline(steady::time_point now);
+  steady::time_point deadline() const noexcept;
+  // How long a request of this acquisition may take (the target's node timeout).
+  std::chrono::milliseconds node_timeout() const noexcept;
+
   // Ends the wait with `why` (cancelled, or whatever the caller gives up with): at once when
   // between attempts; else when the attempt in flight concludes, giving back what it won.
   void stop(steady::time_point now, std::error_code why);

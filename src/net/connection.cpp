@@ -148,6 +148,9 @@ connection::connection(endpoint where, client_options options)
 
 void connection::submit(std::string payload, std::size_t replies, clock::time_point deadline,
                         reply_handler handler) {
+  // The child of a fork() has no I/O thread to run this, and must not write to the parent's
+  // socket (wait() and initiate() refuse before; this covers the library's own waits).
+  if (in_forked_child()) return handler(errc::forked_process, {});
   request req{std::move(payload), replies, {}, deadline, std::move(handler), false, true};
   in_transit_.fetch_add(1, std::memory_order_seq_cst);
   asio::dispatch(executor_, [self = shared_from_this(), req = std::move(req)]() mutable {
@@ -572,8 +575,11 @@ void connection::arm_deadline_timer() {
     return;
   }
   deadline_timer_.expires_at(earliest);
-  deadline_timer_.async_wait([self = shared_from_this()](std::error_code ec) {
-    if (ec) return;
+  // Weak: an armed timer must not keep a connection that nobody uses any more (and its
+  // socket) alive until a deadline that may be a minute away.
+  deadline_timer_.async_wait([weak = weak_from_this()](std::error_code ec) {
+    auto self = weak.lock();
+    if (ec || !self) return;
     self->deadline_armed_ = clock::time_point::max();
     self->on_deadline();
   });

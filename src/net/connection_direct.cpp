@@ -55,7 +55,7 @@ std::uint64_t direct_exchange_count() noexcept {
 bool connection::try_exchange_direct(std::string_view payload, std::size_t replies,
                                      clock::time_point deadline, std::error_code& ec,
                                      reply& out) {
-  if (replies == 0 || on_io_thread()) return false;
+  if (replies == 0 || on_io_thread() || in_forked_child()) return false;
   driver expected = driver::idle;
   if (!driver_.compare_exchange_strong(expected, driver::direct, std::memory_order_acquire,
                                        std::memory_order_relaxed)) {

@@ -78,6 +78,8 @@ void inbox::on_message(const reply& r) {
 // Only the loss of a confirmed subscription can have lost a message; a connect or SUBSCRIBE
 // that failed lost nothing, and waking every waiter for it would make them spin while a node
 // is down (each attempt fails fast, and each failure would end the next sleep at once).
+void inbox::close() { conn_->close(errc::cancelled); }
+
 void inbox::on_drop() {
   if (!std::exchange(subscribed_, false)) return;
   std::vector<std::function<void(std::string_view)>> all;

@@ -39,6 +39,9 @@ class inbox : public std::enable_shared_from_this<inbox> {
   // a confirmed subscription drops (a message may have been lost then: try again).
   void listen(const std::string& token, std::function<void(std::string_view)> on_wake);
   void forget(const std::string& token);
+  // Closes the subscriber connection (the client's last copy is gone); a later subscribe()
+  // connects again.
+  void close();
 
  private:
   void on_message(const reply& r);

@@ -1,11 +1,14 @@
 #include "net/runtime.hpp"
 
+#include <pthread.h>
+
 #include <openssl/crypto.h>
 
 #include <asio/error.hpp>
 #include <asio/post.hpp>
 #include <asio/ssl/error.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <future>
@@ -17,9 +20,11 @@
 namespace dlock::detail {
 namespace {
 thread_local bool this_thread_runs_io = false;
+std::atomic<bool> forked_child{false};
 }
 
 bool on_io_thread() noexcept { return this_thread_runs_io; }
+bool in_forked_child() noexcept { return forked_child.load(std::memory_order_relaxed); }
 
 runtime::runtime() : work_(io_.get_executor()) {
   // At exit the I/O thread may still be finishing a handler (a read handler re-arms its read
@@ -40,6 +45,8 @@ runtime::runtime() : work_(io_.get_executor()) {
   });
   thread_.detach();
   std::atexit([] { shared().stop_at_exit(); });
+  // Only the thread that forks lives on in the child, and the I/O thread is not it.
+  ::pthread_atfork(nullptr, nullptr, [] { forked_child.store(true, std::memory_order_relaxed); });
 }
 
 void runtime::stop_at_exit() noexcept {

@@ -72,9 +72,10 @@ TEST(fault, handoff_to_a_waiter_that_gave_up) {
   ASSERT_EQ(queued(), 0) << "the warm-up did not leave the queue";
   mutex waiter{via_proxy, key, {.retry_delay = 10s}};
   auto start = steady::now();
-  // Its one attempt queues at once, and "taken" arrives 0.4 s later with 0.6 s left: less than
-  // the 5-10 s backstop, so the waiter gives up then.
-  auto got = std::async(std::launch::async, [&] { return waiter.try_lock_for(1000ms); });
+  // Its one attempt queues at once; "taken" would arrive 0.4 s later, after its deadline, so
+  // the waiter gives up at 0.3 s without having heard anything. (With a deadline beyond 0.4 s
+  // it waits on after "taken" and is handed the lock, as it should be.)
+  auto got = std::async(std::launch::async, [&] { return waiter.try_lock_for(300ms); });
   until = steady::now() + 5s;
   while (queued() == 0 && steady::now() < until) std::this_thread::sleep_for(2ms);
   ASSERT_LT(steady::now(), until) << "the waiter never queued";

@@ -114,6 +114,15 @@ void sim_client::next_cycle() {
       if (cycle == cycle_) stop_waiting();
     });
   }
+  // The driver's deadline timer (acquire_run::arm_deadline).
+  if (deadline != steady::time_point::max()) {
+    w_.at_client(c_, w_.when(c_, deadline), [this, cycle = cycle_] {
+      if (cycle != cycle_ || phase_ != phase::acquiring || !acq_ || acq_->done()) return;
+      if (w_.tracing()) w_.note(who() + "'s deadline for " + acq_->id());
+      acq_->on_deadline(now());
+      pump();
+    });
+  }
   begin_attempt(cause::first);
 }
 

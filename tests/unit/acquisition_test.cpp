@@ -394,6 +394,46 @@ TEST(LockAcquisitionTest, AWaiterWaitsOutItsDeadlineWhenTheBackstopEndsLater) {
   EXPECT_EQ(a.attempts_made(), 2);
 }
 
+// A silent node: at the deadline the votes still awaited count as timed out, and the
+// cleanups this sends are not awaited (their answers would come a node timeout later).
+TEST(LockAcquisitionTest, TheDeadlineEndsARoundThatANodeNeverAnswers) {
+  auto t = lock_on(3);
+  acquisition a(t, "id", t0 + 100ms, INT_MAX, 0);
+  auto rs = round(a, t0);
+  ASSERT_EQ(rs.size(), 3u);
+  answer(a, rs[0], t0 + 1ms, ints({0, 900}));  // taken
+  answer(a, rs[1], t0 + 1ms, ints({0, 900}));  // taken: no quorum is possible any more
+  // Node 2 never answers: its vote is awaited (cleanup behind it) until the deadline.
+  EXPECT_FALSE(a.take_sleep());
+  EXPECT_FALSE(a.take_outcome());
+  a.on_deadline(t0 + 99ms);  // not yet
+  EXPECT_FALSE(a.take_outcome());
+  a.on_deadline(t0 + 100ms);
+  auto cleanups = a.take_requests();
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o) << "still waiting for a silent node after the deadline";
+  EXPECT_EQ(o->ec, errc::not_acquired);
+  for (const auto& c : cleanups) EXPECT_EQ(c.node, 2u);  // where the round may have set
+  // The node's answer, when it comes at last, changes nothing.
+  answer(a, rs[2], t0 + 900ms, ints({1, 1}));
+  EXPECT_FALSE(a.take_outcome());
+}
+
+// One round, no deadline (try_lock): a node that timed out is not waited for a second time,
+// for the cleanup that follows the failed round.
+TEST(LockAcquisitionTest, ACleanupOnANodeThatTimedOutIsNotAwaited) {
+  auto t = lock_on(1);
+  acquisition a(t, "id", no_deadline, 1, 0);
+  auto rs = round(a, t0);
+  answer(a, rs[0], t0 + 100ms, reply{}, errc::timeout);
+  auto cleanup = a.take_requests();
+  ASSERT_EQ(cleanup.size(), 1u);  // sent, as the vote may have landed
+  EXPECT_EQ(cleanup[0].code, &release_script);
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o) << "waits for the cleanup on a node that does not answer";
+  EXPECT_EQ(o->ec, errc::timeout);
+}
+
 TEST(LockAcquisitionTest, AHandoffIsTakenForTheRoundInFlightAndDatedFromItsStart) {
   auto t = lock_on(1);
   acquisition a(t, "id", no_deadline, 5, 0);

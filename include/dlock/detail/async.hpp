@@ -25,8 +25,14 @@ namespace dlock::detail {
 
 using io_executor = asio::io_context::executor_type;
 
+// True in a child process that fork() made after dlock started its I/O thread: the child has
+// no such thread, and its sockets are the parent's. Every call there fails with
+// errc::forked_process (async ones throw it), before touching a socket.
+DLOCK_EXPORT bool in_forked_child() noexcept;
+
 template <class Signature, class Token, class Start>
 auto initiate(Token&& token, io_executor io_ex, Start start) {
+  if (in_forked_child()) throw std::system_error(make_error_code(errc::forked_process));
   return asio::async_initiate<Token, Signature>(
       [io_ex, start = std::move(start)](auto handler) mutable {
         auto ex = asio::prefer(asio::get_associated_executor(handler, io_ex),
@@ -53,6 +59,10 @@ template <class T, class Start>
 T wait(std::error_code& ec, Start&& start) {
   if (on_io_thread()) {
     ec = errc::would_block_io_thread;
+    return T{};
+  }
+  if (in_forked_child()) {
+    ec = errc::forked_process;
     return T{};
   }
   std::promise<std::pair<std::error_code, T>> done;

@@ -1,0 +1,253 @@
+// Bounds the API promises, against real redis-servers and a server that never answers: a
+// bounded wait ends by its deadline however silent a node is, a full server (maxclients) is an
+// outage that passes, a client that is gone closes its sockets at once, and a forked child
+// fails at once instead of hanging or sharing the parent's sockets.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dlock/dlock.hpp"
+#include "support/fake_peer.hpp"
+#include "support/redis_server.hpp"
+#include "support/test_keys.hpp"
+
+namespace dlock {
+namespace {
+
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+using steady = std::chrono::steady_clock;
+using test::fake_peer;
+using test::raw_command;
+using test::redis_server;
+using test::server_options;
+using test::test_key;
+
+milliseconds since(steady::time_point t0) {
+  return std::chrono::duration_cast<milliseconds>(steady::now() - t0);
+}
+
+std::string url_of(const fake_peer& peer) {
+  return "redis://127.0.0.1:" + std::to_string(peer.port());
+}
+
+// What a bounded wait may take beyond its deadline: the bound.
+constexpr milliseconds late_by_at_most = 50ms;
+
+TEST(DeadlineBoundTest, AWaitOnASilentNodeEndsByItsDeadline) {
+  fake_peer silent{fake_peer::mode::silent};
+  client node{url_of(silent)};
+  mutex lock{node, test_key()};
+  for (milliseconds wait : {100ms, 300ms, 1500ms}) {
+    auto t0 = steady::now();
+    EXPECT_FALSE(lock.try_lock_for(wait));
+    EXPECT_LE(since(t0), wait + late_by_at_most) << "try_lock_for(" << wait.count() << "ms)";
+  }
+  // One round, no deadline: it ends with the node's timeout (min(ttl / 10, request_timeout)),
+  // not with that plus the cleanup's own timeout on a fresh connection.
+  auto t0 = steady::now();
+  EXPECT_FALSE(lock.try_lock());
+  EXPECT_LE(since(t0), 1000ms + late_by_at_most);
+
+  semaphore permits{node, test_key("sem"), 2};
+  for (milliseconds wait : {100ms, 300ms}) {
+    auto t1 = steady::now();
+    EXPECT_FALSE(permits.try_acquire_for(wait));
+    EXPECT_LE(since(t1), wait + late_by_at_most) << "try_acquire_for(" << wait.count() << "ms)";
+  }
+  t0 = steady::now();
+  std::error_code ec;
+  EXPECT_FALSE(permits.try_acquire(ec));
+  EXPECT_LE(since(t0), 1000ms + late_by_at_most);
+}
+
+TEST(DeadlineBoundTest, ARedlockWithOneSilentNodeEndsByItsDeadlineWhenTheLockIsTaken) {
+  redis_server a, b;
+  fake_peer silent{fake_peer::mode::silent};
+  std::vector<client> nodes{client{a.url()}, client{b.url()}, client{url_of(silent)}};
+  const std::string key = test_key();
+  mutex holder{nodes, key};
+  auto held = holder.acquire();  // the two live nodes grant: a quorum without the silent one
+  ASSERT_TRUE(held);
+  mutex waiter{nodes, key};
+  for (milliseconds wait : {100ms, 300ms, 1500ms}) {
+    auto t0 = steady::now();
+    EXPECT_FALSE(waiter.try_lock_for(wait));
+    EXPECT_LE(since(t0), wait + late_by_at_most) << "try_lock_for(" << wait.count() << "ms)";
+  }
+  // The holder is untouched: the waiter's give-ups removed nothing of it.
+  EXPECT_NE(raw_command(a.port(), "GET " + key).find(held.value()), std::string::npos);
+  EXPECT_NE(raw_command(b.port(), "GET " + key).find(held.value()), std::string::npos);
+}
+
+// A server at maxclients accepts the connection, answers "ERR max number of clients reached"
+// and closes it: an outage of that node that passes when a client leaves, as LOADING does.
+TEST(OutageTest, MaxClientsIsRetriedUntilASlotFrees) {
+  redis_server s{server_options{.extra = {"--maxclients", "2"}}};
+  // Take both slots with bare connections that PING once.
+  std::vector<int> blockers;
+  for (int i = 0; i < 2; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(s.port());
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    const char ping[] = "PING\r\n";
+    ASSERT_EQ(::write(fd, ping, sizeof ping - 1), static_cast<ssize_t>(sizeof ping - 1));
+    char buf[16];
+    ASSERT_GT(::read(fd, buf, sizeof buf), 0);
+    blockers.push_back(fd);
+  }
+  client node{s.url(), {.reconnect_backoff_min = 10ms, .reconnect_backoff_max = 50ms}};
+  mutex lock{node, test_key(), {.retry_delay = 50ms}};
+  // Free the slots after 400 ms (the lock's wake-up inbox needs a connection too).
+  std::thread freer([&] {
+    std::this_thread::sleep_for(400ms);
+    for (int fd : blockers) ::close(fd);
+  });
+  auto t0 = steady::now();
+  std::error_code ec;
+  lease got = lock.acquire_until(steady::now() + 5s, ec);
+  freer.join();
+  EXPECT_TRUE(got) << ec.message();
+  EXPECT_GE(since(t0), 300ms) << "acquired while the server refused every client?";
+}
+
+TEST(OutageTest, MaxClientsRefusalIsAMissingVoteNotAnError) {
+  redis_server s{server_options{.extra = {"--maxclients", "1"}}};
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(s.port());
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const char ping[] = "PING\r\n";
+  ASSERT_EQ(::write(fd, ping, sizeof ping - 1), static_cast<ssize_t>(sizeof ping - 1));
+  char buf[16];
+  ASSERT_GT(::read(fd, buf, sizeof buf), 0);
+  client node{s.url()};
+  std::error_code ec;
+  node.exec({"PING"}, ec);
+  EXPECT_EQ(ec, errc::node_unreachable) << ec.message();
+  ::close(fd);
+}
+
+int open_descriptors() {
+  int n = 0;
+  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+long long connected_clients(unsigned short port) {
+  std::string info = raw_command(port, "INFO clients");
+  auto at = info.find("connected_clients:");
+  return at == std::string::npos ? -1 : std::atoll(info.c_str() + at + 18);
+}
+
+// 100 clients, each with a request in flight on a hung server, then destroyed: their sockets
+// close at once, not when the requests' 60 s deadlines pass.
+// The descriptors open now, once dlock's I/O thread (epoll, eventfd, timerfd) has started.
+int descriptors_with_dlock_started(const redis_server& s) {
+  client warm_up{s.url()};
+  warm_up.exec({"PING"});
+  return open_descriptors() - 1;  // less warm_up's socket
+}
+
+TEST(ClientLifetimeTest, ADestroyedClientClosesItsSocketsAtOnce) {
+  redis_server s;
+  int before = descriptors_with_dlock_started(s);
+  s.pause();
+  {
+    std::vector<client> clients;
+    for (int i = 0; i < 100; ++i) {
+      clients.emplace_back(s.url(), client_options{.request_timeout = 60s});
+      clients.back().async_exec(command{"PING"}, [](std::error_code, reply) {});
+    }
+    // Let every one connect (the kernel accepts on behalf of the stopped server).
+    std::this_thread::sleep_for(200ms);
+    EXPECT_GE(open_descriptors(), before + 90);
+  }
+  std::this_thread::sleep_for(100ms);
+  EXPECT_LE(open_descriptors(), before + 2) << "sockets of destroyed clients stay open";
+  s.resume();
+  auto until = steady::now() + 2s;
+  while (connected_clients(s.port()) > 1 && steady::now() < until) std::this_thread::sleep_for(20ms);
+  EXPECT_LE(connected_clients(s.port()), 1);
+}
+
+TEST(ClientLifetimeTest, ACompletedRequestLeavesNoTimerHoldingTheConnection) {
+  redis_server s;
+  int before = descriptors_with_dlock_started(s);
+  for (int i = 0; i < 50; ++i) {
+    client c{s.url(), {.request_timeout = 60s}};
+    EXPECT_EQ(c.exec({"PING"}).str(), "PONG");
+  }
+  std::this_thread::sleep_for(100ms);
+  EXPECT_LE(open_descriptors(), before + 2);
+}
+
+// After fork() the child has no I/O thread, and shares the parent's sockets: every call there
+// fails at once with errc::forked_process, and nothing reaches the parent's connections.
+TEST(ForkTest, TheChildFailsAtOnceAndTheParentGoesOn) {
+  redis_server s;
+  client node{s.url()};
+  mutex lock{node, test_key()};
+  ASSERT_TRUE(lock.try_lock());
+  lock.unlock();
+  pid_t child = ::fork();
+  if (child == 0) {
+    auto t0 = steady::now();
+    std::error_code ec;
+    lease l = lock.try_acquire(ec);
+    bool failed_fast = !l && ec == errc::forked_process && since(t0) < 100ms;
+    node.exec({"PING"}, ec);
+    failed_fast = failed_fast && ec == errc::forked_process;
+    bool threw = false;
+    try {
+      node.async_exec(command{"PING"}, [](std::error_code, reply) {});
+    } catch (const std::system_error& e) {
+      threw = e.code() == errc::forked_process;
+    }
+    ::_exit(failed_fast && threw ? 0 : 1);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  // The parent's connection is intact.
+  EXPECT_TRUE(lock.try_lock());
+  lock.unlock();
+  EXPECT_EQ(node.exec({"PING"}).str(), "PONG");
+}
+
+// fork then exec, as the CLI runs CMD: the program sees none of dlock's sockets.
+TEST(ForkTest, AnExecutedChildInheritsNoSocketOfDlock) {
+  redis_server s;
+  client node{s.url()};
+  mutex lock{node, test_key()};
+  ASSERT_TRUE(lock.try_lock());
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::execl("/bin/sh", "sh", "-c", "ls -l /proc/$$/fd | grep -c socket: >/dev/null && exit 1; exit 0",
+            static_cast<char*>(nullptr));
+    ::_exit(2);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a socket leaked into exec";
+  lock.unlock();
+}
+
+}  // namespace
+}  // namespace dlock
