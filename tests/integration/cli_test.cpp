@@ -103,7 +103,10 @@ class cli_process {
   cli_process& operator=(const cli_process&) = delete;
 
   pid_t pid() const { return pid_; }
-  void signal(int sig) { ::kill(pid_, sig); }
+  // Never once it has been waited for: kill(-1, sig) would reach every process we may signal.
+  void signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
   // The exit status if it has ended (then as wait() gives it), else nullopt.
   std::optional<int> try_wait() {
     if (pid_ <= 0) return status_;
