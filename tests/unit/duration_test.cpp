@@ -1,10 +1,12 @@
-// The CLI's duration parser: 500ms, 30s, 2m, 1h and plain milliseconds; everything else refused.
+// The CLI's duration parser: 500ms, 30s, 2m, 1h and plain milliseconds, saturating at 100 years;
+// everything else refused.
 #include "duration.hpp"
 
 #include <gtest/gtest.h>
 
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace dlock::cli {
 namespace {
@@ -36,15 +38,24 @@ TEST(DurationTest, RefusesMalformedText) {
   }
 }
 
-TEST(DurationTest, RefusesOverflowInsteadOfWrapping) {
+// Past 100 years a duration means "for ever": it saturates there, however long the text, so a
+// deadline computed from it (now + d, in steady_clock's int64 nanoseconds) cannot overflow.
+TEST(DurationTest, SaturatesAtAHundredYears) {
   const auto max = std::numeric_limits<std::int64_t>::max();
-  EXPECT_EQ(parse_duration(std::to_string(max)), std::chrono::milliseconds(max));
-  EXPECT_FALSE(parse_duration(std::to_string(max) + "0").has_value());
-  EXPECT_FALSE(parse_duration("99999999999999999999").has_value());
-  EXPECT_FALSE(parse_duration(std::to_string(max / 1000 + 1) + "s").has_value());
-  EXPECT_FALSE(parse_duration(std::to_string(max / 3'600'000 + 1) + "h").has_value());
-  EXPECT_EQ(parse_duration(std::to_string(max / 3'600'000) + "h"),
-            std::chrono::milliseconds(max / 3'600'000 * 3'600'000));
+  EXPECT_EQ(longest_duration, std::chrono::hours(876'600));  // 100 years of 365.25 days
+  EXPECT_EQ(parse_duration("876600h"), longest_duration);
+  EXPECT_EQ(parse_duration(std::to_string(longest_duration.count())), longest_duration);
+  EXPECT_EQ(parse_duration(std::to_string(longest_duration.count() - 1)),
+            longest_duration - std::chrono::milliseconds(1));
+  for (const std::string& huge : std::vector<std::string>{
+           "876601h", "2562048h", std::to_string(max), std::to_string(max) + "0",
+        "99999999999999999999", std::to_string(max / 1000 + 1) + "s",
+        std::to_string(max / 3'600'000 + 1) + "h", std::string(400, '9') + "ms"}) {
+    EXPECT_EQ(parse_duration(huge), longest_duration) << huge;
+  }
+  // Saturating does not make bad text good.
+  EXPECT_FALSE(parse_duration("99999999999999999999x").has_value());
+  EXPECT_FALSE(parse_duration("2562048 h").has_value());
 }
 
 TEST(DurationTest, FormatsForPeople) {

@@ -1,5 +1,6 @@
 #include "duration.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -7,13 +8,12 @@
 namespace dlock::cli {
 
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) {
+  // Digits past the cap only need checking: the value is the cap whatever they are.
+  constexpr std::int64_t cap = longest_duration.count();
   std::size_t i = 0;
   std::int64_t value = 0;
-  constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
   while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
-    int digit = text[i] - '0';
-    if (value > (max - digit) / 10) return std::nullopt;
-    value = value * 10 + digit;
+    value = std::min(value * 10 + (text[i] - '0'), cap + 1);
     ++i;
   }
   if (i == 0) return std::nullopt;  // no digits: empty, "-5", "ms", " 5"
@@ -30,7 +30,7 @@ std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) {
   } else {
     return std::nullopt;
   }
-  if (value > max / scale) return std::nullopt;
+  if (value > cap / scale) return longest_duration;
   return std::chrono::milliseconds(value * scale);
 }
 

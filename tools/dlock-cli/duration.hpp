@@ -11,10 +11,15 @@
 
 namespace dlock::cli {
 
+// The longest duration the command line gives: 100 years, "for ever" for a wait or a grace
+// period. Longer ones are cut to it, so that adding one to a clock reading cannot overflow
+// (steady_clock counts int64 nanoseconds: 292 years).
+inline constexpr std::chrono::milliseconds longest_duration{36525LL * 24 * 3600 * 1000};
+
 // Reads a non-negative whole number followed by an optional unit: ms, s, m (minutes) or h; no
-// unit means milliseconds. Returns nullopt for anything else: empty text, a sign, spaces,
-// fractions, an unknown unit, or a value past ~292 million years (int64 milliseconds). Zero is a
-// valid duration; commands that need a positive one (a TTL) check that themselves.
+// unit means milliseconds. A value past longest_duration, however many digits, saturates to it.
+// Returns nullopt for anything else: empty text, a sign, spaces, fractions, an unknown unit.
+// Zero is a valid duration; commands that need a positive one (a TTL) check that themselves.
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view text);
 
 // For human-readable messages, never for parsing back.
