@@ -864,3 +864,61 @@ TEST_F(CliTest, MetricsFileCountsTheRunForTheTextfileCollector) {
 
 }  // namespace
 }  // namespace dlock
+
+// Too short a TTL, and the keys dlock keeps beside a lock, are usage errors (issue 21).
+namespace dlock {
+namespace {
+
+// A TTL too short to leave any validity after a round is a usage error naming the minimum,
+// not a 2 s wait ending in "no quorum".
+TEST_F(CliTest, ATtlBelowTheMinimumIsAUsageErrorNamingIt) {
+  const std::string key = test_key();
+  const std::vector<std::vector<std::string>> cases{
+      {"-r", server_.url(), "run", "--ttl", "1", key, "--", "true"},
+      {"-r", server_.url(), "run", "--ttl", "99ms", key, "--", "true"},
+      {"-r", server_.url(), "acquire", "--ttl", "1", key},
+      {"-r", server_.url(), "extend", "--ttl", "1", key, "token"},
+  };
+  for (const auto& args : cases) {
+    auto r = run(args);
+    EXPECT_EQ(r.status, 64) << args[3] << ": " << r.err;
+    expect_one_line_message(r);
+    EXPECT_NE(r.err.find("at least 100ms"), std::string::npos) << r.err;
+  }
+  EXPECT_FALSE(exists(key));
+  auto least = run({"-r", server_.url(), "run", "--ttl", "100ms", key, "--", "true"});
+  EXPECT_EQ(least.status, 0) << least.err;
+}
+
+// The keys dlock keeps beside a lock (its fence counter, waiter queue, the CLI's holder note, a
+// semaphore's keys ...) are no lock names: run, acquire and status refuse them (64, one line)
+// instead of treating them as a lock, and lock zz, whose keys they are, stays held.
+TEST_F(CliTest, ALocksCompanionKeysAreNoLockNames) {
+  auto holder = start({"-r", server_.url(), "run", "zz", "--", "sh", "-c",
+                       "touch " + path("m") + "; exec sleep 30"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
+  const auto lock = lock_keys_for("zz");
+  const auto sem = semaphore_keys_for("zz", false), fair = semaphore_keys_for("zz", true);
+  ASSERT_EQ(lock.fence, "{zz}:fence");
+  for (const auto& name :
+       {lock.fence, lock.waiters, lock.waiter_info, lock.tickets, holder_key("zz"),
+        high_fence_key("zz"), sem.expiries, sem.weights, sem.fence, sem.waiters, sem.waiter_info,
+        sem.tickets, fair.expiries, fair.owners, fair.weights, fair.fence, fair.waiter_info,
+        fair.tickets}) {
+    for (const auto& args : std::vector<std::vector<std::string>>{
+             {"-r", server_.url(), "run", "-n", name, "--", "touch", path("never")},
+             {"-r", server_.url(), "acquire", "-n", name},
+             {"-r", server_.url(), "status", name}}) {
+      auto r = run(args);
+      EXPECT_EQ(r.status, 64) << args[2] << " " << name << ": " << r.out << r.err;
+      expect_one_line_message(r);
+    }
+  }
+  EXPECT_FALSE(fs::exists(path("never")));
+  EXPECT_TRUE(exists("zz"));
+  holder->signal(SIGTERM);
+  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+}
+
+}  // namespace
+}  // namespace dlock

@@ -91,7 +91,13 @@ CLI::Option* duration_option(CLI::App& app, const std::string& name,
 CLI::Option* duration_option(CLI::App& app, const std::string& name,
                              std::optional<std::chrono::milliseconds>& into,
                              const std::string& help);
-// Throws usage_error unless 1 ms <= ttl <= dlock::max_ttl.
+// The shortest TTL the command takes. A lock round gives each node TTL/10 to answer (the
+// library's node timeout), and the validity is the TTL less the round and the drift allowance
+// (1 % + 2 ms). At 100 ms that is 10 ms per node and at least 87 ms of validity, renewed every
+// 33 ms; below it a round trip that is slow for a moment (a loaded host, a remote node) no
+// longer fits, and `--ttl 1` could never take the lock at all.
+inline constexpr std::chrono::milliseconds min_ttl{100};
+// Throws usage_error unless min_ttl <= ttl <= dlock::max_ttl.
 void check_ttl(std::chrono::milliseconds ttl, const char* option = "--ttl");
 
 void set_verbose(bool on) noexcept;

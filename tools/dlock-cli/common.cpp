@@ -163,8 +163,11 @@ void add_wait_flags(CLI::App& app, wait_flags& into) {
 }
 
 void check_ttl(std::chrono::milliseconds ttl, const char* option) {
-  if (ttl < std::chrono::milliseconds(1)) {
-    throw usage_error(std::string(option) + " must be at least 1ms");
+  if (ttl < min_ttl) {
+    throw usage_error(std::string(option) + " must be at least " +
+                      std::to_string(min_ttl.count()) +
+                      "ms: each node gets TTL/10 to answer, and the validity is what is left of "
+                      "the TTL after the round and the drift allowance (1% + 2ms)");
   }
   if (ttl > max_ttl) throw usage_error(std::string(option) + " must be at most 30 days");
 }

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "cli.hpp"
+#include "dlock/key_layout.hpp"
 #include "lock_view.hpp"
 
 namespace dlock::cli {
@@ -150,6 +151,12 @@ void print_lock_text(const lock_view& v) {
 }
 
 int lock_status(const global_options& g, const status_options& o) {
+  // Such a key ("{x}:fence") is no lock, and reading it as one would show nonsense ("held").
+  // The lock commands refuse it through the library; status reads directly, so it checks here.
+  if (is_companion_key(o.key)) {
+    throw usage_error("'" + o.key + "' is not a lock: it is one of the keys dlock keeps for " +
+                      "another name (such as {x}:fence, lock x's fence counter)");
+  }
   auto nodes = make_clients(g);
   auto view = inspect_lock(nodes, o.key, read_queue::yes);
   if (o.json) {
