@@ -146,15 +146,41 @@ struct cli_result {
   std::chrono::milliseconds took;
 };
 
-// A process that exists and is not a zombie (an orphan's zombie may wait for a busy init).
-bool running(pid_t pid) {
+// The state letter of a process (R, S, T for stopped, Z ...), or 0 when there is none.
+char process_state(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
   auto close = text.rfind(')');
-  if (text.empty() || close == std::string::npos || close + 2 >= text.size()) return false;
-  char state = text[close + 2];
-  return state != 'Z' && state != 'X';
+  if (text.empty() || close == std::string::npos || close + 2 >= text.size()) return 0;
+  return text[close + 2];
 }
+
+// A process that exists and is not a zombie (an orphan's zombie may wait for a busy init).
+bool running(pid_t pid) {
+  char state = process_state(pid);
+  return state != 0 && state != 'Z' && state != 'X';
+}
+
+// Processes that a test's CMD starts and dlock should end: if dlock fails to (the bug a test
+// looks for), they are killed when the test ends, so a failing test leaves nothing behind.
+class strays {
+ public:
+  strays() = default;
+  strays(const strays&) = delete;
+  strays& operator=(const strays&) = delete;
+  ~strays() {
+    for (pid_t p : pids_) {
+      if (p > 0 && running(p)) ::kill(p, SIGKILL);
+    }
+  }
+  pid_t add(pid_t p) {
+    pids_.push_back(p);
+    return p;
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+};
 
 // Live processes of process group `pgid`.
 std::vector<pid_t> group_members(pid_t pgid) {
@@ -433,7 +459,7 @@ TEST_F(CliTest, KillDashNineOfDlockFreesTheLockWithinTheTtl) {
   auto t0 = steady::now();
   ASSERT_TRUE(eventually([&] { return !exists(key); }, 5s));
   EXPECT_LE(steady::now() - t0, 1200ms) << "the key must expire within its 1 s TTL";
-  // CMD does not run on unwatched: the kernel kills it with dlock (PR_SET_PDEATHSIG).
+  // CMD does not run on unwatched: its guard kills it when dlock dies.
   EXPECT_TRUE(eventually([&] { return !running(cmd); }, 3s));
   auto next = run({"-r", server_.url(), "run", "-n", key, "--", "true"});
   EXPECT_EQ(next.status, 0) << next.err;
@@ -918,6 +944,282 @@ TEST_F(CliTest, ALocksCompanionKeysAreNoLockNames) {
   EXPECT_TRUE(exists("zz"));
   holder->signal(SIGTERM);
   EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+}
+
+}  // namespace
+}  // namespace dlock
+
+// `dlock run` never lets work go on without the lock (issue 21): what kills dlock ends CMD's
+// whole tree, leftovers of CMD keep the lock or are ended, signals are forwarded, durations
+// saturate, and an outage stops CMD before the lease's validity ends.
+namespace dlock {
+namespace {
+
+// Runs `dlock args...` with stderr a pipe whose reader has gone (a closed log pipe): every
+// write there fails with EPIPE. Returns the exit status (-1 when it did not end in time).
+int run_with_stderr_closed(std::vector<std::string> args, std::chrono::milliseconds limit = 20s) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return -1;
+  ::close(fds[0]);
+  args.insert(args.begin(), DLOCK_CLI_PATH);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  auto env = cli_environment({});
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(fds[1]);
+  if (rc != 0) return -1;
+  int status = 0;
+  auto until = steady::now() + limit;
+  while (::waitpid(pid, &status, WNOHANG) != pid) {
+    if (steady::now() >= until) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// kill -9 of dlock ends everything CMD started within a second, not CMD alone: a grandchild,
+// one that left CMD's process group (setsid), and the same with --foreground, where CMD shares
+// dlock's process group. The TTL (30 s) is far off: nothing waits for it.
+TEST_F(CliTest, KillDashNineOfDlockEndsEverythingCmdStarted) {
+  strays left;
+  for (bool foreground : {false, true}) {
+    SCOPED_TRACE(foreground ? "--foreground" : "CMD in its own process group");
+    const std::string tag = foreground ? "fg." : "own.";
+    std::vector<std::string> args{"-r", server_.url(), "run", "--ttl", "30s"};
+    if (foreground) args.push_back("--foreground");
+    args.insert(args.end(), {test_key(tag), "--", "sh", "-c",
+                             "sleep 1000 & echo $! > " + path(tag + "child") +
+                                 "; setsid sleep 1000 & echo $! > " + path(tag + "escaped") +
+                                 "; echo $$ > " + path(tag + "cmd") + "; wait"});
+    auto d = start(args);
+    pid_t cmd = left.add(read_pid(path(tag + "cmd")));
+    pid_t child = left.add(read_pid(path(tag + "child")));
+    pid_t escaped = left.add(read_pid(path(tag + "escaped")));
+    ASSERT_TRUE(running(cmd) && running(child) && running(escaped)) << d->err();
+    d->signal(SIGKILL);
+    EXPECT_EQ(d->wait(), 128 + SIGKILL);
+    EXPECT_TRUE(eventually([&] { return !running(cmd) && !running(child) && !running(escaped); },
+                           1s))
+        << "still running: cmd " << running(cmd) << ", grandchild " << running(child)
+        << ", setsid grandchild " << running(escaped);
+  }
+}
+
+// CMD exits 4 and leaves a background child. By default the lock stays held, and renewed past
+// its TTL, until that child ends too (as flock's lock stays with a process that inherited the
+// descriptor); dlock then exits with CMD's status. --orphans kill ends such children (SIGTERM,
+// SIGKILL after --lost-grace for one that ignores it) before the release.
+TEST_F(CliTest, ABackgroundChildOfCmdKeepsTheLockOrIsEndedBeforeTheRelease) {
+  strays left;
+  const std::string key = test_key();
+  auto d = start({"-r", server_.url(), "run", "--ttl", "1s", key, "--", "sh", "-c",
+                  "sleep 3 & echo $! > " + path("child") + "; exit 4"});
+  pid_t child = left.add(read_pid(path("child")));
+  std::this_thread::sleep_for(1500ms);  // sh is gone; the child runs on past the 1 s TTL
+  EXPECT_TRUE(running(child));
+  EXPECT_FALSE(d->try_wait().has_value()) << "dlock left while CMD's child ran: " << d->err();
+  EXPECT_TRUE(exists(key)) << "the lock was let go while CMD's child ran";
+  EXPECT_EQ(d->wait(), 4) << d->err();
+  EXPECT_FALSE(running(child));
+  EXPECT_FALSE(exists(key)) << "released once the child ended";
+
+  auto t0 = steady::now();
+  auto k = run({"-r", server_.url(), "run", "--orphans", "kill", "--lost-grace", "500ms", key,
+                "--", "sh", "-c",
+                "sleep 30 & echo $! > " + path("plain") + "; (trap '' TERM; exec sleep 30) & echo $! > " +
+                    path("stubborn") + "; exit 4"});
+  pid_t plain = left.add(read_pid(path("plain")));
+  pid_t stubborn = left.add(read_pid(path("stubborn")));
+  EXPECT_EQ(k.status, 4) << k.err;
+  EXPECT_LT(steady::now() - t0, 10s);
+  EXPECT_FALSE(running(plain)) << "dlock exited before CMD's child";
+  EXPECT_FALSE(running(stubborn)) << "a child that ignores SIGTERM outlived dlock";
+  EXPECT_FALSE(exists(key));
+}
+
+// The Redis credentials dlock reads from its environment are not CMD's business.
+TEST_F(CliTest, CmdDoesNotSeeTheRedisCredentials) {
+  redis_server secured{{.extra = {"--requirepass", "s3cret"}}};
+  const std::string key = test_key();
+  auto r = run({"-r", secured.url(), "run", key, "--", "env"},
+               {"DLOCK_PASSWORD=s3cret", "DLOCK_USER=default"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.find("s3cret"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("DLOCK_USER="), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("DLOCK_KEY=" + key + "\n"), std::string::npos) << r.out;
+}
+
+// Signals whose default would end dlock without a release are forwarded to CMD: its traps see
+// SIGUSR1, SIGUSR2, SIGALRM, SIGHUP and SIGWINCH and it runs on; SIGQUIT ends it through its
+// trap (exit 5), and dlock exits with that status, the lock released at once.
+TEST_F(CliTest, SignalsAreForwardedToCmdAndTheLockIsReleasedOnTheWayOut) {
+  strays left;
+  const std::string key = test_key(), got = path("got");
+  std::string script = "echo $$ > " + path("cmd") + ";";
+  for (const char* s : {"USR1", "USR2", "ALRM", "HUP", "WINCH"}) {
+    script += std::string(" trap 'echo ") + s + " >> " + got + "' " + s + ";";
+  }
+  script += " trap 'echo QUIT >> " + got + "; exit 5' QUIT; while :; do sleep 0.05; done";
+  auto d = start({"-r", server_.url(), "run", key, "--", "sh", "-c", script});
+  pid_t cmd = left.add(read_pid(path("cmd")));
+  std::string expected;
+  for (auto [sig, name] : {std::pair{SIGUSR1, "USR1"}, std::pair{SIGUSR2, "USR2"},
+                           std::pair{SIGALRM, "ALRM"}, std::pair{SIGHUP, "HUP"},
+                           std::pair{SIGWINCH, "WINCH"}}) {
+    d->signal(sig);
+    expected += std::string(name) + "\n";
+    ASSERT_TRUE(eventually([&] { return read_file(got) == expected; }, 5s))
+        << name << " did not reach CMD: " << read_file(got) << d->err();
+    ASSERT_FALSE(d->try_wait().has_value()) << name << " ended dlock: " << d->err();
+  }
+  EXPECT_TRUE(exists(key));
+  d->signal(SIGQUIT);
+  EXPECT_EQ(d->wait(), 5) << d->err();
+  EXPECT_EQ(read_file(got), expected + "QUIT\n");
+  EXPECT_FALSE(exists(key)) << "released at once, not left to expire";
+  EXPECT_FALSE(running(cmd));
+
+  // While waiting for the lock, the same signals end the wait cleanly: nothing held, no CMD.
+  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
+                       "touch " + path("m") + "; exec sleep 30"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
+  auto waiter = start({"-v", "-r", server_.url(), "run", "-q", key, "--", "touch", path("never")});
+  ASSERT_TRUE(eventually([&] { return queued(lock_keys_for(key).waiters).size() == 1; }, 5s));
+  waiter->signal(SIGUSR1);
+  EXPECT_EQ(waiter->wait(), 128 + SIGUSR1);
+  EXPECT_NE(waiter->err().find("interrupted by signal " + std::to_string(SIGUSR1)),
+            std::string::npos)
+      << waiter->err();
+  EXPECT_FALSE(fs::exists(path("never")));
+  holder->signal(SIGTERM);
+  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+}
+
+// With -v and stderr a pipe nobody reads any more, dlock's lines fail to write (EPIPE); that
+// must not end dlock by SIGPIPE with the lock held: CMD runs, the lock is released, and dlock
+// exits with CMD's status.
+TEST_F(CliTest, AClosedStderrDoesNotKillDlock) {
+  const std::string key = test_key();
+  int status = run_with_stderr_closed(
+      {"-v", "-r", server_.url(), "run", key, "--", "sh", "-c", "touch " + path("ran") + "; exit 3"});
+  EXPECT_EQ(status, 3);
+  EXPECT_TRUE(fs::exists(path("ran")));
+  EXPECT_FALSE(exists(key)) << "left held";
+}
+
+// Ctrl-Z (SIGTSTP) stops CMD's group and dlock together, so CMD never runs while dlock cannot
+// renew; SIGCONT (fg) resumes both while the lease is still valid. Stopped past the validity,
+// CMD is not resumed: it is killed where it stopped, and dlock exits 71.
+TEST_F(CliTest, SigtstpStopsCmdWithDlockAndAnExpiredStopNeverResumesCmd) {
+  strays left;
+  const std::string key = test_key(), ticks = path("ticks");
+  auto d = start({"-r", server_.url(), "run", "--ttl", "3s", key, "--", "sh", "-c",
+                  "echo $$ > " + path("cmd") + "; while :; do echo >> " + ticks +
+                      "; sleep 0.05; done"});
+  pid_t cmd = left.add(read_pid(path("cmd")));
+  d->signal(SIGTSTP);
+  ASSERT_TRUE(eventually([&] { return process_state(cmd) == 'T' && process_state(d->pid()) == 'T'; },
+                         3s))
+      << "cmd " << process_state(cmd) << ", dlock " << process_state(d->pid());
+  d->signal(SIGCONT);
+  ASSERT_TRUE(eventually([&] { return process_state(cmd) != 'T' && process_state(d->pid()) != 'T'; },
+                         3s));
+  auto size = fs::file_size(ticks);
+  EXPECT_TRUE(eventually([&] { return fs::file_size(ticks) > size; }, 3s)) << "CMD runs again";
+  EXPECT_TRUE(exists(key));
+
+  d->signal(SIGTSTP);
+  ASSERT_TRUE(eventually([&] { return process_state(cmd) == 'T' && process_state(d->pid()) == 'T'; },
+                         3s));
+  size = fs::file_size(ticks);
+  std::this_thread::sleep_for(3500ms);  // past the 3 s TTL
+  d->signal(SIGCONT);
+  EXPECT_EQ(d->wait(), 71) << d->err();
+  EXPECT_FALSE(running(cmd));
+  EXPECT_EQ(fs::file_size(ticks), size) << "CMD ran again after the lease had expired";
+}
+
+// Durations past what the clocks hold (2562048h just passes int64 nanoseconds; the other is the
+// largest int64 of milliseconds) mean "forever", not "already over": -w waits, --timeout lets a
+// run through, and --lost-grace gives CMD its SIGTERM and time to act on it. --min-hold past
+// the longest TTL is a usage error.
+TEST_F(CliTest, HugeDurationsMeanForeverNotAlreadyOver) {
+  strays left;
+  const std::string key = test_key();
+  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
+                       "touch " + path("m") + "; exec sleep 30"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
+  for (const char* forever : {"2562048h", "9223372036854775807"}) {
+    auto waiter = start({"-r", server_.url(), "run", "-q", "-w", forever, key, "--", "touch",
+                         path("never")});
+    std::this_thread::sleep_for(1500ms);
+    EXPECT_FALSE(waiter->try_wait().has_value()) << forever << ": " << waiter->err();
+    waiter->signal(SIGTERM);
+    EXPECT_EQ(waiter->wait(), 128 + SIGTERM) << forever;
+  }
+  EXPECT_FALSE(fs::exists(path("never")));
+  holder->signal(SIGTERM);
+  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+
+  auto patient = run({"--timeout", "2562048h", "-r", server_.url(), "run", key, "--", "true"});
+  EXPECT_EQ(patient.status, 0) << patient.err;
+  auto hold = run({"-r", server_.url(), "run", "--min-hold", "2562048h", key, "--", "true"});
+  EXPECT_EQ(hold.status, 64) << hold.err;
+  expect_one_line_message(hold);
+
+  auto d = start({"-r", server_.url(), "run", "--ttl", "1s", "--lost-grace", "2562048h", key,
+                  "--", "sh", "-c",
+                  "echo $$ > " + path("cmd") + "; trap 'echo term > " + path("got") +
+                      "' TERM; while :; do sleep 0.1; done"});
+  pid_t cmd = left.add(read_pid(path("cmd")));
+  server_.restart();  // the key is gone: the lease is lost
+  EXPECT_EQ(d->wait(15s), 71) << d->err();
+  EXPECT_EQ(read_file(path("got")), "term\n") << "SIGKILL came before CMD could act on SIGTERM";
+  EXPECT_FALSE(running(cmd));
+}
+
+// A node that hangs (SIGSTOP) stops the renewals. CMD, which ignores SIGTERM, gets SIGTERM
+// --lost-grace (capped at TTL/3) before the lease's validity ends and SIGKILL before it ends,
+// so it never runs once another client could take the lock: the key expires on the server no
+// later than TTL after the hang began.
+TEST_F(CliTest, ANodeOutageStopsCmdBeforeTheLeasesValidityEnds) {
+  strays left;
+  const std::string key = test_key(), got = path("got");
+  auto d = start({"-r", server_.url(), "run", "--ttl", "3s", "--lost-grace", "2s", key, "--",
+                  "sh", "-c",
+                  "echo $$ > " + path("cmd") + "; trap 'echo term >> " + got +
+                      "' TERM; while :; do sleep 0.1; done"});
+  pid_t cmd = left.add(read_pid(path("cmd")));
+  ASSERT_TRUE(exists(key));
+  auto hung_at = steady::now();
+  server_.pause();
+  std::optional<steady::duration> died_after;
+  eventually([&] {
+    if (running(cmd)) return false;
+    died_after = steady::now() - hung_at;
+    return true;
+  }, 10s);
+  server_.resume();
+  ASSERT_TRUE(died_after.has_value()) << "CMD still runs";
+  EXPECT_LT(*died_after, 3s) << "CMD outlived the lease";
+  EXPECT_EQ(read_file(got), "term\n") << "SIGTERM first, with time to act on it";
+  EXPECT_EQ(d->wait(), 71) << d->err();
+  EXPECT_NE(d->err().find("stopped"), std::string::npos) << d->err();
 }
 
 }  // namespace

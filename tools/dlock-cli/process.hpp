@@ -2,9 +2,10 @@
 //   remember_inherited_fds  notes the descriptors dlock was started with (CMD gets exactly
 //                           these; dlock's own sockets to Redis are closed in the child)
 //   find_program            PATH lookup, done before the lock is taken
-//   signal_inbox            SIGINT/SIGTERM/SIGHUP/SIGCHLD blocked and read from a signalfd
-//   spawn_child             fork + exec with a clean signal mask, own process group and
-//                           PR_SET_PDEATHSIG(SIGKILL), reporting exec failures
+//   signal_role / role_of   what dlock does with each signal it can catch
+//   signal_inbox            those signals blocked and read from a signalfd
+//   command_guard           CMD started under a guard process that ends everything CMD
+//                           started when dlock asks or dies, and reports CMD's exit
 //   exit_status_of          a wait status as the shell shows it (code, or 128 + signal)
 // Not thread-safe: the main thread owns all of it. signal_inbox must be created before dlock's
 // I/O thread starts (before the first dlock::client), so every thread inherits the mask.
@@ -15,6 +16,8 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +28,24 @@ void remember_inherited_fds();
 
 std::optional<std::string> find_program(const std::string& name);
 
+// What `dlock run` does with a signal. Every signal that can be caught and is not a fault of
+// dlock itself has one; faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT) keep
+// their default, and if one ends dlock the guard ends CMD's tree.
+enum class signal_role {
+  terminate,  // its default ends a process (HUP INT QUIT USR1 USR2 ALRM TERM, real-time ...):
+              // forwarded to CMD; while waiting for the lock, it ends the wait (128 + N)
+  inform,     // SIGWINCH: forwarded to CMD; ignored while waiting
+  stop,       // SIGTSTP/SIGTTIN/SIGTTOU: CMD and dlock stop together (dlock cannot renew
+              // while stopped, so CMD must not run meanwhile)
+  resume,     // SIGCONT: after such a stop, CMD resumes only if the lease still holds
+  ignore,     // SIGPIPE, SIGURG, SIGXCPU, SIGXFSZ: about dlock's own pipes, sockets, limits
+  child,      // SIGCHLD: the guard process changed state
+};
+// The role of `sig`; nullopt for the faults above, which keep their default.
+std::optional<signal_role> role_of(int sig);
+
+// Blocks every signal that has a role, for the rest of the process's life (no handler runs,
+// and CMD's side of the fork unblocks them), and reads them from a signalfd.
 class signal_inbox {
  public:
   signal_inbox();
@@ -34,28 +55,75 @@ class signal_inbox {
 
   struct event {
     std::vector<signalfd_siginfo> signals;  // in arrival order
-    bool other_ready = false;               // `other_fd` became readable
+    std::vector<int> ready;                 // which of the other fds became readable
   };
-  // Waits up to `timeout` for a signal or for `other_fd` (if >= 0) to become readable.
-  event wait(std::chrono::milliseconds timeout, int other_fd = -1);
-  // The first of SIGINT/SIGTERM/SIGHUP that arrives within `timeout`, or 0.
-  int wait_for_stop_signal(std::chrono::milliseconds timeout);
+  // Waits up to `timeout` for a signal or for one of `others` (fds; negative ones are
+  // skipped) to become readable.
+  event wait(std::chrono::milliseconds timeout, std::initializer_list<int> others = {});
 
  private:
-  sigset_t mask_{}, old_mask_{};
+  sigset_t mask_{};
   int fd_ = -1;
 };
 
-struct spawned {
-  pid_t pid = -1;
-  std::string error;  // set when fork or exec failed; pid is then -1
-  int exec_errno = 0;  // why exec failed (ENOENT, EACCES ...), 0 for other failures
+// CMD under a guard: a small process forked by dlock that stays outside CMD's process group
+// and dlock's, ignores every signal it can, and starts CMD as its child while being a
+// subreaper (PR_SET_CHILD_SUBREAPER), so that everything CMD starts, even what leaves its
+// process group (setsid) or is orphaned, stays below the guard. The guard reads a pipe from
+// dlock: end of file, whether dlock asked (end_tree) or died in any way (SIGKILL included),
+// makes it SIGKILL all of that, repeatedly, until nothing is left. It reports when CMD exits
+// and when nothing CMD started is left, then exits itself.
+class command_guard {
+ public:
+  struct start_failure {
+    std::string message;
+    int exec_errno = 0;  // why exec failed (ENOENT, EACCES ...), 0 for other failures
+  };
+  // Starts the guard and, under it, `path` with `argv` and `env` (KEY=VALUE), in a process
+  // group of its own (own_group), else in dlock's (--foreground). CMD gets a clean signal mask
+  // and only the descriptors dlock inherited. Blocks until CMD's exec succeeded or failed;
+  // on failure returns nullptr with `failure` filled in.
+  static std::unique_ptr<command_guard> start(const std::string& path,
+                                              const std::vector<std::string>& argv,
+                                              const std::vector<std::string>& env,
+                                              bool own_group, start_failure& failure);
+  // Ends what is left of CMD's tree (SIGKILL) and waits for the guard to exit.
+  ~command_guard();
+  command_guard(const command_guard&) = delete;
+  command_guard& operator=(const command_guard&) = delete;
+
+  pid_t cmd_pid() const noexcept { return cmd_pid_; }
+  // Readable when the guard has news; then call take_news().
+  int news_fd() const noexcept { return news_fd_; }
+  void take_news();
+  // CMD's wait status, once it has exited.
+  std::optional<int> cmd_status() const noexcept { return cmd_status_; }
+  // Nothing CMD started is left (CMD has exited too).
+  bool tree_empty() const noexcept { return tree_empty_; }
+  // The guard died before the tree was empty (someone killed it): CMD is gone (its
+  // PR_SET_PDEATHSIG), what it started may not be.
+  bool guard_died() const noexcept { return guard_died_; }
+
+  // Sends `sig` to CMD's process group and to every other process below the guard (with
+  // --foreground: to each process below the guard). Asynchronous: the guard sends it.
+  void signal_tree(int sig);
+  // SIGKILL to everything below the guard, until nothing is left. Asynchronous; tree_empty()
+  // says when it is done.
+  void end_tree();
+
+ private:
+  command_guard() = default;
+
+  pid_t guard_pid_ = -1;
+  pid_t cmd_pid_ = -1;
+  int control_fd_ = -1;  // to the guard: signal numbers, one byte each; closing it ends the tree
+  int news_fd_ = -1;     // from the guard
+  std::optional<int> cmd_status_;
+  bool tree_empty_ = false;
+  bool guard_died_ = false;
+  int failure_kind_ = 0;   // why CMD did not start (exec or fork failed), from the guard
+  int failure_errno_ = 0;
 };
-// Starts `path` with `argv` and `env` (KEY=VALUE). own_group: setpgid(0, 0), so that signals
-// can go to CMD and everything it started (kill(-pid)). The child dies with SIGKILL if dlock
-// dies first (PR_SET_PDEATHSIG), so CMD never runs on without the lock being watched.
-spawned spawn_child(const std::string& path, const std::vector<std::string>& argv,
-                    const std::vector<std::string>& env, bool own_group);
 
 int exit_status_of(int wait_status);
 

@@ -1,30 +1,47 @@
-// dlock run [--ttl D] [-w D | -n] [-E N] [--lost-grace D] [--min-hold D] [--foreground]
-//           [--semaphore LIMIT] KEY -- CMD [ARGS...]
+// dlock run [--ttl D] [-w D | -n] [-E N] [--lost-grace D] [--min-hold D] [--orphans wait|kill]
+//           [--foreground] [--semaphore LIMIT] KEY -- CMD [ARGS...]
 //
 // With --semaphore LIMIT, KEY is a counting semaphore (dlock::semaphore, one node only) and
 // up to LIMIT CMDs run at once; everything else is the same, the permit being a lease too.
 //
-// The lifecycle, with what each signal does at each step:
-//   waiting   SIGINT/SIGTERM/SIGHUP end the wait: exit 128 + signal, nothing held
-//   running   CMD runs with the lease renewed by the watchdog (every TTL/3); the signals are
-//             forwarded to CMD's process group; dlock stays until CMD exits
-//   lost      the watchdog says the lease is gone: SIGTERM to CMD's group, SIGKILL after
-//             --lost-grace, exit 71 whatever CMD returns (its work was no longer exclusive)
-//   done      CMD exited: release at once, exit with CMD's status (128 + signal if killed);
-//             with --min-hold D, a CMD that ended sooner than D after the acquisition leaves
-//             the lock to expire D after it instead (a cron job on several hosts runs once)
-// If dlock itself is killed (SIGKILL), CMD gets SIGKILL from the kernel (PR_SET_PDEATHSIG) and
-// the key expires within the TTL.
+// The rule: no process CMD started runs without the lease. CMD runs below a guard process
+// (process.hpp) that SIGKILLs everything CMD started, whatever left CMD's process group
+// included, when dlock dies in any way (SIGKILL too) or asks it to; the lock is released only
+// once nothing CMD started is left. The lifecycle, with what each signal does at each step:
+//   waiting   a signal whose default ends a process (INT TERM HUP QUIT USR1 USR2 ALRM ...) ends
+//             the wait: exit 128 + signal, nothing held; SIGTSTP stops dlock; others do nothing
+//   running   CMD runs with the lease renewed by the watchdog (every TTL/3). Those signals, and
+//             SIGWINCH, are forwarded to CMD's process group and the rest of its tree. SIGTSTP
+//             (SIGTTIN, SIGTTOU) stops CMD's tree, then dlock; on SIGCONT dlock renews the
+//             lease before it resumes CMD, and kills it where it stopped if the lease ran out.
+//             SIGPIPE, SIGURG, SIGXCPU, SIGXFSZ are dlock's own business and ignored.
+//   left      CMD exited but processes it started still run: with --orphans wait (the
+//             default) the lease is kept as while CMD ran, until the last of them ends, as
+//             flock's lock stays with whoever inherited the descriptor; --orphans kill ends
+//             them (SIGTERM, SIGKILL after --lost-grace) before the release
+//   ending    the lease is lost (a renewal found the key gone or taken), or no renewal has
+//             succeeded and only grace + margin of validity is left, grace being
+//             min(--lost-grace, TTL/3) so that renewals keep from TTL/3 to 2/3 TTL to heal and
+//             the margin min(TTL/20, 250 ms) covering dlock's wake-up and the kill itself:
+//             SIGTERM to CMD's tree, SIGKILL after --lost-grace and at the latest `margin`
+//             before the validity ends; exit 71 whatever CMD returns
+//   done      nothing CMD started is left: release at once, exit with CMD's status (128 +
+//             signal if killed); with --min-hold D, a CMD that ended sooner than D after the
+//             acquisition leaves the lock to expire D after it instead (a cron job on several
+//             hosts runs once)
+// With the defaults (TTL 10 s, --lost-grace 5 s) an outage that starts right after a renewal
+// gives CMD SIGTERM 6.3 s and SIGKILL 9.6 s after that renewal began; its validity ends at
+// 9.9 s (TTL less the drift allowance, 1 % + 2 ms) and the key on the servers at 10 s.
 #include <CLI/CLI.hpp>
 #include <sys/eventfd.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstring>
+#include <map>
 #include <memory>
-#include <thread>
 
 #include "cli.hpp"
 #include "dlock/mutex.hpp"
@@ -43,12 +60,16 @@ using steady = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using namespace std::chrono_literals;
 
+// What happens to processes CMD leaves running when it exits.
+enum class orphan_policy { wait, kill };
+
 struct run_options : wait_flags {
   std::string key;
   std::vector<std::string> cmd;
   milliseconds ttl{10'000};
   milliseconds lost_grace{5'000};
   std::optional<milliseconds> min_hold;
+  orphan_policy orphans = orphan_policy::wait;
   bool foreground = false;
   std::optional<int> semaphore_limit;
 };
@@ -68,14 +89,20 @@ struct loss_alarm {
   }
 };
 
+// dlock's own settings, which CMD does not get: its lease's names (set anew below) and the
+// Redis credentials.
+bool hidden_from_cmd(std::string_view entry) {
+  for (std::string_view name : {"DLOCK_KEY=", "DLOCK_TOKEN=", "DLOCK_FENCE=", "DLOCK_PASSWORD=",
+                                "DLOCK_USER="}) {
+    if (entry.starts_with(name)) return true;
+  }
+  return false;
+}
+
 std::vector<std::string> child_environment(const run_options& o, const lease& held) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
-    std::string_view v(*e);
-    if (v.starts_with("DLOCK_KEY=") || v.starts_with("DLOCK_TOKEN=") || v.starts_with("DLOCK_FENCE=")) {
-      continue;
-    }
-    env.emplace_back(v);
+    if (!hidden_from_cmd(*e)) env.emplace_back(*e);
   }
   env.push_back("DLOCK_KEY=" + o.key);
   env.push_back("DLOCK_TOKEN=" + held.value());
@@ -89,76 +116,90 @@ std::string command_text(const std::vector<std::string>& cmd) {
   return out;
 }
 
-// True while any process of group `pgid` exists.
-bool group_alive(pid_t pgid) { return ::kill(-pgid, 0) == 0 || errno == EPERM; }
+// Why dlock is ending CMD's tree.
+enum class ending {
+  none,
+  lease_lost,        // the watchdog says the lease is gone
+  renewals_failed,   // no renewal succeeded and the validity is running out
+  stopped_too_long,  // dlock was stopped (SIGTSTP) past what it could renew
+  orphans,           // --orphans kill, after CMD exited
+};
 
 class supervisor {
  public:
   supervisor(const run_options& o, signal_inbox& signals, lease& held,
              std::vector<client>& nodes, const holder_info& holder)
       : o_(o), signals_(signals), held_(held), nodes_(nodes), holder_(holder),
-        acquired_at_(steady::now()) {}
+        acquired_at_(steady::now()),
+        grace_(std::min(o.lost_grace, o.ttl / 3)),
+        kill_margin_(std::min(o.ttl / 20, milliseconds(250))) {}
 
   int run(const std::string& path) {
     auto alarm = std::make_shared<loss_alarm>();
     if (alarm->fd < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
     held_.keep_alive({.on_lost = [alarm](std::error_code ec) { alarm->ring(ec); }});
 
-    auto child = spawn_child(path, o_.cmd, child_environment(o_, held_), !o_.foreground);
-    if (child.pid < 0) {
-      say("%s", child.error.c_str());
+    command_guard::start_failure failure;
+    guard_ = command_guard::start(path, o_.cmd, child_environment(o_, held_), !o_.foreground,
+                                  failure);
+    if (!guard_) {
+      say("%s", failure.message.c_str());
       finish(false, /*cmd_ran=*/false);
-      if (child.exec_errno == 0) return exit_software;
-      return child.exec_errno == ENOENT ? 127 : 126;  // as the shell reports them
+      if (failure.exec_errno == 0) return exit_software;
+      return failure.exec_errno == ENOENT ? 127 : 126;  // as the shell reports them
     }
-    pid_ = child.pid;
     say_verbose("running `%s` (pid %d) under '%s', fence %llu", command_text(o_.cmd).c_str(),
-                static_cast<int>(pid_), o_.key.c_str(),
+                static_cast<int>(guard_->cmd_pid()), o_.key.c_str(),
                 static_cast<unsigned long long>(held_.fencing_token()));
 
-    int status = supervise(alarm);
-    if (lost_) {
-      stop_group_after_loss();
-      int reason = alarm->reason.load();
-      std::error_code why = reason ? std::error_code(reason, category()) : errc::lease_lost;
-      say("lost the lock on '%s' while `%s` ran (%s); it was stopped", o_.key.c_str(),
-          o_.cmd[0].c_str(), why.message().c_str());
+    supervise(*alarm);
+    if (guard_->guard_died()) {
+      // CMD itself died with the guard (PR_SET_PDEATHSIG); its group may live on. Once CMD is
+      // gone its group's number stays taken only while members live, so this reaches them.
+      say("CMD's guard process was killed; `%s` is ended", o_.cmd[0].c_str());
+      if (!o_.foreground) ::kill(-guard_->cmd_pid(), SIGKILL);
+      finish(lost_, true);
+      return exit_software;
+    }
+    if (ending_ != ending::none && ending_ != ending::orphans) {
+      say_ending(alarm->reason.load());
       finish(true, true);
       return exit_lease_lost;
     }
-    say_verbose("`%s` exited with status %d", o_.cmd[0].c_str(), exit_status_of(status));
+    int status = exit_status_of(guard_->cmd_status().value_or(0));
+    if (!cmd_exit_noted_) {
+      say_verbose("`%s` exited with status %d", o_.cmd[0].c_str(), status);
+    }
     finish(false, true);
-    return exit_status_of(status);
+    return status;
   }
 
  private:
-  // Signals go to CMD's whole group (it has its own unless --foreground).
-  pid_t target() const { return o_.foreground ? pid_ : -pid_; }
-
-  int supervise(const std::shared_ptr<loss_alarm>& alarm) {
+  // Until nothing CMD started is left (or the guard is gone).
+  void supervise(loss_alarm& alarm) {
     const auto refresh_every = std::max(o_.ttl / 3, 1ms);
     auto refresh_at = steady::now() + refresh_every;
-    steady::time_point kill_at = steady::time_point::max();
     for (;;) {
+      if (guard_->tree_empty() || guard_->guard_died()) return;
       auto now = steady::now();
-      auto wake = std::min({refresh_at, kill_at, now + 250ms});
-      auto ev = signals_.wait(std::chrono::ceil<milliseconds>(std::max(wake - now, steady::duration::zero())),
-                              lost_ ? -1 : alarm->fd);
-      for (const auto& s : ev.signals) forward(s);
-      if (!lost_ && (ev.other_ready || held_.lost().stop_requested())) {
+      auto wake = std::min({refresh_at, next_deadline(), now + 250ms});
+      auto ev = signals_.wait(
+          std::chrono::ceil<milliseconds>(std::max(wake - now, steady::duration::zero())),
+          {lost_ ? -1 : alarm.fd, guard_->news_fd()});
+      for (const auto& s : ev.signals) on_signal(s);
+      guard_->take_news();
+      if (guard_->tree_empty() || guard_->guard_died()) return;
+      if (guard_->cmd_status() && !cmd_exit_noted_) note_cmd_exit();
+      bool alarm_rang = std::find(ev.ready.begin(), ev.ready.end(), alarm.fd) != ev.ready.end();
+      if (!lost_ && (alarm_rang || held_.lost().stop_requested())) {
         lost_ = true;
-        ::kill(target(), SIGTERM);
-        kill_at = lost_kill_at_ = steady::now() + o_.lost_grace;
+        begin_ending(ending::lease_lost);
       }
-      int status = 0;
-      pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) return status;
-      if (r < 0 && errno == ECHILD) return 0;  // cannot happen: nobody else reaps it
       now = steady::now();
-      if (lost_ && now >= kill_at) {
-        ::kill(target(), SIGKILL);
-        kill_at = steady::time_point::max();
+      if (ending_ == ending::none && now >= last_safe_moment() - grace_) {
+        begin_ending(ending::renewals_failed);
       }
+      if (ending_ != ending::none && !tree_killed_ && now >= kill_at()) kill_tree();
       if (!lost_ && !o_.semaphore_limit && now >= refresh_at) {
         publish_holder(nodes_, o_.key, holder_, o_.ttl, /*wait=*/false);
         refresh_at = now + refresh_every;
@@ -166,22 +207,130 @@ class supervisor {
     }
   }
 
+  // The last moment anything CMD started may run: a margin before the lease's validity ends.
+  steady::time_point last_safe_moment() const { return held_.valid_until() - kill_margin_; }
+
+  // SIGKILL after --lost-grace, and at the latest at the last safe moment. Once SIGTERM went.
+  steady::time_point kill_at() const {
+    return std::min(*term_sent_ + o_.lost_grace, last_safe_moment());
+  }
+
+  // When the loop must look again, besides signals and news.
+  steady::time_point next_deadline() const {
+    if (tree_killed_) return steady::time_point::max();  // the guard's news tells the rest
+    return ending_ == ending::none ? last_safe_moment() - grace_ : kill_at();
+  }
+
+  void kill_tree() {
+    guard_->end_tree();
+    tree_killed_ = true;
+  }
+
+  void begin_ending(ending why) {
+    if (ending_ != ending::none && ending_ != ending::orphans) return;  // the first reason stands
+    ending_ = why;
+    if (term_sent_) return;
+    term_sent_ = steady::now();
+    say_verbose("SIGTERM to `%s` and what it started (%s of the lease's validity left); SIGKILL "
+                "in at most %s",
+                o_.cmd[0].c_str(), format_duration(held_.remaining()).c_str(),
+                format_duration(std::chrono::ceil<milliseconds>(
+                                    std::max(kill_at() - *term_sent_, steady::duration::zero())))
+                    .c_str());
+    guard_->signal_tree(SIGTERM);
+  }
+
+  void note_cmd_exit() {
+    cmd_exit_noted_ = true;
+    int status = exit_status_of(*guard_->cmd_status());
+    if (o_.orphans == orphan_policy::kill) {
+      say_verbose("`%s` exited with status %d and left processes running; ending them "
+                  "(--orphans kill)", o_.cmd[0].c_str(), status);
+      begin_ending(ending::orphans);
+    } else {
+      say_verbose("`%s` exited with status %d; the lock stays held until the processes it left "
+                  "running end (--orphans kill would end them)", o_.cmd[0].c_str(), status);
+    }
+  }
+
+  void on_signal(const signalfd_siginfo& s) {
+    int sig = static_cast<int>(s.ssi_signo);
+    switch (role_of(sig).value_or(signal_role::ignore)) {
+      case signal_role::terminate:
+      case signal_role::inform:
+        return forward(s);
+      case signal_role::stop:
+        return stop_together();
+      case signal_role::resume:
+        return resume_after_stop(s);
+      case signal_role::ignore:
+      case signal_role::child:
+        return;
+    }
+  }
+
   void forward(const signalfd_siginfo& s) {
     int sig = static_cast<int>(s.ssi_signo);
-    if (sig == SIGCHLD) return;
     // With --foreground CMD shares our process group, so a signal from the terminal
     // (SI_KERNEL: Ctrl-C, hangup) has reached it already; forwarding would double it.
     if (o_.foreground && s.ssi_code == SI_KERNEL) return;
     say_verbose("forwarding signal %d (%s) to `%s`", sig, strsignal(sig), o_.cmd[0].c_str());
-    ::kill(target(), sig);
+    guard_->signal_tree(sig);
   }
 
-  // After a loss, nothing CMD started may keep running unprotected: wait out the rest of the
-  // grace period for its process group to empty, then SIGKILL what is left.
-  void stop_group_after_loss() {
-    if (o_.foreground) return;
-    while (group_alive(pid_) && steady::now() < lost_kill_at_) std::this_thread::sleep_for(10ms);
-    if (group_alive(pid_)) ::kill(-pid_, SIGKILL);
+  // dlock cannot renew while stopped, so CMD's tree stops first (SIGSTOP: a CMD that ignores
+  // SIGTSTP must stop too). Not while ending CMD: that has a deadline to keep.
+  void stop_together() {
+    if (ending_ != ending::none) return;
+    say_verbose("stopping `%s` and dlock; the lease is not renewed while stopped",
+                o_.cmd[0].c_str());
+    guard_->signal_tree(SIGSTOP);
+    stopped_ = true;
+    ::kill(::getpid(), SIGSTOP);
+  }
+
+  // After our own stop, CMD resumes only under a lease that still holds: renewed now, or with
+  // validity left when the nodes did not answer (the usual deadlines then apply). Otherwise it
+  // is killed where it stopped, never running again. A SIGCONT of other origin is forwarded.
+  void resume_after_stop(const signalfd_siginfo& s) {
+    if (!stopped_) return forward(s);
+    stopped_ = false;
+    std::error_code ec = lost_ ? make_error_code(errc::lease_lost) : held_.extend();
+    bool gone = ec == errc::lease_lost || ec == errc::lease_expired || ec == errc::not_held;
+    if (!gone && steady::now() < last_safe_moment()) {
+      say_verbose("resuming `%s`: the lease holds (%s left)", o_.cmd[0].c_str(),
+                  format_duration(held_.remaining()).c_str());
+      guard_->signal_tree(SIGCONT);
+      return;
+    }
+    stop_error_ = ec ? ec : make_error_code(errc::lease_expired);
+    lost_ = true;
+    ending_ = ending::stopped_too_long;
+    kill_tree();
+  }
+
+  void say_ending(int loss_reason) {
+    const char* cmd = o_.cmd[0].c_str();
+    switch (ending_) {
+      case ending::lease_lost: {
+        std::error_code why = loss_reason ? std::error_code(loss_reason, category())
+                                          : make_error_code(errc::lease_lost);
+        say("lost the lock on '%s' while `%s` ran (%s); it was stopped", o_.key.c_str(), cmd,
+            why.message().c_str());
+        return;
+      }
+      case ending::renewals_failed:
+        say("could not renew the lock on '%s' in time; `%s` was stopped before the lease's "
+            "validity ran out", o_.key.c_str(), cmd);
+        return;
+      case ending::stopped_too_long:
+        say("the lock on '%s' was not kept while dlock was stopped (%s); `%s` was killed "
+            "without running again", o_.key.c_str(), stop_error_.message().c_str(), cmd);
+        return;
+      case ending::none:
+      case ending::orphans:
+        return;
+    }
   }
 
   void finish(bool lost, bool cmd_ran) {
@@ -217,9 +366,16 @@ class supervisor {
   std::vector<client>& nodes_;
   const holder_info& holder_;
   steady::time_point acquired_at_;
-  pid_t pid_ = -1;
+  const milliseconds grace_;        // SIGTERM this long before the last safe moment
+  const milliseconds kill_margin_;  // the last safe moment: this long before validity ends
+  std::unique_ptr<command_guard> guard_;
   bool lost_ = false;
-  steady::time_point lost_kill_at_{};  // when the loss's grace period ends
+  bool stopped_ = false;         // dlock stopped CMD and itself (SIGTSTP)
+  bool cmd_exit_noted_ = false;  // CMD exited while processes it started ran on
+  ending ending_ = ending::none;
+  std::optional<steady::time_point> term_sent_;  // when CMD's tree got SIGTERM
+  bool tree_killed_ = false;                     // the guard was told to SIGKILL it all
+  std::error_code stop_error_;                   // why the lease did not survive a stop
 };
 
 int run_command(const global_options& g, const run_options& o) {
@@ -227,6 +383,8 @@ int run_command(const global_options& g, const run_options& o) {
   if (o.cmd.empty()) throw usage_error("missing CMD: dlock run KEY -- CMD [ARGS...]");
   if (o.lost_grace < 0ms) throw usage_error("--lost-grace must not be negative");
   if (o.min_hold && *o.min_hold <= 0ms) throw usage_error("--min-hold must be positive");
+  // The lock then lives on as a key with that TTL.
+  if (o.min_hold && *o.min_hold > max_ttl) throw usage_error("--min-hold must be at most 30 days");
   auto path = find_program(o.cmd[0]);
   if (!path) {
     say("%s: command not found", o.cmd[0].c_str());
@@ -266,9 +424,13 @@ int run_command(const global_options& g, const run_options& o) {
   w.node_count = nodes.size();
   w.unavailable_grace = 2 * g.timeout;
   w.key = o.key;
+  // Nothing is held yet: a signal that would end dlock ends the wait, a stop stops it.
   w.watch = [&](milliseconds d, int wake_fd) {
-    for (const auto& s : signals.wait(d, wake_fd).signals) {
-      if (s.ssi_signo != SIGCHLD) return static_cast<int>(s.ssi_signo);
+    for (const auto& s : signals.wait(d, {wake_fd}).signals) {
+      int sig = static_cast<int>(s.ssi_signo);
+      auto role = role_of(sig);
+      if (role == signal_role::terminate) return sig;
+      if (role == signal_role::stop) ::kill(::getpid(), SIGSTOP);
     }
     return 0;
   };
@@ -307,6 +469,18 @@ int run_command(const global_options& g, const run_options& o) {
   return s.run(*path);
 }
 
+constexpr const char* supervision_rules =
+    R"(Supervision: nothing CMD starts runs without the lock.
+  - CMD and everything it starts (even what leaves its process group) run below a guard
+    process that SIGKILLs all of it when dlock dies, SIGKILL included.
+  - Signals that would end dlock (INT TERM HUP QUIT USR1 USR2 ALRM ...) and WINCH are
+    forwarded to CMD and what it started; SIGTSTP stops them and dlock together, and SIGCONT
+    resumes CMD only if the lease still holds (else it is killed, exit 71).
+  - CMD's background children keep the lock held (--orphans wait) or are ended (kill).
+  - Lease lost, or renewals failing until min(--lost-grace, TTL/3) of validity is left:
+    SIGTERM, then SIGKILL before the validity ends; exit 71.
+  - CMD does not see $DLOCK_PASSWORD or $DLOCK_USER; it gets DLOCK_KEY/TOKEN/FENCE.)";
+
 }  // namespace
 
 subcommand add_run_command(CLI::App& parent, const global_options& g) {
@@ -315,22 +489,32 @@ subcommand add_run_command(CLI::App& parent, const global_options& g) {
       "run", "Run CMD while holding the lock KEY (waits for it, like flock), then release it");
   app->fallthrough();
   duration_option(*app, "--ttl", o->ttl,
-                  "Lock TTL; renewed every TTL/3 while CMD runs (default 10s)");
+                  "Lock TTL, at least 100ms; renewed every TTL/3 while CMD runs (default 10s)");
   add_wait_flags(*app, *o);
   duration_option(*app, "--lost-grace", o->lost_grace,
-                  "After the lease is lost: time between SIGTERM and SIGKILL to CMD (default 5s)");
+                  "When dlock ends CMD (lease lost or not renewed in time, --orphans kill): time "
+                  "between SIGTERM and SIGKILL, never past the lease's validity (default 5s)");
   duration_option(*app, "--min-hold", o->min_hold,
                   "Keep the lock at least this long after acquiring it, even when CMD ends "
                   "sooner: it then expires by itself (for a job scheduled on several hosts)");
+  app->add_option("--orphans", o->orphans,
+                  "Processes CMD leaves running when it exits: wait (default: the lock stays "
+                  "held and renewed until the last one ends) or kill (SIGTERM, SIGKILL after "
+                  "--lost-grace, before the release)")
+      ->option_text("wait|kill")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, orphan_policy>{{"wait", orphan_policy::wait},
+                                               {"kill", orphan_policy::kill}}));
   app->add_flag("--foreground", o->foreground,
                 "Keep CMD in dlock's process group (for interactive CMDs reading the terminal); "
-                "signals then reach CMD only, not its children");
+                "the terminal's signals then reach CMD directly");
   app->add_option("--semaphore", o->semaphore_limit,
                   "KEY is a semaphore: up to LIMIT CMDs at once (one Redis node only)")
       ->type_name("LIMIT")
       ->check(CLI::Range(1, 1'000'000));
   app->add_option("KEY", o->key, "The lock's name (its Redis key)")->required();
   app->add_option("CMD", o->cmd, "The command and its arguments, after --")->required();
+  app->footer(supervision_rules);
   return {app, [&g, o] { return run_command(g, *o); }};
 }
 
