@@ -52,6 +52,7 @@ void acquire_run::start(handler_type handler, std::vector<request> first) {
         }
       });
     }
+    self->engine_.on_start(steady::now());
     self->arm_deadline();
     if (self->engine_.attempts_made() == 0) return self->attempt();
     // run_blocking made the first attempt: go on from where it stands.
@@ -64,10 +65,10 @@ void acquire_run::start(handler_type handler, std::vector<request> first) {
 
 lease acquire_run::run_blocking(std::error_code& ec) {
   auto now = steady::now();
-  // The direct exchange blocks this thread for up to a node timeout, so only when the deadline
-  // is no nearer; else the I/O thread runs the attempt and ends the wait at the deadline.
-  bool within_deadline = engine_.deadline() == steady::time_point::max() ||
-                         now + engine_.node_timeout() <= engine_.deadline();
+  engine_.on_start(now);
+  // The direct exchange blocks this thread for up to a node timeout, so only when the wait
+  // ends no sooner; else the I/O thread runs the attempt and ends the wait on time.
+  bool within_deadline = now + engine_.node_timeout() <= engine_.gives_up_at();
   if (nodes_.size() == 1 && !on_io_thread() && within_deadline) {
     // The first attempt from this thread when the connection is idle: no hand-over to the I/O
     // thread and back. It does not queue (the I/O thread owns the inbox); if it must wait,
@@ -106,6 +107,8 @@ void acquire_run::attempt() {
 void acquire_run::send(request r) {
   auto& node = nodes_[r.node];
   auto id = r.id;
+  // The handler below keeps this run, and so its engine, alive until the request completes.
+  r.gate = engine_.gate();
   run_request(node, std::move(r), [self = shared_from_this(), id](std::error_code ec, reply answer) {
     if (self->pumping_) {
       self->inline_answers_.push_back({id, ec, std::move(answer)});
@@ -153,9 +156,9 @@ void acquire_run::pump() {
 }
 
 void acquire_run::arm_deadline() {
-  if (engine_.deadline() == steady::time_point::max()) return;
+  if (engine_.gives_up_at() == steady::time_point::max()) return;
   deadline_timer_.emplace(owner_->get_executor());
-  deadline_timer_->expires_at(engine_.deadline());
+  deadline_timer_->expires_at(engine_.gives_up_at());
   std::weak_ptr<acquire_run> weak = shared_from_this();
   deadline_timer_->async_wait([weak](std::error_code ec) {
     auto self = weak.lock();

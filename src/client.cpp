@@ -13,6 +13,14 @@ client::client(endpoint where, client_options options)
     : conn_(std::make_shared<detail::connection>(where, options)),
       inbox_(std::make_shared<detail::inbox>(std::move(where), std::move(options))),
       last_copy_(nullptr, [conn = conn_, inbox = inbox_](void*) {
+        if (detail::in_forked_child()) {
+          // The child of a fork(): the connections' sockets and I/O state are the parent's,
+          // and their locks may have been copied held. Never close or destroy them here.
+          static auto* kept = new std::vector<std::shared_ptr<void>>;  // only the child's thread
+          kept->push_back(conn);
+          kept->push_back(inbox);
+          return;
+        }
         conn->close(errc::cancelled);
         inbox->close();
       }) {}

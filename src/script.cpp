@@ -74,9 +74,10 @@ void run_request(client& node, request r, unique_function<void(std::error_code, 
   command evalsha = script_command("EVALSHA", s->sha1, r.keys, r.args);
   access::start_exec(
       node, std::move(evalsha), r.timeout,
-      [node, s, deadline, keys = std::move(r.keys), args = std::move(r.args),
-       handler = std::move(handler)](std::error_code ec, reply answer) mutable {
+      [node, s, deadline, keys = std::move(r.keys), args = std::move(r.args), gate = r.gate,
+       id = r.id, handler = std::move(handler)](std::error_code ec, reply answer) mutable {
         if (!is_noscript(answer)) return handler(ec, std::move(answer));
+        if (gate.wanted && !gate.wanted(gate.owner, id)) return handler(errc::timeout, {});
         auto left = time_left(deadline);
         if (left <= std::chrono::milliseconds::zero()) return handler(errc::timeout, {});
         access::start_exec(node, script_command("EVAL", s->body, keys, args), left,

@@ -34,6 +34,15 @@ inline constexpr script sem_fair_acquire_script{scripts::sem_fair_acquire_body,
 inline constexpr script sem_release_script{scripts::sem_release_body, scripts::sem_release_sha1};
 inline constexpr script sem_refresh_script{scripts::sem_refresh_body, scripts::sem_refresh_sha1};
 
+// Asked when an EVALSHA comes back NOSCRIPT, before the EVAL fallback goes out: the fallback
+// is sent after every request pipelined behind the EVALSHA, so an attempt whose answer is no
+// longer wanted (its cleanup may already have run) must not run late. false: the fallback is
+// not sent, and the request completes with errc::timeout (its EVALSHA did not run).
+struct fallback_gate {
+  const void* owner = nullptr;
+  bool (*wanted)(const void* owner, std::uint64_t request_id) = nullptr;
+};
+
 // One script call, as the engine (algo/acquisition.hpp) asks for it: run `code` on node `node`
 // within `timeout`, and hand the answer back under `id`. Requests to one node go out in the
 // order they were made (one connection, FIFO). `keys` point into the target (lock_target,
@@ -45,6 +54,7 @@ struct request {
   std::vector<std::string_view> keys;
   std::vector<std::string> args;
   std::chrono::milliseconds timeout{};
+  fallback_gate gate{};  // set by the driver (acquire_run); empty: always fall back
 };
 
 // Runs `s` on `node`. The first try is EVALSHA; a NOSCRIPT reply (after a restart, failover or

@@ -102,7 +102,9 @@ class DLOCK_EXPORT command {
 };
 
 /// A cheap copyable handle to one pipelined connection to a Redis node; copies share the
-/// connection. Thread-safe: see client.hpp for the threads that run I/O and completions.
+/// connection. When the last copy is destroyed the connection closes, and requests still in
+/// flight complete with errc::cancelled (the library's own operations hold copies while they
+/// run). Thread-safe: see client.hpp for the threads that run I/O and completions.
 class DLOCK_EXPORT client {
  public:
   /// Parses the URL (see parse_endpoint) and prepares the connection; connects lazily, on the

@@ -169,7 +169,9 @@ semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limi
 struct acquisition::impl {
   // What an answer is for.
   // final_cleanup: what a give-up sends (leave the queues, give back what it won); the outcome
-  // waits for every answer, so that a caller who exits or retries at once meets none of it.
+  // waits for its answers, so that a caller who exits or retries at once meets none of it,
+  // except past the deadline or from a node that stopped answering (awaited_cleanup): then it
+  // is only sent, and a process that exits at once may leave it unsent (the TTL bounds that).
   enum class purpose { vote, fence, cleanup, sem_attempt, final_cleanup };
   struct pending {
     std::uint64_t id;
@@ -223,6 +225,8 @@ struct acquisition::impl {
   node_results last_votes;
   // The time of the call being handled (each entry point sets it): emit() judges by it.
   steady::time_point now_{};
+  // Attempt requests given up on while unanswered (wants_fallback).
+  std::vector<std::uint64_t> abandoned;
 
   std::size_t nodes() const noexcept { return lock ? lock->nodes : 1; }
   milliseconds retry_delay() const noexcept { return lock ? lock->retry_delay : sem->retry_delay; }
@@ -390,6 +394,11 @@ struct acquisition::impl {
     // Not where the node answered "taken": that answer proves this round set nothing there,
     // and under contention those releases were a quarter of all commands sent (bench/).
     round->failure = ec;
+    // Votes still unanswered no longer count: if one comes back NOSCRIPT, its EVAL must not
+    // follow the cleanup below.
+    for (const auto& p : awaited) {
+      if (p.what == purpose::vote && p.round == round->index + 1) abandoned.push_back(p.id);
+    }
     for (std::size_t i = 0; i < nodes(); ++i) {
       if (round->votes.votes()[i].outcome == node_result::vote::taken) continue;
       auto awaited_for = awaited_cleanup(i, purpose::cleanup);
@@ -726,14 +735,41 @@ bool acquisition::on_handoff(steady::time_point now, std::string_view grant) {
   return impl_->on_handoff(now, grant);
 }
 
+void acquisition::on_start(steady::time_point now) {
+  auto& s = *impl_;
+  if (s.made > 0 || s.deadline == steady::time_point::max() || now < s.deadline) return;
+  s.deadline = steady::time_point::max();
+  s.attempts = 1;
+}
+
 void acquisition::on_deadline(steady::time_point now) {
   auto& s = *impl_;
   s.now_ = now;
-  if (!s.past_deadline()) return;
+  if (now < gives_up_at()) return;
   // Whatever is still awaited has missed the deadline: it counts as timed out, and its answer,
   // when it comes, is ignored (stale). What that ends (the round, the give-up's cleanup) sends
   // its cleanups without awaiting them, since the deadline has passed.
+  using purpose = impl::purpose;
+  for (const auto& p : s.awaited) {
+    if (p.what != purpose::cleanup && p.what != purpose::final_cleanup) s.abandoned.push_back(p.id);
+  }
   for (const auto& p : std::vector<impl::pending>(s.awaited)) on_reply(p.id, now, errc::timeout, {});
+}
+
+steady::time_point acquisition::gives_up_at() const noexcept {
+  auto d = impl_->deadline;
+  return d >= steady::time_point::max() - answer_grace ? steady::time_point::max() : d + answer_grace;
+}
+
+bool acquisition::wants_fallback(std::uint64_t request_id) const noexcept {
+  const auto& a = impl_->abandoned;
+  return std::find(a.begin(), a.end(), request_id) == a.end();
+}
+
+fallback_gate acquisition::gate() const noexcept {
+  return {this, [](const void* engine, std::uint64_t request_id) {
+            return static_cast<const acquisition*>(engine)->wants_fallback(request_id);
+          }};
 }
 
 void acquisition::stop(steady::time_point now, std::error_code why) {

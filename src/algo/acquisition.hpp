@@ -120,6 +120,9 @@ class acquisition {
   // A sleep that would end past the deadline is cut to end this long before it, for one last
   // attempt (a queued waiter keeps waiting for a release's wake-up or handoff until then).
   static constexpr steady::duration last_attempt_lead = std::chrono::milliseconds(1);
+  // How long past the deadline the answers to an attempt begun before it are still awaited
+  // (gives_up_at): the last attempt starts last_attempt_lead before the deadline.
+  static constexpr steady::duration answer_grace = std::chrono::milliseconds(25);
 
   // The driver's loop:
   //   1. channels = the wake channel of each node ("" where that node cannot wake us, or when
@@ -139,11 +142,22 @@ class acquisition {
   // plain wake-up.
   bool on_handoff(steady::time_point now, std::string_view grant);
 
-  // The deadline has come (the driver's timer): what is still awaited counts as timed out, so
-  // the outcome comes now, however silent a node is. Its requests stay on the wire, and their
-  // answers are ignored. No-op before the deadline.
+  // Before the first attempt (the driver calls it once): a deadline already past makes this
+  // one attempt without a deadline, as std::timed_mutex::try_lock_for(0) is try_lock().
+  void on_start(steady::time_point now);
+  // The wait is over (the driver's timer, at gives_up_at()): what is still awaited counts as
+  // timed out, so the outcome comes now, however silent a node is. Its requests stay on the
+  // wire, and their answers are ignored; attempts among them are not re-sent after NOSCRIPT
+  // (wants_fallback). No-op before gives_up_at().
   void on_deadline(steady::time_point now);
   steady::time_point deadline() const noexcept;
+  // deadline() + answer_grace; max() without a deadline.
+  steady::time_point gives_up_at() const noexcept;
+  // False for an attempt's request (vote, fence raise, semaphore attempt) whose answer the
+  // engine no longer waits for: its NOSCRIPT fallback must not go out (fallback_gate).
+  bool wants_fallback(std::uint64_t request_id) const noexcept;
+  // wants_fallback as a fallback_gate, for this engine's requests (it must outlive them).
+  fallback_gate gate() const noexcept;
   // How long a request of this acquisition may take (the target's node timeout).
   std::chrono::milliseconds node_timeout() const noexcept;
 

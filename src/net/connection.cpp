@@ -159,6 +159,7 @@ void connection::submit(std::string payload, std::size_t replies, clock::time_po
 }
 
 void connection::close(std::error_code reason) {
+  if (in_forked_child()) return;  // the socket and the I/O thread are the parent's
   in_transit_.fetch_add(1, std::memory_order_seq_cst);
   asio::dispatch(executor_, [self = shared_from_this(), reason] {
     // Queued requests first: fail() reconnects when it finds any still queued.
@@ -520,7 +521,7 @@ void connection::fail(std::error_code inflight_error, bool connect_failed,
   deferred_fail_.reset();
   if (connect_failed) {
     report(connection_event::change::connect_failed, inflight_error);
-  } else if (state_ == state::ready) {
+  } else if (state_ == state::ready && inflight_error != errc::cancelled) {  // not our close()
     report(connection_event::change::dropped, inflight_error);
   }
   ++generation_;

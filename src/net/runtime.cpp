@@ -50,6 +50,8 @@ runtime::runtime() : work_(io_.get_executor()) {
 }
 
 void runtime::stop_at_exit() noexcept {
+  // A forked child has no I/O thread to stop, and the io_context's lock may be held forever.
+  if (in_forked_child()) return;
   io_.stop();
   if (on_io_thread()) return;  // exit() from a handler: the thread cannot wait for itself
   // Bounded, in case a user's handler blocks on the I/O thread.
@@ -69,6 +71,7 @@ void free_io_thread_openssl_state_at_exit() {
   static std::once_flag once;
   std::call_once(once, [] {
     std::atexit([] {
+      if (in_forked_child()) return;
       if (on_io_thread()) return OPENSSL_thread_stop();
       auto done = std::make_shared<std::promise<void>>();
       auto freed = done->get_future();

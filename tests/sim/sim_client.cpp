@@ -91,10 +91,10 @@ void sim_client::next_cycle() {
   // A lock acquisition's id, or a semaphore's owner token (unique, as random_token()'s are).
   std::string id = who() + "x" + std::to_string(cycle_);
   if (lock_) {
-    acq_.emplace(*lock_, id, deadline, attempts, rnd.next());
+    acq_ = &engines_.emplace_back(*lock_, id, deadline, attempts, rnd.next());
   } else {
     permits_ = static_cast<std::ptrdiff_t>(rnd.between(1, max_permits_));
-    acq_.emplace(*sem_, id, permits_, deadline, attempts, rnd.next());
+    acq_ = &engines_.emplace_back(*sem_, id, permits_, deadline, attempts, rnd.next());
   }
   acquire_began_ = w_.now();
   deadline_ = deadline;
@@ -194,7 +194,8 @@ void sim_client::pump() {
   }
 }
 
-void sim_client::send_for_acquisition(const detail::request& r) {
+void sim_client::send_for_acquisition(detail::request r) {
+  r.gate = acq_->gate();
   bool attempt_script = r.code == &detail::acquire_script ||
                         r.code == &detail::sem_acquire_script ||
                         r.code == &detail::sem_fair_acquire_script;

@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -100,7 +101,7 @@ class sim_client {
   void next_cycle();
   void begin_attempt(cause why);
   void pump();
-  void send_for_acquisition(const detail::request& r);
+  void send_for_acquisition(detail::request r);
   void on_acquisition_reply(std::uint64_t cycle, std::uint64_t id, std::error_code ec, reply r);
   void go_to_sleep(steady::duration sleep);
   void wake();
@@ -129,7 +130,10 @@ class sim_client {
   std::uint64_t cycle_ = 0;  // events and replies of an earlier cycle are ignored
 
   // The acquisition under way (kept after it is done: its leftovers still get answers).
-  std::optional<detail::acquisition> acq_;
+  // The current cycle's engine. Every cycle's stays (engines_), as acquire_run keeps its own
+  // while requests are out: their NOSCRIPT fallbacks ask it (acquisition::gate()).
+  std::deque<detail::acquisition> engines_;
+  detail::acquisition* acq_ = nullptr;
   mode mode_ = mode::try_once;
   sim_time acquire_began_ = 0;
   bool in_attempt_ = false, sleeping_ = false, wake_pending_ = false;

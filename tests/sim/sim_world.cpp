@@ -264,7 +264,12 @@ void world::on_reply(std::uint64_t call_id, const reply& r) {
   assert(!l.inflight.empty() && l.inflight.front() == call_id);
   l.inflight.pop_front();
   if (!k.eval && is_noscript(r)) {
-    // run_script: EVAL within what is left of the same timeout, rounded up to milliseconds
+    // run_request: no EVAL for an attempt the engine gave up on (fallback_gate)...
+    const auto& gate = k.req->gate;
+    if (gate.wanted && !gate.wanted(gate.owner, k.req->id)) {
+      return complete(call_id, errc::timeout, reply{});
+    }
+    // ... else EVAL within what is left of the same timeout, rounded up to milliseconds
     // (src/script.cpp's time_left; truncated, a 1 ms timeout never sent it: finding 1).
     std::int64_t left_us = k.deadline_us - clock_us(k.client, now_);
     std::int64_t left_ms = left_us > 0 ? (left_us + 999) / 1000 : 0;

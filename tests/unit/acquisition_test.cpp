@@ -406,14 +406,21 @@ TEST(LockAcquisitionTest, TheDeadlineEndsARoundThatANodeNeverAnswers) {
   // Node 2 never answers: its vote is awaited (cleanup behind it) until the deadline.
   EXPECT_FALSE(a.take_sleep());
   EXPECT_FALSE(a.take_outcome());
-  a.on_deadline(t0 + 99ms);  // not yet
+  EXPECT_EQ(a.gives_up_at(), t0 + 100ms + acquisition::answer_grace);
+  a.on_deadline(t0 + 124ms);  // not yet: answers to an attempt begun in time may still come
   EXPECT_FALSE(a.take_outcome());
-  a.on_deadline(t0 + 100ms);
+  a.on_deadline(a.gives_up_at());
   auto cleanups = a.take_requests();
   auto o = a.take_outcome();
   ASSERT_TRUE(o) << "still waiting for a silent node after the deadline";
   EXPECT_EQ(o->ec, errc::not_acquired);
-  for (const auto& c : cleanups) EXPECT_EQ(c.node, 2u);  // where the round may have set
+  ASSERT_FALSE(cleanups.empty());
+  for (const auto& c : cleanups) {
+    EXPECT_EQ(c.node, 2u);  // where the round may have set
+    EXPECT_TRUE(a.wants_fallback(c.id)) << "a cleanup must run, after NOSCRIPT too";
+  }
+  // The vote must not run after its cleanup: no EVAL when its EVALSHA comes back NOSCRIPT.
+  EXPECT_FALSE(a.wants_fallback(rs[2].id));
   // The node's answer, when it comes at last, changes nothing.
   answer(a, rs[2], t0 + 900ms, ints({1, 1}));
   EXPECT_FALSE(a.take_outcome());
@@ -432,6 +439,26 @@ TEST(LockAcquisitionTest, ACleanupOnANodeThatTimedOutIsNotAwaited) {
   auto o = a.take_outcome();
   ASSERT_TRUE(o) << "waits for the cleanup on a node that does not answer";
   EXPECT_EQ(o->ec, errc::timeout);
+}
+
+// try_lock_for(0), or a deadline already past: one whole attempt, as try_lock(), not one cut
+// off at once by a deadline timer that has already fired.
+TEST(LockAcquisitionTest, ADeadlineThatHasPassedAtTheStartIsOneAttemptWithoutIt) {
+  auto t = lock_on(1);
+  acquisition a(t, "id", t0, INT_MAX, 0);
+  a.on_start(t0 + 1ms);
+  EXPECT_EQ(a.deadline(), steady::time_point::max());
+  EXPECT_EQ(a.gives_up_at(), steady::time_point::max());
+  auto rs = round(a, t0 + 1ms);
+  answer(a, rs[0], t0 + 900ms, ints({1, 7}));  // however slow, within the node timeout
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_FALSE(o->ec);
+  EXPECT_EQ(o->fence, 7u);
+  // A deadline still ahead is kept.
+  acquisition b(t, "id2", t0 + 10ms, INT_MAX, 0);
+  b.on_start(t0);
+  EXPECT_EQ(b.deadline(), t0 + 10ms);
 }
 
 TEST(LockAcquisitionTest, AHandoffIsTakenForTheRoundInFlightAndDatedFromItsStart) {
