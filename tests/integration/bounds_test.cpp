@@ -132,25 +132,31 @@ TEST(DeadlineBoundTest, AnAttemptGivenUpAtTheDeadlineIsNotResentAfterItsCleanup)
   EXPECT_TRUE(other.try_lock());
 }
 
+// A bare connection that PINGs once, so that the server counts it as a client; -1 on failure.
+int take_a_client_slot(unsigned short port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  const char ping[] = "PING\r\n";
+  char buf[16];
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::write(fd, ping, sizeof ping - 1) != static_cast<ssize_t>(sizeof ping - 1) ||
+      ::read(fd, buf, sizeof buf) <= 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // A server at maxclients accepts the connection, answers "ERR max number of clients reached"
 // and closes it: an outage of that node that passes when a client leaves, as LOADING does.
 TEST(OutageTest, MaxClientsIsRetriedUntilASlotFrees) {
   redis_server s{server_options{.extra = {"--maxclients", "2"}}};
-  // Take both slots with bare connections that PING once.
-  std::vector<int> blockers;
-  for (int i = 0; i < 2; ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(s.port());
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    const char ping[] = "PING\r\n";
-    ASSERT_EQ(::write(fd, ping, sizeof ping - 1), static_cast<ssize_t>(sizeof ping - 1));
-    char buf[16];
-    ASSERT_GT(::read(fd, buf, sizeof buf), 0);
-    blockers.push_back(fd);
-  }
+  std::vector<int> blockers{take_a_client_slot(s.port()), take_a_client_slot(s.port())};
+  ASSERT_GE(blockers[0], 0);
+  ASSERT_GE(blockers[1], 0);
   client node{s.url(), {.reconnect_backoff_min = 10ms, .reconnect_backoff_max = 50ms}};
   mutex lock{node, test_key(), {.retry_delay = 50ms}};
   // Free the slots after 400 ms (the lock's wake-up inbox needs a connection too).
@@ -168,16 +174,8 @@ TEST(OutageTest, MaxClientsIsRetriedUntilASlotFrees) {
 
 TEST(OutageTest, MaxClientsRefusalIsAMissingVoteNotAnError) {
   redis_server s{server_options{.extra = {"--maxclients", "1"}}};
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(s.port());
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  const char ping[] = "PING\r\n";
-  ASSERT_EQ(::write(fd, ping, sizeof ping - 1), static_cast<ssize_t>(sizeof ping - 1));
-  char buf[16];
-  ASSERT_GT(::read(fd, buf, sizeof buf), 0);
+  int fd = take_a_client_slot(s.port());
+  ASSERT_GE(fd, 0);
   client node{s.url()};
   std::error_code ec;
   node.exec({"PING"}, ec);
