@@ -1058,16 +1058,28 @@ TEST_F(CliTest, ABackgroundChildOfCmdKeepsTheLockOrIsEndedBeforeTheRelease) {
   EXPECT_FALSE(exists(key));
 }
 
-// The Redis credentials dlock reads from its environment are not CMD's business.
+// The Redis credentials dlock reads from its environment are not CMD's business: not in its
+// environment, nor in /proc/PID/environ of its parent (the guard, a fork of dlock) or of dlock
+// itself, which show the initial environment block to every process of the same user.
 TEST_F(CliTest, CmdDoesNotSeeTheRedisCredentials) {
   redis_server secured{{.extra = {"--requirepass", "s3cret"}}};
   const std::string key = test_key();
-  auto r = run({"-r", secured.url(), "run", key, "--", "env"},
+  auto r = run({"-r", secured.url(), "run", key, "--", "sh", "-c",
+                "env; echo ---; tr '\\0' '\\n' < /proc/$PPID/environ; echo ---; "
+                "tr '\\0' '\\n' < /proc/$(awk '{print $4}' /proc/$PPID/stat)/environ"},
                {"DLOCK_PASSWORD=s3cret", "DLOCK_USER=default"});
   ASSERT_EQ(r.status, 0) << r.err;
+  auto cmd_env = r.out.substr(0, r.out.find("---"));
+  EXPECT_EQ(cmd_env.find("DLOCK_USER="), std::string::npos) << r.out;
+  EXPECT_EQ(cmd_env.find("DLOCK_PASSWORD="), std::string::npos) << r.out;
+  EXPECT_NE(cmd_env.find("DLOCK_KEY=" + key + "\n"), std::string::npos) << r.out;
+  // Both blocks were read (the names stay, their values are wiped), and no value is left.
+  auto guard_env = r.out.find("---"), dlock_env = r.out.find("---", guard_env + 3);
+  ASSERT_NE(dlock_env, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("DLOCK_PASSWORD=", guard_env), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("DLOCK_PASSWORD=", dlock_env), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("s3cret"), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("DLOCK_USER="), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("DLOCK_KEY=" + key + "\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("DLOCK_USER=default"), std::string::npos) << r.out;
 }
 
 // Signals whose default would end dlock without a release are forwarded to CMD: its traps see

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <string>
 #include <utility>
 
 #include "cli.hpp"
@@ -19,6 +20,26 @@ namespace dlock::cli {
 namespace {
 
 bool verbose_flag = false;
+
+// The credentials dlock was given in its environment, taken out of it by
+// take_environment_credentials() before anything is forked.
+std::string env_password, env_user;
+bool env_taken = false;
+
+// Reads NAME from the environment, then wipes it. unsetenv() only drops the pointer from
+// `environ`: the bytes stay in the process's initial environment block, which is what
+// /proc/PID/environ shows to every process of the same user (CMD included, through its guard's
+// and dlock's pids), and which a fork (the guard) copies. So the value is overwritten in place
+// first.
+std::string take_from_environment(const char* name) {
+  char* value = std::getenv(name);
+  if (!value) return {};
+  std::string out = value;
+  volatile char* p = value;  // not optimised away: the block outlives this function
+  while (*p) *p++ = '\0';
+  ::unsetenv(name);
+  return out;
+}
 
 void vsay(const char* format, va_list args) {
   char buf[2048];
@@ -72,6 +93,13 @@ std::vector<std::string> resolve_urls(const global_options& g) {
   return urls;
 }
 
+void take_environment_credentials() {
+  if (env_taken) return;
+  env_taken = true;
+  env_password = take_from_environment("DLOCK_PASSWORD");
+  env_user = take_from_environment("DLOCK_USER");
+}
+
 std::vector<client> make_clients(const global_options& g) {
   if (g.timeout < std::chrono::milliseconds(1)) throw usage_error("--timeout must be at least 1ms");
   client_options options;
@@ -79,12 +107,14 @@ std::vector<client> make_clients(const global_options& g) {
   options.request_timeout = g.timeout;
   if (!g.password_file.empty()) {
     options.password = read_password_file(g.password_file);
-  } else if (const char* env = std::getenv("DLOCK_PASSWORD"); env && *env) {
-    options.password = env;
+  } else {
+    take_environment_credentials();
+    options.password = env_password;
   }
   options.user = g.user;
   if (options.user.empty()) {
-    if (const char* env = std::getenv("DLOCK_USER"); env && *env) options.user = env;
+    take_environment_credentials();
+    options.user = env_user;
   }
   // Checked here so that a typo is a usage error, not an unreachable node.
   for (const auto& [flag, path] : {std::pair{"--tls-ca", g.tls.ca_file},

@@ -60,6 +60,7 @@ int run_command(const dlock::cli::subcommand& c) {
 int main(int argc, char** argv) {
   using namespace dlock::cli;
   remember_inherited_fds();
+  take_environment_credentials();  // before any fork, and for as short a time as can be
 
   CLI::App app{"dlock: run commands under a distributed lock on Redis (a distributed flock)",
                "dlock"};
