@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -69,10 +70,12 @@ std::vector<std::string> cli_environment(const std::vector<std::string>& extra) 
   return env;
 }
 
-// One `dlock ...` process; stdout and stderr go to files, stdin is /dev/null.
+// One `dlock ...` process; stdout and stderr go to files (stderr to `stderr_fd` if one is
+// given), stdin is /dev/null.
 class cli_process {
  public:
-  cli_process(const fs::path& dir, std::vector<std::string> args, std::vector<std::string> env = {}) {
+  cli_process(const fs::path& dir, std::vector<std::string> args, std::vector<std::string> env = {},
+              int stderr_fd = -1) {
     static int counter = 0;
     auto n = std::to_string(++counter);
     out_ = dir / ("out." + n);
@@ -88,7 +91,11 @@ class cli_process {
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_addopen(&fa, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (stderr_fd >= 0) {
+      posix_spawn_file_actions_adddup2(&fa, stderr_fd, 2);
+    } else {
+      posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    }
     int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) throw std::runtime_error("cannot start " DLOCK_CLI_PATH);
@@ -223,8 +230,9 @@ class CliTest : public ::testing::Test {
     return {status, p.out(), p.err(),
             std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - start)};
   }
-  std::unique_ptr<cli_process> start(std::vector<std::string> args, std::vector<std::string> env = {}) {
-    return std::make_unique<cli_process>(dir_, std::move(args), std::move(env));
+  std::unique_ptr<cli_process> start(std::vector<std::string> args, std::vector<std::string> env = {},
+                                     int stderr_fd = -1) {
+    return std::make_unique<cli_process>(dir_, std::move(args), std::move(env), stderr_fd);
   }
 
   bool exists(const std::string& key, redis_server* s = nullptr) {
@@ -1238,6 +1246,63 @@ TEST_F(CliTest, ANodeOutageStopsCmdBeforeTheLeasesValidityEnds) {
   EXPECT_EQ(read_file(got), "term\n") << "SIGTERM first, with time to act on it";
   EXPECT_EQ(d->wait(), 71) << d->err();
   EXPECT_NE(d->err().find("stopped"), std::string::npos) << d->err();
+}
+
+// A dlock that lives but cannot act (SIGSTOP, which it cannot catch; Ctrl-Z on --foreground
+// is the same) does not keep CMD running past the lease: the guard keeps the lease's timeline on
+// its own clock and SIGKILLs CMD's tree at the last safe moment. CMD ticks into a file; a second
+// `dlock run -n`, once it gets the lock, sees whether the ticks go on while it holds it. On
+// SIGCONT dlock exits 71.
+TEST_F(CliTest, AStoppedDlockStillEndsCmdBeforeTheLeaseEnds) {
+  strays left;
+  const std::string key = test_key(), ticks = path("ticks");
+  auto d = start({"-r", server_.url(), "run", "--ttl", "1s", key, "--", "sh", "-c",
+                  "echo $$ > " + path("cmd") + "; while :; do echo >> " + ticks +
+                      "; sleep 0.05; done"});
+  pid_t cmd = left.add(read_pid(path("cmd")));
+  ASSERT_TRUE(eventually([&] { return fs::exists(ticks); }));
+  d->signal(SIGSTOP);
+  ASSERT_TRUE(eventually([&] { return process_state(d->pid()) == 'T'; }, 3s));
+  // The second holder measures CMD's ticks over 300 ms while it holds the lock.
+  std::optional<cli_result> second;
+  eventually([&] {
+    second = run({"-r", server_.url(), "run", "-n", key, "--", "sh", "-c",
+                  "a=$(wc -c < " + ticks + "); sleep 0.3; b=$(wc -c < " + ticks + "); echo $a $b"});
+    return second->status == 0;
+  }, 10s);
+  EXPECT_FALSE(running(cmd)) << "CMD runs on while dlock is stopped";
+  ASSERT_TRUE(second && second->status == 0) << "the key never expired";
+  std::istringstream counts(second->out);
+  long before = -1, after = -2;
+  counts >> before >> after;
+  EXPECT_EQ(before, after) << "CMD ran while another held the lock";
+  d->signal(SIGCONT);
+  EXPECT_EQ(d->wait(), 71) << d->err();
+}
+
+// dlock's diagnostics never block it: with -v and stderr a FIFO that nobody reads (CMD fills it
+// up), a lost lease still stops CMD at once and dlock exits 71; the lines that do not fit are
+// dropped. (It used to block in the "SIGTERM to ..." line, before sending the signal.)
+TEST_F(CliTest, AStalledStderrDoesNotDelayEndingCmd) {
+  strays left;
+  const std::string key = test_key(), fifo = path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // never reads
+  ASSERT_GE(reader, 0);
+  int writer = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(writer, 0);
+  auto d = start({"-v", "-r", server_.url(), "run", "--ttl", "1s", key, "--", "sh", "-c",
+                  "echo $$ > " + path("cmd") + "; head -c 200000 /dev/zero >&2 & "
+                  "while :; do sleep 0.05; done"},
+                 {}, writer);
+  ::close(writer);
+  pid_t cmd = left.add(read_pid(path("cmd")));
+  std::this_thread::sleep_for(500ms);  // the FIFO is full by now
+  test::raw_command(server_.port(), "DEL " + key);  // the lease is lost
+  int status = d->wait(10s);
+  ::close(reader);
+  EXPECT_EQ(status, 71);
+  EXPECT_FALSE(running(cmd));
 }
 
 }  // namespace

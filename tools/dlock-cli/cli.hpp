@@ -15,6 +15,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -106,7 +107,11 @@ void check_ttl(std::chrono::milliseconds ttl, const char* option = "--ttl");
 
 void set_verbose(bool on) noexcept;
 bool verbose() noexcept;
-// Prints "dlock: <message>\n" on stderr in one write.
+// Writes `text` on stderr in one write that never blocks: what cannot be written at once (a
+// reader that stalled, a terminal on hold) is dropped, so that a diagnostic never delays what
+// dlock must do for the lease.
+void write_diagnostic(std::string_view text);
+// Prints "dlock: <message>\n" on stderr in one write (write_diagnostic).
 void say(const char* format, ...) __attribute__((format(printf, 1, 2)));
 // As say(), only with -v.
 void say_verbose(const char* format, ...) __attribute__((format(printf, 1, 2)));

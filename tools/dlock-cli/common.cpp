@@ -1,6 +1,10 @@
 // The plumbing every subcommand shares: where the nodes are, how to log in, what to print and
 // which exit status an error becomes.
 #include <CLI/CLI.hpp>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdarg>
 #include <cstdio>
@@ -44,9 +48,27 @@ std::string take_from_environment(const char* name) {
 void vsay(const char* format, va_list args) {
   char buf[2048];
   std::vsnprintf(buf, sizeof buf, format, args);
-  std::string line = std::string("dlock: ") + buf + "\n";
-  std::fwrite(line.data(), 1, line.size(), stderr);
-  std::fflush(stderr);
+  write_diagnostic(std::string("dlock: ") + buf + "\n");
+}
+
+// Where dlock's own lines go: stderr, but never so that a write blocks. A pipe, FIFO or
+// terminal is opened anew through /proc/self/fd/2 with O_NONBLOCK: a description of our own,
+// since setting O_NONBLOCK on the inherited one would change it for CMD and whoever else
+// shares it. If that fails (a FIFO whose reader is gone, a socket), writes wait for nothing:
+// poll says whether there is room now. A regular file never blocks for long.
+struct diagnostic_target {
+  int fd = STDERR_FILENO;
+  bool must_poll = false;
+};
+
+diagnostic_target open_diagnostic_target() {
+  struct stat st {};
+  if (::fstat(STDERR_FILENO, &st) != 0 || S_ISREG(st.st_mode)) return {};
+  if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) {
+    int own = ::open("/proc/self/fd/2", O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (own >= 0) return {own, false};
+  }
+  return {STDERR_FILENO, true};
 }
 
 // A URL for messages: the user:password part, if any, is masked.
@@ -200,6 +222,16 @@ void check_ttl(std::chrono::milliseconds ttl, const char* option) {
                       "the TTL after the round and the drift allowance (1% + 2ms)");
   }
   if (ttl > max_ttl) throw usage_error(std::string(option) + " must be at most 30 days");
+}
+
+void write_diagnostic(std::string_view text) {
+  static const diagnostic_target target = open_diagnostic_target();
+  if (target.must_poll) {
+    pollfd p{target.fd, POLLOUT, 0};
+    if (::poll(&p, 1, 0) != 1 || (p.revents & POLLOUT) == 0) return;
+  }
+  // One write: a line of at most PIPE_BUF bytes goes into a pipe whole or not at all.
+  (void)!::write(target.fd, text.data(), text.size());
 }
 
 void set_verbose(bool on) noexcept { verbose_flag = on; }

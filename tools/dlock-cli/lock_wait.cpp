@@ -103,10 +103,7 @@ std::string fit_terminal(std::string line) {
   return line;
 }
 
-void write_stderr(const std::string& text) {
-  std::fwrite(text.data(), 1, text.size(), stderr);
-  std::fflush(stderr);
-}
+void write_stderr(const std::string& text) { write_diagnostic(text); }
 
 // The wait's status on stderr: live (one line rewritten in place) on a terminal, else a line
 // per change of `state`.

@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -75,11 +76,36 @@ enum guard_news_kind : std::int32_t {
   news_fork_failed,  // value: errno of fork
   news_cmd_exited,   // value: CMD's wait status
   news_tree_empty,   // nothing below the guard is left; the guard exits
+  news_deadline_passed,  // no newer last safe moment came in time: the guard ends the tree
 };
 struct guard_news {
   std::int32_t kind;
   std::int32_t value;
 };
+
+// What dlock tells the guard, one fixed-size message per write (atomic on a pipe, so a read of
+// a multiple of its size never splits one).
+enum guard_order_kind : std::int32_t {
+  order_signal = 1,  // value: the signal to send below the guard
+  order_deadline,    // at: the new last safe moment (CLOCK_MONOTONIC nanoseconds)
+};
+struct guard_order {
+  std::int32_t kind;
+  std::int32_t value;
+  std::int64_t at;
+};
+
+std::int64_t monotonic_ns() {
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+
+// steady_clock is CLOCK_MONOTONIC (libstdc++ and libc++ on Linux), so its time points are the
+// guard's clock readings.
+std::int64_t to_monotonic_ns(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
 
 // Everything the guard needs, made before the fork.
 struct guard_plan {
@@ -94,6 +120,7 @@ struct guard_plan {
   int report_read, report_write;  // CMD's child side reports a failed exec's errno here
   bool own_group;     // CMD leads a process group of its own; else joins dlock's
   pid_t dlock_group;
+  std::int64_t deadline;  // the first last safe moment (CLOCK_MONOTONIC nanoseconds)
 };
 
 void send_news(int fd, guard_news_kind kind, int value) {
@@ -230,9 +257,14 @@ void signal_below(pid_t self, pid_t cmd_group, int sig) {
   ::_exit(err == ENOENT ? 127 : 126);
 }
 
-// Reaps, reports, forwards signals, and once the control pipe ends, kills until nothing is left.
+// Reaps, reports, forwards signals, and once the control pipe ends or the last safe moment
+// passes without a newer one from dlock, kills until nothing is left. The deadline is the
+// dead-man's switch for a dlock that lives but cannot act: stopped (SIGSTOP, or a Ctrl-Z it
+// could not hand on), or blocked somewhere. The guard does not renew anything, so it keeps the
+// lease's timeline by its own clock.
 [[noreturn]] void watch_tree(const guard_plan& p, pid_t self, pid_t cmd) {
   bool ending = false, cmd_reaped = false;
+  std::int64_t deadline = p.deadline;
   for (;;) {
     for (;;) {
       int status = 0;
@@ -252,18 +284,32 @@ void signal_below(pid_t self, pid_t cmd_group, int sig) {
       break;
     }
     pid_t cmd_group = p.own_group && !cmd_reaped ? cmd : 0;
+    std::int64_t now = monotonic_ns();
+    if (!ending && now >= deadline) {
+      ending = true;
+      signal_below(self, cmd_group, SIGKILL);  // first, then tell
+      send_news(p.news, news_deadline_passed, 0);
+    }
     if (ending) signal_below(self, cmd_group, SIGKILL);
-    // While ending, look again soon: a killed process's children come to the guard.
+    // While ending, look again soon: a killed process's children come to the guard. Else wake
+    // at the deadline (rounded up: never before it).
+    long long wait_ms = (deadline - now + 999'999) / 1'000'000;
+    int timeout = ending ? 10 : static_cast<int>(std::clamp<long long>(wait_ms, 0, INT_MAX));
     pollfd fds[2] = {{p.child_signals, POLLIN, 0}, {ending ? -1 : p.control, POLLIN, 0}};
-    ::poll(fds, 2, ending ? 10 : -1);
+    ::poll(fds, 2, timeout);
     signalfd_siginfo info;
     while (::read(p.child_signals, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
     }
     if (fds[1].revents == 0) continue;
-    unsigned char sigs[64];
-    ssize_t got = ::read(p.control, sigs, sizeof sigs);
+    guard_order orders[16];
+    ssize_t got = ::read(p.control, orders, sizeof orders);
     if (got == 0) ending = true;
-    for (ssize_t i = 0; i < got; ++i) signal_below(self, cmd_group, sigs[i]);
+    for (ssize_t i = 0; i + static_cast<ssize_t>(sizeof(guard_order)) <= got;
+         i += static_cast<ssize_t>(sizeof(guard_order))) {
+      const guard_order& o = orders[i / static_cast<ssize_t>(sizeof(guard_order))];
+      if (o.kind == order_signal) signal_below(self, cmd_group, o.value);
+      if (o.kind == order_deadline) deadline = o.at;
+    }
   }
 }
 
@@ -404,7 +450,9 @@ signal_inbox::event signal_inbox::wait(std::chrono::milliseconds timeout,
 std::unique_ptr<command_guard> command_guard::start(const std::string& path,
                                                     const std::vector<std::string>& argv,
                                                     const std::vector<std::string>& env,
-                                                    bool own_group, start_failure& failure) {
+                                                    bool own_group,
+                                                    std::chrono::steady_clock::time_point deadline,
+                                                    start_failure& failure) {
   std::vector<char*> args, envp;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -434,7 +482,7 @@ std::unique_ptr<command_guard> command_guard::start(const std::string& path,
   const auto guard_closes = ranges_to_close({control[0], news[1], child_signals});
   const guard_plan plan{path.c_str(), args.data(), envp.data(), &cmd_closes, &guard_closes,
                         control[0], news[1], child_signals, report[0], report[1], own_group,
-                        ::getpgrp()};
+                        ::getpgrp(), to_monotonic_ns(deadline)};
 
   pid_t pid = ::fork();
   if (pid == 0) guard_main(plan);
@@ -503,6 +551,9 @@ void command_guard::take_news() {
       case news_tree_empty:
         tree_empty_ = true;
         break;
+      case news_deadline_passed:
+        deadline_passed_ = true;
+        break;
       default:
         break;
     }
@@ -510,9 +561,15 @@ void command_guard::take_news() {
 }
 
 void command_guard::signal_tree(int sig) {
-  if (control_fd_ < 0 || sig <= 0 || sig > 255) return;
-  auto byte = static_cast<unsigned char>(sig);
-  (void)!::write(control_fd_, &byte, 1);
+  if (control_fd_ < 0 || sig <= 0 || sig >= NSIG) return;
+  guard_order o{order_signal, sig, 0};
+  (void)!::write(control_fd_, &o, sizeof o);
+}
+
+void command_guard::set_deadline(std::chrono::steady_clock::time_point last_safe_moment) {
+  if (control_fd_ < 0) return;
+  guard_order o{order_deadline, 0, to_monotonic_ns(last_safe_moment)};
+  (void)!::write(control_fd_, &o, sizeof o);
 }
 
 void command_guard::end_tree() {

@@ -71,8 +71,10 @@ class signal_inbox {
 // subreaper (PR_SET_CHILD_SUBREAPER), so that everything CMD starts, even what leaves its
 // process group (setsid) or is orphaned, stays below the guard. The guard reads a pipe from
 // dlock: end of file, whether dlock asked (end_tree) or died in any way (SIGKILL included),
-// makes it SIGKILL all of that, repeatedly, until nothing is left. It reports when CMD exits
-// and when nothing CMD started is left, then exits itself.
+// makes it SIGKILL all of that, repeatedly, until nothing is left. So does the last safe
+// moment of the lease passing, by the guard's own clock, without dlock sending a newer one
+// (dlock stopped or blocked: it cannot renew, and cannot act either). It reports when CMD
+// exits and when nothing CMD started is left, then exits itself.
 class command_guard {
  public:
   struct start_failure {
@@ -81,12 +83,15 @@ class command_guard {
   };
   // Starts the guard and, under it, `path` with `argv` and `env` (KEY=VALUE), in a process
   // group of its own (own_group), else in dlock's (--foreground). CMD gets a clean signal mask
-  // and only the descriptors dlock inherited. Blocks until CMD's exec succeeded or failed;
-  // on failure returns nullptr with `failure` filled in.
+  // and only the descriptors dlock inherited. `deadline` is the first last safe moment (see
+  // set_deadline). Blocks until CMD's exec succeeded or failed; on failure returns nullptr
+  // with `failure` filled in.
   static std::unique_ptr<command_guard> start(const std::string& path,
                                               const std::vector<std::string>& argv,
                                               const std::vector<std::string>& env,
-                                              bool own_group, start_failure& failure);
+                                              bool own_group,
+                                              std::chrono::steady_clock::time_point deadline,
+                                              start_failure& failure);
   // Ends what is left of CMD's tree (SIGKILL) and waits for the guard to exit.
   ~command_guard();
   command_guard(const command_guard&) = delete;
@@ -100,6 +105,8 @@ class command_guard {
   std::optional<int> cmd_status() const noexcept { return cmd_status_; }
   // Nothing CMD started is left (CMD has exited too).
   bool tree_empty() const noexcept { return tree_empty_; }
+  // The guard ended the tree itself: the last safe moment passed without a newer one.
+  bool deadline_passed() const noexcept { return deadline_passed_; }
   // The guard died before the tree was empty (someone killed it): CMD is gone (its
   // PR_SET_PDEATHSIG), what it started may not be.
   bool guard_died() const noexcept { return guard_died_; }
@@ -110,17 +117,22 @@ class command_guard {
   // SIGKILL to everything below the guard, until nothing is left. Asynchronous; tree_empty()
   // says when it is done.
   void end_tree();
+  // The new last safe moment (steady_clock, which is CLOCK_MONOTONIC): once it passes without
+  // a newer one, the guard SIGKILLs everything below it on its own. Never blocks; dropped if
+  // the pipe is full (thousands of orders behind), which errs on the early side.
+  void set_deadline(std::chrono::steady_clock::time_point last_safe_moment);
 
  private:
   command_guard() = default;
 
   pid_t guard_pid_ = -1;
   pid_t cmd_pid_ = -1;
-  int control_fd_ = -1;  // to the guard: signal numbers, one byte each; closing it ends the tree
+  int control_fd_ = -1;  // to the guard: signals and deadlines; closing it ends the tree
   int news_fd_ = -1;     // from the guard
   std::optional<int> cmd_status_;
   bool tree_empty_ = false;
   bool guard_died_ = false;
+  bool deadline_passed_ = false;
   int failure_kind_ = 0;   // why CMD did not start (exec or fork failed), from the guard
   int failure_errno_ = 0;
 };

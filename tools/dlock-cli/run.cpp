@@ -29,6 +29,11 @@
 //             signal if killed); with --min-hold D, a CMD that ended sooner than D after the
 //             acquisition leaves the lock to expire D after it instead (a cron job on several
 //             hosts runs once)
+// dlock hands the guard each new last safe moment (after every renewal it sees; the loop looks
+// every TTL/6, at most 250 ms), and the guard SIGKILLs CMD's tree by its own clock when that
+// moment passes without a newer one: a dlock that is stopped (SIGSTOP, Ctrl-Z with
+// --foreground) or blocked cannot renew, nor act, so it must not be what ends CMD (exit 71).
+// Diagnostics never block (write_diagnostic), and signals go before the lines telling of them.
 // With the defaults (TTL 10 s, --lost-grace 5 s) an outage that starts right after a renewal
 // gives CMD SIGTERM 6.3 s and SIGKILL 9.6 s after that renewal began; its validity ends at
 // 9.9 s (TTL less the drift allowance, 1 % + 2 ms) and the key on the servers at 10 s.
@@ -122,6 +127,8 @@ enum class ending {
   lease_lost,        // the watchdog says the lease is gone
   renewals_failed,   // no renewal succeeded and the validity is running out
   stopped_too_long,  // dlock was stopped (SIGTSTP) past what it could renew
+  guard_deadline,    // the guard's clock reached the last safe moment first (dlock was
+                     // stopped or blocked and could neither renew nor act)
   orphans,           // --orphans kill, after CMD exited
 };
 
@@ -140,8 +147,9 @@ class supervisor {
     held_.keep_alive({.on_lost = [alarm](std::error_code ec) { alarm->ring(ec); }});
 
     command_guard::start_failure failure;
+    deadline_sent_ = last_safe_moment();
     guard_ = command_guard::start(path, o_.cmd, child_environment(o_, held_), !o_.foreground,
-                                  failure);
+                                  deadline_sent_, failure);
     if (!guard_) {
       say("%s", failure.message.c_str());
       finish(false, /*cmd_ran=*/false);
@@ -161,6 +169,9 @@ class supervisor {
       finish(lost_, true);
       return exit_software;
     }
+    if (guard_->deadline_passed() && (ending_ == ending::none || ending_ == ending::orphans)) {
+      ending_ = ending::guard_deadline;
+    }
     if (ending_ != ending::none && ending_ != ending::orphans) {
       say_ending(alarm->reason.load());
       finish(true, true);
@@ -178,15 +189,22 @@ class supervisor {
   // Until nothing CMD started is left (or the guard is gone).
   void supervise(loss_alarm& alarm) {
     const auto refresh_every = std::max(o_.ttl / 3, 1ms);
+    // How often renewals are looked for, to hand the guard its new deadline: a renewal comes
+    // every TTL/3, and the guard's deadline is most of a TTL after the one before.
+    const auto look_every = std::clamp(o_.ttl / 6, 1ms, milliseconds(250));
     auto refresh_at = steady::now() + refresh_every;
     for (;;) {
       if (guard_->tree_empty() || guard_->guard_died()) return;
       auto now = steady::now();
-      auto wake = std::min({refresh_at, next_deadline(), now + 250ms});
+      auto wake = std::min({refresh_at, next_deadline(), now + look_every});
       auto ev = signals_.wait(
           std::chrono::ceil<milliseconds>(std::max(wake - now, steady::duration::zero())),
           {lost_ ? -1 : alarm.fd, guard_->news_fd()});
       for (const auto& s : ev.signals) on_signal(s);
+      if (!lost_ && last_safe_moment() != deadline_sent_) {  // a renewal succeeded
+        deadline_sent_ = last_safe_moment();
+        guard_->set_deadline(deadline_sent_);
+      }
       guard_->take_news();
       if (guard_->tree_empty() || guard_->guard_died()) return;
       if (guard_->cmd_status() && !cmd_exit_noted_) note_cmd_exit();
@@ -231,13 +249,13 @@ class supervisor {
     ending_ = why;
     if (term_sent_) return;
     term_sent_ = steady::now();
+    guard_->signal_tree(SIGTERM);  // first: a blocked stderr must not hold it up
     say_verbose("SIGTERM to `%s` and what it started (%s of the lease's validity left); SIGKILL "
                 "in at most %s",
                 o_.cmd[0].c_str(), format_duration(held_.remaining()).c_str(),
                 format_duration(std::chrono::ceil<milliseconds>(
                                     std::max(kill_at() - *term_sent_, steady::duration::zero())))
                     .c_str());
-    guard_->signal_tree(SIGTERM);
   }
 
   void note_cmd_exit() {
@@ -327,6 +345,10 @@ class supervisor {
         say("the lock on '%s' was not kept while dlock was stopped (%s); `%s` was killed "
             "without running again", o_.key.c_str(), stop_error_.message().c_str(), cmd);
         return;
+      case ending::guard_deadline:
+        say("dlock could not renew the lock on '%s' in time (it was stopped or blocked); `%s` "
+            "was killed at the lease's last safe moment", o_.key.c_str(), cmd);
+        return;
       case ending::none:
       case ending::orphans:
         return;
@@ -369,6 +391,7 @@ class supervisor {
   const milliseconds grace_;        // SIGTERM this long before the last safe moment
   const milliseconds kill_margin_;  // the last safe moment: this long before validity ends
   std::unique_ptr<command_guard> guard_;
+  steady::time_point deadline_sent_;  // the last safe moment the guard knows
   bool lost_ = false;
   bool stopped_ = false;         // dlock stopped CMD and itself (SIGTSTP)
   bool cmd_exit_noted_ = false;  // CMD exited while processes it started ran on
@@ -478,7 +501,8 @@ constexpr const char* supervision_rules =
     resumes CMD only if the lease still holds (else it is killed, exit 71).
   - CMD's background children keep the lock held (--orphans wait) or are ended (kill).
   - Lease lost, or renewals failing until min(--lost-grace, TTL/3) of validity is left:
-    SIGTERM, then SIGKILL before the validity ends; exit 71.
+    SIGTERM, then SIGKILL before the validity ends; exit 71. The guard keeps that deadline
+    on its own clock too, so a stopped or blocked dlock cannot let CMD run past it.
   - CMD does not see $DLOCK_PASSWORD or $DLOCK_USER; it gets DLOCK_KEY/TOKEN/FENCE.)";
 
 }  // namespace
