@@ -1305,5 +1305,31 @@ TEST_F(CliTest, AStalledStderrDoesNotDelayEndingCmd) {
   EXPECT_FALSE(running(cmd));
 }
 
+// The guard killed on its own (kill -9 of its pid): CMD dies with it, and what CMD started,
+// also what left its process group, comes to dlock (a subreaper), which kills it before the
+// release. The guard's name is not matched by `pgrep dlock`.
+TEST_F(CliTest, KillDashNineOfTheGuardEndsWhatCmdStartedBeforeTheRelease) {
+  strays left;
+  const std::string key = test_key();
+  auto d = start({"-r", server_.url(), "run", "--ttl", "30s", key, "--", "sh", "-c",
+                  "setsid sleep 1000 & echo $! > " + path("escaped") + "; echo $PPID > " +
+                      path("guard") + "; echo $$ > " + path("cmd") + "; wait"});
+  pid_t cmd = left.add(read_pid(path("cmd")));
+  pid_t escaped = left.add(read_pid(path("escaped")));
+  pid_t guard = read_pid(path("guard"));
+  ASSERT_TRUE(running(escaped)) << d->err();
+  ASSERT_GT(guard, 1);
+  ASSERT_NE(guard, d->pid());
+  ASSERT_NE(guard, ::getpid());
+  auto comm = read_file("/proc/" + std::to_string(guard) + "/comm");
+  EXPECT_EQ(comm.find("dlock"), std::string::npos) << comm;
+  ASSERT_TRUE(running(guard));
+  ::kill(guard, SIGKILL);
+  EXPECT_EQ(d->wait(), 70) << d->err();
+  EXPECT_FALSE(running(escaped)) << "the setsid grandchild outlived dlock";
+  EXPECT_FALSE(running(cmd));
+  EXPECT_FALSE(exists(key)) << "released once nothing was left";
+}
+
 }  // namespace
 }  // namespace dlock

@@ -314,7 +314,9 @@ void signal_below(pid_t self, pid_t cmd_group, int sig) {
 }
 
 [[noreturn]] void guard_main(const guard_plan& p) {
-  ::prctl(PR_SET_NAME, "dlock-guard");
+  // A name `pgrep dlock` and `pkill dlock` do not match: killing dlock and the guard together
+  // cannot be covered by a process tree alone (see process.hpp).
+  ::prctl(PR_SET_NAME, "lease-guard");
   ::setpgid(0, 0);
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   sigset_t all;
@@ -484,6 +486,9 @@ std::unique_ptr<command_guard> command_guard::start(const std::string& path,
                         control[0], news[1], child_signals, report[0], report[1], own_group,
                         ::getpgrp(), to_monotonic_ns(deadline)};
 
+  // dlock becomes a subreaper too: if the guard is killed, what was below it comes to dlock
+  // (not to init), and end_orphans() ends it before the release.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   pid_t pid = ::fork();
   if (pid == 0) guard_main(plan);
   int fork_errno = errno;
@@ -516,6 +521,23 @@ std::unique_ptr<command_guard> command_guard::start(const std::string& path,
     failure.message = "CMD's guard process died before CMD started";
   }
   return nullptr;  // the destructor reaps the guard
+}
+
+void command_guard::end_orphans() {
+  const pid_t self = ::getpid();
+  for (;;) {
+    int status = 0;
+    pid_t r = ::waitpid(-1, &status, WNOHANG);
+    if (r > 0) {
+      if (r == guard_pid_) guard_pid_ = -1;  // reaped here: the destructor must not wait
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return;  // ECHILD: nothing is left below dlock
+    // Once the guard is reaped, its orphans are ours; killing one hands us its children.
+    signal_below(self, 0, SIGKILL);
+    ::poll(nullptr, 0, 10);
+  }
 }
 
 command_guard::~command_guard() {

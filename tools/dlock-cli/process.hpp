@@ -74,7 +74,11 @@ class signal_inbox {
 // makes it SIGKILL all of that, repeatedly, until nothing is left. So does the last safe
 // moment of the lease passing, by the guard's own clock, without dlock sending a newer one
 // (dlock stopped or blocked: it cannot renew, and cannot act either). It reports when CMD
-// exits and when nothing CMD started is left, then exits itself.
+// exits and when nothing CMD started is left, then exits itself. dlock is a subreaper as well,
+// so that if the guard alone is killed, its orphans come to dlock (end_orphans). If dlock and
+// the guard are killed together (SIGKILL to both), nothing is left to act: CMD dies with the
+// guard (PR_SET_PDEATHSIG), what it started goes on; only a cgroup (systemd's KillMode, a
+// container) covers that. The guard is named lease-guard, which `pkill dlock` does not match.
 class command_guard {
  public:
   struct start_failure {
@@ -108,8 +112,11 @@ class command_guard {
   // The guard ended the tree itself: the last safe moment passed without a newer one.
   bool deadline_passed() const noexcept { return deadline_passed_; }
   // The guard died before the tree was empty (someone killed it): CMD is gone (its
-  // PR_SET_PDEATHSIG), what it started may not be.
+  // PR_SET_PDEATHSIG), what it started may not be until end_orphans().
   bool guard_died() const noexcept { return guard_died_; }
+  // After guard_died(): dlock is a subreaper, so what was below the guard is now below dlock.
+  // SIGKILLs and reaps all of it (the guard too), until dlock has no child left. Blocks.
+  void end_orphans();
 
   // Sends `sig` to CMD's process group and to every other process below the guard (with
   // --foreground: to each process below the guard). Asynchronous: the guard sends it.

@@ -164,8 +164,11 @@ class supervisor {
     if (guard_->guard_died()) {
       // CMD itself died with the guard (PR_SET_PDEATHSIG); its group may live on. Once CMD is
       // gone its group's number stays taken only while members live, so this reaches them.
-      say("CMD's guard process was killed; `%s` is ended", o_.cmd[0].c_str());
-      if (!o_.foreground) ::kill(-guard_->cmd_pid(), SIGKILL);
+      // The rest came to dlock, a subreaper, and is ended before the release.
+      if (!o_.foreground && guard_->cmd_pid() > 1) ::kill(-guard_->cmd_pid(), SIGKILL);
+      guard_->end_orphans();
+      say("CMD's guard process was killed; `%s` and everything it started were ended",
+          o_.cmd[0].c_str());
       finish(lost_, true);
       return exit_software;
     }
