@@ -11,15 +11,16 @@
 // (the shell's job) does not reach it, and it blocks every signal it can.
 //
 // Both the guard and CMD's child side are forked from multithreaded dlock (the I/O thread),
-// so they call only async-signal-safe functions (system calls) and allocate nothing: argv,
-// envp and the descriptor lists are made before the fork, and the guard's table of processes
-// is static.
+// so they call only async-signal-safe functions (system calls) and never malloc: argv, envp
+// and the descriptor lists are made before the fork, and the guard's table of processes grows
+// by mmap.
 #include "process.hpp"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -128,12 +129,31 @@ void send_news(int fd, guard_news_kind kind, int value) {
   (void)!::write(fd, &n, sizeof n);
 }
 
-// Processes below the guard, from one pass over /proc. The table is fixed: on a machine with
-// more processes some are missed in one pass and found in a later one.
+// Processes below the guard, from one pass over /proc. The table grows (mmap, which is a
+// system call and safe after fork) to hold every process on the machine: a fixed one skipped
+// the newest PIDs, CMD's among them, on every pass on a busy host. Should growing fail, the
+// pass keeps what it has; since the guard is a subreaper, killing its own children again and
+// again still ends the whole tree.
+struct process_entry {
+  pid_t pid, parent, group;
+};
 struct process_table {
-  static constexpr int capacity = 8192;
   int count = 0;
-  pid_t pid[capacity], parent[capacity], group[capacity];
+  int capacity = 0;
+  process_entry* at = nullptr;
+
+  bool grow() {
+    std::size_t wanted = capacity == 0 ? 8192 : static_cast<std::size_t>(capacity) * 2;
+    if (wanted > INT_MAX / 2) return false;
+    std::size_t bytes = wanted * sizeof(process_entry);
+    void* p = at == nullptr
+                  ? ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                  : ::mremap(at, capacity * sizeof(process_entry), bytes, MREMAP_MAYMOVE);
+    if (p == MAP_FAILED) return false;
+    at = static_cast<process_entry*>(p);
+    capacity = static_cast<int>(wanted);
+    return true;
+  }
 };
 
 // "/proc/<pid>/stat" parsed for the parent and the process group: "pid (comm) S ppid pgrp ...";
@@ -196,13 +216,11 @@ void scan_below(pid_t self, process_table& t) {
       long pid = 0;
       const char* c = name;
       while (*c >= '0' && *c <= '9' && pid < INT_MAX / 10) pid = pid * 10 + (*c++ - '0');
-      if (*c != '\0' || pid <= 0 || pid == self || t.count == process_table::capacity) continue;
+      if (*c != '\0' || pid <= 0 || pid == self) continue;
+      if (t.count == t.capacity && !t.grow()) continue;
       pid_t parent = 0, group = 0;
       if (!read_parent_and_group(name, parent, group)) continue;
-      t.pid[t.count] = static_cast<pid_t>(pid);
-      t.parent[t.count] = parent;
-      t.group[t.count] = group;
-      ++t.count;
+      t.at[t.count++] = {static_cast<pid_t>(pid), parent, group};
     }
   }
   ::close(dir);
@@ -212,12 +230,10 @@ void scan_below(pid_t self, process_table& t) {
   for (bool added = true; added;) {
     added = false;
     for (int i = below; i < t.count; ++i) {
-      bool mine = t.parent[i] == self;
-      for (int j = 0; j < below && !mine; ++j) mine = t.parent[i] == t.pid[j];
+      bool mine = t.at[i].parent == self;
+      for (int j = 0; j < below && !mine; ++j) mine = t.at[i].parent == t.at[j].pid;
       if (!mine) continue;
-      std::swap(t.pid[i], t.pid[below]);
-      std::swap(t.parent[i], t.parent[below]);
-      std::swap(t.group[i], t.group[below]);
+      std::swap(t.at[i], t.at[below]);
       ++below;
       added = true;
     }
@@ -232,11 +248,11 @@ process_table below_guard;  // only the guard uses it
 // reaped and the group empty), and one by one to every other process below.
 void signal_below(pid_t self, pid_t cmd_group, int sig) {
   process_table& table = below_guard;
-  if (cmd_group > 0) ::kill(-cmd_group, sig);
+  if (cmd_group > 1) ::kill(-cmd_group, sig);
   scan_below(self, table);
   for (int i = 0; i < table.count; ++i) {
-    if (cmd_group > 0 && table.group[i] == cmd_group) continue;
-    ::kill(table.pid[i], sig);
+    if (cmd_group > 0 && table.at[i].group == cmd_group) continue;
+    if (table.at[i].pid > 1) ::kill(table.at[i].pid, sig);
   }
 }
 
