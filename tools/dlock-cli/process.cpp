@@ -405,6 +405,9 @@ std::optional<signal_role> role_of(int sig) {
   switch (sig) {
     case SIGHUP: case SIGINT: case SIGQUIT: case SIGUSR1: case SIGUSR2: case SIGALRM:
     case SIGTERM: case SIGSTKFLT: case SIGVTALRM: case SIGPROF: case SIGIO: case SIGPWR:
+    // Sent by kill(): blocked, read and forwarded. A real fault of dlock's still ends it: the
+    // kernel unblocks a synchronous SIGTRAP/SIGSYS, and abort() unblocks SIGABRT.
+    case SIGABRT: case SIGTRAP: case SIGSYS:
       return signal_role::terminate;
     case SIGWINCH:
       return signal_role::inform;

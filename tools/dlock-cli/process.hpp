@@ -28,11 +28,13 @@ void remember_inherited_fds();
 
 std::optional<std::string> find_program(const std::string& name);
 
-// What `dlock run` does with a signal. Every signal that can be caught and is not a fault of
-// dlock itself has one; faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT) keep
-// their default, and if one ends dlock the guard ends CMD's tree.
+// What `dlock run` does with a signal. Every signal that can be caught has one, but for
+// SIGSEGV, SIGBUS, SIGFPE and SIGILL (faults of dlock itself), and 32 and 33, which glibc keeps
+// for itself (no program may block them): they keep their default, end dlock without a
+// release (the key expires by its TTL) and the guard ends CMD's tree. SIGABRT, SIGTRAP and
+// SIGSYS sent with kill() are handled as terminate; raised by a real fault, they end dlock.
 enum class signal_role {
-  terminate,  // its default ends a process (HUP INT QUIT USR1 USR2 ALRM TERM, real-time ...):
+  terminate,  // its default ends a process (HUP INT QUIT USR1 USR2 ALRM TERM ABRT, real-time ...):
               // forwarded to CMD; while waiting for the lock, it ends the wait (128 + N)
   inform,     // SIGWINCH: forwarded to CMD; ignored while waiting
   stop,       // SIGTSTP/SIGTTIN/SIGTTOU: CMD and dlock stop together (dlock cannot renew

@@ -22,7 +22,8 @@
 //   ending    the lease is lost (a renewal found the key gone or taken), or no renewal has
 //             succeeded and only grace + margin of validity is left, grace being
 //             min(--lost-grace, TTL/3) so that renewals keep from TTL/3 to 2/3 TTL to heal and
-//             the margin min(TTL/20, 250 ms) covering dlock's wake-up and the kill itself:
+//             the margin m = min(TTL/20, 250 ms), at least 20 ms, covering the wake-up of
+//             dlock or the guard and the kill itself:
 //             SIGTERM to CMD's tree, SIGKILL after --lost-grace and at the latest `margin`
 //             before the validity ends; exit 71 whatever CMD returns
 //   done      nothing CMD started is left: release at once, exit with CMD's status (128 +
@@ -64,6 +65,18 @@ namespace {
 using steady = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using namespace std::chrono_literals;
+
+// The margin m before the lease's validity ends by which CMD's tree has had SIGKILL:
+// min(TTL/20, 250 ms), but at least 20 ms, which covers the guard's reaction (a wake-up and a
+// pass over /proc) on a loaded host.
+constexpr milliseconds kill_margin(milliseconds ttl) {
+  return std::clamp(ttl / 20, milliseconds(20), milliseconds(250));
+}
+
+// The shortest TTL `run` takes, above min_ttl: a renewal is due every TTL/3 (+10 % jitter),
+// and SIGTERM comes min(--lost-grace, TTL/3) + m before the validity ends (TTL less 1 % and
+// 2 ms). At 200 ms that leaves a renewal about 35 ms to come back before SIGTERM.
+constexpr milliseconds min_run_ttl{200};
 
 // What happens to processes CMD leaves running when it exits.
 enum class orphan_policy { wait, kill };
@@ -139,7 +152,7 @@ class supervisor {
       : o_(o), signals_(signals), held_(held), nodes_(nodes), holder_(holder),
         acquired_at_(steady::now()),
         grace_(std::min(o.lost_grace, o.ttl / 3)),
-        kill_margin_(std::min(o.ttl / 20, milliseconds(250))) {}
+        kill_margin_(kill_margin(o.ttl)) {}
 
   int run(const std::string& path) {
     auto alarm = std::make_shared<loss_alarm>();
@@ -405,6 +418,11 @@ class supervisor {
 };
 
 int run_command(const global_options& g, const run_options& o) {
+  if (o.ttl < min_run_ttl) {
+    throw usage_error("--ttl must be at least " + std::to_string(min_run_ttl.count()) +
+                      "ms for run: renewals come every TTL/3, and CMD gets SIGTERM "
+                      "min(--lost-grace, TTL/3) + 20ms before the validity ends");
+  }
   check_ttl(o.ttl);
   if (o.cmd.empty()) throw usage_error("missing CMD: dlock run KEY -- CMD [ARGS...]");
   if (o.lost_grace < 0ms) throw usage_error("--lost-grace must not be negative");
@@ -496,11 +514,15 @@ int run_command(const global_options& g, const run_options& o) {
 }
 
 constexpr const char* supervision_rules =
-    R"(Supervision: nothing CMD starts runs without the lock.
+    R"(Supervision: no process of CMD's tree runs without the lock.
   - CMD and everything it starts (even what leaves its process group) run below a guard
-    process that SIGKILLs all of it when dlock dies, SIGKILL included.
-  - Signals that would end dlock (INT TERM HUP QUIT USR1 USR2 ALRM ...) and WINCH are
-    forwarded to CMD and what it started; SIGTSTP stops them and dlock together, and SIGCONT
+    process (lease-guard) that SIGKILLs all of it when dlock dies, SIGKILL included; if the
+    guard alone is killed, dlock does. Both killed together: what CMD started runs on.
+  - The tree must run as dlock's user; work handed to servers already running (tmux,
+    systemd-run, docker, at, ssh) is not in it and not covered.
+  - Signals that would end dlock (INT TERM HUP QUIT USR1 USR2 ALRM, ABRT TRAP SYS from kill
+    ...) and WINCH are forwarded to CMD and what it started (SEGV BUS FPE ILL, 32 and 33 end
+    dlock without a release); SIGTSTP stops them and dlock together, and SIGCONT
     resumes CMD only if the lease still holds (else it is killed, exit 71).
   - CMD's background children keep the lock held (--orphans wait) or are ended (kill).
   - Lease lost, or renewals failing until min(--lost-grace, TTL/3) of validity is left:
@@ -516,7 +538,7 @@ subcommand add_run_command(CLI::App& parent, const global_options& g) {
       "run", "Run CMD while holding the lock KEY (waits for it, like flock), then release it");
   app->fallthrough();
   duration_option(*app, "--ttl", o->ttl,
-                  "Lock TTL, at least 100ms; renewed every TTL/3 while CMD runs (default 10s)");
+                  "Lock TTL, at least 200ms; renewed every TTL/3 while CMD runs (default 10s)");
   add_wait_flags(*app, *o);
   duration_option(*app, "--lost-grace", o->lost_grace,
                   "When dlock ends CMD (lease lost or not renewed in time, --orphans kill): time "
