@@ -1349,7 +1349,8 @@ TEST_F(CliTest, AbrtTrapAndSysFromKillAreForwardedAndTheLockReleased) {
   strays left;
   for (int sig : {SIGABRT, SIGTRAP, SIGSYS}) {
     SCOPED_TRACE(strsignal(sig));
-    const std::string key = test_key(std::to_string(sig)), cmd_file = path("cmd" + std::to_string(sig));
+    const std::string key = test_key(std::to_string(sig));
+    const std::string cmd_file = path("cmd" + std::to_string(sig));
     auto d = start({"-r", server_.url(), "run", "--ttl", "30s", key, "--", "sh", "-c",
                     "ulimit -c 0; echo $$ > " + cmd_file + "; exec sleep 30"});
     pid_t cmd = left.add(read_pid(cmd_file));

@@ -146,9 +146,9 @@ struct process_table {
     std::size_t wanted = capacity == 0 ? 8192 : static_cast<std::size_t>(capacity) * 2;
     if (wanted > INT_MAX / 2) return false;
     std::size_t bytes = wanted * sizeof(process_entry);
-    void* p = at == nullptr
-                  ? ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-                  : ::mremap(at, capacity * sizeof(process_entry), bytes, MREMAP_MAYMOVE);
+    void* p = at == nullptr ? ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                            : ::mremap(at, capacity * sizeof(process_entry), bytes, MREMAP_MAYMOVE);
     if (p == MAP_FAILED) return false;
     at = static_cast<process_entry*>(p);
     capacity = static_cast<int>(wanted);
