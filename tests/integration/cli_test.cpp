@@ -1343,6 +1343,30 @@ TEST_F(CliTest, KillDashNineOfTheGuardEndsWhatCmdStartedBeforeTheRelease) {
   EXPECT_FALSE(exists(key)) << "released once nothing was left";
 }
 
+// The guard killed long after CMD exited (--orphans wait keeps the lock for a setsid child):
+// the child, now dlock's orphan, is ended before the release, and dlock signals no process
+// group by CMD's old number, which may name another group by then. (Not watched fail: that
+// needs the number reused; strace showed the old kill(-CMD, SIGKILL).)
+TEST_F(CliTest, KillDashNineOfTheGuardAfterCmdExitedEndsItsOrphans) {
+  strays left;
+  const std::string key = test_key();
+  auto d = start({"-r", server_.url(), "run", "--ttl", "30s", key, "--", "sh", "-c",
+                  "setsid sleep 30 & echo $! > " + path("escaped") + "; echo $PPID > " +
+                      path("guard") + "; echo $$ > " + path("cmd") + "; exit 0"});
+  pid_t escaped = left.add(read_pid(path("escaped")));
+  pid_t cmd = read_pid(path("cmd"));
+  pid_t guard = read_pid(path("guard"));
+  ASSERT_TRUE(eventually([&] { return !running(cmd); })) << "CMD did not exit";
+  ASSERT_TRUE(running(escaped)) << d->err();
+  ASSERT_GT(guard, 1);
+  ASSERT_NE(guard, d->pid());
+  ASSERT_TRUE(running(guard));
+  ::kill(guard, SIGKILL);
+  EXPECT_EQ(d->wait(), 70) << d->err();
+  EXPECT_FALSE(running(escaped)) << "the setsid child outlived dlock";
+  EXPECT_FALSE(exists(key)) << "released once nothing was left";
+}
+
 // SIGABRT, SIGTRAP and SIGSYS sent to dlock (kill, not a fault of its own) are forwarded to
 // CMD like SIGTERM, and the lock is released on the way out, not left for its TTL.
 TEST_F(CliTest, AbrtTrapAndSysFromKillAreForwardedAndTheLockReleased) {

@@ -175,10 +175,9 @@ class supervisor {
 
     supervise(*alarm);
     if (guard_->guard_died()) {
-      // CMD itself died with the guard (PR_SET_PDEATHSIG); its group may live on. Once CMD is
-      // gone its group's number stays taken only while members live, so this reaches them.
-      // The rest came to dlock, a subreaper, and is ended before the release.
-      if (!o_.foreground && guard_->cmd_pid() > 1) ::kill(-guard_->cmd_pid(), SIGKILL);
+      // CMD itself died with the guard (PR_SET_PDEATHSIG); everything it started came to
+      // dlock, a subreaper, and is ended before the release. No signal goes to CMD's process
+      // group: CMD may have been reaped long ago, and its number may now name another group.
       guard_->end_orphans();
       say("CMD's guard process was killed; `%s` and everything it started were ended",
           o_.cmd[0].c_str());
