@@ -163,6 +163,20 @@ char process_state(pid_t pid) {
   return text[close + 2];
 }
 
+// The CPU time `pid` has used (user + system, from /proc/<pid>/stat), or -1s when unreadable.
+std::chrono::milliseconds cpu_time(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  auto close = text.rfind(')');
+  if (close == std::string::npos) return -1s;
+  std::istringstream rest(text.substr(close + 2));
+  std::string field;
+  for (int i = 3; i < 14; ++i) rest >> field;  // fields 3 (state) to 13
+  long long utime = -1, stime = -1;
+  if (!(rest >> utime >> stime)) return -1s;
+  return std::chrono::milliseconds((utime + stime) * 1000 / ::sysconf(_SC_CLK_TCK));
+}
+
 // A process that exists and is not a zombie (an orphan's zombie may wait for a busy init).
 bool running(pid_t pid) {
   char state = process_state(pid);
@@ -1365,6 +1379,40 @@ TEST_F(CliTest, KillDashNineOfTheGuardAfterCmdExitedEndsItsOrphans) {
   EXPECT_EQ(d->wait(), 70) << d->err();
   EXPECT_FALSE(running(escaped)) << "the setsid child outlived dlock";
   EXPECT_FALSE(exists(key)) << "released once nothing was left";
+}
+
+// dlock sleeps while CMD runs: with --semaphore (no holder note to refresh) and once the lease
+// is lost (CMD ignores SIGTERM, so the SIGKILL is --lost-grace away) its loop used to spin
+// (78 % of a CPU), taking CPU from the guard. Over about 2 s it uses a small share of a CPU;
+// the bound is generous for a sanitizer build on a loaded host.
+TEST_F(CliTest, DlockSleepsWhileCmdRuns) {
+  strays left;
+  const std::string key = test_key();
+  auto cpu_over = [](pid_t pid, std::chrono::milliseconds span) {
+    auto before = cpu_time(pid);
+    std::this_thread::sleep_for(span);
+    return cpu_time(pid) - before;
+  };
+  auto s = start({"-r", server_.url(), "run", "--semaphore", "1", "--ttl", "1s", key, "--", "sh",
+                  "-c", "echo $$ > " + path("cmd1") + "; exec sleep 30"});
+  left.add(read_pid(path("cmd1")));
+  EXPECT_LT(cpu_over(s->pid(), 2s), 400ms) << "with --semaphore";
+  s->signal(SIGTERM);
+  EXPECT_EQ(s->wait(), 128 + SIGTERM) << s->err();
+
+  const std::string lock = test_key("lost");
+  // Renewals every 2 s; once one finds the key gone, SIGKILL comes at the last safe moment,
+  // at least 3.5 s later.
+  auto d = start({"-v", "-r", server_.url(), "run", "--ttl", "6s", "--lost-grace", "5s", lock,
+                  "--", "sh", "-c",
+                  "trap '' TERM; echo $$ > " + path("cmd2") + "; while :; do sleep 0.1; done"});
+  pid_t cmd = left.add(read_pid(path("cmd2")));
+  ASSERT_TRUE(running(cmd));
+  test::raw_command(server_.port(), "DEL " + lock);
+  ASSERT_TRUE(eventually([&] { return d->err().find("SIGTERM to") != std::string::npos; }))
+      << d->err();
+  EXPECT_LT(cpu_over(d->pid(), 1500ms), 300ms) << "after the lease was lost";
+  EXPECT_EQ(d->wait(), 71) << d->err();
 }
 
 // SIGABRT, SIGTRAP and SIGSYS sent to dlock (kill, not a fault of its own) are forwarded to

@@ -233,8 +233,12 @@ class supervisor {
         begin_ending(ending::renewals_failed);
       }
       if (ending_ != ending::none && !tree_killed_ && now >= kill_at()) kill_tree();
-      if (!lost_ && !o_.semaphore_limit && now >= refresh_at) {
-        publish_holder(nodes_, o_.key, holder_, o_.ttl, /*wait=*/false);
+      // refresh_at moves on even when nothing is published (--semaphore, a lost lease): it is
+      // one of the loop's wake-ups, and one in the past would make it spin.
+      if (now >= refresh_at) {
+        if (!lost_ && !o_.semaphore_limit) {
+          publish_holder(nodes_, o_.key, holder_, o_.ttl, /*wait=*/false);
+        }
         refresh_at = now + refresh_every;
       }
     }
