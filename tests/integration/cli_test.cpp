@@ -1435,6 +1435,35 @@ TEST_F(CliTest, DlockSleepsWhileCmdRuns) {
   EXPECT_EQ(d->wait(), 71) << d->err();
 }
 
+// A stopped guard (kill -STOP) cannot end CMD's tree, and the lease is then lost (DEL): dlock
+// SIGKILLs the guard itself shortly after it ordered the tree killed (a stopped process dies of
+// SIGKILL), CMD dies with it (PR_SET_PDEATHSIG) and dlock ends the rest. CMD's ticks stop
+// within the TTL of the loss, and dlock exits 71. (It used to wait for the guard's resumption.)
+TEST_F(CliTest, AStoppedGuardDoesNotKeepCmdRunningAfterTheLeaseIsLost) {
+  strays left;
+  const std::string key = test_key(), ticks = path("ticks");
+  auto d = start({"-r", server_.url(), "run", "--ttl", "3s", key, "--", "sh", "-c",
+                  "echo $PPID > " + path("guard") + "; echo $$ > " + path("cmd") +
+                      "; while :; do echo >> " + ticks + "; sleep 0.05; done"});
+  pid_t cmd = left.add(read_pid(path("cmd")));
+  pid_t guard = read_pid(path("guard"));
+  ASSERT_GT(guard, 1);
+  ASSERT_NE(guard, d->pid());
+  ASSERT_TRUE(running(guard));
+  left.add(guard);  // a stopped guard left by a failure is killed at the end
+  ::kill(guard, SIGSTOP);
+  ASSERT_TRUE(eventually([&] { return process_state(guard) == 'T'; }, 3s));
+  auto lost_at = steady::now();
+  test::raw_command(server_.port(), "DEL " + key);
+  ASSERT_TRUE(eventually([&] { return !running(cmd); }, 5s)) << "CMD runs on under a stopped guard";
+  EXPECT_LT(steady::now() - lost_at, 3s) << "CMD outlived the lease's validity";
+  auto a = fs::file_size(ticks);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(fs::file_size(ticks), a) << "CMD still ticks";
+  EXPECT_EQ(d->wait(5s), 71) << d->err();
+  EXPECT_FALSE(running(guard));
+}
+
 // SIGABRT, SIGTRAP and SIGSYS sent to dlock (kill, not a fault of its own) are forwarded to
 // CMD like SIGTERM, and the lock is released on the way out, not left for its TTL.
 TEST_F(CliTest, AbrtTrapAndSysFromKillAreForwardedAndTheLockReleased) {

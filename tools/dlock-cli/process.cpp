@@ -559,6 +559,11 @@ void command_guard::end_orphans() {
   }
 }
 
+void command_guard::kill_guard() {
+  // guard_pid_ is reset when the guard is reaped, and until then its PID stays ours.
+  if (guard_pid_ > 1) ::kill(guard_pid_, SIGKILL);
+}
+
 command_guard::~command_guard() {
   end_tree();
   if (guard_pid_ > 0) {

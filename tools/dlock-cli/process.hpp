@@ -120,6 +120,11 @@ class command_guard {
   // SIGKILLs and reaps all of it (the guard too), until dlock has no child left. Blocks.
   void end_orphans();
 
+  // SIGKILL to the guard itself, for one that does not act on end_tree() (stopped, say: a
+  // stopped process still dies of SIGKILL). CMD dies with it (PR_SET_PDEATHSIG); guard_died()
+  // follows, then end_orphans() ends the rest. Only while the guard is dlock's unreaped child.
+  void kill_guard();
+
   // Sends `sig` to CMD's process group and to every other process below the guard (with
   // --foreground: to each process below the guard). Asynchronous: the guard sends it.
   void signal_tree(int sig);

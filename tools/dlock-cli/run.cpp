@@ -174,7 +174,10 @@ class supervisor {
                 static_cast<unsigned long long>(held_.fencing_token()));
 
     supervise(*alarm);
-    if (guard_->guard_died()) {
+    if (guard_->guard_died() && guard_killed_) {
+      // dlock killed a guard that did not act; the ending goes on as the guard would have.
+      guard_->end_orphans();
+    } else if (guard_->guard_died()) {
       // CMD itself died with the guard (PR_SET_PDEATHSIG); everything it started came to
       // dlock, a subreaper, and is ended before the release. No signal goes to CMD's process
       // group: CMD may have been reaped long ago, and its number may now name another group.
@@ -233,6 +236,11 @@ class supervisor {
         begin_ending(ending::renewals_failed);
       }
       if (ending_ != ending::none && !tree_killed_ && now >= kill_at()) kill_tree();
+      if (tree_killed_ && !guard_killed_ && now >= guard_kill_at()) {
+        say_verbose("CMD's guard did not end the tree in time (stopped?); killing it");
+        guard_->kill_guard();
+        guard_killed_ = true;
+      }
       // refresh_at moves on even when nothing is published (--semaphore, a lost lease): it is
       // one of the loop's wake-ups, and one in the past would make it spin.
       if (now >= refresh_at) {
@@ -252,15 +260,22 @@ class supervisor {
     return std::min(*term_sent_ + o_.lost_grace, last_safe_moment());
   }
 
+  // A guard that has not ended the tree this long after dlock asked does not act (it is
+  // stopped): dlock kills it and ends the tree itself. Half the margin, so that this too
+  // happens before the validity ends when the tree was killed at the last safe moment.
+  steady::time_point guard_kill_at() const { return tree_killed_at_ + kill_margin_ / 2; }
+
   // When the loop must look again, besides signals and news.
   steady::time_point next_deadline() const {
-    if (tree_killed_) return steady::time_point::max();  // the guard's news tells the rest
+    if (guard_killed_) return steady::time_point::max();  // the guard's end tells the rest
+    if (tree_killed_) return guard_kill_at();
     return ending_ == ending::none ? last_safe_moment() - grace_ : kill_at();
   }
 
   void kill_tree() {
     guard_->end_tree();
     tree_killed_ = true;
+    tree_killed_at_ = steady::now();
   }
 
   void begin_ending(ending why) {
@@ -417,6 +432,8 @@ class supervisor {
   ending ending_ = ending::none;
   std::optional<steady::time_point> term_sent_;  // when CMD's tree got SIGTERM
   bool tree_killed_ = false;                     // the guard was told to SIGKILL it all
+  steady::time_point tree_killed_at_;            // when
+  bool guard_killed_ = false;                    // dlock SIGKILLed the guard (it did not act)
   std::error_code stop_error_;                   // why the lease did not survive a stop
 };
 
