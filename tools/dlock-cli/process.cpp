@@ -537,7 +537,10 @@ std::unique_ptr<command_guard> command_guard::start(const std::string& path,
   } else if (guard->failure_kind_ == news_fork_failed) {
     failure.message = std::string("fork: ") + std::strerror(guard->failure_errno_);
   } else {
+    // Killed after CMD's exec, perhaps: CMD died with it (PR_SET_PDEATHSIG), and what it
+    // started in the meantime came to dlock, a subreaper.
     failure.message = "CMD's guard process died before CMD started";
+    guard->end_orphans();
   }
   return nullptr;  // the destructor reaps the guard
 }

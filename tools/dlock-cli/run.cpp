@@ -159,6 +159,13 @@ class supervisor {
     if (alarm->fd < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
     held_.keep_alive({.on_lost = [alarm](std::error_code ec) { alarm->ring(ec); }});
 
+    // The wait, the holder note or a stop may have taken what the lease had to give.
+    if (steady::now() >= last_safe_moment()) {
+      say("the lease on '%s' was past its last safe moment before `%s` could start; not run",
+          o_.key.c_str(), o_.cmd[0].c_str());
+      finish(false, /*cmd_ran=*/false);
+      return exit_lease_lost;
+    }
     command_guard::start_failure failure;
     deadline_sent_ = last_safe_moment();
     guard_ = command_guard::start(path, o_.cmd, child_environment(o_, held_), !o_.foreground,
