@@ -280,6 +280,11 @@ extern "C" int __lsan_is_turned_off() { return in_a_forked_child ? 1 : 0; }
 // it must neither touch the parent's I/O state (whose locks fork() may have copied held) nor
 // wait for an I/O thread it does not have.
 TEST(ForkTest, AChildThatDropsItsClientsAndExitsEndsAtOnce) {
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer's own runtime makes the exit of a child forked from a busy multithreaded
+  // process slow at times (over 0.5 s once in CI); the ASan build runs this test.
+  GTEST_SKIP() << "timing of forked children under ThreadSanitizer";
+#endif
   redis_server s;
   client node{s.url()};
   std::atomic<bool> busy{true};
@@ -311,11 +316,13 @@ TEST(ForkTest, AChildThatDropsItsClientsAndExitsEndsAtOnce) {
       ::kill(child, SIGKILL);
       ::waitpid(child, &status, 0);
     }
-    if (since(t0) > 500ms) ++slow;
+    // The bugs: a deadlock on a lock copied held (no exit), or waiting out the I/O thread's
+    // 1 s stop at exit (over 1 s every time). A normal exit takes milliseconds.
+    if (since(t0) > 900ms) ++slow;
   }
   busy = false;
   load.join();
-  EXPECT_EQ(slow, 0) << "children that hung or took over 0.5 s to exit";
+  EXPECT_EQ(slow, 0) << "children that hung or took over 0.9 s to exit";
 }
 
 // fork then exec, as the CLI runs CMD: the program sees none of dlock's sockets.
