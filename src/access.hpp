@@ -11,6 +11,7 @@
 
 #include "dlock/client.hpp"
 #include "dlock/mutex.hpp"
+#include "node_link.hpp"
 
 namespace dlock::detail {
 
@@ -26,7 +27,7 @@ struct access {
     return c.try_exec_direct(cmd, timeout, out, ec);
   }
   // The pub/sub inbox through which a release wakes this client's waiters.
-  static inbox& wake_inbox(const client& c) noexcept { return *c.inbox_; }
+  static inbox& wake_inbox(const client& c) noexcept { return *c.link_->wake_inbox; }
   // A transaction's own connection, shared with no one: it may WATCH and MULTI.
   static void make_dedicated(client& c) noexcept { c.dedicated_ = true; }
 

@@ -1,7 +1,6 @@
 #include "dlock/client.hpp"
 
-#include "net/connection.hpp"
-#include "net/inbox.hpp"
+#include "node_link.hpp"
 #include "observe.hpp"
 
 namespace dlock {
@@ -9,25 +8,33 @@ namespace dlock {
 client::client(std::string_view url, client_options options)
     : client(parse_endpoint(url), std::move(options)) {}
 
-client::client(endpoint where, client_options options)
-    : conn_(std::make_shared<detail::connection>(where, options)),
-      inbox_(std::make_shared<detail::inbox>(std::move(where), std::move(options))),
-      last_copy_(nullptr, [conn = conn_, inbox = inbox_](void*) {
-        if (detail::in_forked_child()) {
-          // The child of a fork(): the connections' sockets and I/O state are the parent's,
-          // and their locks may have been copied held. Never close or destroy them here.
-          static auto* kept = new std::vector<std::shared_ptr<void>>;  // only the child's thread
-          kept->push_back(conn);
-          kept->push_back(inbox);
-          return;
-        }
-        conn->close(errc::cancelled);
-        inbox->close();
-      }) {}
+namespace detail {
 
-const endpoint& client::where() const noexcept { return conn_->where(); }
-const client_options& client::options() const noexcept { return conn_->options(); }
-detail::io_executor client::get_executor() const noexcept { return conn_->get_executor(); }
+node_link::node_link(const endpoint& where, client_options options)
+    : conn(std::make_shared<connection>(where, options)),
+      wake_inbox(std::make_shared<inbox>(where, std::move(options))) {}
+
+node_link::~node_link() {
+  if (in_forked_child()) {
+    // The connections' sockets and I/O state are the parent's, and their locks may have been
+    // copied held: never close or destroy them here.
+    static auto* kept = new std::vector<std::shared_ptr<void>>;  // only the child's thread
+    kept->push_back(conn);
+    kept->push_back(wake_inbox);
+    return;
+  }
+  conn->close(errc::cancelled);
+  wake_inbox->close();
+}
+
+}  // namespace detail
+
+client::client(endpoint where, client_options options)
+    : link_(std::make_shared<detail::node_link>(where, std::move(options))) {}
+
+const endpoint& client::where() const noexcept { return link_->conn->where(); }
+const client_options& client::options() const noexcept { return link_->conn->options(); }
+detail::io_executor client::get_executor() const noexcept { return link_->conn->get_executor(); }
 
 namespace {
 
@@ -58,13 +65,13 @@ void client::start_exec(command cmd, std::chrono::milliseconds timeout,
   std::size_t count = cmd.size();
   if (auto* o = detail::current_observer()) {
     // Timed only when someone listens: an unobserved request reads no clock for it.
-    handler = [o, conn = conn_, began = detail::clock::now(), h = std::move(handler)](
+    handler = [o, conn = link_->conn, began = detail::clock::now(), h = std::move(handler)](
                   std::error_code ec, reply r) mutable {
       o->on_node_request({conn->name(), ec, detail::clock::now() - began});
       h(ec, std::move(r));
     };
   }
-  conn_->submit(std::string(cmd.bytes()), count, deadline_after(timeout), std::move(handler));
+  link_->conn->submit(std::string(cmd.bytes()), count, deadline_after(timeout), std::move(handler));
 }
 
 bool client::try_exec_direct(const command& cmd, std::chrono::milliseconds timeout, reply& out,
@@ -76,10 +83,10 @@ bool client::try_exec_direct(const command& cmd, std::chrono::milliseconds timeo
   }
   auto* o = detail::current_observer();
   auto began = o ? detail::clock::now() : detail::clock::time_point{};
-  if (!conn_->try_exchange_direct(cmd.bytes(), cmd.size(), deadline_after(timeout), ec, out)) {
+  if (!link_->conn->try_exchange_direct(cmd.bytes(), cmd.size(), deadline_after(timeout), ec, out)) {
     return false;
   }
-  if (o) o->on_node_request({conn_->name(), ec, detail::clock::now() - began});
+  if (o) o->on_node_request({link_->conn->name(), ec, detail::clock::now() - began});
   return true;
 }
 
@@ -102,7 +109,7 @@ reply client::exec(command cmd) {
   return r;
 }
 
-void client::disconnect() { conn_->close(errc::cancelled); }
+void client::disconnect() { link_->conn->close(errc::cancelled); }
 
 std::error_code error_from_reply(const reply& r) noexcept {
   if (!r.is_error()) return {};

@@ -29,6 +29,7 @@ namespace dlock {
 namespace detail {
 class connection;
 class inbox;
+struct node_link;
 struct access;  // the library's way in to the private cores (src/access.hpp)
 }
 
@@ -159,11 +160,10 @@ class DLOCK_EXPORT client {
   bool try_exec_direct(const command& cmd, std::chrono::milliseconds timeout, reply& out,
                        std::error_code& ec);
 
-  std::shared_ptr<detail::connection> conn_;
-  std::shared_ptr<detail::inbox> inbox_;
-  // Shared by the copies: the last one's destruction closes both connections at once, with
-  // requests still in flight completing with errc::cancelled.
-  std::shared_ptr<void> last_copy_;
+  // The node's two connections (requests, wake-ups), shared by the copies: the last copy's
+  // destruction closes both at once, with requests still in flight completing with
+  // errc::cancelled.
+  std::shared_ptr<detail::node_link> link_;
   bool dedicated_ = false;  // not shared: commands that change the session are allowed
 };
 
