@@ -68,6 +68,16 @@ struct client_options {
   std::string password;
   /// For rediss:// endpoints.
   tls_options tls;
+  /// Keeps a node that may have forgotten locks out of every grant for this long: one that
+  /// restarted without its data, or whose data came from another process (a restart from
+  /// disk, which may miss the last writes, or a promoted replica, which may lag). On each
+  /// connect, before anything else, the client reads the node's run_id and uptime (INFO) and
+  /// compares them with the mark the last check left (key_layout.hpp: node_identity_key);
+  /// when they differ it sets node_quarantine_key, which the acquire scripts of every client
+  /// obey. Must be at least the longest TTL in use on the node. A node new to dlock that
+  /// started less than this long ago waits out the rest once. 0 (the default): no check;
+  /// negative: errc::invalid_argument. See docs/guarantees.md.
+  std::chrono::milliseconds restart_quarantine{0};
 };
 
 /// One Redis command (or several, pipelined as one request), formatted at construction.

@@ -6,6 +6,7 @@
 /// - high_fence_key:     where dlock::fenced_set keeps the highest token of a data key
 /// - holder_key:         the `dlock` CLI's note of who holds a lock
 /// - is_companion_key:   whether a key is one of those companions (no lock may use one)
+/// - node_identity_key, node_quarantine_key: a node's own two keys (client_options::restart_quarantine)
 ///
 /// Pure functions; thread-safe.
 ///
@@ -87,8 +88,17 @@ DLOCK_EXPORT std::string high_fence_key(std::string_view data_key);
 /// The `dlock` CLI's advisory note of who holds the lock `lock_key`. Only the CLI writes it.
 DLOCK_EXPORT std::string holder_key(std::string_view lock_key);
 
+/// The run_id of the Redis process that last checked the node's identity
+/// (client_options::restart_quarantine); it never expires. One per node.
+inline constexpr std::string_view node_identity_key = "dlock:node:identity";
+/// While this key exists, the node grants no lock and no permit, to any client: it restarted,
+/// lost its data or was promoted from a replica less than a quarantine ago. One per node;
+/// acquire scripts read it (src/lua/acquire.lua and the semaphore scripts name it too).
+inline constexpr std::string_view node_quarantine_key = "dlock:node:quarantine";
+
 /// True when `key` is a companion key of some name: a key that the functions above return,
-/// other than a lock's own key. dlock::mutex refuses such a lock key (errc::invalid_argument).
+/// other than a lock's own key, or one of the node's own keys above. dlock::mutex refuses such a
+/// lock key (errc::invalid_argument).
 DLOCK_EXPORT bool is_companion_key(std::string_view key);
 
 }  // namespace dlock

@@ -17,7 +17,7 @@
 -- acquisition: a late SET of an earlier round, or a handoff; the key is then rewritten to this
 -- round's value, so that a release still in flight for the earlier value finds nothing),
 -- {0, holder's PTTL} when not (0 when the lock is free but another waiter is ahead in fair
--- mode), and a WRONGTYPE error when the key holds something that is not a lock (SET NX alone
+-- mode; the quarantine's remaining ms when the node is quarantined and the lock is free), and a WRONGTYPE error when the key holds something that is not a lock (SET NX alone
 -- would say "busy" forever; GET raises it).
 local key, fence_key, queue, info, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, ttl_ms, waiter, fair = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == 'fair'
@@ -41,6 +41,19 @@ local function live_head(now)
   end
 end
 
+-- A fencing counter that does not exist yet starts from the server's clock, at ms x 1024, not at
+-- 0: when it was lost with the node's data (a restart without persistence, a promoted replica
+-- that lagged), its tokens still rise past every one it gave before, as long as the clock did
+-- not go back and fewer than 1024 tokens were drawn per ms (docs/guarantees.md). %.0f: Lua's
+-- own number formatting would write 1.8e+15.
+local function draw_fence()
+  local fence = redis.call('INCR', fence_key)
+  if fence > 1 then return fence end
+  fence = now_ms() * 1024 + 1
+  redis.call('SET', fence_key, string.format('%.0f', fence))
+  return fence
+end
+
 -- `fence`: the token already drawn for this ownership, or nil to draw a new one. A grant always
 -- takes the acquisition out of the queue, whether or not this round queued: an entry an
 -- earlier round left would otherwise make the holder's own release hand the lock back to it.
@@ -49,11 +62,21 @@ end
 -- millisecond) is never read: live_head and release.lua read info for queue members only.
 local function grant(fence)
   if redis.call('ZREM', queue, id) == 1 then redis.call('HDEL', info, id) end
-  return {1, fence or redis.call('INCR', fence_key)}
+  return {1, fence or draw_fence()}
+end
+
+-- The node's quarantine (client_options::restart_quarantine; node_check.lua sets it): while it
+-- lasts, the node grants nothing new, because a lock or permit it forgot may still be held.
+-- pcall: a user whose ACL does not reach the key is not stopped by it.
+local function quarantine_left()
+  local ms = redis.pcall('PTTL', 'dlock:node:quarantine')
+  if type(ms) == 'number' and ms > 0 then return ms end
+  return 0
 end
 
 local now
-local our_turn = true
+local quarantined = quarantine_left()
+local our_turn = quarantined == 0
 if fair then
   now = now_ms()
   local head = live_head(now)
@@ -101,4 +124,4 @@ if waiter ~= '' then
     if redis.call('PTTL', k) < 2 * waiter_ttl then redis.call('PEXPIRE', k, 2 * waiter_ttl) end
   end
 end
-return {0, math.max(redis.call('PTTL', key), 0)}
+return {0, math.max(redis.call('PTTL', key), quarantined)}

@@ -45,8 +45,9 @@ while true do
     local message = head
     local fence
     if handoff then
-      -- Drawn only once someone received it (below): a vanished waiter leaves no gap.
-      fence = (tonumber(redis.call('GET', fence_key)) or 0) + 1
+      -- Drawn only once someone received it (below): a vanished waiter leaves no gap. A
+      -- missing counter starts from the clock, as in acquire.lua; %.0f, as there.
+      fence = string.format('%.0f', (tonumber(redis.call('GET', fence_key)) or now * 1024) + 1)
       message = head .. ' ' .. fence .. ' ' .. round
     end
     -- pcall: the key is already deleted (a script is never rolled back), so a refused PUBLISH

@@ -41,6 +41,19 @@ local function expire_with_last_holder()
   end
 end
 
+-- A fencing counter that does not exist yet starts from the server's clock, at ms x 1024, not at
+-- 0: when it was lost with the node's data (a restart without persistence, a promoted replica
+-- that lagged), its tokens still rise past every one it gave before, as long as the clock did
+-- not go back and fewer than 1024 tokens were drawn per ms (docs/guarantees.md). %.0f: Lua's
+-- own number formatting would write 1.8e+15.
+local function draw_fence()
+  local fence = redis.call('INCR', fence_key)
+  if fence > 1 then return fence end
+  fence = now * 1024 + 1
+  redis.call('SET', fence_key, string.format('%.0f', fence))
+  return fence
+end
+
 -- A holder is no waiter: an entry left by an earlier attempt of this acquisition goes. Both
 -- calls, always: an info entry can outlive its queue entry (the two keys' expiries may differ
 -- by a millisecond), and a holder's release that found one would count it as a leaving waiter
@@ -49,7 +62,7 @@ local function grant()
   redis.call('ZREM', queue, owner)
   redis.call('HDEL', info, owner)
   expire_with_last_holder()
-  return {1, redis.call('INCR', fence_key)}
+  return {1, draw_fence()}
 end
 
 -- Already holding: an earlier attempt of this acquisition whose reply was lost, or one that
@@ -63,9 +76,19 @@ if held_until then
   return grant()
 end
 
+-- The node's quarantine (client_options::restart_quarantine; node_check.lua sets it): while it
+-- lasts, the node grants nothing new, because a lock or permit it forgot may still be held.
+-- pcall: a user whose ACL does not reach the key is not stopped by it.
+local function quarantine_left()
+  local ms = redis.pcall('PTTL', 'dlock:node:quarantine')
+  if type(ms) == 'number' and ms > 0 then return ms end
+  return 0
+end
+local quarantined = quarantine_left()
+
 local used = redis.call('ZCARD', holders)
 for _, w in ipairs(redis.call('HVALS', weights)) do used = used + tonumber(w) - 1 end
-if used + want <= limit then
+if quarantined == 0 and used + want <= limit then
   redis.call('ZADD', holders, now + ttl_ms, owner)
   if want > 1 then redis.call('HSET', weights, owner, want) end
   return grant()
@@ -86,5 +109,5 @@ if waiter ~= '' then
   end
 end
 local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
-if first[2] then return {0, tonumber(first[2]) - now} end
-return {0, 0}
+if first[2] then return {0, math.max(tonumber(first[2]) - now, quarantined)} end
+return {0, quarantined}

@@ -44,6 +44,8 @@
 #include <optional>
 #include <vector>
 
+#include "dlock/detail/scripts.hpp"
+#include "dlock/key_layout.hpp"
 #include "net/runtime.hpp"
 #include "observe.hpp"
 #include "net/socket_link.hpp"
@@ -134,6 +136,9 @@ connection::connection(endpoint where, client_options options)
       deadline_timer_(executor_),
       backoff_(options_.reconnect_backoff_min) {
   name_ = where_.to_string();
+  if (options_.restart_quarantine < std::chrono::milliseconds::zero()) {
+    throw std::system_error(errc::invalid_argument, "restart_quarantine must not be negative");
+  }
   if (!options_.user.empty()) where_.user = options_.user;
   if (!options_.password.empty()) where_.password = options_.password;
   if (where_.tls) {
@@ -355,14 +360,13 @@ void connection::start_session() {
     handshake += command{"PING"}.bytes();
     ++steps;
   }
-  if (steps == 0) return become_ready();
+  if (steps == 0) return check_node();
 
-  request hello{{}, steps, {}, clock::now() + options_.connect_timeout, {}, true};
-  hello.handler = [self = shared_from_this(), gen = generation_, probe](std::error_code ec,
-                                                                       reply r) {
+  send_internal(std::move(handshake), steps, [self = shared_from_this(), gen = generation_,
+                                              probe](std::error_code ec, reply r) {
     if (gen != self->generation_) return;
     // Any reply to the probe proves the session was accepted, NOPERM (no +ping) included.
-    if (probe) return self->become_ready();
+    if (probe) return self->check_node();
     std::string text = r.is_error() ? r.str() : std::string();
     if (!ec && r.is_array()) {
       for (const auto& step : r.elements()) {
@@ -377,12 +381,66 @@ void connection::start_session() {
       self->last_connect_error_ = ec;
       return self->fail(ec, true, ec, std::move(text));
     }
-    self->become_ready();
-  };
-  inflight_.push_back(std::move(hello));
+    self->check_node();
+  });
+}
+
+// The node's identity (client_options::restart_quarantine): INFO server for its run_id and
+// uptime, then node_check.lua, which quarantines it if it may have forgotten locks. Both before
+// become_ready(), so that nothing queued goes out before the quarantine is in place. A refused
+// INFO (an ACL user without it) leaves the identity unknown; a refused script fails the connect.
+void connection::check_node() {
+  if (options_.restart_quarantine <= std::chrono::milliseconds::zero() || on_push_) {
+    return become_ready();
+  }
+  send_internal(command{"INFO", "server"}.bytes(), 1, [self = shared_from_this(),
+                                                       gen = generation_](std::error_code ec,
+                                                                          reply info) {
+    if (gen != self->generation_) return;
+    if (ec) return self->fail(ec, true, ec);
+    std::string run_id, uptime_ms;
+    if (info.is_string()) {
+      auto field = [&](std::string_view name) {
+        std::string_view text = info.str();
+        auto at = text.find(name);
+        if (at == std::string_view::npos) return std::string_view{};
+        text.remove_prefix(at + name.size());
+        return text.substr(0, text.find_first_of("\r\n"));
+      };
+      run_id = field("\nrun_id:");
+      if (auto up = field("\nuptime_in_seconds:"); !up.empty()) uptime_ms = std::string(up) + "000";
+    }
+    command check{"EVAL",
+                  scripts::node_check_body,
+                  "2",
+                  node_identity_key,
+                  node_quarantine_key,
+                  run_id,
+                  uptime_ms,
+                  std::to_string(self->options_.restart_quarantine.count())};
+    self->send_internal(check.bytes(), 1, [self, gen](std::error_code ec, reply r) {
+      if (gen != self->generation_) return;
+      std::string text;
+      if (!ec && r.is_error()) {
+        ec = error_from_reply(r);
+        text = "restart_quarantine: the node check failed: " + r.str();
+      }
+      if (ec) {
+        self->last_connect_error_ = ec;
+        return self->fail(ec, true, ec, std::move(text));
+      }
+      self->become_ready();
+    });
+  });
+}
+
+// Sends one request of the connect phase; the queue waits until become_ready().
+void connection::send_internal(std::string payload, std::size_t replies, reply_handler handler) {
+  inflight_.push_back(request{{}, replies, {}, clock::now() + options_.connect_timeout,
+                              std::move(handler), true});
   ensure_reading();
   writing_ = true;
-  link_->write_buf = std::move(handshake);
+  link_->write_buf = std::move(payload);
   link_->async_write_all([self = shared_from_this(), gen = generation_,
                           link = link_](std::error_code ec, std::size_t) {
     if (gen != self->generation_) return;

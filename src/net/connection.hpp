@@ -80,7 +80,7 @@ class connection : public std::enable_shared_from_this<connection> {
     std::vector<reply> got;
     clock::time_point deadline;
     reply_handler handler;
-    bool internal = false;  // AUTH/SELECT of the handshake
+    bool internal = false;  // a request of the connect phase (AUTH, SELECT, the node check)
     bool in_transit = false;  // counted in in_transit_ until written or completed
   };
   enum class state { idle, connecting, ready };
@@ -108,6 +108,8 @@ class connection : public std::enable_shared_from_this<connection> {
   void fail_tls(std::error_code ec, const char* stage);
   std::string tls_peer_name() const;
   std::string stalled_handshake_text() const;  // why a TLS connect timed out, or ""
+  void check_node();  // client_options::restart_quarantine, then become_ready()
+  void send_internal(std::string payload, std::size_t replies, reply_handler handler);
   void become_ready();
   void start_write();
   void start_read();

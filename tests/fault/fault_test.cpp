@@ -139,6 +139,25 @@ TEST(fault, restart_without_persistence) {
   expect_bites(o, "single");
 }
 
+// The same restarts, with every client checking each node's identity on connect
+// (restart_quarantine, here 1.2 TTLs): a node that restarted grants nothing for one quarantine,
+// so nobody takes a lock it forgot while its holder still works, and the counters it lost
+// start again above the tokens they gave, so the resource refuses no later holder.
+TEST(fault, restart_without_persistence_quarantined) {
+  scenario s{"restart_without_persistence_quarantined",
+             {.duration = 7000ms, .worker_flags = {"--quarantine", "1000"}}};
+  auto o = s.run([](scenario& s) {
+    for (int i = 0; s.running(); ++i) {
+      for (int tries = 0; tries < 100 && s.holder_of("single") < 0; ++tries) s.sleep(10ms);
+      s.node(0).restart();
+      if (i % 3 == 2) s.node(1).restart();
+      s.sleep(1500ms);
+    }
+  });
+  expect_safe(o);
+  EXPECT_EQ(o.fence.rejected, 0u) << "a holder after a restart was refused as stale. " << o.line;
+}
+
 // A slow node: DEBUG SLEEP blocks one node for 0.5 s, then CLIENT PAUSE WRITE holds another's
 // writes (and its key expiry) for 0.6 s, in turn.
 TEST(fault, slow_node) {

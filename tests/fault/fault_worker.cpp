@@ -3,6 +3,7 @@
 //                --lock KIND:NAME:LIMIT:URL[,URL...]   (repeat; KIND = mutex | semaphore)
 //                [--ttl MS] [--retry-delay MS] [--node-timeout MS] [--hold MIN-MAX]
 //                [--write-every MS] [--stale-check] [--no-keep-alive] [--mixed] [--seed N]
+//                [--quarantine MS]    (client_options::restart_quarantine)
 // Each thread loops until S seconds have passed: acquire, hold for a random time (in --hold's
 // range, or one time in four for 1-2 TTLs) while writing to the fenced resource every
 // --write-every ms (mutexes only: dlock::fenced_set on P:NAME:data), release. It records each
@@ -51,7 +52,7 @@ struct args {
   std::string out, resource, prefix = "fault";
   std::vector<lock_spec> locks;
   double seconds = 5;
-  milliseconds ttl{800}, retry_delay{30}, node_timeout{0}, write_every{20};
+  milliseconds ttl{800}, retry_delay{30}, node_timeout{0}, write_every{20}, quarantine{0};
   milliseconds hold_min{20}, hold_max{400};
   bool stale_check = false, keep_alive = true, mixed = false;
   unsigned seed = 0;
@@ -91,6 +92,8 @@ args parse(int argc, char** argv) {
       a.retry_delay = milliseconds(std::stol(value()));
     else if (flag == "--node-timeout")
       a.node_timeout = milliseconds(std::stol(value()));
+    else if (flag == "--quarantine")
+      a.quarantine = milliseconds(std::stol(value()));
     else if (flag == "--write-every")
       a.write_every = milliseconds(std::stol(value()));
     else if (flag == "--stale-check")
@@ -181,7 +184,9 @@ class contender {
  public:
   contender(const args& a, const lock_spec& spec, recorder& rec, unsigned seed)
       : a_(a), spec_(spec), rec_(rec), rng_(seed), resource_(a.resource) {
-    for (const auto& u : spec.urls) nodes_.emplace_back(u);
+    for (const auto& u : spec.urls) {
+      nodes_.emplace_back(u, dlock::client_options{.restart_quarantine = a_.quarantine});
+    }
     data_key_ = a.prefix + ":" + spec.name + ":data";
     holder_key_ = a.prefix + ":" + spec.name + ":holder";
   }

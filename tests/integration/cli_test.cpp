@@ -356,6 +356,18 @@ void expect_one_line_message(const cli_result& r) {
   EXPECT_EQ(r.err.rfind("dlock: ", 0), 0u) << r.err;
 }
 
+// --quarantine: a node that started just now may have forgotten locks, so a first run waits
+// out the rest of the quarantine (-n: exits 75 at once), for every client, with or without it.
+TEST_F(CliTest, QuarantineKeepsANewlyStartedNodeFromGranting) {
+  redis_server fresh;
+  const std::string key = test_key();
+  auto once = run({"-r", fresh.url(), "--quarantine", "30s", "run", "-n", key, "--", "true"});
+  EXPECT_EQ(once.status, 75) << once.err;
+  EXPECT_EQ(run({"-r", fresh.url(), "run", "-n", key, "--", "true"}).status, 75)
+      << "a run without --quarantine ignored the node's quarantine";
+  EXPECT_EQ(run({"-r", fresh.url(), "--quarantine", "-1s", "run", key, "--", "true"}).status, 64);
+}
+
 TEST_F(CliTest, TwoNonblockingRunsAtOnceOneRunsTheOtherExits75AtOnce) {
   const std::string key = test_key(), ran = path("ran");
   const std::string script = "echo $$ >> " + ran + "; sleep 2";

@@ -133,7 +133,9 @@ TEST_F(SimNodeTest, AcquireGrantsThenReportsTheHoldersTtlThenRefusesAWrongType) 
     return n.exec({"EVAL", scripts::acquire_body, "5", key, "{l}:fence", "{l}:waiters",
                    "{l}:waiter-info", "{l}:tickets", owner, "1000", "", ""});
   };
-  EXPECT_EQ(render(acquire("l", "a.1")), "[(integer) 1, (integer) 1]");
+  // A new fencing counter starts from the node's clock, in ms x 1024.
+  EXPECT_EQ(render(acquire("l", "a.1")),
+            "[(integer) 1, (integer) " + std::to_string(n.time() * 1024 + 1) + "]");
   n.set_time(n.time() + 300);
   EXPECT_EQ(render(acquire("l", "b.1")), "[(integer) 0, (integer) 700]");
   n.exec({"HSET", "h", "f", "v"});

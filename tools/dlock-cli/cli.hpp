@@ -47,6 +47,7 @@ struct global_options {
   std::string user;               // --user; else $DLOCK_USER
   dlock::tls_options tls;         // --tls-ca, --tls-cert, --tls-key, --tls-server-name
   std::chrono::milliseconds timeout{1000};  // --timeout: connect and per-request deadline
+  std::chrono::milliseconds quarantine{0};  // --quarantine: client_options::restart_quarantine
   bool verbose = false;
 };
 

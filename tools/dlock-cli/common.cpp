@@ -127,6 +127,7 @@ std::vector<client> make_clients(const global_options& g) {
   client_options options;
   options.connect_timeout = g.timeout;
   options.request_timeout = g.timeout;
+  options.restart_quarantine = g.quarantine;
   if (!g.password_file.empty()) {
     options.password = read_password_file(g.password_file);
   } else {

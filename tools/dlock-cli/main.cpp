@@ -89,6 +89,10 @@ int main(int argc, char** argv) {
   duration_option(app, "--timeout", g.timeout,
                   "Per-request deadline, also for connecting (default 1s); a node outage is "
                   "waited out for twice this");
+  duration_option(app, "--quarantine", g.quarantine,
+                  "On connecting, keep a node that restarted without its data, was restored "
+                  "from disk or was promoted from a replica out of every grant for this long "
+                  "(at least the longest TTL in use; default 0: no check)");
   app.add_flag("-v,--verbose", g.verbose,
                "Tell what happens on stderr (acquired, CMD started and ended, signals "
                "forwarded, released); a wait shows the holder without it (-q hides that)");
