@@ -74,7 +74,7 @@ std::vector<probe> probe_all(const std::vector<client>& nodes) {
 
 // What one node told us; empty strings for what it did not.
 struct node_facts {
-  std::string run_id, role, master, policy, maxmemory, aof_enabled, appendfsync;
+  std::string run_id, role, master, policy, maxmemory, aof_enabled, appendfsync, replicas;
 };
 
 // An error reply inside the pipeline (INFO refused by an ACL) makes the node uncheckable; a
@@ -94,6 +94,7 @@ std::error_code read_facts(const reply& r, node_facts& f, std::string& why) {
   f.run_id = info_field(e[0].str(), "run_id");
   f.role = info_field(e[1].str(), "role");
   f.master = info_field(e[1].str(), "master_host") + ":" + info_field(e[1].str(), "master_port");
+  f.replicas = info_field(e[1].str(), "connected_slaves");
   f.policy = info_field(e[2].str(), "maxmemory_policy");
   f.maxmemory = info_field(e[2].str(), "maxmemory");
   f.aof_enabled = info_field(e[3].str(), "aof_enabled");
@@ -126,7 +127,10 @@ void check_count(std::size_t n, std::vector<warning>& out) {
   }
 }
 
-void check_node(const std::string& name, const node_facts& f, std::vector<warning>& out) {
+// `quarantined`: the node's client has restart_quarantine, which covers a restart that lost
+// the locks and a promoted replica that missed some.
+void check_node(const std::string& name, const node_facts& f, bool quarantined,
+                std::vector<warning>& out) {
   if (f.role == "slave") {
     add(out, warning::code::replica, name,
         "the node is a replica of " + f.master +
@@ -141,8 +145,17 @@ void check_node(const std::string& name, const node_facts& f, std::vector<warnin
         "CONFIG SET maxmemory-policy noeviction (or give locks a Redis of their own)");
   }
   const char* persistence_fix =
-      "appendonly yes with appendfsync always, or keep a restarted node out of quorums for one "
-      "TTL (delayed restart)";
+      "appendonly yes with appendfsync always, or set client_options::restart_quarantine (dlock "
+      "--quarantine) to the longest TTL, which keeps a restarted node out of quorums that long";
+  if (!f.replicas.empty() && f.replicas != "0" && f.role == "master" && !quarantined) {
+    add(out, warning::code::unguarded_failover, name,
+        "the node has " + f.replicas +
+            " replica(s): a failover may promote one that missed the last lock writes, and a "
+            "second owner gets in",
+        "set client_options::restart_quarantine (dlock --quarantine) to the longest TTL: a "
+        "promoted replica then grants nothing until what it missed has expired");
+  }
+  if (quarantined) return;
   if (f.aof_enabled == "0") {
     add(out, warning::code::forgets_on_restart, name,
         "appendonly is no: after a restart the node forgets the locks it held, so another owner "
@@ -197,7 +210,7 @@ std::vector<warning> check_deployment(const std::vector<client>& nodes, std::err
             "list each server once; the nodes must be independent masters");
       }
     }
-    check_node(name, facts, out);
+    check_node(name, facts, nodes[i].options().restart_quarantine.count() > 0, out);
   }
   return out;
 }
@@ -224,6 +237,7 @@ std::string_view to_string(warning::code c) noexcept {
     case warning::code::evicting_policy: return "evicting_policy";
     case warning::code::forgets_on_restart: return "forgets_on_restart";
     case warning::code::unchecked: return "unchecked";
+    case warning::code::unguarded_failover: return "unguarded_failover";
   }
   return "unknown";
 }

@@ -30,6 +30,7 @@ struct warning {
     evicting_policy,     ///< maxmemory-policy may evict a held lock key under memory pressure
     forgets_on_restart,  ///< no AOF, or AOF not fsync'd always: a restarted node forgets locks
     unchecked,           ///< the node could not be inspected (down, timed out, INFO forbidden)
+    unguarded_failover,  ///< a master with replicas, no quarantine: a promoted one may lag
   };
   code what;            ///< the kind of finding
   std::string node;     ///< the endpoint concerned (endpoint::to_string()); empty for all of them
@@ -41,7 +42,8 @@ struct warning {
 /// warnings in node order (deployment-wide ones first). Checks: N even or below 3; endpoints
 /// sharing a run_id (INFO server); role:slave (INFO replication); maxmemory_policy other than
 /// noeviction (INFO memory); aof_enabled:0, or appendfsync other than always (INFO persistence,
-/// CONFIG GET; a node that refuses CONFIG is judged on INFO alone). A node that cannot be
+/// CONFIG GET; a node that refuses CONFIG is judged on INFO alone), unless the node's client has
+/// client_options::restart_quarantine; a master with connected replicas whose client has none. A node that cannot be
 /// inspected yields an `unchecked` warning and sets ec to the first such error; the other nodes'
 /// warnings are still returned. With no nodes ec is invalid_argument.
 DLOCK_EXPORT std::vector<warning> check_deployment(const std::vector<client>& nodes,

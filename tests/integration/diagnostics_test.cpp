@@ -119,6 +119,8 @@ TEST(DiagnosticsTest, ReplicaIsReported) {
   std::error_code ec;
   auto ws = check_deployment(nodes, ec);
   EXPECT_FALSE(ec) << ec.message();
+  // The master may already count its replica (unguarded_failover, tested below).
+  std::erase_if(ws, [](const warning& w) { return w.what == code::unguarded_failover; });
   ASSERT_EQ(ws.size(), 1u) << dump(ws);
   EXPECT_EQ(ws[0].what, code::replica);
   EXPECT_EQ(ws[0].node, name_of(replica));
@@ -160,6 +162,35 @@ TEST(DiagnosticsTest, PersistenceThatForgetsLocksIsReported) {
   EXPECT_NE(a->message.find("appendonly is no"), std::string::npos) << a->message;
   EXPECT_NE(b->message.find("everysec"), std::string::npos) << b->message;
   EXPECT_NE(a->fix.find("appendfsync always"), std::string::npos) << a->fix;
+}
+
+// A master with a replica: a failover may promote a replica that missed the last lock writes,
+// unless the client quarantines promoted nodes; the quarantine also covers a restart that
+// forgets the locks.
+TEST(DiagnosticsTest, AMasterWithReplicasWantsAQuarantineWhichAlsoCoversPersistence) {
+  redis_server master{durable};
+  redis_server replica{{.persistence = true,
+                        .extra = {"--replicaof", "127.0.0.1", std::to_string(master.port())}}};
+  redis_server no_aof{};
+  client admin{master.url()};
+  auto until = std::chrono::steady_clock::now() + 10s;
+  while (admin.exec({"INFO", "replication"}).str().find("connected_slaves:1") == std::string::npos &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(20ms);
+  }
+  std::vector<client> plain{client(master.url()), client(no_aof.url())};
+  auto ws = check_deployment(plain);
+  const auto* failover = find(ws, code::unguarded_failover, name_of(master));
+  ASSERT_NE(failover, nullptr) << dump(ws);
+  EXPECT_NE(failover->message.find("1 replica"), std::string::npos) << failover->message;
+  EXPECT_NE(failover->fix.find("restart_quarantine"), std::string::npos) << failover->fix;
+  EXPECT_NE(find(ws, code::forgets_on_restart, name_of(no_aof)), nullptr) << dump(ws);
+
+  client_options guarded{.restart_quarantine = 10s};
+  std::vector<client> quarantined{client(master.url(), guarded), client(no_aof.url(), guarded)};
+  ws = check_deployment(quarantined);
+  EXPECT_EQ(count(ws, code::unguarded_failover) + count(ws, code::forgets_on_restart), 0u)
+      << dump(ws);
 }
 
 TEST(DiagnosticsTest, UninspectableNodeSetsTheErrorButTheOthersAreStillChecked) {
@@ -206,6 +237,7 @@ TEST(DiagnosticsTest, WarningsPrintAsOneLine) {
   warning w{code::replica, "127.0.0.1:7000", "the node is a replica", "list masters only"};
   EXPECT_EQ(to_string(w), "replica 127.0.0.1:7000: the node is a replica (fix: list masters only)");
   EXPECT_EQ(to_string(code::forgets_on_restart), "forgets_on_restart");
+  EXPECT_EQ(to_string(code::unguarded_failover), "unguarded_failover");
   warning all{code::even_node_count, "", "4 nodes", "use 5"};
   EXPECT_EQ(to_string(all), "even_node_count: 4 nodes (fix: use 5)");
 }
