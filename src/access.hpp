@@ -28,6 +28,8 @@ struct access {
   }
   // The pub/sub inbox through which a release wakes this client's waiters.
   static inbox& wake_inbox(const client& c) noexcept { return *c.link_->wake_inbox; }
+  // The node's replication guard, or null when the client has none.
+  static replication_guard* guard(const client& c) noexcept { return c.link_->guard.get(); }
   // A transaction's own connection, shared with no one: it may WATCH and MULTI.
   static void make_dedicated(client& c) noexcept { c.dedicated_ = true; }
 

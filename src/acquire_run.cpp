@@ -6,7 +6,9 @@
 #include <asio/post.hpp>
 
 #include "access.hpp"
+#include "algo/quorum_round.hpp"
 #include "observe.hpp"
+#include "replication_guard.hpp"
 
 namespace dlock::detail {
 
@@ -69,7 +71,7 @@ lease acquire_run::run_blocking(std::error_code& ec) {
   // The direct exchange blocks this thread for up to a node timeout, so only when the wait
   // ends no sooner; else the I/O thread runs the attempt and ends the wait on time.
   bool within_deadline = now + engine_.node_timeout() <= engine_.gives_up_at();
-  if (nodes_.size() == 1 && !on_io_thread() && within_deadline) {
+  if (nodes_.size() == 1 && !on_io_thread() && within_deadline && !access::guard(nodes_[0])) {
     // The first attempt from this thread when the connection is idle: no hand-over to the I/O
     // thread and back. It does not queue (the I/O thread owns the inbox); if it must wait,
     // the wake_waiter's first sleep subscribes and queues at once.
@@ -149,10 +151,47 @@ void acquire_run::pump() {
   waiter_->finish();
   on_stop_.reset();
   if (deadline_timer_) deadline_timer_->cancel();
-  report(*result);
-  if (out_) *out_ = result->votes;
-  lease l = result->ec ? lease{} : lease_from(owner_, *result);
-  std::exchange(handler_, {})(result->ec, std::move(l));
+  if (result->ec) return deliver(std::move(*result));
+  confirm_replicated(std::move(*result));
+}
+
+// The replication guard (client_options::replication_guard) on the nodes that granted (all
+// nodes when the votes do not say: a semaphore, a handoff), within what is left of the wait.
+// A miss releases what was granted and reports errc::replication_not_confirmed.
+void acquire_run::confirm_replicated(acquisition::outcome granted) {
+  std::vector<std::size_t> which;
+  for (std::size_t i = 0; i < granted.votes.size() && i < nodes_.size(); ++i) {
+    if (granted.votes[i].outcome == node_result::vote::granted) which.push_back(i);
+  }
+  if (which.empty()) {
+    for (std::size_t i = 0; i < nodes_.size(); ++i) which.push_back(i);
+  }
+  auto left = std::chrono::milliseconds::max();
+  if (engine_.gives_up_at() != steady::time_point::max()) {
+    left = std::chrono::ceil<std::chrono::milliseconds>(engine_.gives_up_at() - steady::now());
+  }
+  auto outcome = std::make_shared<acquisition::outcome>(std::move(granted));
+  guard_writes(nodes_, which, quorum_of(nodes_.size()), left,
+               [self = shared_from_this(), outcome](std::error_code ec, std::string why) {
+    if (!ec) return self->deliver(std::move(*outcome));
+    lease granted = lease_from(self->owner_, *outcome);
+    granted.async_release([self, outcome, ec, why = std::move(why)](std::error_code) {
+      acquisition::outcome missed{ec, {}, 0, {}, std::move(outcome->votes)};
+      if (!why.empty()) {
+        for (auto& v : missed.votes) {
+          if (v.outcome == node_result::vote::granted && v.message.empty()) v.message = why;
+        }
+      }
+      self->deliver(std::move(missed));
+    });
+  });
+}
+
+void acquire_run::deliver(acquisition::outcome result) {
+  report(result);
+  if (out_) *out_ = result.votes;
+  lease l = result.ec ? lease{} : lease_from(owner_, result);
+  std::exchange(handler_, {})(result.ec, std::move(l));
 }
 
 void acquire_run::arm_deadline() {

@@ -45,6 +45,8 @@ class acquire_run : public std::enable_shared_from_this<acquire_run> {
   void arm_deadline();
   bool on_handoff(std::string_view grant);
   void stop(std::error_code why);
+  void confirm_replicated(acquisition::outcome granted);
+  void deliver(acquisition::outcome result);
   // Tells the observer (observe.hpp) how the acquisition ended.
   void report(const acquisition::outcome& result) const;
 

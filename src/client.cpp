@@ -12,7 +12,9 @@ namespace detail {
 
 node_link::node_link(const endpoint& where, client_options options)
     : conn(std::make_shared<connection>(where, options)),
-      wake_inbox(std::make_shared<inbox>(where, std::move(options))) {}
+      wake_inbox(std::make_shared<inbox>(where, options)) {
+  if (options.replication_guard.enabled) guard = std::make_shared<replication_guard>(where, options);
+}
 
 node_link::~node_link() {
   if (in_forked_child()) {
@@ -21,10 +23,12 @@ node_link::~node_link() {
     static auto* kept = new std::vector<std::shared_ptr<void>>;  // only the child's thread
     kept->push_back(conn);
     kept->push_back(wake_inbox);
+    kept->push_back(guard);
     return;
   }
   conn->close(errc::cancelled);
   wake_inbox->close();
+  if (guard) guard->close();
 }
 
 }  // namespace detail

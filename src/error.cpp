@@ -33,6 +33,9 @@ class dlock_category final : public std::error_category {
         return "dlock cannot be used in a child process after fork() (it has no I/O thread and "
                "shares the parent's connections): use it before fork() in the parent, or after "
                "exec()";
+      case errc::replication_not_confirmed:
+        return "the replication guard: too few replicas acknowledged the write in time, so a "
+               "failover could lose it";
     }
     return "unknown dlock error";
   }
@@ -73,6 +76,7 @@ std::string_view to_string(errc e) noexcept {
     case errc::tls_error: return "tls_error";
     case errc::transaction_aborted: return "transaction_aborted";
     case errc::forked_process: return "forked_process";
+    case errc::replication_not_confirmed: return "replication_not_confirmed";
   }
   return "unknown";
 }

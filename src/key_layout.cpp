@@ -143,7 +143,9 @@ std::string holder_key(std::string_view lock_key) { return companion(lock_key, h
 // Exact: splits off a suffix, undoes each form of E that could have made the rest, and checks
 // that encoding the result gives the rest back.
 bool is_companion_key(std::string_view key) {
-  if (key == node_identity_key || key == node_quarantine_key) return true;
+  if (key == node_identity_key || key == node_quarantine_key || key == node_fence_floor_key) {
+    return true;
+  }
   for (auto suffix : suffixes) {
     if (!key.ends_with(suffix)) continue;
     std::string_view base = key.substr(0, key.size() - suffix.size());

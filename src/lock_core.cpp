@@ -4,6 +4,7 @@
 
 #include "acquire_run.hpp"
 #include "algo/retry.hpp"
+#include "replication_guard.hpp"
 #include "token.hpp"
 
 namespace dlock::detail {
@@ -105,9 +106,13 @@ void lock_core::extend_everywhere(const std::shared_ptr<lease_state>& state,
       std::optional<steady::time_point> deadline;
       if (op->state->validity_known) deadline = op->state->deadline();
       op->round.on_reply(id, steady::now(), deadline, ec, answer);
-      if (auto verdict = op->round.take_outcome()) {
-        op->handler(apply_extend(*self, *op->state, verdict->ec, verdict->valid_until));
-      }
+      auto verdict = op->round.take_outcome();
+      if (!verdict) return;
+      if (verdict->ec) return op->handler(apply_extend(*self, *op->state, verdict->ec, {}));
+      // The replication guard: the lease moves out only once the replicas have the extend.
+      guard_extend(self->nodes_, [self, op, until = verdict->valid_until](std::error_code ec) {
+        op->handler(ec ? ec : apply_extend(*self, *op->state, {}, until));
+      });
     });
   }
 }

@@ -10,6 +10,7 @@
 #include "acquire_run.hpp"
 #include "algo/quorum_round.hpp"
 #include "algo/retry.hpp"
+#include "replication_guard.hpp"
 #include "token.hpp"
 
 namespace dlock::detail {
@@ -112,7 +113,14 @@ void semaphore_core::refresh_entry(const std::shared_ptr<lease_state>& state,
       if (state->validity_known && steady::now() >= state->deadline()) return errc::lease_expired;
       return {};
     };
-    handler(apply_extend(*self, *state, verdict(), start + ttl - drift_allowance(ttl, drift_factor)));
+    auto until = start + ttl - drift_allowance(ttl, drift_factor);
+    auto ec_now = verdict();
+    if (ec_now) return handler(apply_extend(*self, *state, ec_now, until));
+    // The replication guard: the permit's validity moves out only once the replicas have it.
+    guard_extend(self->nodes_, [self, state, until, handler = std::move(handler)](
+                                   std::error_code guard_ec) mutable {
+      handler(guard_ec ? guard_ec : apply_extend(*self, *state, {}, until));
+    });
   };
   std::string ttl_ms = std::to_string(ttl.count());
   if (options_.fair) {

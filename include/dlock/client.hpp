@@ -52,6 +52,19 @@ struct tls_options {
   std::string server_name;
 };
 
+/// The replication guard (client_options::replication_guard): after each grant and extend on
+/// a master, WAIT until enough of its replicas have it, on a connection of its own. WAIT is no
+/// consensus: a replica that acknowledged may still lose the write, or lose the election.
+struct replication_guard_options {
+  /// Off by default.
+  bool enabled = false;
+  /// How many replicas must acknowledge; 0: a majority of the replicas connected when it is
+  /// asked (ROLE). A master with none connected fails the guard.
+  int replicas = 0;
+  /// How long to wait for them; also bounded by the acquisition's deadline. At least 1 ms.
+  std::chrono::milliseconds timeout{100};
+};
+
 /// How a client connects and how long it waits: timeouts, reconnect backoff, credentials, TLS.
 struct client_options {
   /// Deadline for connect plus the AUTH/SELECT handshake.
@@ -78,6 +91,10 @@ struct client_options {
   /// started less than this long ago waits out the rest once. 0 (the default): no check;
   /// negative: errc::invalid_argument. See docs/guarantees.md.
   std::chrono::milliseconds restart_quarantine{0};
+  /// After each grant and extend, confirm that the node's replicas have it (see
+  /// replication_guard_options); a miss fails the acquire (errc::replication_not_confirmed)
+  /// and releases, or fails the extend and leaves the lease's validity as it was.
+  replication_guard_options replication_guard;
 };
 
 /// One Redis command (or several, pipelined as one request), formatted at construction.

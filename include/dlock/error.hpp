@@ -40,6 +40,7 @@ enum class errc {
   tls_error,           ///< TLS failed: certificate untrusted or for another host, handshake refused
   transaction_aborted, ///< every attempt of an optimistic transaction met a concurrent change
   forked_process,      ///< called in a child after fork(): dlock works in the parent only
+  replication_not_confirmed,  ///< the replication guard: too few replicas acknowledged in time
 };
 
 /// The category of errc values; name() is "dlock".

@@ -6,7 +6,8 @@
 /// - high_fence_key:     where dlock::fenced_set keeps the highest token of a data key
 /// - holder_key:         the `dlock` CLI's note of who holds a lock
 /// - is_companion_key:   whether a key is one of those companions (no lock may use one)
-/// - node_identity_key, node_quarantine_key: a node's own two keys (client_options::restart_quarantine)
+/// - node_identity_key, node_quarantine_key, node_fence_floor_key: a node's own keys
+///                       (client_options::restart_quarantine)
 ///
 /// Pure functions; thread-safe.
 ///
@@ -95,6 +96,10 @@ inline constexpr std::string_view node_identity_key = "dlock:node:identity";
 /// lost its data or was promoted from a replica less than a quarantine ago. One per node;
 /// acquire scripts read it (src/lua/acquire.lua and the semaphore scripts name it too).
 inline constexpr std::string_view node_quarantine_key = "dlock:node:quarantine";
+/// The lowest fencing token the node may draw next, for every counter: set from the server's
+/// clock (ms x 1024) when the node's identity changed, because a promoted replica or a restore
+/// from disk may hold counters that lag behind tokens already given. It never expires.
+inline constexpr std::string_view node_fence_floor_key = "dlock:node:fence-floor";
 
 /// True when `key` is a companion key of some name: a key that the functions above return,
 /// other than a lock's own key, or one of the node's own keys above. dlock::mutex refuses such a

@@ -17,8 +17,9 @@
 -- acquisition: a late SET of an earlier round, or a handoff; the key is then rewritten to this
 -- round's value, so that a release still in flight for the earlier value finds nothing),
 -- {0, holder's PTTL} when not (0 when the lock is free but another waiter is ahead in fair
--- mode; the quarantine's remaining ms when the node is quarantined and the lock is free), and a WRONGTYPE error when the key holds something that is not a lock (SET NX alone
--- would say "busy" forever; GET raises it).
+-- mode; the quarantine's remaining ms when the node is quarantined and the lock is free),
+-- and a WRONGTYPE error when the key holds something that is not a lock (SET NX alone would
+-- say "busy" forever; GET raises it).
 local key, fence_key, queue, info, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, ttl_ms, waiter, fair = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == 'fair'
 local id = string.match(owner, '^[^.]*')
@@ -41,15 +42,31 @@ local function live_head(now)
   end
 end
 
--- A fencing counter that does not exist yet starts from the server's clock, at ms x 1024, not at
--- 0: when it was lost with the node's data (a restart without persistence, a promoted replica
--- that lagged), its tokens still rise past every one it gave before, as long as the clock did
--- not go back and fewer than 1024 tokens were drawn per ms (docs/guarantees.md). %.0f: Lua's
--- own number formatting would write 1.8e+15.
+-- The node's quarantine and fence floor (client_options::restart_quarantine; node_check.lua
+-- sets them; dlock/key_layout.hpp). While the quarantine lasts the node grants nothing: a lock
+-- or permit it forgot, or one it was restored with, may be another's. Every token drawn is
+-- above the floor. pcall: a user whose ACL does not reach these keys is not stopped by them.
+local function quarantine_left()
+  local ms = redis.pcall('PTTL', 'dlock:node:quarantine')
+  if type(ms) == 'number' and ms > 0 then return ms end
+  return 0
+end
+local function fence_floor()
+  local floor = redis.pcall('GET', 'dlock:node:fence-floor')
+  return type(floor) == 'string' and tonumber(floor) or 0
+end
+
+-- The next fencing token. A counter that does not exist yet starts from the server's clock, at
+-- ms x 1024, not at 0: when it was lost with the node's data (a restart without persistence),
+-- its tokens still rise past every one it gave before, as long as the clock did not go back
+-- and fewer than 1024 tokens were drawn per ms (docs/guarantees.md). %.0f: Lua's own number
+-- formatting would write 1.8e+15.
 local function draw_fence()
   local fence = redis.call('INCR', fence_key)
-  if fence > 1 then return fence end
-  fence = now_ms() * 1024 + 1
+  local floor = fence_floor()
+  if fence == 1 then floor = math.max(floor, now_ms() * 1024) end
+  if fence > floor then return fence end
+  fence = floor + 1
   redis.call('SET', fence_key, string.format('%.0f', fence))
   return fence
 end
@@ -65,22 +82,13 @@ local function grant(fence)
   return {1, fence or draw_fence()}
 end
 
--- The node's quarantine (client_options::restart_quarantine; node_check.lua sets it): while it
--- lasts, the node grants nothing new, because a lock or permit it forgot may still be held.
--- pcall: a user whose ACL does not reach the key is not stopped by it.
-local function quarantine_left()
-  local ms = redis.pcall('PTTL', 'dlock:node:quarantine')
-  if type(ms) == 'number' and ms > 0 then return ms end
-  return 0
-end
-
 local now
 local quarantined = quarantine_left()
 local our_turn = quarantined == 0
 if fair then
   now = now_ms()
   local head = live_head(now)
-  our_turn = head == nil or head == id
+  our_turn = quarantined == 0 and (head == nil or head == id)
 end
 
 if our_turn and redis.call('SET', key, owner, 'NX', 'PX', ttl_ms) then
@@ -103,6 +111,9 @@ if holder and string.sub(holder, 1, #id + 1) == id .. '.' then
     -- queue.
     return {0, math.max(redis.call('PTTL', key), 0)}
   end
+  -- In quarantine, an earlier value of ours may have been restored from disk or a replica
+  -- after it was released and the lock taken by another: it is ours no more.
+  if quarantined > 0 then return {0, math.max(redis.call('PTTL', key), quarantined)} end
   -- Whatever set an earlier value of ours (a late SET of an earlier round, a handoff) drew a
   -- fence then, and nobody can have drawn one since, so the counter still reads it: drawing
   -- again would only leave gaps.

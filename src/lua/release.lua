@@ -30,8 +30,23 @@ redis.call('DEL', key)
 if redis.call('EXISTS', queue) == 0 then
   return 1
 end
+-- The node's quarantine and fence floor (client_options::restart_quarantine; node_check.lua
+-- sets them; dlock/key_layout.hpp). While the quarantine lasts the node grants nothing: a lock
+-- or permit it forgot, or one it was restored with, may be another's. Every token drawn is
+-- above the floor. pcall: a user whose ACL does not reach these keys is not stopped by them.
+local function quarantine_left()
+  local ms = redis.pcall('PTTL', 'dlock:node:quarantine')
+  if type(ms) == 'number' and ms > 0 then return ms end
+  return 0
+end
+local function fence_floor()
+  local floor = redis.pcall('GET', 'dlock:node:fence-floor')
+  return type(floor) == 'string' and tonumber(floor) or 0
+end
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local quarantined = quarantine_left() > 0
 while true do
   local head = redis.call('ZRANGE', queue, 0, 0)[1]
   if not head then break end
@@ -41,13 +56,15 @@ while true do
     deadline, channel, ttl_ms, round = string.match(entry, '^(%d+) (%S+) ?(%d*) ?(%d*)$')
   end
   if deadline and tonumber(deadline) > now then
-    local handoff = ttl_ms ~= '' and round ~= ''
+    -- No handoff in quarantine, which grants nothing: the waiter is only woken.
+    local handoff = ttl_ms ~= '' and round ~= '' and not quarantined
     local message = head
     local fence
     if handoff then
       -- Drawn only once someone received it (below): a vanished waiter leaves no gap. A
-      -- missing counter starts from the clock, as in acquire.lua; %.0f, as there.
-      fence = string.format('%.0f', (tonumber(redis.call('GET', fence_key)) or now * 1024) + 1)
+      -- missing counter starts from the clock, and the floor holds, as in acquire.lua.
+      local current = tonumber(redis.call('GET', fence_key)) or now * 1024
+      fence = string.format('%.0f', math.max(current, fence_floor()) + 1)
       message = head .. ' ' .. fence .. ' ' .. round
     end
     -- pcall: the key is already deleted (a script is never rolled back), so a refused PUBLISH

@@ -41,15 +41,32 @@ local function expire_with_last_holder()
   end
 end
 
--- A fencing counter that does not exist yet starts from the server's clock, at ms x 1024, not at
--- 0: when it was lost with the node's data (a restart without persistence, a promoted replica
--- that lagged), its tokens still rise past every one it gave before, as long as the clock did
--- not go back and fewer than 1024 tokens were drawn per ms (docs/guarantees.md). %.0f: Lua's
--- own number formatting would write 1.8e+15.
+-- The node's quarantine and fence floor (client_options::restart_quarantine; node_check.lua
+-- sets them; dlock/key_layout.hpp). While the quarantine lasts the node grants nothing: a lock
+-- or permit it forgot, or one it was restored with, may be another's. Every token drawn is
+-- above the floor. pcall: a user whose ACL does not reach these keys is not stopped by them.
+local function quarantine_left()
+  local ms = redis.pcall('PTTL', 'dlock:node:quarantine')
+  if type(ms) == 'number' and ms > 0 then return ms end
+  return 0
+end
+local function fence_floor()
+  local floor = redis.pcall('GET', 'dlock:node:fence-floor')
+  return type(floor) == 'string' and tonumber(floor) or 0
+end
+local quarantined = quarantine_left()
+
+-- The next fencing token. A counter that does not exist yet starts from the server's clock, at
+-- ms x 1024, not at 0: when it was lost with the node's data (a restart without persistence),
+-- its tokens still rise past every one it gave before, as long as the clock did not go back
+-- and fewer than 1024 tokens were drawn per ms (docs/guarantees.md). %.0f: Lua's own number
+-- formatting would write 1.8e+15.
 local function draw_fence()
   local fence = redis.call('INCR', fence_key)
-  if fence > 1 then return fence end
-  fence = now * 1024 + 1
+  local floor = fence_floor()
+  if fence == 1 then floor = math.max(floor, now * 1024) end
+  if fence > floor then return fence end
+  fence = floor + 1
   redis.call('SET', fence_key, string.format('%.0f', fence))
   return fence
 end
@@ -69,22 +86,14 @@ end
 -- lands late after a later attempt was granted and extended. The expiry only moves out, never
 -- back: the holder's lease may already count on a later one.
 local held_until = redis.call('ZSCORE', holders, owner)
+-- In quarantine, an entry of ours may have been restored after it was released: not ours.
+if held_until and quarantined > 0 then return {0, quarantined} end
 if held_until then
   if now + ttl_ms > tonumber(held_until) then
     redis.call('ZADD', holders, 'XX', now + ttl_ms, owner)
   end
   return grant()
 end
-
--- The node's quarantine (client_options::restart_quarantine; node_check.lua sets it): while it
--- lasts, the node grants nothing new, because a lock or permit it forgot may still be held.
--- pcall: a user whose ACL does not reach the key is not stopped by it.
-local function quarantine_left()
-  local ms = redis.pcall('PTTL', 'dlock:node:quarantine')
-  if type(ms) == 'number' and ms > 0 then return ms end
-  return 0
-end
-local quarantined = quarantine_left()
 
 local used = redis.call('ZCARD', holders)
 for _, w in ipairs(redis.call('HVALS', weights)) do used = used + tonumber(w) - 1 end

@@ -38,6 +38,7 @@
 #include <asio/write.hpp>
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstdlib>
 #include <future>
 #include <mutex>
@@ -138,6 +139,12 @@ connection::connection(endpoint where, client_options options)
   name_ = where_.to_string();
   if (options_.restart_quarantine < std::chrono::milliseconds::zero()) {
     throw std::system_error(errc::invalid_argument, "restart_quarantine must not be negative");
+  }
+  if (options_.replication_guard.enabled &&
+      (options_.replication_guard.replicas < 0 ||
+       options_.replication_guard.timeout < std::chrono::milliseconds(1))) {
+    throw std::system_error(errc::invalid_argument,
+                            "replication_guard: replicas must be 0 or more, timeout 1 ms or more");
   }
   if (!options_.user.empty()) where_.user = options_.user;
   if (!options_.password.empty()) where_.password = options_.password;
@@ -341,6 +348,7 @@ void connection::fail_tls(std::error_code ec, const char* stage) {
 }
 
 void connection::start_session() {
+  connect_backlog_.clear();
   if (!idles_without_read()) ensure_reading();  // TLS records and pushes come unasked
   std::string handshake;
   std::size_t steps = 0;
@@ -387,69 +395,92 @@ void connection::start_session() {
 
 // The node's identity (client_options::restart_quarantine): INFO server for its run_id and
 // uptime, then node_check.lua, which quarantines it if it may have forgotten locks. Both before
-// become_ready(), so that nothing queued goes out before the quarantine is in place. A refused
-// INFO (an ACL user without it) leaves the identity unknown; a refused script fails the connect.
+// become_ready(), so that nothing queued goes out before the quarantine is in place. A refusal
+// of either fails the connect and says what the check needs.
 void connection::check_node() {
   if (options_.restart_quarantine <= std::chrono::milliseconds::zero() || on_push_) {
     return become_ready();
   }
+  auto refused = [](std::string_view step, const std::error_code& ec, const reply& r) {
+    return "restart_quarantine: the node check's " + std::string(step) + " failed (" +
+           (r.is_error() ? r.str() : ec.message()) +
+           "); it needs +info, +eval and ~dlock:node:* (docs/security.md)";
+  };
   send_internal(command{"INFO", "server"}.bytes(), 1, [self = shared_from_this(),
-                                                       gen = generation_](std::error_code ec,
-                                                                          reply info) {
+                                                       gen = generation_, refused](
+                                                          std::error_code ec, reply info) {
     if (gen != self->generation_) return;
-    if (ec) return self->fail(ec, true, ec);
-    std::string run_id, uptime_ms;
-    if (info.is_string()) {
-      auto field = [&](std::string_view name) {
-        std::string_view text = info.str();
-        auto at = text.find(name);
-        if (at == std::string_view::npos) return std::string_view{};
-        text.remove_prefix(at + name.size());
-        return text.substr(0, text.find_first_of("\r\n"));
-      };
-      run_id = field("\nrun_id:");
-      if (auto up = field("\nuptime_in_seconds:"); !up.empty()) uptime_ms = std::string(up) + "000";
+    if (!ec && !info.is_string()) ec = errc::protocol_error;
+    if (ec) {
+      self->last_connect_error_ = ec;
+      return self->fail(ec, true, ec, refused("INFO server", ec, info));
+    }
+    auto field = [&](std::string_view name) {
+      std::string_view text = info.str();
+      auto at = text.find(name);
+      if (at == std::string_view::npos) return std::string_view{};
+      text.remove_prefix(at + name.size());
+      return text.substr(0, text.find_first_of("\r\n"));
+    };
+    std::string run_id(field("\nrun_id:")), uptime_ms;
+    // Whole seconds, counted from the second the server started in: it may read 1 when the
+    // server is 48 ms old. One second less is never more than the true uptime.
+    long long seconds = 0;
+    auto up = field("\nuptime_in_seconds:");
+    if (std::from_chars(up.data(), up.data() + up.size(), seconds).ec == std::errc{}) {
+      uptime_ms = std::to_string(std::max(seconds - 1, 0LL) * 1000);
     }
     command check{"EVAL",
                   scripts::node_check_body,
-                  "2",
+                  "3",
                   node_identity_key,
                   node_quarantine_key,
+                  node_fence_floor_key,
                   run_id,
                   uptime_ms,
                   std::to_string(self->options_.restart_quarantine.count())};
-    self->send_internal(check.bytes(), 1, [self, gen](std::error_code ec, reply r) {
+    self->send_internal(check.bytes(), 1, [self, gen, refused](std::error_code ec, reply r) {
       if (gen != self->generation_) return;
-      std::string text;
-      if (!ec && r.is_error()) {
-        ec = error_from_reply(r);
-        text = "restart_quarantine: the node check failed: " + r.str();
-      }
       if (ec) {
         self->last_connect_error_ = ec;
-        return self->fail(ec, true, ec, std::move(text));
+        return self->fail(ec, true, ec, refused("script", ec, r));
       }
       self->become_ready();
     });
   });
 }
 
-// Sends one request of the connect phase; the queue waits until become_ready().
+// Sends one request of the connect phase; the queue waits until become_ready(). A write whose
+// completion has not run yet (its reply may come first) is left to finish: this one follows
+// from its completion, so that two writes never overlap on the socket.
 void connection::send_internal(std::string payload, std::size_t replies, reply_handler handler) {
   inflight_.push_back(request{{}, replies, {}, clock::now() + options_.connect_timeout,
                               std::move(handler), true});
   ensure_reading();
+  if (writing_) {
+    connect_backlog_ += payload;
+    return;
+  }
+  write_connect_phase(std::move(payload));
+}
+
+void connection::write_connect_phase(std::string payload) {
   writing_ = true;
   link_->write_buf = std::move(payload);
   link_->async_write_all([self = shared_from_this(), gen = generation_,
                           link = link_](std::error_code ec, std::size_t) {
     if (gen != self->generation_) return;
     self->writing_ = false;
+    if (ec) {
+      if (link->tls) return self->fail_tls(ec, "session");
+      return self->fail(errc::node_unreachable, true, errc::node_unreachable);
+    }
+    if (!self->connect_backlog_.empty()) {
+      return self->write_connect_phase(std::exchange(self->connect_backlog_, {}));
+    }
     // The replies may have overtaken this completion: become_ready() then found the write
     // still under way and left the queue for us.
-    if (!ec) return self->start_write();
-    if (link->tls) return self->fail_tls(ec, "session");
-    self->fail(errc::node_unreachable, true, errc::node_unreachable);
+    self->start_write();
   });
 }
 

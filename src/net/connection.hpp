@@ -110,6 +110,7 @@ class connection : public std::enable_shared_from_this<connection> {
   std::string stalled_handshake_text() const;  // why a TLS connect timed out, or ""
   void check_node();  // client_options::restart_quarantine, then become_ready()
   void send_internal(std::string payload, std::size_t replies, reply_handler handler);
+  void write_connect_phase(std::string payload);
   void become_ready();
   void start_write();
   void start_read();
@@ -153,6 +154,7 @@ class connection : public std::enable_shared_from_this<connection> {
   std::deque<request> pending_;   // not yet written
   std::deque<request> inflight_;  // written, awaiting replies in order
   bool writing_ = false;
+  std::string connect_backlog_;  // connect-phase requests waiting for the write before them
   bool reading_ = false;  // an async read is armed on the current socket
   std::unique_ptr<reply_reader> reader_;
 

@@ -1,0 +1,146 @@
+// client_options::replication_guard: a grant or an extend on a master counts only once enough
+// of its replicas acknowledged it (WAIT, on a connection of the guard's own); a miss releases
+// the grant, or leaves the lease's validity as it was, and says errc::replication_not_confirmed.
+#include <asio/use_future.hpp>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "dlock/mutex.hpp"
+#include "dlock/semaphore.hpp"
+#include "support/commandstats.hpp"
+#include "support/redis_server.hpp"
+#include "support/test_keys.hpp"
+
+namespace dlock {
+namespace {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+using test::redis_server;
+using test::test_key;
+
+const client_options guarded{.replication_guard = {.enabled = true, .timeout = 200ms}};
+
+long long wait_calls(client& c) {
+  auto info = c.exec({"INFO", "commandstats"}).str();
+  static const std::string field = "cmdstat_wait:calls=";
+  auto at = info.find(field);
+  return at == std::string::npos ? 0 : std::stoll(info.substr(at + field.size()));
+}
+
+class ReplicationGuardTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto until = steady::now() + 10s;
+    while (admin_.exec({"INFO", "replication"}).str().find("connected_slaves:1") ==
+               std::string::npos &&
+           steady::now() < until) {
+      std::this_thread::sleep_for(20ms);
+    }
+    ASSERT_LT(steady::now(), until) << "the replica never connected";
+  }
+
+  redis_server master_{{.extra = {"--repl-diskless-sync-delay", "0"}}};
+  redis_server replica_{{.extra = {"--replicaof", "127.0.0.1", std::to_string(master_.port())}}};
+  client admin_{master_.url()};
+  client replica_admin_{replica_.url()};
+};
+
+TEST_F(ReplicationGuardTest, AGrantCountsOnceTheReplicaHasIt) {
+  client c{master_.url(), guarded};
+  mutex m{c, test_key()};
+  auto waits = wait_calls(admin_);
+  auto l = m.acquire();
+  EXPECT_GT(wait_calls(admin_), waits) << "no WAIT was sent";
+  EXPECT_EQ(replica_admin_.exec({"GET", test_key()}).str(), admin_.exec({"GET", test_key()}).str());
+  EXPECT_FALSE(l.extend(5s));
+  semaphore s{c, test_key(), 2};
+  EXPECT_TRUE(s.try_acquire());
+}
+
+// The replica hangs: without the guard the grant stands on the master alone (a failover now
+// would lose it); with it the acquire fails, says why, and leaves nothing behind.
+TEST_F(ReplicationGuardTest, AReplicaThatDoesNotAcknowledgeFailsTheAcquireAndReleases) {
+  replica_.pause();
+  client plain{master_.url()};
+  mutex unguarded{plain, test_key("plain")};
+  EXPECT_TRUE(unguarded.try_lock()) << "the test's premise";
+
+  client c{master_.url(), guarded};
+  mutex m{c, test_key()};
+  node_results votes;
+  std::error_code ec;
+  EXPECT_FALSE(m.try_acquire(&votes, ec));
+  EXPECT_EQ(ec, errc::replication_not_confirmed) << ec.message();
+  ASSERT_EQ(votes.size(), 1u);
+  EXPECT_NE(votes[0].message.find("0 of 1 replica"), std::string::npos) << votes[0].message;
+  EXPECT_TRUE(admin_.exec({"GET", test_key()}).is_nil()) << "the unconfirmed grant was kept";
+
+  semaphore s{c, test_key(), 2};
+  EXPECT_FALSE(s.try_acquire(ec));
+  EXPECT_EQ(ec, errc::replication_not_confirmed) << ec.message();
+  replica_.resume();
+  EXPECT_TRUE(m.try_lock()) << "the guard did not recover with the replica";
+  m.unlock();
+}
+
+// An extend the replica never saw does not move the lease's validity.
+TEST_F(ReplicationGuardTest, AnUnconfirmedExtendLeavesTheValidityAsItWas) {
+  client c{master_.url(), guarded};
+  mutex m{c, test_key(), {.ttl = 3s}};
+  auto l = m.acquire();
+  replica_.pause();
+  auto before = l.valid_until();
+  EXPECT_EQ(l.extend(20s), errc::replication_not_confirmed);
+  EXPECT_EQ(l.valid_until(), before);
+  EXPECT_FALSE(l.lost().stop_requested());
+  replica_.resume();
+  EXPECT_FALSE(l.extend(20s));
+  EXPECT_GT(l.remaining(), 10s);
+}
+
+// Grants answered while one WAIT is out share the next: far fewer WAITs than grants.
+TEST_F(ReplicationGuardTest, OneWaitCoversTheGrantsAnsweredBeforeIt) {
+  client c{master_.url(), guarded};
+  constexpr int n = 40;
+  std::vector<std::unique_ptr<mutex>> locks;
+  std::vector<std::future<lease>> grants;
+  for (int i = 0; i < n; ++i) {
+    locks.push_back(std::make_unique<mutex>(c, test_key(std::to_string(i))));
+  }
+  auto waits = wait_calls(admin_);
+  for (auto& m : locks) grants.push_back(m->async_acquire(asio::use_future));
+  for (auto& g : grants) EXPECT_TRUE(g.get());
+  auto sent = wait_calls(admin_) - waits;
+  EXPECT_GE(sent, 1);
+  EXPECT_LE(sent, n / 4) << "each grant waited on its own";
+}
+
+TEST(ReplicationGuardInputTest, AMasterWithoutReplicasIsAClearErrorNotAHang) {
+  redis_server alone;
+  client c{alone.url(), guarded};
+  mutex m{c, test_key()};
+  node_results votes;
+  std::error_code ec;
+  EXPECT_FALSE(m.try_acquire(&votes, ec));
+  EXPECT_EQ(ec, errc::replication_not_confirmed) << ec.message();
+  ASSERT_EQ(votes.size(), 1u);
+  EXPECT_NE(votes[0].message.find("0 connected"), std::string::npos) << votes[0].message;
+  EXPECT_TRUE(c.exec({"GET", test_key()}).is_nil());
+}
+
+TEST(ReplicationGuardInputTest, BadOptionsAreRefused) {
+  for (auto bad : {replication_guard_options{.enabled = true, .replicas = -1},
+                   replication_guard_options{.enabled = true, .timeout = 0ms}}) {
+    EXPECT_THROW(client("redis://127.0.0.1:1", client_options{.replication_guard = bad}),
+                 std::system_error);
+  }
+}
+
+}  // namespace
+}  // namespace dlock
