@@ -156,8 +156,9 @@ void acquire_run::pump() {
 }
 
 // The replication guard (client_options::replication_guard) on the nodes that granted (all
-// nodes when the votes do not say: a semaphore, a handoff), within what is left of the wait.
-// A miss releases what was granted and reports errc::replication_not_confirmed.
+// nodes when the votes do not say: a semaphore, a handoff), within what is left of the wait
+// and of the grant's validity. A miss releases what was granted and reports
+// errc::replication_not_confirmed, or lease_expired when the validity ran out meanwhile.
 void acquire_run::confirm_replicated(acquisition::outcome granted) {
   std::vector<std::size_t> which;
   for (std::size_t i = 0; i < granted.votes.size() && i < nodes_.size(); ++i) {
@@ -166,13 +167,14 @@ void acquire_run::confirm_replicated(acquisition::outcome granted) {
   if (which.empty()) {
     for (std::size_t i = 0; i < nodes_.size(); ++i) which.push_back(i);
   }
-  auto left = std::chrono::milliseconds::max();
-  if (engine_.gives_up_at() != steady::time_point::max()) {
-    left = std::chrono::ceil<std::chrono::milliseconds>(engine_.gives_up_at() - steady::now());
-  }
+  auto deadline = std::min(engine_.gives_up_at(), granted.valid_until);
   auto outcome = std::make_shared<acquisition::outcome>(std::move(granted));
-  guard_writes(nodes_, which, quorum_of(nodes_.size()), left,
+  guard_writes(nodes_, which, quorum_of(nodes_.size()), deadline,
                [self = shared_from_this(), outcome](std::error_code ec, std::string why) {
+    if (!ec && steady::now() >= outcome->valid_until) {
+      ec = errc::lease_expired;
+      why = "the grant's validity ran out while its replicas were asked";
+    }
     if (!ec) return self->deliver(std::move(*outcome));
     lease granted = lease_from(self->owner_, *outcome);
     granted.async_release([self, outcome, ec, why = std::move(why)](std::error_code) {

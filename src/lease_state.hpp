@@ -111,6 +111,22 @@ inline std::error_code apply_extend(const lease_owner& owner, lease_state& state
   return verdict;
 }
 
+// After the replication guard confirmed an extend: a lease lost meanwhile stays lost, and one
+// whose validity ran out meanwhile cannot be vouched for (the gap), as in quorum_extend.
+inline std::error_code apply_guarded_extend(const lease_owner& owner, lease_state& state,
+                                            std::chrono::steady_clock::time_point valid_until) {
+  if (state.lost.stop_requested()) return errc::lease_lost;
+  if (state.validity_known && std::chrono::steady_clock::now() >= state.deadline()) {
+    return apply_extend(owner, state, errc::lease_expired, {});
+  }
+  return apply_extend(owner, state, {}, valid_until);
+}
+
+// How long the replication guard may take over an extend: no longer than the validity left.
+inline std::chrono::steady_clock::time_point guard_deadline(const lease_state& state) {
+  return state.validity_known ? state.deadline() : std::chrono::steady_clock::time_point::max();
+}
+
 // The token an entry takes when it is settled (start_settle): another value, so that requests
 // for the old one find nothing. ':' is in no token or owner value.
 inline std::string settled_token(const std::string& token) { return token + ":settled"; }

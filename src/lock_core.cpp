@@ -4,6 +4,7 @@
 
 #include "acquire_run.hpp"
 #include "algo/retry.hpp"
+#include "algo/quorum_round.hpp"
 #include "replication_guard.hpp"
 #include "token.hpp"
 
@@ -109,10 +110,13 @@ void lock_core::extend_everywhere(const std::shared_ptr<lease_state>& state,
       auto verdict = op->round.take_outcome();
       if (!verdict) return;
       if (verdict->ec) return op->handler(apply_extend(*self, *op->state, verdict->ec, {}));
-      // The replication guard: the lease moves out only once the replicas have the extend.
-      guard_extend(self->nodes_, [self, op, until = verdict->valid_until](std::error_code ec) {
-        op->handler(ec ? ec : apply_extend(*self, *op->state, {}, until));
-      });
+      // The replication guard: the lease moves out only once the replicas of the nodes that
+      // extended have it, on a quorum.
+      guard_writes(self->nodes_, verdict->extended, quorum_of(self->nodes_.size()),
+                   guard_deadline(*op->state),
+                   [self, op, until = verdict->valid_until](std::error_code ec, std::string) {
+                     op->handler(ec ? ec : apply_guarded_extend(*self, *op->state, until));
+                   });
     });
   }
 }

@@ -2,18 +2,20 @@
 // whatever the replicas hold. So each batch first PUBLISHes (a write that replicates and sets
 // this connection's offset past every write the server ran before it, ours on the request
 // connection included), then WAITs for that offset. The channel is the wake-up channels'
-// prefix, which the documented ACL rule already allows; nobody subscribes to it.
+// prefix, which the documented ACL rule already allows; nobody subscribes to it. Redis Cluster
+// does not replicate PUBLISH, so there the guard refuses to vouch for anything.
 #include "replication_guard.hpp"
 
 #include <algorithm>
 
 #include "access.hpp"
-#include "algo/quorum_round.hpp"
 
 namespace dlock::detail {
 namespace {
 
 constexpr std::string_view guard_channel = "dlock:wake:guard";
+// How long after the server's WAIT timeout its reply may take to come back.
+constexpr auto reply_grace = std::chrono::milliseconds(25);
 
 client_options guard_connection_options(client_options o) {
   o.restart_quarantine = std::chrono::milliseconds::zero();  // the request connection checks
@@ -29,59 +31,76 @@ replication_guard::replication_guard(const endpoint& where, client_options optio
 
 void replication_guard::close() { conn_->close(errc::cancelled); }
 
-void replication_guard::confirm(std::chrono::milliseconds within, done_handler done) {
-  waiting_.push_back({std::move(done), std::max(within, std::chrono::milliseconds(1))});
+void replication_guard::confirm(clock::time_point deadline, done_handler done) {
+  waiting_.push_back({std::move(done), std::min(deadline, clock::now() + options_.timeout)});
   if (!busy_) start_batch();
 }
 
 void replication_guard::start_batch() {
   busy_ = true;
   auto batch = std::make_shared<std::vector<waiter>>(std::exchange(waiting_, {}));
-  auto within = std::min_element(batch->begin(), batch->end(), [](auto& a, auto& b) {
-                  return a.within < b.within;
-                })->within;
-  within = std::min(within, options_.timeout);
-  within = std::max(within, std::chrono::milliseconds(1));  // WAIT n 0 would wait for good
+  auto deadline = std::min_element(batch->begin(), batch->end(), [](auto& a, auto& b) {
+                    return a.deadline < b.deadline;
+                  })->deadline;
   auto self = shared_from_this();
-  conn_->submit(command{"ROLE"}.bytes(), 1, clock::now() + request_timeout_,
-                [self, batch, within](std::error_code ec, reply role) {
-    if (!ec && role.is_error()) ec = error_from_reply(role);
-    if (ec) return self->finish(*batch, ec, "ROLE: " + (role.is_error() ? role.str() : ec.message()));
-    const auto& e = role.elements();
-    if (!role.is_array() || e.size() < 3 || e[0].str() != "master" || !e[2].is_array()) {
+  command ask{"ROLE"};
+  ask.then({"INFO", "cluster"});
+  auto asked_by = std::min(clock::now() + request_timeout_, deadline + reply_grace);
+  conn_->submit(ask.bytes(), 2, asked_by, [self, batch, deadline](std::error_code ec, reply r) {
+    const auto& e = r.elements();
+    if (!ec && (!r.is_array() || e.size() != 2)) ec = errc::protocol_error;
+    for (std::size_t i = 0; !ec && i < e.size(); ++i) {
+      if (e[i].is_error()) return self->finish(*batch, error_from_reply(e[i]), e[i].str());
+    }
+    if (ec) return self->finish(*batch, ec, "ROLE: " + ec.message());
+    const reply& role = e[0];
+    const auto& parts = role.elements();
+    if (!role.is_array() || parts.size() < 3 || parts[0].str() != "master" ||
+        !parts[2].is_array()) {
       return self->finish(*batch, errc::replication_not_confirmed,
                           "the node is no master (ROLE: " + role.to_string() + ")");
     }
-    long long connected = static_cast<long long>(e[2].elements().size());
+    if (e[1].is_string() && e[1].str().find("cluster_enabled:1") != std::string::npos) {
+      return self->finish(*batch, errc::replication_not_confirmed,
+                          "the guard cannot work on Redis Cluster, which does not replicate "
+                          "the PUBLISH it waits on");
+    }
+    long long connected = static_cast<long long>(parts[2].elements().size());
     long long need = self->options_.replicas > 0 ? self->options_.replicas : connected / 2 + 1;
     if (connected == 0 || need > connected) {
       return self->finish(*batch, errc::replication_not_confirmed,
                           std::to_string(need) + " replica(s) must acknowledge, " +
                               std::to_string(connected) + " connected");
     }
+    // WAIT n 0 would wait for good: at least 1 ms.
+    auto within = std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()),
+                           std::chrono::milliseconds(1));
     command wait{"PUBLISH", guard_channel, ""};
     wait.then({"WAIT", std::to_string(need), std::to_string(within.count())});
-    self->conn_->submit(wait.bytes(), 2, clock::now() + within + self->request_timeout_,
+    self->conn_->submit(wait.bytes(), 2, clock::now() + within + reply_grace,
                         [self, batch, need, within](std::error_code ec, reply r) {
-      std::string why;
-      if (!ec) {
-        const auto& steps = r.elements();
-        for (const auto& step : steps) {
-          if (step.is_error()) {
-            ec = error_from_reply(step);
-            why = step.str();
-            break;
-          }
-        }
-        if (!ec && steps.size() == 2 && steps[1].is_integer() && steps[1].integer() < need) {
-          ec = errc::replication_not_confirmed;
-          why = std::to_string(steps[1].integer()) + " of " + std::to_string(need) +
-                " replica(s) acknowledged within " + std::to_string(within.count()) + " ms";
-        }
-      } else {
-        why = ec.message();
+      const auto& steps = r.elements();
+      if (!ec && (!r.is_array() || steps.size() != 2)) ec = errc::protocol_error;
+      for (std::size_t i = 0; !ec && i < steps.size(); ++i) {
+        if (steps[i].is_error()) return self->finish(*batch, error_from_reply(steps[i]), steps[i].str());
       }
-      self->finish(*batch, ec, why);
+      // The server checks WAIT's timeout at its own pace (hz 10: up to 100 ms late), so the
+      // deadline here is what holds; missing it closes this connection, not the others.
+      if (ec == errc::timeout) {
+        return self->finish(*batch, errc::replication_not_confirmed,
+                            "fewer than " + std::to_string(need) +
+                                " replica(s) acknowledged within " +
+                                std::to_string(within.count()) + " ms (no answer to WAIT)");
+      }
+      if (ec) return self->finish(*batch, ec, "WAIT: " + ec.message());
+      long long acked = steps[1].is_integer() ? steps[1].integer() : -1;
+      if (acked < need) {
+        return self->finish(*batch, errc::replication_not_confirmed,
+                            std::to_string(std::max(acked, 0LL)) + " of " + std::to_string(need) +
+                                " replica(s) acknowledged within " +
+                                std::to_string(within.count()) + " ms");
+      }
+      self->finish(*batch, {}, {});
     });
   });
 }
@@ -94,7 +113,7 @@ void replication_guard::finish(std::vector<waiter>& batch, std::error_code ec,
 }
 
 void guard_writes(std::vector<client>& nodes, const std::vector<std::size_t>& which,
-                  std::size_t need, std::chrono::milliseconds within,
+                  std::size_t need, clock::time_point deadline,
                   replication_guard::done_handler done) {
   struct tally {
     std::size_t confirmed = 0, left = 0, need = 0;
@@ -106,8 +125,7 @@ void guard_writes(std::vector<client>& nodes, const std::vector<std::size_t>& wh
   t->done = std::move(done);
   std::vector<replication_guard*> guards;
   for (std::size_t i : which) {
-    auto* guard = access::guard(nodes[i]);
-    if (guard) {
+    if (auto* guard = access::guard(nodes[i])) {
       guards.push_back(guard);
     } else {
       ++t->confirmed;
@@ -116,7 +134,7 @@ void guard_writes(std::vector<client>& nodes, const std::vector<std::size_t>& wh
   if (guards.empty() || t->confirmed >= need) return t->done({}, {});
   t->left = guards.size();
   for (auto* guard : guards) {
-    guard->confirm(within, [t](std::error_code ec, std::string why) {
+    guard->confirm(deadline, [t](std::error_code ec, std::string why) {
       --t->left;
       if (!ec) {
         ++t->confirmed;
@@ -130,13 +148,6 @@ void guard_writes(std::vector<client>& nodes, const std::vector<std::size_t>& wh
       }
     });
   }
-}
-
-void guard_extend(std::vector<client>& nodes, unique_function<void(std::error_code)> done) {
-  std::vector<std::size_t> all(nodes.size());
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-  guard_writes(nodes, all, quorum_of(nodes.size()), std::chrono::milliseconds::max(),
-               [done = std::move(done)](std::error_code ec, std::string) mutable { done(ec); });
 }
 
 }  // namespace dlock::detail

@@ -23,15 +23,16 @@ class replication_guard : public std::enable_shared_from_this<replication_guard>
   replication_guard(const endpoint& where, client_options options);
 
   // `done` gets {} once the replicas asked for acknowledged every write answered before this
-  // call, else replication_not_confirmed (or the connection's error) and why, within `within`
-  // (at least 1 ms) plus the request timeout.
-  void confirm(std::chrono::milliseconds within, done_handler done);
+  // call, else replication_not_confirmed (or the connection's error) and why. It runs by
+  // `deadline` or the guard's own timeout from now, whichever comes first, plus the time a
+  // reply takes to come back.
+  void confirm(clock::time_point deadline, done_handler done);
   void close();
 
  private:
   struct waiter {
     done_handler done;
-    std::chrono::milliseconds within;
+    clock::time_point deadline;
   };
   void start_batch();
   void finish(std::vector<waiter>& batch, std::error_code ec, const std::string& why);
@@ -45,14 +46,10 @@ class replication_guard : public std::enable_shared_from_this<replication_guard>
 
 // Confirms the writes on the nodes `which` of `nodes` (those whose client has the guard on;
 // the others count as confirmed), and calls `done` with {} once `need` of them did, or with
-// replication_not_confirmed once that can no longer happen. Without any guard on those nodes,
-// `done` runs at once.
+// replication_not_confirmed once that can no longer happen, by `deadline` (see confirm).
+// Without any guard on those nodes, `done` runs at once.
 void guard_writes(std::vector<client>& nodes, const std::vector<std::size_t>& which,
-                  std::size_t need, std::chrono::milliseconds within,
+                  std::size_t need, clock::time_point deadline,
                   replication_guard::done_handler done);
-
-// After an extend (a refresh, a settle) of a lease on `nodes`: the guard on all of them, a
-// quorum needed, within each guard's own timeout.
-void guard_extend(std::vector<client>& nodes, unique_function<void(std::error_code)> done);
 
 }  // namespace dlock::detail

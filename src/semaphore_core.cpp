@@ -117,10 +117,11 @@ void semaphore_core::refresh_entry(const std::shared_ptr<lease_state>& state,
     auto ec_now = verdict();
     if (ec_now) return handler(apply_extend(*self, *state, ec_now, until));
     // The replication guard: the permit's validity moves out only once the replicas have it.
-    guard_extend(self->nodes_, [self, state, until, handler = std::move(handler)](
-                                   std::error_code guard_ec) mutable {
-      handler(guard_ec ? guard_ec : apply_extend(*self, *state, {}, until));
-    });
+    guard_writes(self->nodes_, {0}, 1, guard_deadline(*state),
+                 [self, state, until, handler = std::move(handler)](std::error_code guard_ec,
+                                                                    std::string) mutable {
+                   handler(guard_ec ? guard_ec : apply_guarded_extend(*self, *state, until));
+                 });
   };
   std::string ttl_ms = std::to_string(ttl.count());
   if (options_.fair) {

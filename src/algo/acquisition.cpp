@@ -907,7 +907,12 @@ void quorum_extend::on_reply(std::uint64_t request_id, steady::time_point now,
   if (deadline && now >= *deadline) {
     outcome_ = verdict{errc::lease_expired, {}};
   } else if (round_.quorum_granted()) {
-    outcome_ = verdict{{}, round_.valid_until()};
+    outcome_ = verdict{{}, round_.valid_until(), {}};
+    for (std::size_t i = 0; i < round_.size(); ++i) {
+      if (round_.votes()[i].outcome == node_result::vote::granted) {
+        outcome_->extended.push_back(i);
+      }
+    }
   } else {
     std::error_code failure = round_.failure();
     outcome_ = verdict{failure == errc::not_acquired ? std::error_code(errc::lease_lost) : failure,

@@ -30,19 +30,7 @@ redis.call('DEL', key)
 if redis.call('EXISTS', queue) == 0 then
   return 1
 end
--- The node's quarantine and fence floor (client_options::restart_quarantine; node_check.lua
--- sets them; dlock/key_layout.hpp). While the quarantine lasts the node grants nothing: a lock
--- or permit it forgot, or one it was restored with, may be another's. Every token drawn is
--- above the floor. pcall: a user whose ACL does not reach these keys is not stopped by them.
-local function quarantine_left()
-  local ms = redis.pcall('PTTL', 'dlock:node:quarantine')
-  if type(ms) == 'number' and ms > 0 then return ms end
-  return 0
-end
-local function fence_floor()
-  local floor = redis.pcall('GET', 'dlock:node:fence-floor')
-  return type(floor) == 'string' and tonumber(floor) or 0
-end
+-- #include node_state.lua
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

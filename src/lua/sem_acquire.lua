@@ -41,35 +41,10 @@ local function expire_with_last_holder()
   end
 end
 
--- The node's quarantine and fence floor (client_options::restart_quarantine; node_check.lua
--- sets them; dlock/key_layout.hpp). While the quarantine lasts the node grants nothing: a lock
--- or permit it forgot, or one it was restored with, may be another's. Every token drawn is
--- above the floor. pcall: a user whose ACL does not reach these keys is not stopped by them.
-local function quarantine_left()
-  local ms = redis.pcall('PTTL', 'dlock:node:quarantine')
-  if type(ms) == 'number' and ms > 0 then return ms end
-  return 0
-end
-local function fence_floor()
-  local floor = redis.pcall('GET', 'dlock:node:fence-floor')
-  return type(floor) == 'string' and tonumber(floor) or 0
-end
+-- #include node_state.lua
 local quarantined = quarantine_left()
 
--- The next fencing token. A counter that does not exist yet starts from the server's clock, at
--- ms x 1024, not at 0: when it was lost with the node's data (a restart without persistence),
--- its tokens still rise past every one it gave before, as long as the clock did not go back
--- and fewer than 1024 tokens were drawn per ms (docs/guarantees.md). %.0f: Lua's own number
--- formatting would write 1.8e+15.
-local function draw_fence()
-  local fence = redis.call('INCR', fence_key)
-  local floor = fence_floor()
-  if fence == 1 then floor = math.max(floor, now * 1024) end
-  if fence > floor then return fence end
-  fence = floor + 1
-  redis.call('SET', fence_key, string.format('%.0f', fence))
-  return fence
-end
+local function draw_fence() return next_fence(fence_key, now) end
 
 -- A holder is no waiter: an entry left by an earlier attempt of this acquisition goes. Both
 -- calls, always: an info entry can outlive its queue entry (the two keys' expiries may differ

@@ -62,41 +62,18 @@ local function keep(expiry)
   expire_with_last_member()
 end
 
--- The node's quarantine and fence floor (client_options::restart_quarantine; node_check.lua
--- sets them; dlock/key_layout.hpp). While the quarantine lasts the node grants nothing: a lock
--- or permit it forgot, or one it was restored with, may be another's. Every token drawn is
--- above the floor. pcall: a user whose ACL does not reach these keys is not stopped by them.
-local function quarantine_left()
-  local ms = redis.pcall('PTTL', 'dlock:node:quarantine')
-  if type(ms) == 'number' and ms > 0 then return ms end
-  return 0
-end
-local function fence_floor()
-  local floor = redis.pcall('GET', 'dlock:node:fence-floor')
-  return type(floor) == 'string' and tonumber(floor) or 0
-end
+-- #include node_state.lua
 
 -- The fence is drawn at the grant, not at arrival: with a limit above 1, waiters may be granted
 -- out of ticket order (the one that polls first), and fences must grow in grant order. A
 -- counter that does not exist yet also starts above every ticket so far, because earlier
 -- versions handed out the tickets as fences.
---
--- The next fencing token. A counter that does not exist yet starts from the server's clock, at
--- ms x 1024, not at 0: when it was lost with the node's data (a restart without persistence),
--- its tokens still rise past every one it gave before, as long as the clock did not go back
--- and fewer than 1024 tokens were drawn per ms (docs/guarantees.md). %.0f: Lua's own number
--- formatting would write 1.8e+15.
 local function draw_fence()
   if redis.call('EXISTS', fence_key) == 0 then
     local start = math.max(tonumber(redis.call('GET', counter) or '0'), now * 1024)
     redis.call('SET', fence_key, string.format('%.0f', start))
   end
-  local fence = redis.call('INCR', fence_key)
-  local floor = fence_floor()
-  if fence > floor then return fence end
-  fence = floor + 1
-  redis.call('SET', fence_key, string.format('%.0f', fence))
-  return fence
+  return next_fence(fence_key, now)
 end
 
 local ticket = redis.call('ZSCORE', owners, owner)

@@ -368,6 +368,17 @@ TEST_F(CliTest, QuarantineKeepsANewlyStartedNodeFromGranting) {
   EXPECT_EQ(run({"-r", fresh.url(), "--quarantine", "-1s", "run", key, "--", "true"}).status, 64);
 }
 
+// --replication-guard on a master without replicas: nothing can confirm the grant, so CMD never
+// runs, and the message says why.
+TEST_F(CliTest, ReplicationGuardWithoutReplicasRefusesAndSaysWhy) {
+  const std::string ran = path("ran");
+  auto r = run({"-r", server_.url(), "--replication-guard", "run", "-n", test_key(), "--", "touch",
+                ran});
+  EXPECT_NE(r.status, 0);
+  EXPECT_FALSE(fs::exists(ran)) << "CMD ran without a confirmed grant";
+  EXPECT_NE(r.err.find("replica"), std::string::npos) << r.err;
+}
+
 TEST_F(CliTest, TwoNonblockingRunsAtOnceOneRunsTheOtherExits75AtOnce) {
   const std::string key = test_key(), ran = path("ran");
   const std::string script = "echo $$ >> " + ran + "; sleep 2";

@@ -13,6 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dlock/detail/scripts.hpp"
+
 namespace dlock {
 namespace {
 
@@ -228,6 +230,26 @@ TEST(KeyLayoutTest, NoTwoShortNamesShareAKeyAndEachKeyIsInItsSlot) {
       ASSERT_EQ(is_companion_key(key), owner.count(key) == 1) << key;
     }
   }
+}
+
+}  // namespace
+}  // namespace dlock
+
+namespace dlock {
+namespace {
+
+// The scripts name the node's keys in Lua (src/lua/include/node_state.lua, node_check.lua gets
+// them as KEYS): the names must be key_layout.hpp's, and every include must have been pasted.
+TEST(KeyLayoutTest, TheScriptsReadTheNodesKeysByTheNamesKeyLayoutGives) {
+  for (auto body : {detail::scripts::acquire_body, detail::scripts::sem_acquire_body,
+                    detail::scripts::sem_fair_acquire_body, detail::scripts::release_body}) {
+    EXPECT_NE(body.find("'" + std::string(node_quarantine_key) + "'"), std::string_view::npos);
+    EXPECT_NE(body.find("'" + std::string(node_fence_floor_key) + "'"), std::string_view::npos);
+    EXPECT_EQ(body.find("#include"), std::string_view::npos) << body.substr(0, 200);
+  }
+  EXPECT_TRUE(is_companion_key(node_identity_key));
+  EXPECT_TRUE(is_companion_key(node_quarantine_key));
+  EXPECT_TRUE(is_companion_key(node_fence_floor_key));
 }
 
 }  // namespace

@@ -48,6 +48,7 @@ struct global_options {
   dlock::tls_options tls;         // --tls-ca, --tls-cert, --tls-key, --tls-server-name
   std::chrono::milliseconds timeout{1000};  // --timeout: connect and per-request deadline
   std::chrono::milliseconds quarantine{0};  // --quarantine: client_options::restart_quarantine
+  bool replication_guard = false;           // --replication-guard: client_options::replication_guard
   bool verbose = false;
 };
 

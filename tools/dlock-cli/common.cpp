@@ -128,6 +128,7 @@ std::vector<client> make_clients(const global_options& g) {
   options.connect_timeout = g.timeout;
   options.request_timeout = g.timeout;
   options.restart_quarantine = g.quarantine;
+  options.replication_guard.enabled = g.replication_guard;
   if (!g.password_file.empty()) {
     options.password = read_password_file(g.password_file);
   } else {

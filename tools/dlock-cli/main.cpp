@@ -93,6 +93,9 @@ int main(int argc, char** argv) {
                   "On connecting, keep a node that restarted without its data, was restored "
                   "from disk or was promoted from a replica out of every grant for this long "
                   "(at least the longest TTL in use; default 0: no check)");
+  app.add_flag("--replication-guard", g.replication_guard,
+               "Count a grant or an extend only once a majority of the master's replicas "
+               "acknowledged it (WAIT); fail it otherwise");
   app.add_flag("-v,--verbose", g.verbose,
                "Tell what happens on stderr (acquired, CMD started and ended, signals "
                "forwarded, released); a wait shows the holder without it (-q hides that)");

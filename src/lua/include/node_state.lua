@@ -1,0 +1,29 @@
+-- Shared by the acquire and release scripts: cmake/EmbedLua.cmake pastes it where they name it.
+-- The node's quarantine and fence floor (client_options::restart_quarantine; node_check.lua
+-- sets them; dlock/key_layout.hpp). While the quarantine lasts the node grants nothing: a lock
+-- or permit it forgot, or one it was restored with, may be another's. Every token drawn is
+-- above the floor. pcall: a user whose ACL does not reach these keys is not stopped by them.
+local function quarantine_left()
+  local ms = redis.pcall('PTTL', 'dlock:node:quarantine')
+  if type(ms) == 'number' and ms > 0 then return ms end
+  return 0
+end
+local function fence_floor()
+  local floor = redis.pcall('GET', 'dlock:node:fence-floor')
+  return type(floor) == 'string' and tonumber(floor) or 0
+end
+
+-- The next token of the fencing counter `fence_key`, `now` being the server's time in ms. A
+-- counter that does not exist yet starts from the server's clock, at ms x 1024, not at 0: when
+-- it was lost with the node's data (a restart without persistence), its tokens still rise past
+-- every one it gave before, as long as the clock did not go back and fewer than 1024 tokens
+-- were drawn per ms (docs/guarantees.md). %.0f: Lua's own formatting would write 1.8e+15.
+local function next_fence(fence_key, now)
+  local fence = redis.call('INCR', fence_key)
+  local floor = fence_floor()
+  if fence == 1 then floor = math.max(floor, now * 1024) end
+  if fence > floor then return fence end
+  fence = floor + 1
+  redis.call('SET', fence_key, string.format('%.0f', fence))
+  return fence
+end
