@@ -1,7 +1,7 @@
 // Start-up diagnostics: the deployment facts that silently weaken Redlock (SPEC section 3-4).
 //
 // Every node is asked at once, with one pipelined request (four INFO sections and CONFIG GET
-// appendfsync), so a hung node costs one request_timeout rather than one per node. INFO is
+// appendfsync and min-replicas-to-write), so a hung node costs one request_timeout rather than one per node. INFO is
 // read by field name; sections are asked for one by one because Redis before 7 accepts only one.
 #include "dlock/diagnostics.hpp"
 
@@ -55,7 +55,7 @@ std::vector<probe> probe_all(const std::vector<client>& nodes) {
     client node = nodes[i];
     command cmd{"INFO", "server"};
     cmd.then({"INFO", "replication"}).then({"INFO", "memory"}).then({"INFO", "persistence"});
-    cmd.then({"CONFIG", "GET", "appendfsync"});
+    cmd.then({"CONFIG", "GET", "appendfsync"}).then({"CONFIG", "GET", "min-replicas-to-write"});
     detail::access::start_exec(node, std::move(cmd), node.options().request_timeout,
                                [g, i](std::error_code ec, reply r) {
                                  bool last = false;
@@ -75,13 +75,14 @@ std::vector<probe> probe_all(const std::vector<client>& nodes) {
 // What one node told us; empty strings for what it did not.
 struct node_facts {
   std::string run_id, role, master, policy, maxmemory, aof_enabled, appendfsync, replicas;
+  std::string min_replicas;  // min-replicas-to-write
 };
 
 // An error reply inside the pipeline (INFO refused by an ACL) makes the node uncheckable; a
-// refused CONFIG only leaves appendfsync unknown.
+// refused CONFIG only leaves appendfsync and min-replicas-to-write unknown.
 std::error_code read_facts(const reply& r, node_facts& f, std::string& why) {
   const auto& e = r.elements();
-  if (!r.is_array() || e.size() != 5) {
+  if (!r.is_array() || e.size() != 6) {
     why = "unexpected reply " + r.to_string();
     return errc::protocol_error;
   }
@@ -100,6 +101,8 @@ std::error_code read_facts(const reply& r, node_facts& f, std::string& why) {
   f.aof_enabled = info_field(e[3].str(), "aof_enabled");
   const auto& config = e[4].elements();
   if (config.size() == 2 && config[1].is_string()) f.appendfsync = config[1].str();
+  const auto& min_replicas = e[5].elements();
+  if (min_replicas.size() == 2 && min_replicas[1].is_string()) f.min_replicas = min_replicas[1].str();
   return {};
 }
 
@@ -154,6 +157,13 @@ void check_node(const std::string& name, const node_facts& f, bool quarantined,
             "second owner gets in",
         "set client_options::restart_quarantine (dlock --quarantine) to the longest TTL: a "
         "promoted replica then grants nothing until what it missed has expired");
+  }
+  if (!f.replicas.empty() && f.replicas != "0" && f.role == "master" && f.min_replicas == "0") {
+    add(out, warning::code::no_min_replicas, name,
+        "min-replicas-to-write is 0: a master that a failover deposed keeps granting locks to "
+        "the clients that still reach it, which the new master does not know (split brain)",
+        "CONFIG SET min-replicas-to-write 1 (with min-replicas-max-lag): a master cut off "
+        "from its replicas then refuses lock writes");
   }
   if (quarantined) return;
   if (f.aof_enabled == "0") {
@@ -238,6 +248,7 @@ std::string_view to_string(warning::code c) noexcept {
     case warning::code::forgets_on_restart: return "forgets_on_restart";
     case warning::code::unchecked: return "unchecked";
     case warning::code::unguarded_failover: return "unguarded_failover";
+    case warning::code::no_min_replicas: return "no_min_replicas";
   }
   return "unknown";
 }

@@ -402,9 +402,12 @@ void connection::check_node() {
     return become_ready();
   }
   auto refused = [](std::string_view step, const std::error_code& ec, const reply& r) {
-    return "restart_quarantine: the node check's " + std::string(step) + " failed (" +
-           (r.is_error() ? r.str() : ec.message()) +
-           "); it needs +info, +eval and ~dlock:node:* (docs/security.md)";
+    std::string text = "restart_quarantine: the node check's " + std::string(step) +
+                       " failed (" + (r.is_error() ? r.str() : ec.message()) + ")";
+    if (ec == errc::no_permission) {
+      text += "; it needs +info, +eval and ~dlock:node:* (docs/security.md)";
+    }
+    return text;
   };
   send_internal(command{"INFO", "server"}.bytes(), 1, [self = shared_from_this(),
                                                        gen = generation_, refused](

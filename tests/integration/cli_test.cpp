@@ -155,9 +155,23 @@ struct cli_result {
 };
 
 // The state letter of a process (R, S, T for stopped, Z ...), or 0 when there is none.
+// /proc/<pid>/<what>, or "" once the process is gone: read() fails with ESRCH when it exits
+// between open and read, which std::ifstream turns into an exception (seen in CI).
+std::string read_proc(pid_t pid, const char* what) {
+  std::string path = "/proc/" + std::to_string(pid) + "/" + what;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) {
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
+
 char process_state(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  std::string text = read_proc(pid, "stat");
   auto close = text.rfind(')');
   if (text.empty() || close == std::string::npos || close + 2 >= text.size()) return 0;
   return text[close + 2];
@@ -165,8 +179,7 @@ char process_state(pid_t pid) {
 
 // The CPU time `pid` has used (user + system, from /proc/<pid>/stat), or -1s when unreadable.
 std::chrono::milliseconds cpu_time(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  std::string text = read_proc(pid, "stat");
   auto close = text.rfind(')');
   if (close == std::string::npos) return -1s;
   std::istringstream rest(text.substr(close + 2));
@@ -1390,7 +1403,7 @@ TEST_F(CliTest, KillDashNineOfTheGuardEndsWhatCmdStartedBeforeTheRelease) {
   ASSERT_GT(guard, 1);
   ASSERT_NE(guard, d->pid());
   ASSERT_NE(guard, ::getpid());
-  auto comm = read_file("/proc/" + std::to_string(guard) + "/comm");
+  auto comm = read_proc(guard, "comm");
   EXPECT_EQ(comm.find("dlock"), std::string::npos) << comm;
   ASSERT_TRUE(running(guard));
   ::kill(guard, SIGKILL);

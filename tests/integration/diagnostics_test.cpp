@@ -120,7 +120,9 @@ TEST(DiagnosticsTest, ReplicaIsReported) {
   auto ws = check_deployment(nodes, ec);
   EXPECT_FALSE(ec) << ec.message();
   // The master may already count its replica (unguarded_failover, tested below).
-  std::erase_if(ws, [](const warning& w) { return w.what == code::unguarded_failover; });
+  std::erase_if(ws, [](const warning& w) {
+    return w.what == code::unguarded_failover || w.what == code::no_min_replicas;
+  });
   ASSERT_EQ(ws.size(), 1u) << dump(ws);
   EXPECT_EQ(ws[0].what, code::replica);
   EXPECT_EQ(ws[0].node, name_of(replica));
@@ -167,7 +169,7 @@ TEST(DiagnosticsTest, PersistenceThatForgetsLocksIsReported) {
 // A master with a replica: a failover may promote a replica that missed the last lock writes,
 // unless the client quarantines promoted nodes; the quarantine also covers a restart that
 // forgets the locks.
-TEST(DiagnosticsTest, AMasterWithReplicasWantsAQuarantineWhichAlsoCoversPersistence) {
+TEST(DiagnosticsTest, AMasterWithReplicasWantsAQuarantineAndMinReplicasToWrite) {
   redis_server master{durable};
   redis_server replica{{.persistence = true,
                         .extra = {"--replicaof", "127.0.0.1", std::to_string(master.port())}}};
@@ -185,12 +187,18 @@ TEST(DiagnosticsTest, AMasterWithReplicasWantsAQuarantineWhichAlsoCoversPersiste
   EXPECT_NE(failover->message.find("1 replica"), std::string::npos) << failover->message;
   EXPECT_NE(failover->fix.find("restart_quarantine"), std::string::npos) << failover->fix;
   EXPECT_NE(find(ws, code::forgets_on_restart, name_of(no_aof)), nullptr) << dump(ws);
+  const auto* split = find(ws, code::no_min_replicas, name_of(master));
+  ASSERT_NE(split, nullptr) << dump(ws);
+  EXPECT_NE(split->fix.find("min-replicas-to-write 1"), std::string::npos) << split->fix;
 
   client_options guarded{.restart_quarantine = 10s};
   std::vector<client> quarantined{client(master.url(), guarded), client(no_aof.url(), guarded)};
   ws = check_deployment(quarantined);
   EXPECT_EQ(count(ws, code::unguarded_failover) + count(ws, code::forgets_on_restart), 0u)
       << dump(ws);
+
+  admin.exec({"CONFIG", "SET", "min-replicas-to-write", "1"});
+  EXPECT_EQ(count(check_deployment(plain), code::no_min_replicas), 0u);
 }
 
 TEST(DiagnosticsTest, UninspectableNodeSetsTheErrorButTheOthersAreStillChecked) {
@@ -238,6 +246,7 @@ TEST(DiagnosticsTest, WarningsPrintAsOneLine) {
   EXPECT_EQ(to_string(w), "replica 127.0.0.1:7000: the node is a replica (fix: list masters only)");
   EXPECT_EQ(to_string(code::forgets_on_restart), "forgets_on_restart");
   EXPECT_EQ(to_string(code::unguarded_failover), "unguarded_failover");
+  EXPECT_EQ(to_string(code::no_min_replicas), "no_min_replicas");
   warning all{code::even_node_count, "", "4 nodes", "use 5"};
   EXPECT_EQ(to_string(all), "even_node_count: 4 nodes (fix: use 5)");
 }

@@ -1,6 +1,7 @@
 // dlock doctor: checks the Redis nodes a lock would run on (dlock::check_deployment) and prints
 // one line per finding with its fix: too few or an even number of nodes, the same server listed
-// twice, replicas, an evicting maxmemory-policy, persistence that forgets locks on restart.
+// twice, replicas, an evicting maxmemory-policy, persistence that forgets locks on restart, a
+// master with replicas but no quarantine (restart_quarantine) or no min-replicas-to-write.
 // Exit 0 when there is nothing to warn about, 1 when there are warnings, 69 when a node could
 // not be inspected.
 #include <CLI/CLI.hpp>
