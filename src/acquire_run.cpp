@@ -5,6 +5,8 @@
 #include <asio/dispatch.hpp>
 #include <asio/post.hpp>
 
+#include <algorithm>
+
 #include "access.hpp"
 #include "algo/quorum_round.hpp"
 #include "observe.hpp"
@@ -151,7 +153,9 @@ void acquire_run::pump() {
   waiter_->finish();
   on_stop_.reset();
   if (deadline_timer_) deadline_timer_->cancel();
-  if (result->ec) return deliver(std::move(*result));
+  bool guarded = std::any_of(nodes_.begin(), nodes_.end(),
+                             [](const client& node) { return access::guard(node) != nullptr; });
+  if (result->ec || !guarded) return deliver(std::move(*result));
   confirm_replicated(std::move(*result));
 }
 

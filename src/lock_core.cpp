@@ -3,8 +3,8 @@
 #include "lock_core.hpp"
 
 #include "acquire_run.hpp"
-#include "algo/retry.hpp"
 #include "algo/quorum_round.hpp"
+#include "algo/retry.hpp"
 #include "replication_guard.hpp"
 #include "token.hpp"
 
