@@ -140,7 +140,7 @@ TEST(fault, restart_without_persistence) {
 }
 
 // The same restarts, with every client checking each node's identity on connect
-// (restart_quarantine, here 1.2 TTLs): a node that restarted grants nothing for one quarantine,
+// (restart_quarantine, here 1.25 TTLs): a node that restarted grants nothing for one quarantine,
 // so nobody takes a lock it forgot while its holder still works, and the counters it lost
 // start again above the tokens they gave, so the resource refuses no later holder.
 TEST(fault, restart_without_persistence_quarantined) {

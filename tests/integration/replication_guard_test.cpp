@@ -34,17 +34,20 @@ long long wait_calls(client& c) {
   return at == std::string::npos ? 0 : std::stoll(info.substr(at + field.size()));
 }
 
+// Whether the master behind `admin` has a replica past its initial sync within 10 s: before
+// that, a connected replica acknowledges nothing, and WAIT times out (seen under TSan in CI).
+bool replica_online(client& admin) {
+  auto until = steady::now() + 10s;
+  while (admin.exec({"INFO", "replication"}).str().find("state=online") == std::string::npos) {
+    if (steady::now() > until) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+  return true;
+}
+
 class ReplicationGuardTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    auto until = steady::now() + 10s;
-    while (admin_.exec({"INFO", "replication"}).str().find("connected_slaves:1") ==
-               std::string::npos &&
-           steady::now() < until) {
-      std::this_thread::sleep_for(20ms);
-    }
-    ASSERT_LT(steady::now(), until) << "the replica never connected";
-  }
+  void SetUp() override { ASSERT_TRUE(replica_online(admin_)) << "the replica never synced"; }
 
   redis_server master_{{.extra = {"--repl-diskless-sync-delay", "0"}}};
   redis_server replica_{{.extra = {"--replicaof", "127.0.0.1", std::to_string(master_.port())}}};
@@ -79,7 +82,7 @@ TEST_F(ReplicationGuardTest, AReplicaThatDoesNotAcknowledgeFailsTheAcquireAndRel
   EXPECT_FALSE(m.try_acquire(&votes, ec));
   EXPECT_EQ(ec, errc::replication_not_confirmed) << ec.message();
   ASSERT_EQ(votes.size(), 1u);
-  EXPECT_NE(votes[0].message.find("1 replica(s) acknowledged within 200 ms"), std::string::npos)
+  EXPECT_NE(votes[0].message.find("1 replica(s) acknowledged within"), std::string::npos)
       << votes[0].message;
   EXPECT_TRUE(admin_.exec({"GET", test_key()}).is_nil()) << "the unconfirmed grant was kept";
 
@@ -166,14 +169,7 @@ TEST(ReplicationGuardRedlockTest, AnExtendCountsOnlyTheNodesThatExtended) {
     nodes.emplace_back(masters.back()->url(), guarded);
     admins.emplace_back(masters.back()->url());
   }
-  for (auto& admin : admins) {
-    auto until = steady::now() + 10s;
-    while (admin.exec({"INFO", "replication"}).str().find("connected_slaves:1") ==
-               std::string::npos &&
-           steady::now() < until) {
-      std::this_thread::sleep_for(20ms);
-    }
-  }
+  for (auto& admin : admins) ASSERT_TRUE(replica_online(admin)) << "a replica never synced";
   mutex m{nodes, test_key(), {.ttl = 5s}};
   auto l = m.acquire();
   admins[2].exec({"DEL", test_key()});  // C lost it
