@@ -25,7 +25,9 @@ using steady = std::chrono::steady_clock;
 using test::redis_server;
 using test::test_key;
 
-const client_options guarded{.replication_guard = {.enabled = true, .timeout = 200ms}};
+// A long timeout: a confirmation returns as soon as the replica acknowledged, and a slow
+// process (TSan) must not turn a healthy replica into a miss; a miss then takes 2 s.
+const client_options guarded{.replication_guard = {.enabled = true, .timeout = 2s}};
 
 long long wait_calls(client& c) {
   auto info = c.exec({"INFO", "commandstats"}).str();
