@@ -70,6 +70,47 @@ bool valid_host(std::string_view host, bool bracketed) {
   return true;
 }
 
+// host[:port] or [v6]:port; `port` keeps its value when none is given.
+bool parse_host_port(std::string_view text, std::string& host, unsigned short& port) {
+  std::string_view port_text;
+  bool bracketed = !text.empty() && text[0] == '[';
+  if (bracketed) {  // [::1]:6379
+    auto close = text.find(']');
+    if (close == std::string_view::npos) return false;
+    host = std::string(text.substr(1, close - 1));
+    auto after = text.substr(close + 1);
+    if (!after.empty()) {
+      if (after[0] != ':') return false;
+      port_text = after.substr(1);
+      if (port_text.empty()) return false;
+    }
+  } else {
+    auto colon = text.find(':');
+    host = std::string(text.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      port_text = text.substr(colon + 1);
+      if (port_text.empty()) return false;
+    }
+  }
+  if (!valid_host(host, bracketed)) return false;
+  if (port_text.empty()) return true;
+  int number = 0;
+  if (!parse_number(port_text, 65535, number) || number == 0) return false;
+  port = static_cast<unsigned short>(number);
+  return true;
+}
+
+// What `sentinel monitor NAME` may say, within reason: it goes into commands and error texts.
+bool valid_master_name(std::string_view name) {
+  if (name.empty() || name.size() > 128) return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '-' || c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+
 // "?db=N" on unix URLs.
 bool parse_query(std::string_view query, endpoint& ep) {
   if (query.empty()) return true;
@@ -79,17 +120,33 @@ bool parse_query(std::string_view query, endpoint& ep) {
 
 }  // namespace
 
-std::string endpoint::to_string() const {
-  if (is_unix()) return "unix://" + socket_path;
+namespace {
+
+std::string address_text(const std::string& host, unsigned short port) {
   if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
   return host + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+std::string endpoint::to_string() const {
+  if (is_unix()) return "unix://" + socket_path;
+  if (is_sentinel()) {
+    std::string text = "redis-sentinel://";
+    for (const auto& s : sentinels) {
+      if (&s != &sentinels.front()) text += ',';
+      text += address_text(s.host, s.port);
+    }
+    return text + "/" + master_name;
+  }
+  return address_text(host, port);
 }
 
 endpoint parse_endpoint(std::string_view url, std::error_code& ec) {
   ec = errc::invalid_argument;
   endpoint ep;
   constexpr std::string_view redis_scheme = "redis://", tls_scheme = "rediss://",
-                             unix_scheme = "unix://";
+                             unix_scheme = "unix://", sentinel_scheme = "redis-sentinel://";
 
   if (url.substr(0, unix_scheme.size()) == unix_scheme) {
     auto rest = url.substr(unix_scheme.size());
@@ -102,8 +159,12 @@ endpoint parse_endpoint(std::string_view url, std::error_code& ec) {
     return ep;
   }
   std::string_view rest;
+  bool sentinel = false;
   if (url.substr(0, redis_scheme.size()) == redis_scheme) {
     rest = url.substr(redis_scheme.size());
+  } else if (url.substr(0, sentinel_scheme.size()) == sentinel_scheme) {
+    rest = url.substr(sentinel_scheme.size());
+    sentinel = true;
   } else if (url.substr(0, tls_scheme.size()) == tls_scheme) {
     rest = url.substr(tls_scheme.size());
     ep.tls = true;
@@ -124,37 +185,28 @@ endpoint parse_endpoint(std::string_view url, std::error_code& ec) {
       if (!percent_decode(userinfo.substr(colon + 1), ep.password)) return {};
     }
   }
-  // host[:port][/db]
+  // host[:port][/db], or for a sentinel URL host[:port][,host[:port]]*/name[/db]
   std::string_view hostport = rest, path;
   if (auto slash = rest.find('/'); slash != std::string_view::npos) {
     hostport = rest.substr(0, slash);
     path = rest.substr(slash + 1);
   }
-  std::string_view port_text;
-  bool bracketed = !hostport.empty() && hostport[0] == '[';
-  if (bracketed) {  // [::1]:6379
-    auto close = hostport.find(']');
-    if (close == std::string_view::npos) return {};
-    ep.host = std::string(hostport.substr(1, close - 1));
-    auto after = hostport.substr(close + 1);
-    if (!after.empty()) {
-      if (after[0] != ':') return {};
-      port_text = after.substr(1);
-      if (port_text.empty()) return {};
+  if (sentinel) {
+    for (std::string_view list = hostport;;) {
+      auto comma = list.find(',');
+      host_port one;
+      if (!parse_host_port(list.substr(0, comma), one.host, one.port)) return {};
+      ep.sentinels.push_back(std::move(one));
+      if (comma == std::string_view::npos) break;
+      list.remove_prefix(comma + 1);
     }
-  } else {
-    auto colon = hostport.find(':');
-    ep.host = std::string(hostport.substr(0, colon));
-    if (colon != std::string_view::npos) {
-      port_text = hostport.substr(colon + 1);
-      if (port_text.empty()) return {};
-    }
-  }
-  if (!valid_host(ep.host, bracketed)) return {};
-  if (!port_text.empty()) {
-    int port = 0;
-    if (!parse_number(port_text, 65535, port) || port == 0) return {};
-    ep.port = static_cast<unsigned short>(port);
+    auto slash = path.find('/');
+    ep.master_name = std::string(path.substr(0, slash));
+    if (!valid_master_name(ep.master_name)) return {};
+    path = slash == std::string_view::npos ? std::string_view{} : path.substr(slash + 1);
+    ep.port = 0;
+  } else if (!parse_host_port(hostport, ep.host, ep.port)) {
+    return {};
   }
   if (!path.empty() && !parse_number(path, 65535, ep.db)) return {};
   ec.clear();
@@ -166,7 +218,8 @@ endpoint parse_endpoint(std::string_view url) {
   auto ep = parse_endpoint(url, ec);
   if (ec) {
     throw std::system_error(
-        ec, "bad Redis URL (want redis[s]://[user:pass@]host:port[/db] or unix:///path)");
+        ec, "bad Redis URL (want redis[s]://[user:pass@]host:port[/db], unix:///path or "
+            "redis-sentinel://[user:pass@]host:port[,host:port...]/master_name[/db])");
   }
   return ep;
 }

@@ -81,6 +81,11 @@ struct client_options {
   std::string password;
   /// For rediss:// endpoints.
   tls_options tls;
+  /// redis-sentinel:// only: the ACL user and password of the sentinels themselves (Sentinel's
+  /// `requirepass` / `sentinel sentinel-user`), when they have one. The URL's credentials are
+  /// the master's.
+  std::string sentinel_user;
+  std::string sentinel_password;  ///< see sentinel_user
   /// Keeps a node that may have forgotten locks out of every grant for this long: one that
   /// restarted without its data, or whose data came from another process (a restart from
   /// disk, which may miss the last writes, or a promoted replica, which may lag). On each

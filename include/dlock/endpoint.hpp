@@ -1,7 +1,8 @@
 /// @file
 /// dlock/endpoint.hpp: where a Redis node is and how to log in.
 /// - endpoint:        host/port or unix socket path, credentials, database
-/// - parse_endpoint:  reads `redis[s]://[user:pass@]host:port[/db]` and `unix:///path.sock[?db=N]`
+/// - parse_endpoint:  reads `redis[s]://[user:pass@]host:port[/db]`, `unix:///path.sock[?db=N]`
+///                    and `redis-sentinel://[user:pass@]s1:26379,s2:26379/mymaster[/db]`
 ///
 /// Plain values; thread-safe.
 #pragma once
@@ -9,12 +10,22 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 #include "dlock/export.hpp"
 
 namespace dlock {
 
 /// Where a Redis node is and how to log in: host/port or unix socket path, credentials, database.
+/// A host name or address and a TCP port: one sentinel of a redis-sentinel:// endpoint.
+struct host_port {
+  std::string host;            ///< name or address
+  unsigned short port = 26379; ///< TCP port
+  friend bool operator==(const host_port&, const host_port&) = default;
+};
+
+/// Where a Redis node is and how to log in: host/port or unix socket path, credentials, database;
+/// or, for a master that Redis Sentinel watches, the sentinels to ask and the master's name.
 struct DLOCK_EXPORT endpoint {
   std::string host;            ///< name or address; empty for a unix socket
   unsigned short port = 6379;  ///< TCP port; unused for a unix socket
@@ -25,17 +36,27 @@ struct DLOCK_EXPORT endpoint {
   /// TLS (rediss://): the server's certificate is verified against the CA and the host name
   /// (or client_options::tls.server_name); see client_options::tls.
   bool tls = false;
+  /// redis-sentinel:// only: the sentinels that watch the master, asked on every connect (host
+  /// and port above stay empty); the credentials and db above are the master's.
+  std::vector<host_port> sentinels;
+  /// redis-sentinel:// only: the name the sentinels know the master by (`sentinel monitor NAME`).
+  std::string master_name;
 
   /// True for a unix socket endpoint (socket_path set).
   bool is_unix() const noexcept { return !socket_path.empty(); }
-  /// "host:port" or the socket path; never contains the password.
+  /// True for a redis-sentinel:// endpoint (master_name set).
+  bool is_sentinel() const noexcept { return !master_name.empty(); }
+  /// "host:port", "unix:///path", or "redis-sentinel://s1:26379,s2:26379/NAME"; never contains
+  /// the password.
   std::string to_string() const;
 };
 
 /// Parses a URL. Accepts redis:// (user and password percent-decoded, default port 6379, db 0),
-/// rediss:// (the same over TLS: sets `tls`) and unix://. Fails with errc::invalid_argument for
-/// an unknown scheme, an empty host, a port outside 1-65535, a db that is not a number in 0-65535,
-/// or trailing junk.
+/// rediss:// (the same over TLS: sets `tls`), unix://, and redis-sentinel:// (one or more
+/// sentinels separated by commas, default port 26379, then the master's name, letters, digits,
+/// '.', '-' and '_'; the user, password and db are the master's; no TLS). Fails with
+/// errc::invalid_argument for an unknown scheme, an empty host, a port outside 1-65535, a db
+/// that is not a number in 0-65535, a missing master name, or trailing junk.
 DLOCK_EXPORT endpoint parse_endpoint(std::string_view url, std::error_code& ec);
 /// As above; throws std::system_error on failure.
 DLOCK_EXPORT endpoint parse_endpoint(std::string_view url);

@@ -48,6 +48,7 @@
 #include "dlock/detail/scripts.hpp"
 #include "dlock/key_layout.hpp"
 #include "net/runtime.hpp"
+#include "net/sentinel.hpp"
 #include "observe.hpp"
 #include "net/socket_link.hpp"
 
@@ -122,6 +123,9 @@ const char* tls_hint(std::error_code ec) {
   }
 }
 
+// How soon a connect that found no master is tried again.
+constexpr auto master_retry_delay = std::chrono::milliseconds(100);
+
 bool is_peer_closed(std::error_code ec) {
   return ec == asio::error::eof || ec == asio::error::connection_reset;
 }
@@ -133,10 +137,16 @@ connection::connection(endpoint where, client_options options)
       options_(std::move(options)),
       executor_(runtime::shared().get_executor()),
       resolver_(executor_),
+      master_retry_timer_(executor_),
       connect_timer_(executor_),
       deadline_timer_(executor_),
       backoff_(options_.reconnect_backoff_min) {
   name_ = where_.to_string();
+  if (where_.is_sentinel()) {
+    sentinel_ = sentinel_resolver::shared_for(where_, options_);
+  } else {
+    target_ = {where_.host, where_.port};
+  }
   if (options_.restart_quarantine < std::chrono::milliseconds::zero()) {
     throw std::system_error(errc::invalid_argument, "restart_quarantine must not be negative");
   }
@@ -188,7 +198,7 @@ void connection::set_push_handlers(std::function<void(const reply&)> on_push,
 }
 
 void connection::enqueue(request req) {
-  if (state_ == state::idle && clock::now() < backoff_until_) {
+  if (state_ == state::idle && clock::now() < backoff_until_ && !awaiting_master_) {
     // The node failed to connect a moment ago: fail fast rather than wait, so that a lock
     // round skips a dead node at once. A TLS verdict stays one: retrying cannot change it.
     errc code = last_connect_error_ == errc::tls_error ? errc::tls_error : errc::node_unreachable;
@@ -207,6 +217,8 @@ void connection::kick() {
 
 void connection::start_connect() {
   state_ = state::connecting;
+  awaiting_master_ = false;
+  master_unknown_ = false;
   ++generation_;
   last_connect_error_.clear();
   last_connect_text_.clear();
@@ -219,6 +231,19 @@ void connection::start_connect() {
   });
 
   targets_.clear();
+  if (sentinel_) {
+    if (!std::exchange(watching_master_, true)) sentinel_->watch(weak_from_this());
+    sentinel_->resolve([self = shared_from_this(), gen = generation_](const sentinel_verdict& v) {
+      if (gen != self->generation_ || self->state_ != state::connecting) return;
+      if (v.what == sentinel_verdict::kind::agreed) return self->connect_to(v.master);
+      if (v.transient()) return self->fail_awaiting_master(v.text);
+      // Nobody to ask, or nobody knows the name: waiting would not help.
+      self->master_unknown_ = true;
+      self->last_connect_error_ = errc::node_unreachable;
+      self->fail(errc::node_unreachable, true, errc::node_unreachable, v.text);
+    });
+    return;
+  }
   if (where_.is_unix()) {
     try {
       targets_.emplace_back(asio::local::stream_protocol::endpoint(where_.socket_path));
@@ -230,8 +255,13 @@ void connection::start_connect() {
     try_endpoint(0);
     return;
   }
+  connect_to(target_);
+}
+
+void connection::connect_to(host_port target) {
+  target_ = std::move(target);
   resolver_.async_resolve(
-      where_.host, std::to_string(where_.port),
+      target_.host, std::to_string(target_.port),
       [self = shared_from_this(), gen = generation_](std::error_code ec,
                                                      asio::ip::tcp::resolver::results_type results) {
         if (gen != self->generation_) return;
@@ -362,6 +392,12 @@ void connection::start_session() {
     handshake += command{"SELECT", std::to_string(where_.db)}.bytes();
     ++steps;
   }
+  // With Sentinel, the node must be the master now: the sentinels' answer may be stale.
+  bool role_asked = sentinel_ != nullptr;
+  if (role_asked) {
+    handshake += command{"ROLE"}.bytes();
+    ++steps;
+  }
   // On TLS some reply must come back before the connection counts as ready (see the top).
   bool probe = link_->tls && steps == 0;
   if (probe) {
@@ -370,27 +406,48 @@ void connection::start_session() {
   }
   if (steps == 0) return check_node();
 
-  send_internal(std::move(handshake), steps, [self = shared_from_this(), gen = generation_,
-                                              probe](std::error_code ec, reply r) {
+  send_internal(std::move(handshake), steps, [self = shared_from_this(), gen = generation_, probe,
+                                              steps, role_asked](std::error_code, reply r) {
     if (gen != self->generation_) return;
     // Any reply to the probe proves the session was accepted, NOPERM (no +ping) included.
     if (probe) return self->check_node();
-    std::string text = r.is_error() ? r.str() : std::string();
-    if (!ec && r.is_array()) {
-      for (const auto& step : r.elements()) {
-        if (step.is_error()) {
-          ec = error_from_reply(step);
-          text = step.str();
-          break;
-        }
-      }
+    std::vector<reply> replies;
+    if (steps == 1) {
+      replies.push_back(std::move(r));
+    } else {
+      replies = r.elements();
     }
-    if (ec) {
-      self->last_connect_error_ = ec;
-      return self->fail(ec, true, ec, std::move(text));
-    }
-    self->check_node();
+    if (replies.size() != steps) return self->fail(errc::protocol_error, true);
+    self->check_session(replies, role_asked);
   });
+}
+
+void connection::check_session(const std::vector<reply>& steps, bool role_asked) {
+  for (std::size_t i = 0; i + (role_asked ? 1 : 0) < steps.size(); ++i) {
+    if (steps[i].is_error()) {
+      last_connect_error_ = error_from_reply(steps[i]);
+      return fail(last_connect_error_, true, last_connect_error_, steps[i].str());
+    }
+  }
+  if (role_asked) {
+    const reply& role = steps.back();
+    std::string address = endpoint{.host = target_.host, .port = target_.port}.to_string();
+    if (role.is_error()) {
+      last_connect_error_ = error_from_reply(role);
+      std::string text = "ROLE on " + address + " (the master the sentinels named) failed: " +
+                         role.str();
+      if (last_connect_error_ == errc::no_permission) text += "; Sentinel needs +role";
+      return fail(last_connect_error_, true, last_connect_error_, std::move(text));
+    }
+    if (!role.is_array() || role.elements().empty() || role.elements()[0].str() != "master") {
+      std::string said = role.is_array() && !role.elements().empty() ? role.elements()[0].str()
+                                                                     : std::string("?");
+      return fail_awaiting_master(address + ", which the sentinels named as the master of '" +
+                                  where_.master_name + "', is a " + said +
+                                  " (a switch under way?)");
+    }
+  }
+  check_node();
 }
 
 // The node's identity (client_options::restart_quarantine): INFO server for its run_id and
@@ -489,6 +546,7 @@ void connection::write_connect_phase(std::string payload) {
 
 void connection::become_ready() {
   state_ = state::ready;
+  master_wait_text_.clear();
   report(connection_event::change::connected, {});
   connect_timer_.cancel();
   backoff_ = options_.reconnect_backoff_min;
@@ -582,18 +640,23 @@ void connection::on_reply(reply r) {
     // A reply nobody asked for: not a Redis server speaking request/reply RESP2.
     return fail(errc::protocol_error, state_ == state::connecting, errc::protocol_error);
   }
+  // With Sentinel, READONLY means the master we know was demoted: move, rather than send it
+  // more writes that it refuses. (Requests still in flight fail with connection_lost.)
+  bool demoted = sentinel_ && r.is_error() && error_from_reply(r) == errc::read_only;
   request& front = inflight_.front();
   if (front.expected == 1) {
     request req = std::move(front);
     inflight_.pop_front();
     std::error_code ec = r.is_error() ? error_from_reply(r) : std::error_code{};
-    return complete(req, ec, std::move(r));
+    complete(req, ec, std::move(r));
+  } else {
+    front.got.push_back(std::move(r));
+    if (front.got.size() < front.expected) return;
+    request req = std::move(front);
+    inflight_.pop_front();
+    complete(req, {}, reply::make_array(std::move(req.got)));
   }
-  front.got.push_back(std::move(r));
-  if (front.got.size() < front.expected) return;
-  request req = std::move(front);
-  inflight_.pop_front();
-  complete(req, {}, reply::make_array(std::move(req.got)));
+  if (demoted && state_ == state::ready) fail(errc::connection_lost, false);
 }
 
 void connection::complete(request& req, std::error_code ec, reply r) {
@@ -632,7 +695,23 @@ void connection::fail(std::error_code inflight_error, bool connect_failed,
     last_connect_text_ = text.empty() ? last_connect_error_.message() : text;
     backoff_until_ = clock::now() + backoff_;
     backoff_ = std::min(backoff_ * 2, options_.reconnect_backoff_max);
-    queued = std::exchange(pending_, {});
+    // With Sentinel, a master that cannot be reached or is not the master may be moving:
+    // queued requests wait for the next try, soon, whatever the backoff.
+    std::error_code why = queued_error ? queued_error : inflight_error;
+    awaiting_master_ = sentinel_ && !master_unknown_ &&
+                       (awaiting_master_ || why == errc::node_unreachable || why == errc::timeout);
+    if (awaiting_master_) {
+      master_wait_text_ = last_connect_text_;
+      backoff_until_ = std::min(backoff_until_, clock::now() + master_retry_delay);
+      master_retry_timer_.expires_at(backoff_until_);
+      master_retry_timer_.async_wait([weak = weak_from_this()](std::error_code ec) {
+        auto self = weak.lock();
+        if (!ec && self && self->state_ == state::idle) self->kick();
+      });
+    } else {
+      master_wait_text_.clear();
+      queued = std::exchange(pending_, {});
+    }
   }
   // Handlers may submit again; the queues are already consistent, so that is safe.
   for (auto& req : inflight) {
@@ -645,6 +724,30 @@ void connection::fail(std::error_code inflight_error, bool connect_failed,
   }
   if (on_drop_) on_drop_();
   if (!connect_failed) kick();  // never-written requests go out on a new connection
+}
+
+void connection::fail_awaiting_master(std::string text) {
+  awaiting_master_ = true;
+  last_connect_error_ = errc::node_unreachable;
+  fail(errc::node_unreachable, true, errc::node_unreachable, std::move(text));
+}
+
+void connection::master_moved(const host_port& master) {
+  if (state_ == state::idle) {
+    if (awaiting_master_) kick();
+    return;
+  }
+  if (target_ == master || target_.host.empty()) return;  // not yet told where to go
+  if (logging()) {
+    log(log_level::warning, name_ + ": the sentinels moved the master to " +
+                                endpoint{.host = master.host, .port = master.port}.to_string());
+  }
+  fail(errc::connection_lost, false);
+}
+
+std::string subscribe_payload(std::string_view channel) {
+  return "*2\r\n$9\r\nSUBSCRIBE\r\n$" + std::to_string(channel.size()) + "\r\n" +
+         std::string(channel) + "\r\n";
 }
 
 void connection::report(connection_event::change what, std::error_code ec) {
@@ -694,6 +797,12 @@ void connection::on_deadline() {
   for (const auto& req : inflight_) inflight_expired |= req.deadline <= now;
   std::string text = stalled_handshake_text();
   for (auto& req : expired) {
+    if (!master_wait_text_.empty()) {  // never sent: no master to send it to
+      complete(req, errc::node_unreachable,
+               reply::make_string(reply::kind::error,
+                                  "no master within the request's deadline: " + master_wait_text_));
+      continue;
+    }
     complete(req, errc::timeout,
              text.empty() ? reply{} : reply::make_string(reply::kind::error, text));
   }

@@ -33,6 +33,7 @@ class context;
 namespace dlock::detail {
 
 struct socket_link;
+class sentinel_resolver;
 
 using clock = std::chrono::steady_clock;
 using reply_handler = unique_function<void(std::error_code, reply)>;
@@ -73,6 +74,11 @@ class connection : public std::enable_shared_from_this<connection> {
   // Both run on the I/O thread. Call once, before the first request.
   void set_push_handlers(std::function<void(const reply&)> on_push, std::function<void()> on_drop);
 
+  // redis-sentinel:// only, I/O thread: the sentinels announced a switch to `master`. A socket
+  // to another node is closed (requests in flight fail with connection_lost; queued ones go to
+  // the new master), and requests waiting for a master are sent now.
+  void master_moved(const host_port& master);
+
  private:
   struct request {
     std::string payload;
@@ -97,6 +103,7 @@ class connection : public std::enable_shared_from_this<connection> {
   void enqueue(request req);
   void kick();
   void start_connect();
+  void connect_to(host_port target);  // resolves the name, then try_endpoint()
   void try_endpoint(std::size_t index);
   void on_connected();
   // Tells the observer and the log sink (observe.hpp) of a connect, a failed one, or a drop.
@@ -108,6 +115,9 @@ class connection : public std::enable_shared_from_this<connection> {
   void fail_tls(std::error_code ec, const char* stage);
   std::string tls_peer_name() const;
   std::string stalled_handshake_text() const;  // why a TLS connect timed out, or ""
+  // The handshake's replies: AUTH/SELECT errors fail the connect; with Sentinel, ROLE must say
+  // master. Then check_node().
+  void check_session(const std::vector<reply>& steps, bool role_asked);
   void check_node();  // client_options::restart_quarantine, then become_ready()
   void send_internal(std::string payload, std::size_t replies, reply_handler handler);
   void write_connect_phase(std::string payload);
@@ -134,10 +144,21 @@ class connection : public std::enable_shared_from_this<connection> {
   // `text`, when given, becomes the error reply the failed requests see (the reason in words).
   void fail(std::error_code inflight_error, bool connect_failed, std::error_code queued_error = {},
             std::string text = {});
+  // With Sentinel: a connect that failed for want of a master (no majority yet, or a replica
+  // where the sentinels named the master). As when the named master cannot be reached, queued
+  // requests stay queued, and the connect is tried again soon, until their deadlines.
+  void fail_awaiting_master(std::string text);
   void arm_deadline_timer();
   void on_deadline();
 
   endpoint where_;
+  std::shared_ptr<sentinel_resolver> sentinel_;  // redis-sentinel:// only
+  host_port target_;  // the node of this connect: where_'s, or the master the sentinels named
+  bool watching_master_ = false;  // sentinel_ tells us of switches
+  // The last connect failed for want of a master: requests queue instead of failing fast.
+  bool awaiting_master_ = false;
+  bool master_unknown_ = false;  // the sentinels know no such master, or none answered
+  std::string master_wait_text_;  // why the last connect found no master; cleared when ready
   std::string name_;
   client_options options_;
   io_executor executor_;
@@ -145,6 +166,7 @@ class connection : public std::enable_shared_from_this<connection> {
   std::shared_ptr<socket_link> link_;                // the current connect's socket
   asio::ip::tcp::resolver resolver_;
   std::vector<asio::generic::stream_protocol::endpoint> targets_;
+  asio::steady_timer master_retry_timer_;  // the next connect while awaiting_master_
   asio::steady_timer connect_timer_;
   asio::steady_timer deadline_timer_;
   clock::time_point deadline_armed_ = clock::time_point::max();
@@ -178,6 +200,10 @@ class connection : public std::enable_shared_from_this<connection> {
   std::error_code last_connect_error_;
   std::string last_connect_text_;  // what requests failed fast during the backoff are told
 };
+
+// SUBSCRIBE `channel`, in RESP, for a subscriber connection (set_push_handlers). Formatted
+// here: dlock::command refuses SUBSCRIBE, which is right for shared connections only.
+std::string subscribe_payload(std::string_view channel);
 
 // How many direct exchanges (try_exchange_direct() returning true) this process made: for tests
 // and benchmarks.

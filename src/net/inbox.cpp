@@ -30,11 +30,7 @@ void inbox::subscribe(unique_function<void(std::error_code)> done) {
         });
     handlers_installed_ = true;
   }
-  // Formatted by hand: dlock::command refuses SUBSCRIBE, which is right for shared connections
-  // and does not apply to this one.
-  std::string subscribe = "*2\r\n$9\r\nSUBSCRIBE\r\n$" + std::to_string(channel_.size()) + "\r\n" +
-                          channel_ + "\r\n";
-  conn_->submit(std::move(subscribe), 1,
+  conn_->submit(subscribe_payload(channel_), 1,
                 clock::now() + conn_->options().request_timeout,
                 [self = shared_from_this()](std::error_code ec, reply r) {
                   self->subscribing_ = false;

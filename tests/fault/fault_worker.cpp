@@ -4,6 +4,9 @@
 //                [--ttl MS] [--retry-delay MS] [--node-timeout MS] [--hold MIN-MAX]
 //                [--write-every MS] [--stale-check] [--no-keep-alive] [--mixed] [--seed N]
 //                [--quarantine MS]    (client_options::restart_quarantine)
+//                [--guard MS]         (client_options::replication_guard, with this timeout)
+// A --lock's URLs are separated by commas, except that one redis-sentinel:// URL (which has
+// commas of its own) stands alone.
 // Each thread loops until S seconds have passed: acquire, hold for a random time (in --hold's
 // range, or one time in four for 1-2 TTLs) while writing to the fenced resource every
 // --write-every ms (mutexes only: dlock::fenced_set on P:NAME:data), release. It records each
@@ -53,6 +56,7 @@ struct args {
   std::vector<lock_spec> locks;
   double seconds = 5;
   milliseconds ttl{800}, retry_delay{30}, node_timeout{0}, write_every{20}, quarantine{0};
+  milliseconds guard{0};
   milliseconds hold_min{20}, hold_max{400};
   bool stale_check = false, keep_alive = true, mixed = false;
   unsigned seed = 0;
@@ -94,6 +98,8 @@ args parse(int argc, char** argv) {
       a.node_timeout = milliseconds(std::stol(value()));
     else if (flag == "--quarantine")
       a.quarantine = milliseconds(std::stol(value()));
+    else if (flag == "--guard")
+      a.guard = milliseconds(std::stol(value()));
     else if (flag == "--write-every")
       a.write_every = milliseconds(std::stol(value()));
     else if (flag == "--stale-check")
@@ -116,7 +122,7 @@ args parse(int argc, char** argv) {
       lock_spec s{parts[0], parts[1], std::stoi(parts[2]), {}};
       std::string rest;
       for (std::size_t k = 3; k < parts.size(); ++k) rest += (k > 3 ? ":" : "") + parts[k];
-      s.urls = split(rest, ',');
+      s.urls = rest.rfind("redis-sentinel://", 0) == 0 ? std::vector{rest} : split(rest, ',');
       a.locks.push_back(std::move(s));
     } else {
       usage("unknown flag " + flag);
@@ -128,27 +134,10 @@ args parse(int argc, char** argv) {
 }
 
 std::string error_name(std::error_code ec) {
-  using dlock::errc;
-  static const std::pair<errc, const char*> names[] = {
-      {errc::not_acquired, "not_acquired"},
-      {errc::quorum_not_reached, "quorum_not_reached"},
-      {errc::lease_expired, "lease_expired"},
-      {errc::lease_lost, "lease_lost"},
-      {errc::not_held, "not_held"},
-      {errc::node_unreachable, "node_unreachable"},
-      {errc::timeout, "timeout"},
-      {errc::connection_lost, "connection_lost"},
-      {errc::protocol_error, "protocol_error"},
-      {errc::script_error, "script_error"},
-      {errc::server_error, "server_error"},
-      {errc::cancelled, "cancelled"},
-      {errc::out_of_memory, "out_of_memory"},
-      {errc::read_only, "read_only"}};
-  for (const auto& [e, name] : names) {
-    if (ec == e) return name;
+  if (ec.category() == dlock::category()) {
+    return std::string(dlock::to_string(static_cast<dlock::errc>(ec.value())));
   }
-  std::string text = ec.category().name() + std::string(":") + std::to_string(ec.value());
-  return text;
+  return ec.category().name() + std::string(":") + std::to_string(ec.value());
 }
 
 // Shared by the threads of this process.
@@ -185,7 +174,10 @@ class contender {
   contender(const args& a, const lock_spec& spec, recorder& rec, unsigned seed)
       : a_(a), spec_(spec), rec_(rec), rng_(seed), resource_(a.resource) {
     for (const auto& u : spec.urls) {
-      nodes_.emplace_back(u, dlock::client_options{.restart_quarantine = a_.quarantine});
+      nodes_.emplace_back(
+          u, dlock::client_options{
+                 .restart_quarantine = a_.quarantine,
+                 .replication_guard = {.enabled = a_.guard.count() > 0, .timeout = a_.guard}});
     }
     data_key_ = a.prefix + ":" + spec.name + ":data";
     holder_key_ = a.prefix + ":" + spec.name + ":holder";

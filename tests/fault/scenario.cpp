@@ -41,8 +41,26 @@ scenario::scenario(std::string name, scenario_options options)
   dir_ = tmpl;
   test::server_options node_options;
   node_options.persistence = options_.persistence;
+  if (options_.sentinel) {
+    if (options_.nodes != 1 || options_.proxied || !options_.shimmed.empty()) {
+      throw std::invalid_argument("a sentinel scenario has one node, unproxied, unshimmed");
+    }
+    sentinels_ = std::make_unique<test::sentinel_group>(test::sentinel_group_options{
+        .down_after = 5000ms,  // the faults decide when to fail over (SENTINEL FAILOVER)
+        .data_extra = options_.persistence
+                          ? std::vector<std::string>{"--appendonly", "yes", "--appendfsync", "always"}
+                          : std::vector<std::string>{},
+        .replicate_via =
+            [this](unsigned short master) {
+              replication_link_ = std::make_unique<tcp_proxy>(master);
+              return replication_link_->port();
+            },
+        // Long: else the sentinels re-point the replica past the proxy after this.
+        .failover_timeout = 60s});
+    sentinels_->wait_ready();
+  }
   // Shimmed nodes start first, while this process has no other threads to race with setenv.
-  for (int i = 0; i < options_.nodes; ++i) {
+  for (int i = 0; i < (sentinels_ ? 0 : options_.nodes); ++i) {
     bool shimmed =
         std::find(options_.shimmed.begin(), options_.shimmed.end(), i) != options_.shimmed.end();
     if (shimmed) {
@@ -118,6 +136,7 @@ void scenario::sleep(std::chrono::milliseconds d) const {
 
 std::vector<std::string> scenario::urls_for(int process) const {
   std::vector<std::string> urls;
+  if (sentinels_) urls.push_back(sentinels_->url());
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     urls.push_back(options_.proxied ? proxies_[static_cast<std::size_t>(process)][i]->url()
                                     : nodes_[i]->url());
@@ -161,6 +180,9 @@ outcome scenario::run(const std::function<void(scenario&)>& faults) {
   for (auto& n : nodes_) {
     if (!n->running()) n->restart();
     n->resume();
+  }
+  if (sentinels_) {
+    for (int i = 0; i < 2; ++i) sentinels_->node(i).resume();
   }
   for (auto& row : proxies_) {
     for (auto& p : row) {

@@ -22,6 +22,7 @@
 #include "fault/history.hpp"
 #include "fault/tcp_proxy.hpp"
 #include "support/redis_server.hpp"
+#include "support/sentinel_group.hpp"
 
 namespace dlock::fault {
 
@@ -35,6 +36,11 @@ struct scenario_options {
   std::chrono::milliseconds duration{5000};  // how long the workers contend
   std::chrono::milliseconds ttl{800};
   std::vector<std::string> worker_flags;  // more fault_worker flags (--stale-check, --mixed ...)
+  // Node 0 is a master with one replica (node 1), watched by 3 sentinels whose down-after is
+  // 5 s (test::sentinel_group), and the workers reach it by its redis-sentinel:// URL. The
+  // replica replicates through replication_link(), a proxy that can make it lag. Needs
+  // nodes = 1. The heal leaves a killed data node dead: the sentinels moved on.
+  bool sentinel = false;
 };
 
 struct outcome {
@@ -57,7 +63,12 @@ class scenario {
   scenario& operator=(const scenario&) = delete;
 
   const scenario_options& options() const noexcept { return options_; }
-  test::redis_server& node(int i) { return *nodes_.at(static_cast<std::size_t>(i)); }
+  // With sentinel: 0 is the first master, 1 its replica.
+  test::redis_server& node(int i) {
+    return sentinels_ ? sentinels_->node(i) : *nodes_.at(static_cast<std::size_t>(i));
+  }
+  test::sentinel_group& sentinels() { return *sentinels_; }  // with options().sentinel
+  tcp_proxy& replication_link() { return *replication_link_; }  // with options().sentinel
   test::redis_server& resource() { return *resource_; }
   tcp_proxy& proxy(int process, int node);
   // Sets a shimmed node's wall clock: offset from real time, and rate (1 = real speed).
@@ -86,6 +97,8 @@ class scenario {
   scenario_options options_;
   std::string dir_;
   std::vector<std::unique_ptr<test::redis_server>> nodes_;
+  std::unique_ptr<tcp_proxy> replication_link_;  // outlives the replica that uses it
+  std::unique_ptr<test::sentinel_group> sentinels_;
   std::unique_ptr<test::redis_server> resource_;
   std::vector<std::vector<std::unique_ptr<tcp_proxy>>> proxies_;  // [process][node]
   std::vector<std::unique_ptr<test::child_process>> workers_;

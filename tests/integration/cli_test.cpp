@@ -30,6 +30,7 @@
 #include "support/commandstats.hpp"
 #include "support/promtool.hpp"
 #include "support/redis_server.hpp"
+#include "support/sentinel_group.hpp"
 #include "support/test_keys.hpp"
 
 extern char** environ;
@@ -379,6 +380,28 @@ TEST_F(CliTest, QuarantineKeepsANewlyStartedNodeFromGranting) {
   EXPECT_EQ(run({"-r", fresh.url(), "run", "-n", key, "--", "true"}).status, 75)
       << "a run without --quarantine ignored the node's quarantine";
   EXPECT_EQ(run({"-r", fresh.url(), "--quarantine", "-1s", "run", key, "--", "true"}).status, 64);
+}
+
+// A redis-sentinel:// URL, in -r and in $DLOCK_REDIS (whose commas also separate URLs): the lock
+// is taken on the master that the sentinels name.
+TEST_F(CliTest, SentinelUrlsReachTheMaster) {
+  test::sentinel_group group{{.sentinels = 2}};
+  group.wait_ready();
+  const std::string key = test_key();
+  const std::string ran = path("ran");
+  auto r = run({"-r", group.url(), "run", key, "--", "sh", "-c",
+                "redis-cli -p " + std::to_string(group.node(0).port()) + " EXISTS " + key +
+                    " > " + ran});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(read_file(ran), "1\n") << "the lock was not on the master";
+  auto env = run({"run", "-n", key, "--", "true"},
+                 {"DLOCK_REDIS=" + group.url() + "," + server_.url()});
+  EXPECT_EQ(env.status, 0) << env.err;  // a Redlock over the sentinels' master and one node
+  auto unknown = run({"-r", "redis-sentinel://127.0.0.1:" +
+                                std::to_string(group.sentinel(0).port()) + "/nosuch",
+                      "run", "-n", key, "--", "true"});
+  EXPECT_NE(unknown.status, 0);
+  EXPECT_NE(unknown.err.find("no master named 'nosuch'"), std::string::npos) << unknown.err;
 }
 
 // --replication-guard on a master without replicas: nothing can confirm the grant, so CMD never

@@ -175,9 +175,52 @@ TEST(EndpointTest, ToStringNeverContainsThePassword) {
     ASSERT_EQ(ep.password, "hunter2hunter2") << url;
     EXPECT_EQ(ep.to_string().find("hunter2"), std::string::npos) << ep.to_string();
   }
+  endpoint sentinel_ep = parse_ok("redis-sentinel://:hunter2hunter2@s1,s2/mymaster");
+  EXPECT_EQ(sentinel_ep.to_string().find("hunter2"), std::string::npos);
   endpoint unix_ep = parse_ok("unix:///tmp/r.sock");
   unix_ep.password = "hunter2hunter2";
   EXPECT_EQ(unix_ep.to_string().find("hunter2"), std::string::npos);
+}
+
+TEST(EndpointTest, SentinelUrls) {
+  endpoint ep = parse_ok("redis-sentinel://alice:pw@s1.example:26380,10.0.0.2,[::1]:26381/mymaster/3");
+  EXPECT_TRUE(ep.is_sentinel());
+  EXPECT_FALSE(ep.is_unix());
+  ASSERT_EQ(ep.sentinels.size(), 3u);
+  EXPECT_EQ(ep.sentinels[0], (host_port{"s1.example", 26380}));
+  EXPECT_EQ(ep.sentinels[1], (host_port{"10.0.0.2", 26379}));  // Sentinel's default port
+  EXPECT_EQ(ep.sentinels[2], (host_port{"::1", 26381}));
+  EXPECT_EQ(ep.master_name, "mymaster");
+  EXPECT_EQ(ep.db, 3);
+  EXPECT_EQ(ep.user, "alice");  // the master's credentials
+  EXPECT_EQ(ep.password, "pw");
+  EXPECT_TRUE(ep.host.empty());
+  EXPECT_EQ(ep.to_string(), "redis-sentinel://s1.example:26380,10.0.0.2:26379,[::1]:26381/mymaster");
+  EXPECT_EQ(parse_ok("redis-sentinel://s1/my-master.v2_a").master_name, "my-master.v2_a");
+  EXPECT_EQ(parse_ok("redis-sentinel://s1/m").db, 0);
+  EXPECT_FALSE(parse_ok("redis://h").is_sentinel());
+}
+
+TEST(EndpointTest, BadSentinelUrls) {
+  const char* urls[] = {
+      "redis-sentinel://s1:26379",            // no master name
+      "redis-sentinel://s1:26379/",           // an empty one
+      "redis-sentinel:///mymaster",           // no sentinel
+      "redis-sentinel://s1,,s2/mymaster",     // an empty one among them
+      "redis-sentinel://s1,/mymaster",
+      "redis-sentinel://s1:0/mymaster",       // port out of range
+      "redis-sentinel://s1:70000/mymaster",
+      "redis-sentinel://s1/my master",        // a name Sentinel commands cannot carry
+      "redis-sentinel://s1/m\r\nFLUSHALL",
+      "redis-sentinel://s1/mymaster/x",       // db not a number
+      "redis-sentinel://s1/mymaster/1/2",     // trailing junk
+      "rediss-sentinel://s1/mymaster",        // no TLS for Sentinel
+  };
+  for (const char* url : urls) {
+    std::error_code ec;
+    parse_endpoint(url, ec);
+    EXPECT_EQ(ec, errc::invalid_argument) << url;
+  }
 }
 
 }  // namespace

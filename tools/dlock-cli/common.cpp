@@ -79,6 +79,8 @@ std::string redact(const std::string& url) {
   return url.substr(0, scheme + 3) + "***" + url.substr(at);
 }
 
+// "URL,URL": a piece without a scheme continues the URL before it, whose own commas they were
+// (redis-sentinel://s1,s2/mymaster).
 std::vector<std::string> split_commas(const std::string& text) {
   std::vector<std::string> out;
   std::stringstream in(text);
@@ -86,7 +88,13 @@ std::vector<std::string> split_commas(const std::string& text) {
   while (std::getline(in, item, ',')) {
     auto first = item.find_first_not_of(" \t");
     auto last = item.find_last_not_of(" \t");
-    out.push_back(first == std::string::npos ? std::string() : item.substr(first, last - first + 1));
+    item = first == std::string::npos ? std::string() : item.substr(first, last - first + 1);
+    if (!out.empty() && !item.empty() && item.find("://") == std::string::npos &&
+        out.back().find("://") != std::string::npos) {
+      out.back() += "," + item;
+      continue;
+    }
+    out.push_back(std::move(item));
   }
   if (!text.empty() && text.back() == ',') out.emplace_back();
   return out;

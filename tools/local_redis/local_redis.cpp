@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 #include <utility>
@@ -122,6 +123,19 @@ std::string redis_server::url() const { return "redis://127.0.0.1:" + std::to_st
 std::string redis_server::socket_url() const { return "unix://" + dir_ + "/redis.sock"; }
 
 void redis_server::start() {
+  if (!options_.sentinel_config.empty()) {
+    std::string conf = dir_ + "/sentinel.conf";
+    if (!std::filesystem::exists(conf)) {
+      std::ofstream out(conf);
+      out << "port " << port_ << "\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\n"
+          << "dir " << dir_ << "\nlogfile " << dir_ << "/redis.log\n";
+      for (const auto& line : options_.sentinel_config) out << line << "\n";
+    }
+    pid_ = spawn({find_redis_server(), conf, "--sentinel"});
+    paused_ = false;
+    wait_ready();
+    return;
+  }
   std::vector<std::string> args{find_redis_server(), "--port", std::to_string(port_),
                                 "--bind", "127.0.0.1", "--dir", dir_, "--save", "",
                                 "--daemonize", "no", "--protected-mode", "no",

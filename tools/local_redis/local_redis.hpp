@@ -23,6 +23,11 @@ struct server_options {
   // follow. The fixture speaks no TLS, so readiness is an accepted connection, not PING, and
   // raw_command() cannot reach such a server.
   std::vector<std::string> tls;
+  // Sentinel only: when not empty, the process is a Redis Sentinel (`redis-server CONF
+  // --sentinel`) on port(), and these lines follow the port, dir and log lines of its config
+  // file ("sentinel monitor mymaster 127.0.0.1 6379 2" ...). Sentinel rewrites the file; a
+  // restart keeps what it learnt.
+  std::vector<std::string> sentinel_config;
 };
 
 class redis_server {

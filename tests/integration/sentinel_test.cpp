@@ -1,0 +1,270 @@
+// redis-sentinel:// endpoints: the master is the one a majority of the sentinels names, checked
+// with ROLE on every connect; a switch (+switch-master) moves every connection, and requests
+// sent meanwhile wait for the new master within their deadlines. Real redis-server processes in
+// sentinel mode; the master a test expects is read from the servers with raw_command.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "dlock/mutex.hpp"
+#include "fault/tcp_proxy.hpp"
+#include "support/redis_server.hpp"
+#include "support/sentinel_group.hpp"
+#include "support/test_keys.hpp"
+
+namespace dlock {
+namespace {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+using test::raw_command;
+using test::redis_server;
+using test::sentinel_group;
+using test::test_key;
+
+std::string get_raw(unsigned short port, const std::string& key) {
+  return raw_command(port, "GET " + key);
+}
+
+class SentinelTest : public ::testing::Test {
+ protected:
+  void SetUp() override { group_.wait_ready(); }
+  sentinel_group group_;
+};
+
+TEST_F(SentinelTest, ALockGoesToTheMasterTheSentinelsName) {
+  client c{group_.url()};
+  EXPECT_TRUE(c.where().is_sentinel());
+  mutex m{c, test_key()};
+  auto l = m.acquire();
+  std::string token = c.exec({"GET", test_key()}).str();
+  EXPECT_NE(get_raw(group_.node(0).port(), test_key()).find(token), std::string::npos)
+      << "the key is not on the master";
+  EXPECT_EQ(c.exec({"ROLE"}).elements().at(0).str(), "master");
+}
+
+// The replication guard and the quarantine work through the sentinels' master as on a plain
+// URL: a grant counts once the replica has it.
+TEST_F(SentinelTest, TheGuardConfirmsGrantsOnTheSentinelsMaster) {
+  client c{group_.url(), {.restart_quarantine = 1ms, .replication_guard = {.enabled = true,
+                                                                            .timeout = 2s}}};
+  mutex m{c, test_key()};
+  std::error_code ec;
+  auto l = m.try_acquire(ec);
+  ASSERT_FALSE(ec) << ec.message();
+  ASSERT_TRUE(l);
+  std::string on_master = get_raw(group_.node(0).port(), test_key());
+  EXPECT_EQ(get_raw(group_.node(1).port(), test_key()), on_master)
+      << "the replica does not have the grant";
+  EXPECT_NE(on_master, "$-1\r\n");
+}
+
+// Promotes node 1 at once (SENTINEL FAILOVER) and waits until a majority names it.
+void fail_over_to_replica(sentinel_group& g) {
+  const std::string failover = "SENTINEL FAILOVER " + g.name();
+  for (auto until = steady::now() + 10s; steady::now() < until;) {
+    if (raw_command(g.sentinel(0).port(), failover).rfind("+OK", 0) == 0) break;
+    std::this_thread::sleep_for(50ms);  // NOGOODSLAVE while a sentinel has not seen it lately
+  }
+  ASSERT_TRUE(g.wait_for_master(g.node(1).port())) << "no failover happened";
+}
+
+// Why the guard and the quarantine exist: the replica lags (a proxy drops its replication
+// stream), a grant reaches the master alone, the master dies and the replica is promoted
+// without it; a second client then takes the same lock, with the same fencing token, while
+// the first still holds it. With the guard, the first grant is refused instead (and
+// released); a client with the quarantine raises the promoted node's fences above it.
+TEST(SentinelFailoverTest, APromotedLaggingReplicaGivesASecondHolderUnlessGuarded) {
+  std::unique_ptr<fault::tcp_proxy> link;
+  sentinel_group group{{.replicate_via =
+                            [&](unsigned short master) {
+                              link = std::make_unique<fault::tcp_proxy>(master);
+                              return link->port();
+                            },
+                        .failover_timeout = 60s}};
+  group.wait_ready();
+  const client_options quarantined{.restart_quarantine = 1ms};
+  client{group.url(), quarantined}.exec({"PING"});  // marks the master's identity
+  client a{group.url()},
+      guarded_client{group.url(), {.replication_guard = {.enabled = true, .timeout = 300ms}}};
+  mutex first{a, test_key("plain"), {.ttl = 30s}};
+  mutex guarded{guarded_client, test_key("guarded"), {.ttl = 30s}};
+  std::error_code ec;
+  ASSERT_TRUE(guarded.try_acquire(ec)) << "the guard refused while the replica keeps up";
+  {
+    auto once = first.try_acquire(ec);  // so that the fence counter exists on both nodes
+    ASSERT_TRUE(once) << ec.message();
+    EXPECT_FALSE(once.release());
+  }
+
+  link->set_mode(fault::tcp_proxy::mode::drop_replies);  // the master's stream goes nowhere
+  auto refused = mutex{guarded_client, test_key("guarded2"), {.ttl = 30s}}.try_acquire(ec);
+  EXPECT_FALSE(refused);
+  EXPECT_EQ(ec, errc::replication_not_confirmed) << ec.message();
+  EXPECT_EQ(get_raw(group.node(0).port(), test_key("guarded2")), "$-1\r\n") << "not released";
+  auto held = first.try_acquire(ec);
+  ASSERT_TRUE(held) << ec.message();
+
+  group.node(0).kill();
+  fail_over_to_replica(group);
+
+  client b{group.url(), {.request_timeout = 5s}};
+  mutex second{b, test_key("plain"), {.ttl = 30s}};
+  ASSERT_TRUE(second.try_lock_for(5s)) << "the promoted replica knew of the first grant";
+  EXPECT_GT(held.remaining(), 20s) << "the first holder should still believe it holds";
+  // A fenced resource cannot tell them apart: the new master's counter never saw the first
+  // grant's increment, so it hands out the same token again.
+  EXPECT_EQ(second.current_lease()->fencing_token(), held.fencing_token());
+  second.unlock();
+
+  // A client with the quarantine sees the node's new identity and raises its fence floor.
+  client q{group.url(), quarantined};
+  mutex third{q, test_key("plain"), {.ttl = 30s}};
+  ASSERT_TRUE(third.try_lock_for(5s));
+  EXPECT_GT(third.current_lease()->fencing_token(), held.fencing_token())
+      << "the resource would still take the first holder's writes";
+}
+
+// SENTINEL FAILOVER: the replica becomes the master, the old master its replica. Locks taken
+// afterwards land on the new master, and a thread that locks in a loop meanwhile never fails.
+TEST_F(SentinelTest, ASwitchMovesTheClientAndLocksKeepWorking) {
+  client c{group_.url(), {.request_timeout = 5s}};
+  mutex m{c, test_key(), {.ttl = 2s}};
+  { auto l = m.acquire(); }
+  std::atomic<bool> stop{false};
+  std::atomic<int> cycles{0}, failures{0};
+  std::thread locker([&] {
+    while (!stop) {
+      try {
+        if (!m.try_lock_for(5s)) {
+          ++failures;
+          continue;
+        }
+        m.unlock();
+        ++cycles;
+      } catch (const std::system_error&) {
+        ++failures;  // an unlock whose reply the switch cut off (connection_lost) may throw
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  std::this_thread::sleep_for(200ms);
+  auto before = cycles.load();
+  ASSERT_NE(raw_command(group_.sentinel(0).port(), "SENTINEL FAILOVER " + group_.name())
+                .find("+OK"),
+            std::string::npos);
+  ASSERT_TRUE(group_.wait_for_master(group_.node(1).port())) << "no failover happened";
+  // The client follows: a lock now is on the new master.
+  auto until = steady::now() + 10s;
+  while (steady::now() < until && c.exec({"ROLE"}).elements().at(0).str() != "master") {
+    std::this_thread::sleep_for(20ms);
+  }
+  std::this_thread::sleep_for(500ms);
+  stop = true;
+  locker.join();
+  EXPECT_GT(cycles.load(), before + 5) << "the locker stalled across the switch";
+  EXPECT_LE(failures.load(), 2) << "only a request cut off by the switch may fail";
+  auto l = m.acquire();
+  std::string token = c.exec({"GET", test_key()}).str();
+  EXPECT_NE(get_raw(group_.node(1).port(), test_key()).find(token), std::string::npos)
+      << "after the switch the lock is not on the new master";
+}
+
+// Only +switch-master can move a client that sends nothing but reads: a demoted master answers
+// them without complaint. Within a moment of the switch, the client is on the new master.
+TEST_F(SentinelTest, AnIdleClientFollowsTheSwitchAnnouncement) {
+  client c{group_.url()};
+  ASSERT_EQ(c.exec({"ROLE"}).elements().at(0).str(), "master");
+  ASSERT_NE(raw_command(group_.sentinel(0).port(), "SENTINEL FAILOVER " + group_.name())
+                .find("+OK"),
+            std::string::npos);
+  ASSERT_TRUE(group_.wait_for_master(group_.node(1).port())) << "no failover happened";
+  auto until = steady::now() + 3s;
+  std::string role;
+  while (steady::now() < until) {
+    role = c.exec({"ROLE"}).elements().at(0).str();
+    if (role == "master") break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(role, "master") << "the client stayed on the demoted master";
+  EXPECT_NE(c.exec({"INFO", "server"}).str().find(
+                "tcp_port:" + std::to_string(group_.node(1).port())),
+            std::string::npos);
+}
+
+// The master dies: a request sent now is not failed fast (node_unreachable) as on a plain
+// URL; it waits until the sentinels promote the replica, and runs there, within its deadline.
+TEST_F(SentinelTest, RequestsWaitForThePromotionWithinTheirDeadline) {
+  client c{group_.url(), {.request_timeout = 15s}};
+  c.exec({"PING"});
+  group_.node(0).kill();
+  auto start = steady::now();
+  std::error_code ec;
+  auto r = c.exec({"SET", test_key(), "after"}, ec);
+  ASSERT_FALSE(ec) << ec.message() << ": " << r.str();
+  EXPECT_GT(steady::now() - start, 300ms) << "it cannot have waited for a promotion";
+  EXPECT_NE(get_raw(group_.node(1).port(), test_key()).find("after"), std::string::npos);
+
+  // A request whose deadline ends first fails as not sent, and says why.
+  client short_wait{group_.url(), {.request_timeout = 300ms}};
+  group_.node(1).kill();
+  auto r2 = short_wait.exec({"SET", test_key(), "x"}, ec);
+  EXPECT_EQ(ec, errc::node_unreachable) << ec.message();
+}
+
+TEST(SentinelBadInputTest, NoReachableSentinelFailsFastAndSaysSo) {
+  auto port = test::free_port();
+  client c{"redis-sentinel://127.0.0.1:" + std::to_string(port) + "/mymaster",
+           {.request_timeout = 5s}};
+  auto start = steady::now();
+  std::error_code ec;
+  auto r = c.exec({"PING"}, ec);
+  EXPECT_EQ(ec, errc::node_unreachable);
+  EXPECT_NE(r.str().find("no sentinel answered"), std::string::npos) << r.str();
+  EXPECT_LT(steady::now() - start, 2s) << "it waited for nothing";
+}
+
+TEST(SentinelBadInputTest, AnUnknownMasterNameFailsAndSaysSo) {
+  sentinel_group g{{.sentinels = 1}};
+  client c{"redis-sentinel://127.0.0.1:" + std::to_string(g.sentinel(0).port()) + "/nosuch",
+           {.request_timeout = 5s}};
+  auto start = steady::now();
+  std::error_code ec;
+  auto r = c.exec({"PING"}, ec);
+  EXPECT_EQ(ec, errc::node_unreachable);
+  EXPECT_NE(r.str().find("no master named 'nosuch'"), std::string::npos) << r.str();
+  EXPECT_LT(steady::now() - start, 2s);
+}
+
+// Two sentinels that watch different masters under one name: no majority names either, so no
+// request goes anywhere; it fails at its deadline, naming what each sentinel said.
+TEST(SentinelBadInputTest, SentinelsThatDisagreeSendNothing) {
+  sentinel_group a{{.sentinels = 1}}, b{{.sentinels = 1}};
+  client c{"redis-sentinel://127.0.0.1:" + std::to_string(a.sentinel(0).port()) +
+               ",127.0.0.1:" + std::to_string(b.sentinel(0).port()) + "/mymaster",
+           {.request_timeout = 800ms}};
+  std::error_code ec;
+  auto r = c.exec({"SET", test_key(), "x"}, ec);
+  EXPECT_EQ(ec, errc::node_unreachable);
+  EXPECT_NE(r.str().find("majority"), std::string::npos) << r.str();
+  EXPECT_NE(r.str().find(std::to_string(a.node(0).port())), std::string::npos) << r.str();
+  EXPECT_NE(r.str().find(std::to_string(b.node(0).port())), std::string::npos) << r.str();
+  EXPECT_EQ(get_raw(a.node(0).port(), test_key()), "$-1\r\n");
+  EXPECT_EQ(get_raw(b.node(0).port(), test_key()), "$-1\r\n");
+}
+
+TEST(SentinelBadInputTest, APlainRedisIsNoSentinel) {
+  redis_server plain;
+  client c{"redis-sentinel://127.0.0.1:" + std::to_string(plain.port()) + "/mymaster",
+           {.request_timeout = 2s}};
+  std::error_code ec;
+  auto r = c.exec({"PING"}, ec);
+  EXPECT_EQ(ec, errc::node_unreachable);
+  EXPECT_NE(r.str().find("not a sentinel"), std::string::npos) << r.str();
+}
+
+}  // namespace
+}  // namespace dlock
