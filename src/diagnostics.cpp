@@ -5,6 +5,7 @@
 // read by field name; sections are asked for one by one because Redis before 7 accepts only one.
 #include "dlock/diagnostics.hpp"
 
+#include <charconv>
 #include <future>
 #include <map>
 #include <memory>
@@ -38,7 +39,9 @@ std::string info_field(std::string_view info, std::string_view key) {
   return {};
 }
 
-std::vector<probe> probe_all(const std::vector<client>& nodes) {
+// Sends `cmd` to every node at once and waits for every answer (each within its client's
+// request_timeout).
+std::vector<probe> probe_all(const std::vector<client>& nodes, const command& cmd) {
   struct gather {
     std::mutex m;
     std::vector<probe> probes;
@@ -53,10 +56,7 @@ std::vector<probe> probe_all(const std::vector<client>& nodes) {
   auto finished = g->done.get_future();
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     client node = nodes[i];
-    command cmd{"INFO", "server"};
-    cmd.then({"INFO", "replication"}).then({"INFO", "memory"}).then({"INFO", "persistence"});
-    cmd.then({"CONFIG", "GET", "appendfsync"}).then({"CONFIG", "GET", "min-replicas-to-write"});
-    detail::access::start_exec(node, std::move(cmd), node.options().request_timeout,
+    detail::access::start_exec(node, cmd, node.options().request_timeout,
                                [g, i](std::error_code ec, reply r) {
                                  bool last = false;
                                  {
@@ -131,8 +131,9 @@ void check_count(std::size_t n, std::vector<warning>& out) {
 }
 
 // `quarantined`: the node's client has restart_quarantine, which covers a restart that lost
-// the locks and a promoted replica that missed some.
-void check_node(const std::string& name, const node_facts& f, bool quarantined,
+// the locks and a promoted replica that missed some; `guarded`: its replication_guard, which
+// keeps grants from standing on the master alone.
+void check_node(const std::string& name, const node_facts& f, bool quarantined, bool guarded,
                 std::vector<warning>& out) {
   if (f.role == "slave") {
     add(out, warning::code::replica, name,
@@ -150,13 +151,20 @@ void check_node(const std::string& name, const node_facts& f, bool quarantined,
   const char* persistence_fix =
       "appendonly yes with appendfsync always, or set client_options::restart_quarantine (dlock "
       "--quarantine) to the longest TTL, which keeps a restarted node out of quorums that long";
-  if (!f.replicas.empty() && f.replicas != "0" && f.role == "master" && !quarantined) {
+  if (!f.replicas.empty() && f.replicas != "0" && f.role == "master" &&
+      !(quarantined && guarded)) {
+    std::string missing = !guarded && !quarantined ? "neither the replication guard nor the "
+                                                     "quarantine"
+                          : !guarded               ? "no replication guard"
+                                                   : "no quarantine";
     add(out, warning::code::unguarded_failover, name,
-        "the node has " + f.replicas +
-            " replica(s): a failover may promote one that missed the last lock writes, and a "
-            "second owner gets in",
-        "set client_options::restart_quarantine (dlock --quarantine) to the longest TTL: a "
-        "promoted replica then grants nothing until what it missed has expired");
+        "the node has " + f.replicas + " replica(s) and the client has " + missing +
+            ": a failover may promote one that missed the last lock writes, and a second owner "
+            "gets in",
+        "set client_options::replication_guard (dlock --replication-guard), so that a grant "
+        "counts once a replica has it, and client_options::restart_quarantine (dlock "
+        "--quarantine) to the longest TTL, so that a promoted replica grants nothing until "
+        "what it may have missed has expired");
   }
   if (!f.replicas.empty() && f.replicas != "0" && f.role == "master" && f.min_replicas == "0") {
     add(out, warning::code::no_min_replicas, name,
@@ -179,6 +187,64 @@ void check_node(const std::string& name, const node_facts& f, bool quarantined,
   }
 }
 
+// A redis-sentinel:// node: whether its sentinels can fail over at all, and agree with the URL
+// on how many they are (a majority of the URL's list must match a majority of theirs).
+void check_sentinels(const client& node, std::vector<warning>& out) {
+  const endpoint& where = node.where();
+  const std::string name = where.to_string();
+  const std::size_t listed = where.sentinels.size();
+  if (listed < 3) {
+    add(out, warning::code::sentinel_quorum, name,
+        std::to_string(listed) + " sentinel(s): a failover needs a majority of the sentinels to "
+            "agree, so one that fails or is cut off stops failovers (and the URL's vote)",
+        "run 3 or more sentinels on independent hosts and list them all in the URL");
+  }
+  std::vector<client> sentinels;
+  client_options options;
+  options.connect_timeout = node.options().connect_timeout;
+  options.request_timeout = node.options().request_timeout;
+  options.user = node.options().sentinel_user;
+  options.password = node.options().sentinel_password;
+  for (const auto& s : where.sentinels) sentinels.emplace_back(endpoint{.host = s.host, .port = s.port}, options);
+  command cmd{"SENTINEL", "MASTER", where.master_name};
+  cmd.then({"SENTINEL", "CKQUORUM", where.master_name});
+  auto probes = probe_all(sentinels, cmd);
+  for (std::size_t i = 0; i < probes.size(); ++i) {
+    std::string who = "sentinel " + sentinels[i].where().to_string();
+    const auto& r = probes[i].r;
+    if (probes[i].ec || !r.is_array() || r.elements().size() != 2 ||
+        r.elements()[0].is_error()) {
+      std::string why = probes[i].ec ? probes[i].ec.message() : "";
+      if (r.is_error()) why = r.str();
+      if (r.is_array() && !r.elements().empty() && r.elements()[0].is_error()) {
+        why = r.elements()[0].str();
+      }
+      add(out, warning::code::sentinel_quorum, name, who + " could not be asked: " + why,
+          "make every listed sentinel reachable, and let it watch '" + where.master_name + "'");
+      continue;
+    }
+    const auto& fields = r.elements()[0].elements();
+    std::size_t known = 0;  // the sentinel itself and the others it knows of
+    for (std::size_t k = 0; k + 1 < fields.size(); k += 2) {
+      if (fields[k].str() != "num-other-sentinels") continue;
+      const std::string& text = fields[k + 1].str();
+      std::from_chars(text.data(), text.data() + text.size(), known);
+      ++known;
+    }
+    if (known != 0 && known != listed) {
+      add(out, warning::code::sentinel_quorum, name,
+          who + " knows " + std::to_string(known) + " sentinels, the URL lists " +
+              std::to_string(listed) + ": a majority of the URL's may not be a majority of theirs",
+          "list every sentinel that watches '" + where.master_name + "' in the URL");
+    }
+    const reply& ckquorum = r.elements()[1];
+    if (ckquorum.is_error()) {
+      add(out, warning::code::sentinel_quorum, name, who + ": " + ckquorum.str(),
+          "start the missing sentinels, or lower the quorum no further than a majority");
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<warning> check_deployment(const std::vector<client>& nodes, std::error_code& ec) {
@@ -193,7 +259,10 @@ std::vector<warning> check_deployment(const std::vector<client>& nodes, std::err
     return out;
   }
   check_count(nodes.size(), out);
-  auto probes = probe_all(nodes);
+  command cmd{"INFO", "server"};
+  cmd.then({"INFO", "replication"}).then({"INFO", "memory"}).then({"INFO", "persistence"});
+  cmd.then({"CONFIG", "GET", "appendfsync"}).then({"CONFIG", "GET", "min-replicas-to-write"});
+  auto probes = probe_all(nodes, cmd);
   std::map<std::string, std::string> seen;  // run_id -> first endpoint with it
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     std::string name = nodes[i].where().to_string();
@@ -220,7 +289,9 @@ std::vector<warning> check_deployment(const std::vector<client>& nodes, std::err
             "list each server once; the nodes must be independent masters");
       }
     }
-    check_node(name, facts, nodes[i].options().restart_quarantine.count() > 0, out);
+    check_node(name, facts, nodes[i].options().restart_quarantine.count() > 0,
+               nodes[i].options().replication_guard.enabled, out);
+    if (nodes[i].where().is_sentinel()) check_sentinels(nodes[i], out);
   }
   return out;
 }
@@ -249,6 +320,7 @@ std::string_view to_string(warning::code c) noexcept {
     case warning::code::unchecked: return "unchecked";
     case warning::code::unguarded_failover: return "unguarded_failover";
     case warning::code::no_min_replicas: return "no_min_replicas";
+    case warning::code::sentinel_quorum: return "sentinel_quorum";
   }
   return "unknown";
 }

@@ -30,8 +30,9 @@ struct warning {
     evicting_policy,     ///< maxmemory-policy may evict a held lock key under memory pressure
     forgets_on_restart,  ///< no AOF, or AOF not fsync'd always: a restarted node forgets locks
     unchecked,           ///< the node could not be inspected (down, timed out, INFO forbidden)
-    unguarded_failover,  ///< a master with replicas, no quarantine: a promoted one may lag
+    unguarded_failover,  ///< a master with replicas, no guard or quarantine: a promoted one may lag
     no_min_replicas,     ///< a master with replicas and min-replicas-to-write 0: split brain
+    sentinel_quorum,     ///< redis-sentinel://: too few sentinels, one down, or their count differs
   };
   code what;            ///< the kind of finding
   std::string node;     ///< the endpoint concerned (endpoint::to_string()); empty for all of them
@@ -44,8 +45,11 @@ struct warning {
 /// sharing a run_id (INFO server); role:slave (INFO replication); maxmemory_policy other than
 /// noeviction (INFO memory); aof_enabled:0, or appendfsync other than always (INFO persistence,
 /// CONFIG GET; a node that refuses CONFIG is judged on INFO alone), unless the node's client has
-/// client_options::restart_quarantine; a master with connected replicas whose client has none,
-/// or whose min-replicas-to-write is 0 (CONFIG GET). A node that cannot be
+/// client_options::restart_quarantine; a master with connected replicas whose client lacks the
+/// replication guard or the quarantine, or whose min-replicas-to-write is 0 (CONFIG GET); for a
+/// redis-sentinel:// node, fewer than 3 sentinels, a listed sentinel that cannot be asked
+/// (SENTINEL MASTER), one that knows another number of sentinels than the URL lists, or one
+/// whose SENTINEL CKQUORUM fails. A node that cannot be
 /// inspected yields an `unchecked` warning and sets ec to the first such error; the other nodes'
 /// warnings are still returned. With no nodes ec is invalid_argument.
 DLOCK_EXPORT std::vector<warning> check_deployment(const std::vector<client>& nodes,

@@ -143,6 +143,7 @@ connection::connection(endpoint where, client_options options)
       backoff_(options_.reconnect_backoff_min) {
   name_ = where_.to_string();
   if (where_.is_sentinel()) {
+    check_sentinel_endpoint(where_);
     sentinel_ = sentinel_resolver::shared_for(where_, options_);
   } else {
     target_ = {where_.host, where_.port};
@@ -198,7 +199,14 @@ void connection::set_push_handlers(std::function<void(const reply&)> on_push,
 }
 
 void connection::enqueue(request req) {
-  if (state_ == state::idle && clock::now() < backoff_until_ && !awaiting_master_) {
+  if (state_ == state::idle && clock::now() < backoff_until_ && awaiting_master_) {
+    // No master a moment ago: wait for the next try, which master_retry_timer_ makes (a
+    // connect per request would ask the sentinels at the request rate).
+    pending_.push_back(std::move(req));
+    if (pending_.back().deadline < deadline_armed_) arm_deadline_timer();
+    return;
+  }
+  if (state_ == state::idle && clock::now() < backoff_until_) {
     // The node failed to connect a moment ago: fail fast rather than wait, so that a lock
     // round skips a dead node at once. A TLS verdict stays one: retrying cannot change it.
     errc code = last_connect_error_ == errc::tls_error ? errc::tls_error : errc::node_unreachable;
@@ -641,22 +649,25 @@ void connection::on_reply(reply r) {
     return fail(errc::protocol_error, state_ == state::connecting, errc::protocol_error);
   }
   // With Sentinel, READONLY means the master we know was demoted: move, rather than send it
-  // more writes that it refuses. (Requests still in flight fail with connection_lost.)
-  bool demoted = sentinel_ && r.is_error() && error_from_reply(r) == errc::read_only;
+  // more writes that it refuses. The socket ends before the request completes, so that what
+  // its handler sends next waits for the next master. (Requests still in flight fail with
+  // connection_lost.)
+  demoted_ = demoted_ || (sentinel_ && is_demoted_reply(r));
   request& front = inflight_.front();
-  if (front.expected == 1) {
-    request req = std::move(front);
-    inflight_.pop_front();
-    std::error_code ec = r.is_error() ? error_from_reply(r) : std::error_code{};
-    complete(req, ec, std::move(r));
-  } else {
+  if (front.expected > 1) {
     front.got.push_back(std::move(r));
     if (front.got.size() < front.expected) return;
-    request req = std::move(front);
-    inflight_.pop_front();
-    complete(req, {}, reply::make_array(std::move(req.got)));
   }
-  if (demoted && state_ == state::ready) fail(errc::connection_lost, false);
+  request req = std::move(front);
+  inflight_.pop_front();
+  if (std::exchange(demoted_, false) && state_ == state::ready) fail(errc::connection_lost, false);
+  if (req.expected > 1) return complete(req, {}, reply::make_array(std::move(req.got)));
+  std::error_code ec = r.is_error() ? error_from_reply(r) : std::error_code{};
+  complete(req, ec, std::move(r));
+}
+
+bool connection::is_demoted_reply(const reply& r) {
+  return r.is_error() && error_from_reply(r) == errc::read_only;
 }
 
 void connection::complete(request& req, std::error_code ec, reply r) {
@@ -699,7 +710,8 @@ void connection::fail(std::error_code inflight_error, bool connect_failed,
     // queued requests wait for the next try, soon, whatever the backoff.
     std::error_code why = queued_error ? queued_error : inflight_error;
     awaiting_master_ = sentinel_ && !master_unknown_ &&
-                       (awaiting_master_ || why == errc::node_unreachable || why == errc::timeout);
+                       (awaiting_master_ || why == errc::node_unreachable ||
+                        why == errc::timeout || why == errc::read_only);
     if (awaiting_master_) {
       master_wait_text_ = last_connect_text_;
       backoff_until_ = std::min(backoff_until_, clock::now() + master_retry_delay);

@@ -138,6 +138,8 @@ class connection : public std::enable_shared_from_this<connection> {
   void after_direct();    // posted by a caller that handed the socket back as io or broken
   void hand_back(bool broken);  // caller side
   void on_reply(reply r);
+  // READONLY: with Sentinel, the node we took for the master was demoted.
+  static bool is_demoted_reply(const reply& r);
   void complete(request& req, std::error_code ec, reply r);
   // Ends the current socket. In-flight requests fail with `inflight_error`; if the failure was
   // a connect, queued ones fail too (with `queued_error`) and reconnects back off.
@@ -158,6 +160,7 @@ class connection : public std::enable_shared_from_this<connection> {
   // The last connect failed for want of a master: requests queue instead of failing fast.
   bool awaiting_master_ = false;
   bool master_unknown_ = false;  // the sentinels know no such master, or none answered
+  bool demoted_ = false;  // a READONLY among the replies of the request being read
   std::string master_wait_text_;  // why the last connect found no master; cleared when ready
   std::string name_;
   client_options options_;

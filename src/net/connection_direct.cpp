@@ -131,6 +131,10 @@ bool connection::try_exchange_direct(std::string_view payload, std::size_t repli
   // our request completed normally); do the same.
   std::error_code perr;
   bool unasked = reader.next(perr).has_value() || perr;
+  // With Sentinel, READONLY means the node was demoted: end the socket, so that the next
+  // request votes again, as on the async path (connection::on_reply).
+  bool demoted = false;
+  for (const auto& r : got) demoted |= sentinel_ && is_demoted_reply(r);
   if (replies == 1) {
     out = std::move(got.front());
     ec = out.is_error() ? error_from_reply(out) : std::error_code{};
@@ -138,7 +142,7 @@ bool connection::try_exchange_direct(std::string_view payload, std::size_t repli
     out = reply::make_array(std::move(got));
     ec = {};
   }
-  hand_back(unasked);
+  hand_back(unasked || demoted);
   return true;
 }
 

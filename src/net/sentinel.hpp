@@ -20,6 +20,11 @@ namespace dlock::detail {
 
 class connection;
 
+// Throws std::system_error(invalid_argument) for a sentinel endpoint that cannot work, as one
+// built by hand may be: no sentinels, one listed twice (it would vote twice), an empty host or
+// port 0, TLS or a unix socket (neither is supported with Sentinel).
+void check_sentinel_endpoint(const endpoint& where);
+
 class sentinel_resolver : public std::enable_shared_from_this<sentinel_resolver> {
  public:
   using verdict_handler = unique_function<void(const sentinel_verdict&)>;
@@ -44,9 +49,13 @@ class sentinel_resolver : public std::enable_shared_from_this<sentinel_resolver>
     std::shared_ptr<connection> ask;        // SENTINEL GET-MASTER-ADDR-BY-NAME
     std::shared_ptr<connection> subscriber; // SUBSCRIBE +switch-master
     std::unique_ptr<asio::steady_timer> resubscribe;
+    bool dropped = false;  // the subscription was lost: vote again once it is back
   };
+  static constexpr int max_switch_votes = 25;
 
+  void follow();  // subscribes to +switch-master on every sentinel, once
   void start_round();
+  void revote();  // a round after the one under way, if any
   void on_answer(std::size_t i, std::size_t round, sentinel_answer answer);
   void deliver(const sentinel_verdict& v);
   void subscribe(std::size_t i);
@@ -65,6 +74,9 @@ class sentinel_resolver : public std::enable_shared_from_this<sentinel_resolver>
   std::vector<sentinel_answer> answers_;
   std::vector<verdict_handler> waiting_;
   bool following_ = false;
+  bool revote_ = false;        // another round is due when this one ends
+  int switch_votes_left_ = 0;  // after a switch cue, votes left while the sentinels disagree
+  asio::steady_timer revote_timer_;
   std::vector<std::weak_ptr<connection>> watchers_;
 };
 

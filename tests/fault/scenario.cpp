@@ -103,10 +103,7 @@ void scenario::set_clock(int node, std::chrono::milliseconds offset, double rate
 
 int scenario::holder_of(const std::string& lock, std::chrono::milliseconds left) {
   std::string key = "fault:" + name_ + ":" + lock + ":holder";
-  if (left.count() > 0) {
-    std::string pttl = test::raw_command(resource_->port(), "PTTL " + key);  // ":1234\r\n"
-    if (pttl.size() < 2 || pttl[0] != ':' || std::atoll(pttl.c_str() + 1) < left.count()) return -1;
-  }
+  if (left.count() > 0 && holder_left(lock) < left) return -1;
   std::string reply = test::raw_command(resource_->port(), "GET " + key);
   // "$5\r\n12345\r\n", or "$-1\r\n" when nobody announced a holding lately.
   auto first = reply.find("\r\n");
@@ -116,6 +113,13 @@ int scenario::holder_of(const std::string& lock, std::chrono::milliseconds left)
     if (workers_[i] && workers_[i]->pid() == pid) return static_cast<int>(i);
   }
   return -1;
+}
+
+std::chrono::milliseconds scenario::holder_left(const std::string& lock) {
+  std::string key = "fault:" + name_ + ":" + lock + ":holder";
+  std::string pttl = test::raw_command(resource_->port(), "PTTL " + key);  // ":1234\r\n"
+  if (pttl.size() < 2 || pttl[0] != ':') return -1ms;
+  return std::max(std::chrono::milliseconds(std::atoll(pttl.c_str() + 1)), -1ms);
 }
 
 void scenario::pause_worker(int process) {

@@ -77,6 +77,9 @@ class scenario {
   // announced on the resource), or -1.
   int holder_of(const std::string& lock,
                 std::chrono::milliseconds left = std::chrono::milliseconds(0));
+  // How long the current holder of `lock` still means to hold it (the PTTL of its announcement
+  // on the resource), or -1 ms when nobody holds it: a jump up means a new holding began.
+  std::chrono::milliseconds holder_left(const std::string& lock);
   void pause_worker(int process);
   void resume_worker(int process);
 

@@ -191,9 +191,17 @@ TEST(DiagnosticsTest, AMasterWithReplicasWantsAQuarantineAndMinReplicasToWrite) 
   ASSERT_NE(split, nullptr) << dump(ws);
   EXPECT_NE(split->fix.find("min-replicas-to-write 1"), std::string::npos) << split->fix;
 
-  client_options guarded{.restart_quarantine = 10s};
-  std::vector<client> quarantined{client(master.url(), guarded), client(no_aof.url(), guarded)};
+  client_options quarantine_only{.restart_quarantine = 10s};
+  std::vector<client> quarantined{client(master.url(), quarantine_only),
+                                  client(no_aof.url(), quarantine_only)};
   ws = check_deployment(quarantined);
+  EXPECT_EQ(count(ws, code::forgets_on_restart), 0u) << dump(ws);
+  failover = find(ws, code::unguarded_failover, name_of(master));
+  ASSERT_NE(failover, nullptr) << "a grant can still stand on the master alone. " << dump(ws);
+  EXPECT_NE(failover->message.find("no replication guard"), std::string::npos)
+      << failover->message;
+  client_options both{.restart_quarantine = 10s, .replication_guard = {.enabled = true}};
+  ws = check_deployment({client(master.url(), both), client(no_aof.url(), both)});
   EXPECT_EQ(count(ws, code::unguarded_failover) + count(ws, code::forgets_on_restart), 0u)
       << dump(ws);
 
@@ -247,6 +255,7 @@ TEST(DiagnosticsTest, WarningsPrintAsOneLine) {
   EXPECT_EQ(to_string(code::forgets_on_restart), "forgets_on_restart");
   EXPECT_EQ(to_string(code::unguarded_failover), "unguarded_failover");
   EXPECT_EQ(to_string(code::no_min_replicas), "no_min_replicas");
+  EXPECT_EQ(to_string(code::sentinel_quorum), "sentinel_quorum");
   warning all{code::even_node_count, "", "4 nodes", "use 5"};
   EXPECT_EQ(to_string(all), "even_node_count: 4 nodes (fix: use 5)");
 }

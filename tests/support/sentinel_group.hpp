@@ -20,6 +20,7 @@ struct sentinel_group_options {
   std::string name = "mymaster";
   std::chrono::milliseconds down_after{500};  // sentinel down-after-milliseconds
   std::vector<std::string> data_extra;         // more arguments for the master and the replica
+  std::vector<std::string> master_extra;       // more arguments for the first master only
   // When set, called with the master's port: the port the replica replicates from instead (a
   // proxy that can make it lag for real: a paused replica still reads, on resume, what the
   // kernel buffered). The sentinels then leave that setting alone for failover_timeout.
@@ -32,7 +33,10 @@ class sentinel_group {
   explicit sentinel_group(sentinel_group_options o = {}) : options_(std::move(o)) {
     auto data = server_options{.extra = options_.data_extra};
     data.extra.insert(data.extra.end(), {"--repl-diskless-sync-delay", "0"});
-    nodes_.push_back(std::make_unique<redis_server>(data));
+    auto master = data;
+    master.extra.insert(master.extra.end(), options_.master_extra.begin(),
+                        options_.master_extra.end());
+    nodes_.push_back(std::make_unique<redis_server>(master));
     auto replica = data;
     auto upstream = options_.replicate_via ? options_.replicate_via(nodes_[0]->port())
                                            : nodes_[0]->port();
