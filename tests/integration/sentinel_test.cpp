@@ -296,6 +296,25 @@ TEST(SentinelBadInputTest, SentinelsThatDisagreeSendNothing) {
   EXPECT_EQ(get_raw(b.node(0).port(), test_key()), "$-1\r\n");
 }
 
+// An endpoint built by hand that could not work is refused when the client is made, before
+// any I/O: no sentinels, one listed twice (it would vote twice), TLS.
+TEST(SentinelBadInputTest, HandBuiltEndpointsThatCannotWorkAreRefused) {
+  endpoint none;
+  none.master_name = "mymaster";
+  endpoint twice = parse_endpoint("redis-sentinel://127.0.0.1:26379,127.0.0.1:26379/mymaster");
+  endpoint tls = parse_endpoint("redis-sentinel://127.0.0.1:26379/mymaster");
+  tls.tls = true;
+  for (const endpoint& e : {none, twice, tls}) {
+    try {
+      client c{e};
+      ADD_FAILURE() << "accepted " << e.to_string();
+    } catch (const std::system_error& error) {
+      EXPECT_EQ(error.code(), errc::invalid_argument) << error.what();
+      EXPECT_NE(std::string(error.what()).find("redis-sentinel endpoint"), std::string::npos);
+    }
+  }
+}
+
 TEST(SentinelBadInputTest, APlainRedisIsNoSentinel) {
   redis_server plain;
   client c{"redis-sentinel://127.0.0.1:" + std::to_string(plain.port()) + "/mymaster",

@@ -18,7 +18,9 @@ constexpr const char* footer = R"(Nodes: one URL is a single-instance lock, seve
 masters. URLs come from -r (repeatable), else $DLOCK_REDIS (comma-separated), else
 redis://127.0.0.1:6379. The password comes from --password-file or $DLOCK_PASSWORD, so it
 need not appear in argv. rediss:// URLs speak TLS and always verify the server's certificate
-(--tls-ca for a private CA, --tls-cert/--tls-key for mutual TLS). Durations: 500ms, 30s, 2m, 1h, or plain milliseconds.
+(--tls-ca for a private CA, --tls-cert/--tls-key for mutual TLS).
+redis-sentinel://s1:26379,s2:26379,s3:26379/mymaster is the master a majority of those
+sentinels name, followed across failovers. Durations: 500ms, 30s, 2m, 1h, or plain milliseconds.
 
 Exit status:
   CMD's own    run: CMD ran (128 + N when a signal N ended it)
