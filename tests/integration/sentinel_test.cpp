@@ -71,16 +71,6 @@ TEST_F(SentinelTest, TheGuardConfirmsGrantsOnTheSentinelsMaster) {
   EXPECT_NE(on_master, "$-1\r\n");
 }
 
-// Promotes node 1 at once (SENTINEL FAILOVER) and waits until a majority names it.
-void fail_over_to_replica(sentinel_group& g) {
-  const std::string failover = "SENTINEL FAILOVER " + g.name();
-  for (auto until = steady::now() + 10s; steady::now() < until;) {
-    if (raw_command(g.sentinel(0).port(), failover).rfind("+OK", 0) == 0) break;
-    std::this_thread::sleep_for(50ms);  // NOGOODSLAVE while a sentinel has not seen it lately
-  }
-  ASSERT_TRUE(g.wait_for_master(g.node(1).port())) << "no failover happened";
-}
-
 // Why the guard and the quarantine exist: the replica lags (a proxy drops its replication
 // stream), a grant reaches the master alone, the master dies and the replica is promoted
 // without it; a second client then takes the same lock, with the same fencing token, while
@@ -118,7 +108,7 @@ TEST(SentinelFailoverTest, APromotedLaggingReplicaGivesASecondHolderUnlessGuarde
   ASSERT_TRUE(held) << ec.message();
 
   group.node(0).kill();
-  fail_over_to_replica(group);
+  ASSERT_TRUE(group.fail_over_to_replica()) << "no failover happened";
 
   client b{group.url(), {.request_timeout = 5s}};
   mutex second{b, test_key("plain"), {.ttl = 30s}};
@@ -162,16 +152,14 @@ TEST_F(SentinelTest, ASwitchMovesTheClientAndLocksKeepWorking) {
   });
   std::this_thread::sleep_for(200ms);
   auto before = cycles.load();
-  ASSERT_NE(raw_command(group_.sentinel(0).port(), "SENTINEL FAILOVER " + group_.name())
-                .find("+OK"),
-            std::string::npos);
-  ASSERT_TRUE(group_.wait_for_master(group_.node(1).port())) << "no failover happened";
+  bool promoted = group_.fail_over_to_replica();  // no ASSERT while the locker runs
   // The client follows: a lock now is on the new master.
   auto until = steady::now() + 10s;
   while (steady::now() < until && role_of(c) != "master") std::this_thread::sleep_for(20ms);
   std::this_thread::sleep_for(500ms);
   stop = true;
   locker.join();
+  ASSERT_TRUE(promoted) << "no failover happened";
   EXPECT_GT(cycles.load(), before + 5) << "the locker stalled across the switch";
   EXPECT_LE(failures.load(), 2) << "only a request cut off by the switch may fail";
   auto l = m.acquire();
@@ -189,9 +177,7 @@ TEST(SentinelSwitchTest, AnIdleClientFollowsTheSwitchAnnouncement) {
   group.wait_ready();
   client c{group.url()};
   ASSERT_EQ(role_of(c), "master");
-  const std::string failover = "SENTINEL FAILOVER " + group.name();
-  ASSERT_EQ(raw_command(group.sentinel(0).port(), failover).rfind("+OK", 0), 0u);
-  ASSERT_TRUE(group.wait_for_master(group.node(1).port())) << "no failover happened";
+  ASSERT_TRUE(group.fail_over_to_replica()) << "no failover happened";
   const std::string on_new_master = "tcp_port:" + std::to_string(group.node(1).port());
   auto until = steady::now() + 3s;
   std::string info;

@@ -101,6 +101,19 @@ class sentinel_group {
     }
   }
 
+  // SENTINEL FAILOVER on the first sentinel, now rather than after down-after-milliseconds
+  // (retried while it answers NOGOODSLAVE: it has not seen the replica answer lately); then
+  // until a majority names node 1. False if that does not happen within 20 s.
+  bool fail_over_to_replica() {
+    const std::string failover = "SENTINEL FAILOVER " + name();
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+         std::chrono::steady_clock::now() < until;) {
+      if (raw_command(sentinel(0).port(), failover).rfind("+OK", 0) == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return wait_for_master(node(1).port());
+  }
+
   // Until a majority of the sentinels name `port` as the master; false after `limit`.
   bool wait_for_master(unsigned short port,
                        std::chrono::milliseconds limit = std::chrono::seconds(20)) {
