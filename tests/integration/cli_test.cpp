@@ -397,6 +397,17 @@ TEST_F(CliTest, SentinelUrlsReachTheMaster) {
   auto env = run({"run", "-n", key, "--", "true"},
                  {"DLOCK_REDIS=" + group.url() + "," + server_.url()});
   EXPECT_EQ(env.status, 0) << env.err;  // a Redlock over the sentinels' master and one node
+  // The sentinels' own password comes from the environment, and CMD does not see it.
+  test::sentinel_group locked{{.sentinels = 1, .sentinel_extra = {"requirepass s3cret-sentinel"}}};
+  const std::string locked_url = "redis-sentinel://127.0.0.1:" +
+                                 std::to_string(locked.sentinel(0).port()) + "/" + locked.name();
+  const std::string seen = path("seen");
+  EXPECT_NE(run({"-r", locked_url, "run", "-n", key, "--", "true"}).status, 0);
+  auto logged_in = run({"-r", locked_url, "run", "-n", key, "--", "sh", "-c",
+                        "env > " + seen},
+                       {"DLOCK_SENTINEL_PASSWORD=s3cret-sentinel"});
+  EXPECT_EQ(logged_in.status, 0) << logged_in.err;
+  EXPECT_EQ(read_file(seen).find("s3cret-sentinel"), std::string::npos) << "CMD saw it";
   auto unknown = run({"-r", "redis-sentinel://127.0.0.1:" +
                                 std::to_string(group.sentinel(0).port()) + "/nosuch",
                       "run", "-n", key, "--", "true"});

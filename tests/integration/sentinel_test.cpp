@@ -301,6 +301,21 @@ TEST(SentinelBadInputTest, HandBuiltEndpointsThatCannotWorkAreRefused) {
   }
 }
 
+// Sentinels with a password of their own (requirepass in sentinel.conf): refused without it,
+// with the server's NOAUTH in the text; client_options::sentinel_password logs in.
+TEST(SentinelBadInputTest, SentinelsWithAPasswordNeedTheirOwnCredentials) {
+  sentinel_group g{{.sentinels = 1, .sentinel_extra = {"requirepass s3cret-sentinel"}}};
+  std::string url = "redis-sentinel://127.0.0.1:" + std::to_string(g.sentinel(0).port()) + "/" +
+                    g.name();
+  std::error_code ec;
+  auto refused = client{url, {.request_timeout = 2s}}.exec({"PING"}, ec);
+  EXPECT_EQ(ec, errc::node_unreachable);
+  EXPECT_NE(refused.str().find("NOAUTH"), std::string::npos) << refused.str();
+  client c{url, {.request_timeout = 2s, .sentinel_password = "s3cret-sentinel"}};
+  auto r = c.exec({"PING"}, ec);
+  EXPECT_FALSE(ec) << ec.message() << ": " << r.str();
+}
+
 TEST(SentinelBadInputTest, APlainRedisIsNoSentinel) {
   redis_server plain;
   client c{"redis-sentinel://127.0.0.1:" + std::to_string(plain.port()) + "/mymaster",

@@ -21,6 +21,7 @@ struct sentinel_group_options {
   std::chrono::milliseconds down_after{500};  // sentinel down-after-milliseconds
   std::vector<std::string> data_extra;         // more arguments for the master and the replica
   std::vector<std::string> master_extra;       // more arguments for the first master only
+  std::vector<std::string> sentinel_extra;     // more lines for each sentinel's config
   // When set, called with the master's port: the port the replica replicates from instead (a
   // proxy that can make it lag for real: a paused replica still reads, on resume, what the
   // kernel buffered). The sentinels then leave that setting alone for failover_timeout.
@@ -45,15 +46,17 @@ class sentinel_group {
     nodes_.push_back(std::make_unique<redis_server>(replica));
     for (int i = 0; i < options_.sentinels; ++i) {
       std::string n = options_.name;
-      sentinels_.push_back(std::make_unique<redis_server>(server_options{
-          .sentinel_config = {
-              "sentinel monitor " + n + " 127.0.0.1 " + std::to_string(nodes_[0]->port()) + " " +
-                  std::to_string(options_.sentinels / 2 + 1),
-              "sentinel down-after-milliseconds " + n + " " +
-                  std::to_string(options_.down_after.count()),
-              "sentinel failover-timeout " + n + " " +
-                  std::to_string(options_.failover_timeout.count()),
-              "sentinel parallel-syncs " + n + " 1"}}));
+      std::vector<std::string> config{
+          "sentinel monitor " + n + " 127.0.0.1 " + std::to_string(nodes_[0]->port()) + " " +
+              std::to_string(options_.sentinels / 2 + 1),
+          "sentinel down-after-milliseconds " + n + " " +
+              std::to_string(options_.down_after.count()),
+          "sentinel failover-timeout " + n + " " +
+              std::to_string(options_.failover_timeout.count()),
+          "sentinel parallel-syncs " + n + " 1"};
+      config.insert(config.end(), options_.sentinel_extra.begin(), options_.sentinel_extra.end());
+      sentinels_.push_back(
+          std::make_unique<redis_server>(server_options{.sentinel_config = std::move(config)}));
     }
   }
 
@@ -82,7 +85,8 @@ class sentinel_group {
   }
 
   // Until every sentinel knows the replica, the other sentinels and that the master is up:
-  // before that, a failover cannot be authorised. Throws after `limit`.
+  // before that, a failover cannot be authorised. Throws after `limit`. Not for sentinels
+  // with a password (raw_command does not log in).
   void wait_ready(std::chrono::milliseconds limit = std::chrono::seconds(20)) {
     auto until = std::chrono::steady_clock::now() + limit;
     std::string others = std::to_string(options_.sentinels - 1);

@@ -57,7 +57,8 @@ inline constexpr const char* default_url = "redis://127.0.0.1:6379";
 // The URLs to use, after -r, $DLOCK_REDIS and the default. Throws usage_error for an empty list
 // entry.
 std::vector<std::string> resolve_urls(const global_options& g);
-// Takes $DLOCK_PASSWORD and $DLOCK_USER out of the environment (their bytes overwritten in
+// Takes $DLOCK_PASSWORD and $DLOCK_USER (and $DLOCK_SENTINEL_PASSWORD, $DLOCK_SENTINEL_USER,
+// the sentinels' own) out of the environment (their bytes overwritten in
 // place, so /proc/PID/environ no longer shows them, then unset) and keeps them for
 // make_clients(). main() calls it first; later calls do nothing.
 void take_environment_credentials();

@@ -27,7 +27,7 @@ bool verbose_flag = false;
 
 // The credentials dlock was given in its environment, taken out of it by
 // take_environment_credentials() before anything is forked.
-std::string env_password, env_user;
+std::string env_password, env_user, env_sentinel_password, env_sentinel_user;
 bool env_taken = false;
 
 // Reads NAME from the environment, then wipes it. unsetenv() only drops the pointer from
@@ -128,6 +128,8 @@ void take_environment_credentials() {
   env_taken = true;
   env_password = take_from_environment("DLOCK_PASSWORD");
   env_user = take_from_environment("DLOCK_USER");
+  env_sentinel_password = take_from_environment("DLOCK_SENTINEL_PASSWORD");
+  env_sentinel_user = take_from_environment("DLOCK_SENTINEL_USER");
 }
 
 std::vector<client> make_clients(const global_options& g) {
@@ -148,6 +150,8 @@ std::vector<client> make_clients(const global_options& g) {
     take_environment_credentials();
     options.user = env_user;
   }
+  options.sentinel_password = env_sentinel_password;  // redis-sentinel:// URLs only
+  options.sentinel_user = env_sentinel_user;
   // Checked here so that a typo is a usage error, not an unreachable node.
   for (const auto& [flag, path] : {std::pair{"--tls-ca", g.tls.ca_file},
                                    std::pair{"--tls-cert", g.tls.cert_file},

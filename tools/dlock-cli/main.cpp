@@ -20,7 +20,8 @@ redis://127.0.0.1:6379. The password comes from --password-file or $DLOCK_PASSWO
 need not appear in argv. rediss:// URLs speak TLS and always verify the server's certificate
 (--tls-ca for a private CA, --tls-cert/--tls-key for mutual TLS).
 redis-sentinel://s1:26379,s2:26379,s3:26379/mymaster is the master a majority of those
-sentinels name, followed across failovers. Durations: 500ms, 30s, 2m, 1h, or plain milliseconds.
+sentinels name, followed across failovers; the sentinels' own credentials, if they have any,
+come from $DLOCK_SENTINEL_USER and $DLOCK_SENTINEL_PASSWORD. Durations: 500ms, 30s, 2m, 1h, or plain milliseconds.
 
 Exit status:
   CMD's own    run: CMD ran (128 + N when a signal N ended it)

@@ -111,7 +111,7 @@ struct loss_alarm {
 // Redis credentials.
 bool hidden_from_cmd(std::string_view entry) {
   for (std::string_view name : {"DLOCK_KEY=", "DLOCK_TOKEN=", "DLOCK_FENCE=", "DLOCK_PASSWORD=",
-                                "DLOCK_USER="}) {
+                                "DLOCK_USER=", "DLOCK_SENTINEL_PASSWORD=", "DLOCK_SENTINEL_USER="}) {
     if (entry.starts_with(name)) return true;
   }
   return false;
@@ -555,7 +555,8 @@ constexpr const char* supervision_rules =
   - Lease lost, or renewals failing until min(--lost-grace, TTL/3) of validity is left:
     SIGTERM, then SIGKILL before the validity ends; exit 71. The guard keeps that deadline
     on its own clock too, so a stopped or blocked dlock cannot let CMD run past it.
-  - CMD does not see $DLOCK_PASSWORD or $DLOCK_USER; it gets DLOCK_KEY/TOKEN/FENCE.)";
+  - CMD does not see $DLOCK_PASSWORD, $DLOCK_USER or the $DLOCK_SENTINEL_ ones; it gets
+    DLOCK_KEY/TOKEN/FENCE.)";
 
 }  // namespace
 
