@@ -224,12 +224,13 @@ void check_sentinels(const client& node, std::vector<warning>& out) {
       continue;
     }
     const auto& fields = r.elements()[0].elements();
-    std::size_t known = 0;  // the sentinel itself and the others it knows of
+    std::size_t known = 0;  // the sentinel itself and the others it knows of; 0: unknown
     for (std::size_t k = 0; k + 1 < fields.size(); k += 2) {
       if (fields[k].str() != "num-other-sentinels") continue;
       const std::string& text = fields[k + 1].str();
-      std::from_chars(text.data(), text.data() + text.size(), known);
-      ++known;
+      std::size_t others = 0;
+      auto [end, perr] = std::from_chars(text.data(), text.data() + text.size(), others);
+      if (perr == std::errc{} && end == text.data() + text.size()) known = others + 1;
     }
     if (known != 0 && known != listed) {
       add(out, warning::code::sentinel_quorum, name,
@@ -278,6 +279,8 @@ std::vector<warning> check_deployment(const std::vector<client>& nodes, std::err
       if (!ec) ec = node_ec;
       add(out, warning::code::unchecked, name, "could not inspect the node: " + why,
           "make it reachable and allow INFO (and CONFIG GET) for the lock's user");
+      // A master the sentinels cannot name is when their own state matters most.
+      if (nodes[i].where().is_sentinel()) check_sentinels(nodes[i], out);
       continue;
     }
     if (!facts.run_id.empty()) {

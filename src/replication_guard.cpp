@@ -57,6 +57,9 @@ void replication_guard::start_batch() {
     const auto& parts = role.elements();
     if (!role.is_array() || parts.size() < 3 || parts[0].str() != "master" ||
         !parts[2].is_array()) {
+      // With Sentinel, the node was demoted since this connection was made: reconnect, which
+      // asks the sentinels again, for the next batch.
+      if (self->conn_->where().is_sentinel()) self->conn_->close(errc::connection_lost);
       return self->finish(*batch, errc::replication_not_confirmed,
                           "the node is no master (ROLE: " + role.to_string() + ")");
     }

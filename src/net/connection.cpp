@@ -746,7 +746,10 @@ void connection::fail_awaiting_master(std::string text) {
 
 void connection::master_moved(const host_port& master) {
   if (state_ == state::idle) {
-    if (awaiting_master_) kick();
+    // Waiting for a master, and one other than the last tried is named: try it now. (For the
+    // same one, the retry timer paces the tries: votes that agree on a master that refuses
+    // connections would otherwise kick each other at the round-trip rate.)
+    if (awaiting_master_ && !(target_ == master)) kick();
     return;
   }
   if (target_ == master || target_.host.empty()) return;  // not yet told where to go

@@ -40,6 +40,9 @@ void check_sentinel_endpoint(const endpoint& where) {
   if (where.sentinels.empty()) reject("no sentinels");
   if (where.tls) reject("TLS is not supported with Sentinel");
   if (where.is_unix() || !where.host.empty()) reject("a host or socket beside the sentinels");
+  for (unsigned char c : where.master_name) {
+    if (c <= ' ' || c == 0x7f) reject("a master name with spaces or control characters");
+  }
   for (std::size_t i = 0; i < where.sentinels.size(); ++i) {
     const auto& s = where.sentinels[i];
     if (s.host.empty() || s.port == 0) reject("a sentinel without host or port");
@@ -145,7 +148,7 @@ void sentinel_resolver::on_answer(std::size_t i, std::size_t round, sentinel_ans
 void sentinel_resolver::deliver(const sentinel_verdict& v) {
   for (auto& done : std::exchange(waiting_, {})) done(v);
   if (v.what == sentinel_verdict::kind::agreed) {
-    switch_votes_left_ = 0;
+    if (!revote_) switch_votes_left_ = 0;  // else this round predates the cue: keep the budget
     auto watchers = watchers_;  // master_moved runs handlers, which may add watchers
     for (const auto& w : watchers) {
       if (auto c = w.lock()) c->master_moved(v.master);

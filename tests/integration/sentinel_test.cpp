@@ -233,6 +233,17 @@ TEST_F(SentinelTest, DoctorChecksTheSentinels) {
   EXPECT_NE(partial.find("2 sentinel(s)"), std::string::npos) << partial;
   EXPECT_NE(partial.find("knows 3 sentinels, the URL lists 2"), std::string::npos) << partial;
 
+  // A name the sentinels do not know: the node cannot be inspected, and the sentinels say why.
+  std::error_code ec;
+  auto unknown = check_deployment(
+      {client{"redis-sentinel://127.0.0.1:" + std::to_string(group_.sentinel(0).port()) +
+                  "/nosuch",
+              {.request_timeout = 2s}}},
+      ec);
+  EXPECT_TRUE(ec);
+  auto unknown_text = sentinel_warnings(unknown);
+  EXPECT_NE(unknown_text.find("No such master"), std::string::npos) << unknown_text;
+
   auto port = group_.sentinel(2).port();
   group_.sentinel(2).kill();
   auto down = sentinel_warnings(check_deployment({client{group_.url()}}));
