@@ -1,8 +1,9 @@
 // Start-up diagnostics: the deployment facts that silently weaken Redlock (SPEC section 3-4).
 //
 // Every node is asked at once, with one pipelined request (four INFO sections and CONFIG GET
-// appendfsync and min-replicas-to-write), so a hung node costs one request_timeout rather than one per node. INFO is
-// read by field name; sections are asked for one by one because Redis before 7 accepts only one.
+// appendfsync and min-replicas-to-write), so a hung node costs one request_timeout rather than
+// one per node. INFO is read by field name; sections are asked for one by one because Redis
+// before 7 accepts only one.
 #include "dlock/diagnostics.hpp"
 
 #include <charconv>
@@ -13,6 +14,7 @@
 
 #include "access.hpp"
 #include "algo/quorum_round.hpp"
+#include "net/sentinel.hpp"
 
 namespace dlock {
 namespace {
@@ -151,8 +153,8 @@ void check_node(const std::string& name, const node_facts& f, bool quarantined, 
   const char* persistence_fix =
       "appendonly yes with appendfsync always, or set client_options::restart_quarantine (dlock "
       "--quarantine) to the longest TTL, which keeps a restarted node out of quorums that long";
-  if (!f.replicas.empty() && f.replicas != "0" && f.role == "master" &&
-      !(quarantined && guarded)) {
+  const bool master_with_replicas = !f.replicas.empty() && f.replicas != "0" && f.role == "master";
+  if (master_with_replicas && !(quarantined && guarded)) {
     std::string missing = !guarded && !quarantined ? "neither the replication guard nor the "
                                                      "quarantine"
                           : !guarded               ? "no replication guard"
@@ -166,7 +168,7 @@ void check_node(const std::string& name, const node_facts& f, bool quarantined, 
         "--quarantine) to the longest TTL, so that a promoted replica grants nothing until "
         "what it may have missed has expired");
   }
-  if (!f.replicas.empty() && f.replicas != "0" && f.role == "master" && f.min_replicas == "0") {
+  if (master_with_replicas && f.min_replicas == "0") {
     add(out, warning::code::no_min_replicas, name,
         "min-replicas-to-write is 0: a master that a failover deposed keeps granting locks to "
         "the clients that still reach it, which the new master does not know (split brain)",
@@ -200,12 +202,10 @@ void check_sentinels(const client& node, std::vector<warning>& out) {
         "run 3 or more sentinels on independent hosts and list them all in the URL");
   }
   std::vector<client> sentinels;
-  client_options options;
-  options.connect_timeout = node.options().connect_timeout;
-  options.request_timeout = node.options().request_timeout;
-  options.user = node.options().sentinel_user;
-  options.password = node.options().sentinel_password;
-  for (const auto& s : where.sentinels) sentinels.emplace_back(endpoint{.host = s.host, .port = s.port}, options);
+  auto options = detail::sentinel_options(node.options());
+  for (const auto& s : where.sentinels) {
+    sentinels.emplace_back(endpoint{.host = s.host, .port = s.port}, options);
+  }
   command cmd{"SENTINEL", "MASTER", where.master_name};
   cmd.then({"SENTINEL", "CKQUORUM", where.master_name});
   auto probes = probe_all(sentinels, cmd);

@@ -8,8 +8,7 @@ namespace dlock::detail {
 namespace {
 
 std::string address_text(const host_port& a) {
-  if (a.host.find(':') != std::string::npos) return "[" + a.host + "]:" + std::to_string(a.port);
-  return a.host + ":" + std::to_string(a.port);
+  return endpoint{.host = a.host, .port = a.port}.to_string();
 }
 
 std::string said(const sentinel_answer& a) {

@@ -199,14 +199,14 @@ void connection::set_push_handlers(std::function<void(const reply&)> on_push,
 }
 
 void connection::enqueue(request req) {
-  if (state_ == state::idle && clock::now() < backoff_until_ && awaiting_master_) {
-    // No master a moment ago: wait for the next try, which master_retry_timer_ makes (a
-    // connect per request would ask the sentinels at the request rate).
-    pending_.push_back(std::move(req));
-    if (pending_.back().deadline < deadline_armed_) arm_deadline_timer();
-    return;
-  }
   if (state_ == state::idle && clock::now() < backoff_until_) {
+    if (awaiting_master_) {
+      // No master a moment ago: wait for the next try, which master_retry_timer_ makes (a
+      // connect per request would ask the sentinels at the request rate).
+      pending_.push_back(std::move(req));
+      if (pending_.back().deadline < deadline_armed_) arm_deadline_timer();
+      return;
+    }
     // The node failed to connect a moment ago: fail fast rather than wait, so that a lock
     // round skips a dead node at once. A TLS verdict stays one: retrying cannot change it.
     errc code = last_connect_error_ == errc::tls_error ? errc::tls_error : errc::node_unreachable;

@@ -20,18 +20,18 @@ constexpr auto resubscribe_delay = std::chrono::milliseconds(500);
 // After a switch announcement, while the sentinels disagree: votes this far apart, this many.
 constexpr auto revote_delay = std::chrono::milliseconds(200);
 
+}  // namespace
+
 client_options sentinel_options(const client_options& o) {
   client_options s;
   s.connect_timeout = o.connect_timeout;
-  s.request_timeout = o.connect_timeout;
+  s.request_timeout = o.request_timeout;
   s.reconnect_backoff_min = std::chrono::milliseconds(10);
   s.reconnect_backoff_max = std::chrono::milliseconds(200);
   s.user = o.sentinel_user;
   s.password = o.sentinel_password;
   return s;
 }
-
-}  // namespace
 
 void check_sentinel_endpoint(const endpoint& where) {
   auto reject = [](const std::string& why) {

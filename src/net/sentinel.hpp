@@ -25,6 +25,10 @@ class connection;
 // port 0, TLS or a unix socket (neither is supported with Sentinel).
 void check_sentinel_endpoint(const endpoint& where);
 
+// How to reach the sentinels of a client with `o`: its timeouts, the sentinels' own
+// credentials (client_options::sentinel_user, sentinel_password), short reconnect backoff.
+client_options sentinel_options(const client_options& o);
+
 class sentinel_resolver : public std::enable_shared_from_this<sentinel_resolver> {
  public:
   using verdict_handler = unique_function<void(const sentinel_verdict&)>;
