@@ -64,7 +64,8 @@ class DLOCK_EXPORT mutex {
   /// Makes 1 + retry_count rounds, sleeping retry_delay (jittered) between them. Blocks. On
   /// failure the lease is empty and ec says why: not_acquired (held by another),
   /// quorum_not_reached, lease_expired (the round took longer than the TTL allows), or a node
-  /// error when every node failed the same way (wrong_type, auth_failed, ...).
+  /// error when every node failed the same way, or when more nodes than a quorum can spare
+  /// gave one that retrying cannot cure (wrong_type, auth_failed, no_permission, ...).
   lease acquire(std::error_code& ec);
   /// As above; `nodes`, when not null, gets the last round's votes.
   lease acquire(node_results* nodes, std::error_code& ec);

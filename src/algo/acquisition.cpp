@@ -56,22 +56,6 @@ std::vector<std::string_view> lock_release_keys(const lock_keys& k) {
 
 }  // namespace
 
-bool is_retryable(std::error_code ec) noexcept {
-  if (ec.category() != category()) return false;
-  switch (static_cast<errc>(ec.value())) {
-    case errc::not_acquired:
-    case errc::quorum_not_reached:
-    case errc::lease_expired:
-    case errc::node_unreachable:
-    case errc::timeout:
-    case errc::connection_lost:
-    case errc::out_of_memory:
-      return true;
-    default:
-      return false;
-  }
-}
-
 }  // namespace dlock::detail
 
 namespace dlock {
@@ -417,7 +401,7 @@ struct acquisition::impl {
     // A round lost early to fast failures (dead nodes refuse at once) is judged again now:
     // each node answers our release after the acquire sent before it on the same connection,
     // so every node that answers at all has voted by now. Votes against may prove another
-    // owner (not_acquired), or every node may have failed alike (wrong_type, auth_failed).
+    // owner (not_acquired), or too many nodes may have failed alike (wrong_type, auth_failed).
     std::error_code ec = round->failure;
     if (!round->votes.quorum_granted()) ec = round->votes.failure();
     round_done(now, ec);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "algo/quorum_round.hpp"
+#include "algo/retry.hpp"
 #include "dlock/error.hpp"
 #include "dlock/key_layout.hpp"
 #include "dlock/options.hpp"
@@ -32,10 +33,6 @@
 #include "script.hpp"
 
 namespace dlock::detail {
-
-// Errors that another attempt may cure (contention, nodes down or slow) versus those it cannot
-// (credentials, ACLs, wrong key type, a peer that is not Redis).
-bool is_retryable(std::error_code ec) noexcept;
 
 // The node's timeout when the options leave it 0: min(ttl / 10, the client's request timeout).
 std::chrono::milliseconds effective_node_timeout(std::chrono::milliseconds configured,

@@ -1,6 +1,9 @@
 #include "algo/quorum_round.hpp"
 
 #include <algorithm>
+#include <utility>
+
+#include "algo/retry.hpp"
 
 namespace dlock::detail {
 
@@ -45,7 +48,24 @@ bool quorum_round::decided() const noexcept {
   return granted_ >= quorum() || still_possible < quorum();
 }
 
+// The incurable error (one retrying cannot cure) shared by the most failed votes, and how many.
+std::pair<std::error_code, std::size_t> quorum_round::commonest_incurable() const {
+  std::pair<std::error_code, std::size_t> best{};
+  for (const auto& v : votes_) {
+    if (v.outcome != node_result::vote::failed || is_retryable(v.error)) continue;
+    auto alike = static_cast<std::size_t>(
+        std::count_if(votes_.begin(), votes_.end(), [&](const node_result& other) {
+          return other.outcome == node_result::vote::failed && other.error == v.error;
+        }));
+    if (alike > best.second) best = {v.error, alike};
+  }
+  return best;
+}
+
 std::error_code quorum_round::failure() const {
+  // More nodes refusing for good than a quorum can spare: no retry can win the lock.
+  auto [incurable, refusing] = commonest_incurable();
+  if (refusing > votes_.size() - quorum()) return incurable;
   if (votes_.size() - taken_ < quorum()) return errc::not_acquired;
   if (failed_ == votes_.size()) {
     std::error_code shared = votes_.front().error;
@@ -58,7 +78,13 @@ std::error_code quorum_round::failure() const {
 
 bool quorum_round::failure_settled() const noexcept {
   std::size_t pending = votes_.size() - granted_ - taken_ - failed_;
-  if (pending == 0 || votes_.size() - taken_ < quorum()) return true;
+  if (pending == 0) return true;
+  // The stragglers could still make an incurable error deny the quorum.
+  std::size_t spare = votes_.size() - quorum();
+  auto refusing = commonest_incurable().second;
+  if (refusing > spare) return true;
+  if (refusing > 0 && refusing + pending > spare) return false;
+  if (votes_.size() - taken_ < quorum()) return true;
   // Enough outstanding votes against would make it not_acquired.
   if (votes_.size() - taken_ - pending < quorum()) return false;
   // Every vote so far failed the same way: all of them failing so would name that error.

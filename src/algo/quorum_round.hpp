@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "dlock/error.hpp"
@@ -43,13 +44,15 @@ class quorum_round {
   bool decided() const noexcept;
   bool quorum_granted() const noexcept { return granted_ >= quorum(); }
 
-  // The failure of an undecidable or lost round: not_acquired when the votes of other owners
-  // alone make a quorum impossible; the shared error when every node failed alike; else
-  // quorum_not_reached.
+  // The failure of an undecidable or lost round: an error retrying cannot cure (wrong_type,
+  // no_permission, ...) when more nodes gave it than a quorum can spare; not_acquired when
+  // the votes of other owners alone make a quorum impossible; the shared error when every node
+  // failed alike; else quorum_not_reached.
   std::error_code failure() const;
   // Whether failure() would say the same whatever the nodes yet to vote say: false while their
-  // votes against could still prove another owner (not_acquired), or while every vote so far
-  // is the same error. A round decided early on failures may wait for this to name the cause.
+  // votes could still make an incurable error deny the quorum, prove another owner
+  // (not_acquired), or while every vote so far is the same error. A round decided early on
+  // failures may wait for this to name the cause.
   bool failure_settled() const noexcept;
   // When the lock may be used until: start + ttl - drift. The round succeeds iff a quorum
   // granted and this is after the moment of decision.
@@ -61,6 +64,7 @@ class quorum_round {
 
  private:
   bool first_vote(std::size_t node) const;
+  std::pair<std::error_code, std::size_t> commonest_incurable() const;
 
   steady::time_point start_;
   milliseconds ttl_;

@@ -2,7 +2,25 @@
 
 #include <random>
 
+#include "dlock/error.hpp"
+
 namespace dlock::detail {
+
+bool is_retryable(std::error_code ec) noexcept {
+  if (ec.category() != category()) return false;
+  switch (static_cast<errc>(ec.value())) {
+    case errc::not_acquired:
+    case errc::quorum_not_reached:
+    case errc::lease_expired:
+    case errc::node_unreachable:
+    case errc::timeout:
+    case errc::connection_lost:
+    case errc::out_of_memory:
+      return true;
+    default:
+      return false;
+  }
+}
 
 std::chrono::steady_clock::duration jittered_delay(std::chrono::milliseconds retry_delay,
                                                    std::uint64_t random) {

@@ -1,10 +1,16 @@
-// algo/retry.hpp: how long to sleep between two lock rounds. Private; no clocks read here.
+// algo/retry.hpp: whether to try again, and how long to sleep between two lock rounds.
+// Private; no clocks read here.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <system_error>
 
 namespace dlock::detail {
+
+// Errors that another attempt may cure (contention, nodes down or slow) versus those it cannot
+// (credentials, ACLs, wrong key type, a peer that is not Redis).
+bool is_retryable(std::error_code ec) noexcept;
 
 // A uniformly random delay in [retry_delay/2, retry_delay] (redsync, node-redlock), so that
 // lockers that failed together do not retry together. `random` is any 64-bit random value.
