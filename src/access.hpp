@@ -1,6 +1,6 @@
 // access.hpp: the library's way in to the private members of public classes. Private.
-//   access  static forwarders to client's and mutex's type-erased cores, client's inbox, and
-//           the switch that gives a transaction its own connection
+//   access  static forwarders to client's and mutex's type-erased cores, client's inbox and
+//           cluster router, and the switch that gives a transaction its own connection
 // The public headers keep these members private so that the API shows only what users call;
 // src/ (scripts, the acquisition driver, diagnostics) and white-box tests come through here.
 #pragma once
@@ -26,10 +26,14 @@ struct access {
                               reply& out, std::error_code& ec) {
     return c.try_exec_direct(cmd, timeout, out, ec);
   }
-  // The pub/sub inbox through which a release wakes this client's waiters.
-  static inbox& wake_inbox(const client& c) noexcept { return *c.link_->wake_inbox; }
+  // The pub/sub inbox through which a release wakes this client's waiters on keys in `slot`.
+  static inbox& wake_inbox(const client& c, std::uint16_t slot) {
+    return c.link_->inbox_for(slot);
+  }
   // The node's replication guard, or null when the client has none.
   static replication_guard* guard(const client& c) noexcept { return c.link_->guard.get(); }
+  // The router of a redis-cluster:// client, or null.
+  static cluster_router* cluster(const client& c) noexcept { return c.link_->cluster.get(); }
   // A transaction's own connection, shared with no one: it may WATCH and MULTI.
   static void make_dedicated(client& c) noexcept { c.dedicated_ = true; }
 

@@ -39,7 +39,9 @@ void acquire_run::start(handler_type handler, std::vector<request> first) {
   asio::dispatch(owner_->get_executor(), [self = shared_from_this(),
                                           first = std::move(first)]() mutable {
     std::vector<inbox*> boxes;
-    for (auto& node : self->nodes_) boxes.push_back(&access::wake_inbox(node));
+    for (auto& node : self->nodes_) {
+      boxes.push_back(&access::wake_inbox(node, self->engine_.slot()));
+    }
     self->waiter_ = std::make_shared<wake_waiter>(self->owner_->get_executor(), std::move(boxes),
                                                   self->engine_.id(), self->wake_on_release_);
     // Weak: the waiter belongs to this run, and must not keep it alive.

@@ -10,10 +10,22 @@ client::client(std::string_view url, client_options options)
 
 namespace detail {
 
-node_link::node_link(const endpoint& where, client_options options)
-    : conn(std::make_shared<connection>(where, options)),
-      wake_inbox(std::make_shared<inbox>(where, options)) {
+node_link::node_link(const endpoint& where, client_options options) {
+  if (where.is_cluster()) {
+    cluster = std::make_shared<cluster_router>(where, options);
+    return;
+  }
+  conn = std::make_shared<connection>(where, options);
+  wake_inbox = std::make_shared<inbox>(where, options);
   if (options.replication_guard.enabled) guard = std::make_shared<replication_guard>(where, options);
+}
+
+inbox& node_link::inbox_for(std::uint16_t slot) {
+  if (!cluster) return *wake_inbox;
+  std::lock_guard lock(slot_inboxes_mutex);
+  auto& box = slot_inboxes[slot];
+  if (!box) box = std::make_shared<inbox>(cluster, slot, cluster->options());
+  return *box;
 }
 
 node_link::~node_link() {
@@ -22,12 +34,16 @@ node_link::~node_link() {
     // copied held: never close or destroy them here.
     static auto* kept = new std::vector<std::shared_ptr<void>>;  // only the child's thread
     kept->push_back(conn);
+    kept->push_back(cluster);
     kept->push_back(wake_inbox);
     kept->push_back(guard);
+    for (auto& [slot, box] : slot_inboxes) kept->push_back(box);
     return;
   }
-  conn->close(errc::cancelled);
-  wake_inbox->close();
+  if (conn) conn->close(errc::cancelled);
+  if (cluster) cluster->close(errc::cancelled);
+  if (wake_inbox) wake_inbox->close();
+  for (auto& [slot, box] : slot_inboxes) box->close();
   if (guard) guard->close();
 }
 
@@ -36,9 +52,15 @@ node_link::~node_link() {
 client::client(endpoint where, client_options options)
     : link_(std::make_shared<detail::node_link>(where, std::move(options))) {}
 
-const endpoint& client::where() const noexcept { return link_->conn->where(); }
-const client_options& client::options() const noexcept { return link_->conn->options(); }
-detail::io_executor client::get_executor() const noexcept { return link_->conn->get_executor(); }
+const endpoint& client::where() const noexcept {
+  return link_->cluster ? link_->cluster->where() : link_->conn->where();
+}
+const client_options& client::options() const noexcept {
+  return link_->cluster ? link_->cluster->options() : link_->conn->options();
+}
+detail::io_executor client::get_executor() const noexcept {
+  return link_->cluster ? link_->cluster->get_executor() : link_->conn->get_executor();
+}
 
 namespace {
 
@@ -69,11 +91,15 @@ void client::start_exec(command cmd, std::chrono::milliseconds timeout,
   std::size_t count = cmd.size();
   if (auto* o = detail::current_observer()) {
     // Timed only when someone listens: an unobserved request reads no clock for it.
-    handler = [o, conn = link_->conn, began = detail::clock::now(), h = std::move(handler)](
+    handler = [o, link = link_, began = detail::clock::now(), h = std::move(handler)](
                   std::error_code ec, reply r) mutable {
-      o->on_node_request({conn->name(), ec, detail::clock::now() - began});
+      o->on_node_request({link->name(), ec, detail::clock::now() - began});
       h(ec, std::move(r));
     };
+  }
+  if (link_->cluster) {
+    return link_->cluster->submit(std::string(cmd.bytes()), count, deadline_after(timeout),
+                                  std::move(handler));
   }
   link_->conn->submit(std::string(cmd.bytes()), count, deadline_after(timeout), std::move(handler));
 }
@@ -87,10 +113,12 @@ bool client::try_exec_direct(const command& cmd, std::chrono::milliseconds timeo
   }
   auto* o = detail::current_observer();
   auto began = o ? detail::clock::now() : detail::clock::time_point{};
-  if (!link_->conn->try_exchange_direct(cmd.bytes(), cmd.size(), deadline_after(timeout), ec, out)) {
-    return false;
-  }
-  if (o) o->on_node_request({link_->conn->name(), ec, detail::clock::now() - began});
+  bool done = link_->cluster ? link_->cluster->try_exchange_direct(
+                                   cmd.bytes(), cmd.size(), deadline_after(timeout), ec, out)
+                             : link_->conn->try_exchange_direct(
+                                   cmd.bytes(), cmd.size(), deadline_after(timeout), ec, out);
+  if (!done) return false;
+  if (o) o->on_node_request({link_->name(), ec, detail::clock::now() - began});
   return true;
 }
 
@@ -113,7 +141,10 @@ reply client::exec(command cmd) {
   return r;
 }
 
-void client::disconnect() { link_->conn->close(errc::cancelled); }
+void client::disconnect() {
+  if (link_->cluster) return link_->cluster->close(errc::cancelled);
+  link_->conn->close(errc::cancelled);
+}
 
 std::error_code error_from_reply(const reply& r) noexcept {
   if (!r.is_error()) return {};
@@ -131,6 +162,13 @@ std::error_code error_from_reply(const reply& r) noexcept {
   // server_error it would stop lock() and acquire_until() (not retryable) and make the
   // Lockable calls throw during a routine restart.
   if (starts("LOADING")) return errc::node_unreachable;
+  // Redis Cluster, while it fails over or loses a master (CLUSTERDOWN), or while a multi-key
+  // command's slot migrates (TRYAGAIN): the command did not run and may later.
+  if (starts("CLUSTERDOWN") || starts("TRYAGAIN")) return errc::node_unreachable;
+  // A script whose slot began migrating: a key it deleted (or emptied) now belongs to the
+  // importing node, so touching it again failed midway. dlock's scripts make every write that
+  // matters before they tell anyone (release.lua), so the retry a migration needs is safe.
+  if (starts("ERR Script attempted to access a non local key")) return errc::node_unreachable;
   // A server at maxclients answers this to a new connection and closes it: an outage of that
   // node that ends when a client leaves, not a verdict on the command.
   if (starts("ERR max number of clients reached")) return errc::node_unreachable;

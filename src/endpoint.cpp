@@ -139,6 +139,14 @@ std::string endpoint::to_string() const {
     }
     return text + "/" + master_name;
   }
+  if (is_cluster()) {
+    std::string text = tls ? "rediss-cluster://" : "redis-cluster://";
+    for (const auto& s : seeds) {
+      if (&s != &seeds.front()) text += ',';
+      text += address_text(s.host, s.port);
+    }
+    return text;
+  }
   return address_text(host, port);
 }
 
@@ -146,7 +154,9 @@ endpoint parse_endpoint(std::string_view url, std::error_code& ec) {
   ec = errc::invalid_argument;
   endpoint ep;
   constexpr std::string_view redis_scheme = "redis://", tls_scheme = "rediss://",
-                             unix_scheme = "unix://", sentinel_scheme = "redis-sentinel://";
+                             unix_scheme = "unix://", sentinel_scheme = "redis-sentinel://",
+                             cluster_scheme = "redis-cluster://",
+                             tls_cluster_scheme = "rediss-cluster://";
 
   if (url.substr(0, unix_scheme.size()) == unix_scheme) {
     auto rest = url.substr(unix_scheme.size());
@@ -165,6 +175,12 @@ endpoint parse_endpoint(std::string_view url, std::error_code& ec) {
   } else if (url.substr(0, sentinel_scheme.size()) == sentinel_scheme) {
     rest = url.substr(sentinel_scheme.size());
     sentinel = true;
+  } else if (url.substr(0, cluster_scheme.size()) == cluster_scheme) {
+    rest = url.substr(cluster_scheme.size());
+    ep.cluster = true;
+  } else if (url.substr(0, tls_cluster_scheme.size()) == tls_cluster_scheme) {
+    rest = url.substr(tls_cluster_scheme.size());
+    ep.cluster = ep.tls = true;
   } else if (url.substr(0, tls_scheme.size()) == tls_scheme) {
     rest = url.substr(tls_scheme.size());
     ep.tls = true;
@@ -185,21 +201,28 @@ endpoint parse_endpoint(std::string_view url, std::error_code& ec) {
       if (!percent_decode(userinfo.substr(colon + 1), ep.password)) return {};
     }
   }
-  // host[:port][/db], or for a sentinel URL host[:port][,host[:port]]*/name[/db]
+  // host[:port][/db], for a sentinel URL host[:port][,host[:port]]*/name[/db], for a
+  // cluster URL host[:port][,host[:port]]* (a cluster has database 0 only)
   std::string_view hostport = rest, path;
   if (auto slash = rest.find('/'); slash != std::string_view::npos) {
     hostport = rest.substr(0, slash);
     path = rest.substr(slash + 1);
   }
-  if (sentinel) {
+  auto parse_list = [&](std::vector<host_port>& out, unsigned short default_port) {
     for (std::string_view list = hostport;;) {
       auto comma = list.find(',');
-      host_port one;
-      if (!parse_host_port(list.substr(0, comma), one.host, one.port)) return {};
-      ep.sentinels.push_back(std::move(one));
-      if (comma == std::string_view::npos) break;
+      host_port one{{}, default_port};
+      if (!parse_host_port(list.substr(0, comma), one.host, one.port)) return false;
+      out.push_back(std::move(one));
+      if (comma == std::string_view::npos) return true;
       list.remove_prefix(comma + 1);
     }
+  };
+  if (ep.cluster) {
+    if (!parse_list(ep.seeds, 6379) || hostport.size() != rest.size()) return {};
+    ep.port = 0;
+  } else if (sentinel) {
+    if (!parse_list(ep.sentinels, 26379)) return {};
     auto slash = path.find('/');
     ep.master_name = std::string(path.substr(0, slash));
     if (!valid_master_name(ep.master_name)) return {};
@@ -218,8 +241,9 @@ endpoint parse_endpoint(std::string_view url) {
   auto ep = parse_endpoint(url, ec);
   if (ec) {
     throw std::system_error(
-        ec, "bad Redis URL (want redis[s]://[user:pass@]host:port[/db], unix:///path or "
-            "redis-sentinel://[user:pass@]host:port[,host:port...]/master_name[/db])");
+        ec, "bad Redis URL (want redis[s]://[user:pass@]host:port[/db], unix:///path, "
+            "redis-sentinel://[user:pass@]host:port[,host:port...]/master_name[/db] or "
+            "redis[s]-cluster://[user:pass@]host:port[,host:port...])");
   }
   return ep;
 }

@@ -36,6 +36,9 @@ class dlock_category final : public std::error_category {
       case errc::replication_not_confirmed:
         return "the replication guard: too few replicas acknowledged the write in time, so a "
                "failover could lose it";
+      case errc::cluster_error:
+        return "Redis Cluster could not route the request: not a cluster node, a slot that no "
+               "node serves, or redirects in a loop";
     }
     return "unknown dlock error";
   }
@@ -77,6 +80,7 @@ std::string_view to_string(errc e) noexcept {
     case errc::transaction_aborted: return "transaction_aborted";
     case errc::forked_process: return "forked_process";
     case errc::replication_not_confirmed: return "replication_not_confirmed";
+    case errc::cluster_error: return "cluster_error";
   }
   return "unknown";
 }

@@ -9,6 +9,8 @@
 // which is the form of a tagged name.
 #include "dlock/key_layout.hpp"
 
+#include "key_layout_internal.hpp"
+
 #include <array>
 #include <stdexcept>
 #include <vector>
@@ -64,6 +66,26 @@ std::string four_chars(unsigned f) {
   return tag;
 }
 
+
+// E(key) from the header: ends with '}', hashes to key's slot, and differs for different keys.
+// Appended piecewise: GCC 12's -Wrestrict misfires on `"{" + std::string(...)` at -O2.
+std::string encode(std::string_view key) {
+  std::string out;
+  if (tag_open(key) != std::string_view::npos) return out.append(key).append("{}");
+  if (!key.empty() && key.find('}') == std::string_view::npos) {
+    return out.append("{").append(key).append("}");
+  }
+  return out.append("{").append(detail::tag_for_slot(hash_slot(key))).append("}").append(key).append("}}");
+}
+
+std::string companion(std::string_view key, std::string_view suffix) {
+  return encode(key).append(suffix);
+}
+
+}  // namespace
+
+namespace detail {
+
 // The first four characters of '@'..'O' (0x40..0x4F, so no braces) that hash to `slot`. There
 // always is one. The low nibbles give 16 free bits, and the CRC is linear in them. Over all
 // 65536 choices, the low 14 bits of the CRC take every value (tests/unit/key_layout_test.cpp
@@ -78,22 +100,7 @@ std::string tag_for_slot(std::uint16_t slot) {
   return four_chars(first[slot]);
 }
 
-// E(key) from the header: ends with '}', hashes to key's slot, and differs for different keys.
-// Appended piecewise: GCC 12's -Wrestrict misfires on `"{" + std::string(...)` at -O2.
-std::string encode(std::string_view key) {
-  std::string out;
-  if (tag_open(key) != std::string_view::npos) return out.append(key).append("{}");
-  if (!key.empty() && key.find('}') == std::string_view::npos) {
-    return out.append("{").append(key).append("}");
-  }
-  return out.append("{").append(tag_for_slot(hash_slot(key))).append("}").append(key).append("}}");
-}
-
-std::string companion(std::string_view key, std::string_view suffix) {
-  return encode(key).append(suffix);
-}
-
-}  // namespace
+}  // namespace detail
 
 std::uint16_t hash_slot(std::string_view key) noexcept {
   auto open = tag_open(key);

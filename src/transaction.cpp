@@ -19,7 +19,9 @@
 #include <thread>
 
 #include "access.hpp"
+#include "algo/cluster_routing.hpp"
 #include "algo/retry.hpp"
+#include "dlock/key_layout.hpp"
 #include "algo/transaction_backoff.hpp"
 #include "token.hpp"
 
@@ -112,7 +114,26 @@ reply transaction::read(command cmd, std::error_code& ec) { return conn_.exec(st
 
 reply transaction::read(command cmd) { return conn_.exec(std::move(cmd)); }
 
-void transaction::watch(std::string_view key) { conn_.exec({"WATCH", key}); }
+namespace {
+
+// A transaction on a cluster runs on the connection to one master: every key it WATCHes or
+// writes must be in one slot (use a hash tag: "{order:42}:items"), or its EXEC would meet a
+// connection without its WATCH.
+constexpr const char* cross_slot_text =
+    "a transaction on a Redis Cluster must keep all its keys in one slot (use a hash tag)";
+
+std::optional<std::uint16_t> slot_of(const std::vector<std::string>& args) {
+  return detail::command_slot(command(std::span<const std::string>(args)).bytes());
+}
+
+}  // namespace
+
+void transaction::watch(std::string_view key) {
+  if (conn_.where().is_cluster() && hash_slot(key) != slot_) {
+    throw std::system_error(make_error_code(errc::invalid_argument), cross_slot_text);
+  }
+  conn_.exec({"WATCH", key});
+}
 
 void transaction::queue(std::initializer_list<std::string_view> args) {
   queued_.emplace_back(args.begin(), args.end());
@@ -137,6 +158,13 @@ transaction_result transaction_runner::run(std::vector<std::string> keys, const 
   ec.clear();
   transaction_result result;
   if (keys.empty() || !body) {
+    ec = errc::invalid_argument;
+    return result;
+  }
+  const bool cluster = pool_->where.is_cluster();
+  if (cluster && std::any_of(keys.begin(), keys.end(), [&](const std::string& k) {
+        return hash_slot(k) != hash_slot(keys.front());
+      })) {
     ec = errc::invalid_argument;
     return result;
   }
@@ -175,7 +203,17 @@ transaction_result transaction_runner::run(std::vector<std::string> keys, const 
     // 2. The body reads and queues. An exception leaves `held` unclean: the connection, with
     // its WATCH, is closed rather than reused.
     transaction tx(conn, attempt);
+    tx.slot_ = hash_slot(keys.front());
     body(tx);
+    if (cluster && std::any_of(tx.queued_.begin(), tx.queued_.end(), [&](const auto& args) {
+          auto slot = slot_of(args);
+          return slot && *slot != tx.slot_;
+        })) {
+      conn.exec({"UNWATCH"}, ec);
+      held.set_clean(!ec);
+      ec = errc::invalid_argument;
+      return result;
+    }
     if (tx.discarded_) {
       conn.exec({"UNWATCH"}, ec);
       held.set_clean(!ec);

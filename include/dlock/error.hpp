@@ -41,6 +41,7 @@ enum class errc {
   transaction_aborted, ///< every attempt of an optimistic transaction met a concurrent change
   forked_process,      ///< called in a child after fork(): dlock works in the parent only
   replication_not_confirmed,  ///< the replication guard: too few replicas acknowledged in time
+  cluster_error,       ///< Redis Cluster: not a cluster node, a slot no node serves, a redirect loop
 };
 
 /// The category of errc values; name() is "dlock".

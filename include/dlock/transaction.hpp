@@ -35,6 +35,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <memory>
@@ -80,6 +81,8 @@ class DLOCK_EXPORT transaction {
   /// queued is sent).
   reply read(command cmd);
   /// WATCHes more keys (such as keys named by what was just read). Blocks; throws like read().
+  /// On a cluster (redis-cluster://), a key in another slot than run()'s keys throws
+  /// std::system_error(invalid_argument).
   void watch(std::string_view key);
   /// Queues a write for MULTI ... EXEC; nothing is sent until the body returns.
   void queue(std::initializer_list<std::string_view> args);
@@ -96,6 +99,7 @@ class DLOCK_EXPORT transaction {
 
   client& conn_;
   int attempt_;
+  std::uint16_t slot_ = 0;  // on a cluster: the one slot of every key
   bool discarded_ = false;
   std::vector<std::vector<std::string>> queued_;
 };
@@ -137,6 +141,9 @@ class DLOCK_EXPORT transaction_runner {
   /// - timeout, connection_lost:  EXEC's answer was lost: the writes may or may not have been
   ///   applied, so run() does not repeat them
   /// - any error of WATCH itself (no_permission ...)
+  /// - invalid_argument:  on a Redis Cluster (redis-cluster://), keys or queued writes in more
+  ///   than one slot, found before any write is sent: a transaction runs on one master, so all
+  ///   its keys must share a hash tag ("{order:42}:items", "{order:42}:total")
   ///
   /// `result.attempts` counts the bodies run either way. An exception from the body propagates;
   /// nothing it queued is sent, and its connection is closed rather than reused.

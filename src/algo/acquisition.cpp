@@ -792,6 +792,10 @@ bool acquisition::queued() const noexcept { return impl_->queued; }
 int acquisition::attempts_made() const noexcept { return impl_->made; }
 const std::string& acquisition::id() const noexcept { return impl_->id; }
 
+std::uint16_t acquisition::slot() const noexcept {
+  return hash_slot(impl_->lock ? impl_->lock->keys.key : impl_->sem->keys.expiries);
+}
+
 // ---- quorum_release ----
 
 quorum_release::quorum_release(const lock_target& target, std::string value,

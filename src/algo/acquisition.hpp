@@ -173,6 +173,8 @@ class acquisition {
   std::error_code last_error() const noexcept;
   const node_results& last_votes() const noexcept;
   const std::string& id() const noexcept;
+  // The Redis Cluster slot of the lock's or semaphore's keys, where its wake-ups are published.
+  std::uint16_t slot() const noexcept;
 
  private:
   struct impl;

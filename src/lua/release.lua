@@ -26,15 +26,22 @@ if give_up then
 elseif holder ~= owner then
   return 0
 end
-redis.call('DEL', key)
+-- The key is overwritten for a handoff and deleted otherwise, and every write to it comes
+-- before the PUBLISH that tells a waiter it holds the lock: a script is never rolled back, and
+-- on a Redis Cluster node whose slot is migrating away, a write to a key this script deleted
+-- fails (the key belongs to the importing node now). Such a failure must come before the
+-- waiter is told, never after (tests/integration/cluster_test found two holders so).
 if redis.call('EXISTS', queue) == 0 then
+  redis.call('DEL', key)
   return 1
 end
 -- #include node_state.lua
+-- #include wake.lua
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local quarantined = quarantine_left() > 0
+local handed = false
 while true do
   local head = redis.call('ZRANGE', queue, 0, 0)[1]
   if not head then break end
@@ -55,15 +62,15 @@ while true do
       fence = string.format('%.0f', math.max(current, fence_floor()) + 1)
       message = head .. ' ' .. fence .. ' ' .. round
     end
-    -- pcall: the key is already deleted (a script is never rolled back), so a refused PUBLISH
-    -- (an ACL user without the channel) must not turn this release into an error; the waiter
-    -- then finds the lock free at its next poll.
-    local receivers = redis.pcall('PUBLISH', channel, message)
+    -- A refused publish (publish_wake's pcall) ends the loop; the waiter then finds the lock
+    -- free at its next poll.
+    if handoff then redis.call('SET', key, head .. '.h' .. round, 'PX', ttl_ms) end
+    local receivers = publish_wake(channel, message)
     if type(receivers) ~= 'number' then break end
     if receivers > 0 then
       if handoff then
+        handed = true
         redis.call('SET', fence_key, fence)
-        redis.call('SET', key, head .. '.h' .. round, 'PX', ttl_ms)
         redis.call('ZREM', queue, head)
         redis.call('HDEL', info, head)
       end
@@ -73,4 +80,5 @@ while true do
   redis.call('ZREM', queue, head)
   redis.call('HDEL', info, head)
 end
+if not handed then redis.call('DEL', key) end
 return 1

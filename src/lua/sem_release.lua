@@ -17,6 +17,8 @@
 local expiries, weights, queue, info = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner = ARGV[1]
 
+-- #include wake.lua
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -50,10 +52,9 @@ while to_wake > 0 do
         redis.call('HDEL', weights, member)
         dropped = dropped + 1
       elseif channel ~= '' and woken == '' then
-        -- pcall: this release has already happened (a script is never rolled back), so a
-        -- refused PUBLISH (an ACL user without the channel) must not turn it into an error;
-        -- the waiter then finds the permit at its next poll.
-        redis.pcall('PUBLISH', channel, member)
+        -- A refused publish (publish_wake's pcall) leaves the waiter to find the permit at
+        -- its next poll.
+        publish_wake(channel, member)
         redis.call('HSET', info, member, e .. ' woken')
         to_wake = to_wake - 1
         if to_wake == 0 then break end

@@ -640,10 +640,16 @@ void connection::start_read() {
   });
 }
 
+// A subscriber's messages, and the end of a sharded subscription that Redis Cluster announces
+// when the slot moves (dlock never sends SUNSUBSCRIBE, so it never asks for one).
+bool connection::is_push(const reply& r) {
+  if (!r.is_array() || r.elements().empty()) return false;
+  const auto& kind = r.elements()[0].str();
+  return kind == "message" || kind == "smessage" || kind == "sunsubscribe";
+}
+
 void connection::on_reply(reply r) {
-  if (on_push_ && r.is_array() && !r.elements().empty() && r.elements()[0].str() == "message") {
-    return on_push_(r);  // out of band: not the answer to any request
-  }
+  if (on_push_ && is_push(r)) return on_push_(r);  // out of band: not the answer to any request
   if (inflight_.empty()) {
     // A reply nobody asked for: not a Redis server speaking request/reply RESP2.
     return fail(errc::protocol_error, state_ == state::connecting, errc::protocol_error);
@@ -760,9 +766,10 @@ void connection::master_moved(const host_port& master) {
   fail(errc::connection_lost, false);
 }
 
-std::string subscribe_payload(std::string_view channel) {
-  return "*2\r\n$9\r\nSUBSCRIBE\r\n$" + std::to_string(channel.size()) + "\r\n" +
-         std::string(channel) + "\r\n";
+std::string subscribe_payload(std::string_view channel, bool sharded) {
+  std::string verb = sharded ? "SSUBSCRIBE" : "SUBSCRIBE";
+  return "*2\r\n$" + std::to_string(verb.size()) + "\r\n" + verb + "\r\n$" +
+         std::to_string(channel.size()) + "\r\n" + std::string(channel) + "\r\n";
 }
 
 void connection::report(connection_event::change what, std::error_code ec) {

@@ -69,7 +69,8 @@ class connection : public std::enable_shared_from_this<connection> {
   bool try_exchange_direct(std::string_view payload, std::size_t replies,
                            clock::time_point deadline, std::error_code& ec, reply& out);
 
-  // Makes this a subscriber connection: pub/sub "message" pushes go to on_push instead of being
+  // Makes this a subscriber connection: pub/sub "message" and "smessage" pushes (and Redis
+  // Cluster's unasked "sunsubscribe") go to on_push instead of being
   // taken for replies, and on_drop runs whenever the socket ends (subscriptions die with it).
   // Both run on the I/O thread. Call once, before the first request.
   void set_push_handlers(std::function<void(const reply&)> on_push, std::function<void()> on_drop);
@@ -138,6 +139,7 @@ class connection : public std::enable_shared_from_this<connection> {
   void after_direct();    // posted by a caller that handed the socket back as io or broken
   void hand_back(bool broken);  // caller side
   void on_reply(reply r);
+  static bool is_push(const reply& r);
   // READONLY: with Sentinel, the node we took for the master was demoted.
   static bool is_demoted_reply(const reply& r);
   void complete(request& req, std::error_code ec, reply r);
@@ -204,9 +206,10 @@ class connection : public std::enable_shared_from_this<connection> {
   std::string last_connect_text_;  // what requests failed fast during the backoff are told
 };
 
-// SUBSCRIBE `channel`, in RESP, for a subscriber connection (set_push_handlers). Formatted
-// here: dlock::command refuses SUBSCRIBE, which is right for shared connections only.
-std::string subscribe_payload(std::string_view channel);
+// SUBSCRIBE (or, `sharded`, SSUBSCRIBE) `channel`, in RESP, for a subscriber connection
+// (set_push_handlers). Formatted here: dlock::command refuses them, which is right for shared
+// connections only.
+std::string subscribe_payload(std::string_view channel, bool sharded = false);
 
 // How many direct exchanges (try_exchange_direct() returning true) this process made: for tests
 // and benchmarks.

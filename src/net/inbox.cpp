@@ -2,41 +2,82 @@
 
 #include <algorithm>
 
+#include "key_layout_internal.hpp"
 #include "token.hpp"
 
 namespace dlock::detail {
 
 inbox::inbox(endpoint where, client_options options)
-    : conn_(std::make_shared<connection>(std::move(where), std::move(options))),
+    : conn_(std::make_shared<connection>(std::move(where), options)),
+      options_(std::move(options)),
       channel_("dlock:wake:" + random_token()) {}
+
+inbox::inbox(std::shared_ptr<cluster_router> router, std::uint16_t slot, client_options options)
+    : router_(std::move(router)),
+      slot_(slot),
+      options_(std::move(options)),
+      channel_("s:{" + tag_for_slot(slot) + "}dlock:wake:" + random_token()) {}
+
+void inbox::install_handlers() {
+  if (handlers_installed_) return;
+  // Weak: the connection must not keep its inbox alive (the inbox owns the connection). A
+  // connection the inbox has left since (the slot moved) speaks for nothing.
+  std::weak_ptr<inbox> weak = shared_from_this();
+  connection* from = conn_.get();
+  conn_->set_push_handlers(
+      [weak, from](const reply& r) {
+        auto self = weak.lock();
+        if (self && self->conn_.get() == from) self->on_message(r);
+      },
+      [weak, from] {
+        auto self = weak.lock();
+        if (self && self->conn_.get() == from) self->on_drop();
+      });
+  handlers_installed_ = true;
+}
+
+bool inbox::connect_to_slot_owner() {
+  auto owner = router_->known_owner(slot_);
+  if (!owner) return false;
+  if (conn_ && conn_->where().host == owner->host && conn_->where().port == owner->port) {
+    return true;
+  }
+  if (conn_) conn_->close(errc::cancelled);
+  endpoint node = router_->where();
+  node.cluster = false;
+  node.seeds.clear();
+  node.host = owner->host;
+  node.port = owner->port;
+  conn_ = std::make_shared<connection>(std::move(node), options_);
+  handlers_installed_ = false;
+  return true;
+}
 
 void inbox::subscribe(unique_function<void(std::error_code)> done) {
   if (subscribed_) return done({});
   // A node that is down or refuses SUBSCRIBE (ACL) is asked again only after a backoff of its
   // own, so that waiters who ask at every attempt do not turn into a SUBSCRIBE storm.
   if (!subscribing_ && clock::now() < retry_after_) return done(last_error_);
+  if (!subscribing_ && router_ && !connect_to_slot_owner()) {
+    // The router is reading the slot map; try again after the backoff.
+    last_error_ = errc::node_unreachable;
+    retry_after_ = clock::now() + backoff_;
+    return done(last_error_);
+  }
   waiting_for_subscription_.push_back(std::move(done));
   if (subscribing_) return;
   subscribing_ = true;
-  if (!handlers_installed_) {
-    // Weak: the connection must not keep its inbox alive (the inbox owns the connection).
-    std::weak_ptr<inbox> weak = shared_from_this();
-    conn_->set_push_handlers(
-        [weak](const reply& r) {
-          if (auto self = weak.lock()) self->on_message(r);
-        },
-        [weak] {
-          if (auto self = weak.lock()) self->on_drop();
-        });
-    handlers_installed_ = true;
-  }
-  conn_->submit(subscribe_payload(channel_), 1,
+  install_handlers();
+  conn_->submit(subscribe_payload(channel_, router_ != nullptr), 1,
                 clock::now() + conn_->options().request_timeout,
                 [self = shared_from_this()](std::error_code ec, reply r) {
                   self->subscribing_ = false;
                   bool confirmed = r.is_array() && !r.elements().empty() &&
-                                   r.elements()[0].str() == "subscribe";
+                                   r.elements()[0].str() ==
+                                       (self->router_ ? "ssubscribe" : "subscribe");
                   if (!ec && !confirmed) ec = errc::protocol_error;
+                  // MOVED: the slot's master is another now; the router reads the map again.
+                  if (ec && self->router_) self->router_->refresh();
                   self->subscribed_ = !ec;
                   if (ec) {
                     self->last_error_ = ec;
@@ -55,10 +96,15 @@ void inbox::listen(const std::string& token, std::function<void(std::string_view
 
 void inbox::forget(const std::string& token) { listeners_.erase(token); }
 
-// ["message", channel, payload]: the payload starts with the token of the waiter to wake.
+// ["message" or "smessage", channel, payload]: the payload starts with the token of the waiter
+// to wake. ["sunsubscribe", channel, count] unasked: the slot moved to another master.
 void inbox::on_message(const reply& r) {
   const auto& e = r.elements();
   if (e.size() != 3) return;
+  if (e[0].str() == "sunsubscribe") {
+    if (router_) router_->refresh();
+    return on_drop();
+  }
   std::string_view payload = e[2].str();
   auto space = payload.find(' ');
   std::string_view token = payload.substr(0, space);
@@ -74,7 +120,9 @@ void inbox::on_message(const reply& r) {
 // Only the loss of a confirmed subscription can have lost a message; a connect or SUBSCRIBE
 // that failed lost nothing, and waking every waiter for it would make them spin while a node
 // is down (each attempt fails fast, and each failure would end the next sleep at once).
-void inbox::close() { conn_->close(errc::cancelled); }
+void inbox::close() {
+  if (conn_) conn_->close(errc::cancelled);
+}
 
 void inbox::on_drop() {
   if (!std::exchange(subscribed_, false)) return;

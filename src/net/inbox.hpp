@@ -2,7 +2,11 @@
 //   inbox             one pub/sub channel per client (dlock:wake:<random>), subscribed on a
 //                     connection of its own; a release publishes the token of the waiter it
 //                     wakes (or "<token> <fence> <attempt>" when it handed that waiter the
-//                     lock), and the inbox calls that waiter's listener
+//                     lock), and the inbox calls that waiter's listener. A cluster client has
+//                     one per slot it waits in, sharded: "s:{tag}dlock:wake:<random>" hashes to
+//                     the slot, is SSUBSCRIBEd on the slot's master, and the scripts SPUBLISH
+//                     to it, so that a wake-up costs that node only, and PUBLISH's count (local
+//                     to the node that runs the script) means what release.lua takes it for
 //   wake_waiter       the waiting side of one acquisition, lock's or semaphore's: listens on the
 //                     inboxes of its nodes, subscribes the missing ones, and sleeps between two
 //                     attempts until the backstop delay ends or a wake-up cuts it short
@@ -19,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "net/cluster.hpp"
 #include "net/connection.hpp"
 
 namespace dlock::detail {
@@ -26,6 +31,10 @@ namespace dlock::detail {
 class inbox : public std::enable_shared_from_this<inbox> {
  public:
   inbox(endpoint where, client_options options);
+  // Sharded: the waits of a redis-cluster:// client in `slot`. Subscribes on the master that
+  // `router` says serves the slot, and moves when the slot does (Redis then ends the
+  // subscription: an unasked "sunsubscribe").
+  inbox(std::shared_ptr<cluster_router> router, std::uint16_t slot, client_options options);
 
   const std::string& channel() const noexcept { return channel_; }
   // True once SUBSCRIBE is confirmed on the current socket; false again after it drops.
@@ -46,8 +55,15 @@ class inbox : public std::enable_shared_from_this<inbox> {
  private:
   void on_message(const reply& r);
   void on_drop();
+  // Sharded: a connection to the slot's master as the router knows it now (a new one when the
+  // slot moved), or null when it knows none yet.
+  bool connect_to_slot_owner();
+  void install_handlers();
 
   std::shared_ptr<connection> conn_;
+  std::shared_ptr<cluster_router> router_;  // sharded only
+  std::uint16_t slot_ = 0;
+  client_options options_;
   std::string channel_;
   bool handlers_installed_ = false;
   bool subscribed_ = false;

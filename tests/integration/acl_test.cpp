@@ -305,7 +305,7 @@ TEST_F(AclTest, WithoutTheWakeChannelWaitersPoll) {
   client u = user("no-channel", without(lock_rule(), "&dlock:wake:*"));
   std::promise<std::error_code> subscribed;
   asio::post(u.get_executor(), [&] {
-    detail::access::wake_inbox(u).subscribe([&](std::error_code ec) { subscribed.set_value(ec); });
+    detail::access::wake_inbox(u, 0).subscribe([&](std::error_code ec) { subscribed.set_value(ec); });
   });
   auto f = subscribed.get_future();
   ASSERT_EQ(f.wait_for(5s), std::future_status::ready);

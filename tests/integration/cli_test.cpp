@@ -30,6 +30,7 @@
 #include "support/commandstats.hpp"
 #include "support/promtool.hpp"
 #include "support/redis_server.hpp"
+#include "support/redis_cluster.hpp"
 #include "support/sentinel_group.hpp"
 #include "support/test_keys.hpp"
 
@@ -384,6 +385,26 @@ TEST_F(CliTest, QuarantineKeepsANewlyStartedNodeFromGranting) {
 
 // A redis-sentinel:// URL, in -r and in $DLOCK_REDIS (whose commas also separate URLs): the lock
 // is taken on the master that the sentinels name.
+TEST_F(CliTest, ClusterSeedsPutTheLockOnTheMasterOfItsSlot) {
+  test::redis_cluster cluster;
+  const std::string key = test_key();
+  int owner = cluster.owner_of(hash_slot(key));
+  const std::string ran = path("ran");
+  auto seed = [&](int i) { return "redis://127.0.0.1:" + std::to_string(cluster.node(i).port()); };
+  // Seeds that are not the key's master: the lock still lands on it.
+  auto r = run({"--cluster", "-r", seed((owner + 1) % 3), "-r", seed((owner + 2) % 3), "run", key,
+                "--", "sh", "-c",
+                "redis-cli -p " + std::to_string(cluster.node(owner).port()) + " EXISTS " + key +
+                    " > " + ran});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(read_file(ran), "1\n") << "the lock was not on the slot's master";
+  auto url = run({"-r", cluster.seed_url(), "run", "-n", key, "--", "true"});
+  EXPECT_EQ(url.status, 0) << url.err;
+  auto bad = run({"--cluster", "-r", "redis://127.0.0.1:1/2", "run", "-n", key, "--", "true"});
+  EXPECT_EQ(bad.status, 64) << bad.err;
+  EXPECT_NE(bad.err.find("database 0"), std::string::npos) << bad.err;
+}
+
 TEST_F(CliTest, SentinelUrlsReachTheMaster) {
   test::sentinel_group group{{.sentinels = 2}};
   group.wait_ready();

@@ -19,11 +19,13 @@ namespace dlock::test {
 
 // A loopback TCP listener that is not Redis. `garbage` answers every read with an HTTP error
 // line; `pong_then_garbage` answers the first read with +PONG and every later one like
-// `garbage`; `silent` accepts and never writes. It counts connections accepted and those the client
-// closed, so tests can see whether dlock dropped or retried a connection.
+// `garbage`; `silent` accepts and never writes; `moved_loop` plays a cluster node that serves
+// every slot by its CLUSTER SHARDS and yet answers every other command MOVED to itself. It
+// counts connections accepted and those the client closed, so tests can see whether dlock
+// dropped or retried a connection.
 class fake_peer {
  public:
-  enum class mode { garbage, pong_then_garbage, silent };
+  enum class mode { garbage, pong_then_garbage, silent, moved_loop };
 
   explicit fake_peer(mode m, unsigned short port = 0) : mode_(m) {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -81,6 +83,8 @@ class fake_peer {
           ++closed_;
           ::close(fds[i].fd);
           std::erase(clients_, fds[i].fd);
+        } else if (mode_ == mode::moved_loop) {
+          answer_as_looping_node(fds[i].fd, std::string_view(buf, static_cast<std::size_t>(n)));
         } else if (mode_ != mode::silent) {
           bool pong = mode_ == mode::pong_then_garbage && reads_++ == 0;
           std::string_view answer = pong ? "+PONG\r\n" : "HTTP/1.1 400 Bad Request\r\n\r\n";
@@ -88,6 +92,27 @@ class fake_peer {
         }
       }
     }
+  }
+
+  // One answer per command in `request` (each starts a line with '*'; the tests' commands
+  // carry no '*' of their own).
+  void answer_as_looping_node(int fd, std::string_view request) {
+    std::string port = std::to_string(port_);
+    std::string answers;
+    for (std::size_t at = request.find('*'); at != std::string_view::npos;
+         at = request.find("\r\n*", at + 1)) {
+      auto next = request.find("\r\n*", at + 1);
+      auto one = request.substr(at, next == std::string_view::npos ? next : next - at);
+      if (one.find("SHARDS") != std::string_view::npos) {
+        answers += "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n"
+                   "*6\r\n$4\r\nport\r\n:" + port + "\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n"
+                   "$4\r\nrole\r\n$6\r\nmaster\r\n";
+      } else {
+        answers += "-MOVED 1 127.0.0.1:" + port + "\r\n";
+      }
+      if (next == std::string_view::npos) break;
+    }
+    (void)!::write(fd, answers.data(), answers.size());
   }
 
   mode mode_;

@@ -1,9 +1,11 @@
 // lock_worker: a separate process that contends for a lock, for the multi-process tests.
 //   lock_worker counter --lock URL [--lock URL ...] --resource URL --key K --iterations N
 //                       [--ttl MS] [--threads T] [--nolock] [--fair] [--retry-delay MS]
+//                       [--keys M]
 //       T threads each do N read-modify-write increments of K:counter on the resource with
 //       plain GET then SET (not atomic), under the lock unless --nolock. Each thread records its
-//       longest wait for the lock (ms) with HSET K:maxwait. Exits 0 when done.
+//       longest wait for the lock (ms) with HSET K:maxwait. Exits 0 when done. With --keys M,
+//       increment i goes to lock and counter K:<j>, j = (i + thread) mod M, each K:<j>:counter.
 //   lock_worker queue --lock URL --key K [--fair]
 //       waits for the lock (lock()), prints nothing; for tests that kill a queued waiter.
 //   lock_worker hold --lock URL --key K [--ttl MS]
@@ -15,6 +17,7 @@
 //       rejected write, 1 after 20 s.
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <iostream>
 #include <sstream>
 #include <unistd.h>
@@ -37,6 +40,7 @@ struct args {
   bool nolock = false;
   bool fair = false;
   long retry_delay_ms = 5;
+  int keys = 1;
 };
 
 args parse(int argc, char** argv) {
@@ -58,6 +62,7 @@ args parse(int argc, char** argv) {
     else if (flag == "--nolock") a.nolock = true;
     else if (flag == "--fair") a.fair = true;
     else if (flag == "--retry-delay") a.retry_delay_ms = std::stol(value());
+    else if (flag == "--keys") a.keys = std::stoi(value());
     else std::exit(64);
   }
   return a;
@@ -99,21 +104,28 @@ int run_fenced(const args& a, const dlock::lock_options& options) {
 }
 
 // One thread of `counter` mode: increments under the lock, then records its longest wait.
-void count(const args& a, const dlock::lock_options& options) {
+void count(const args& a, const dlock::lock_options& options, int thread) {
   dlock::client resource{a.resource};
-  dlock::mutex lock{clients(a.locks), a.key, options};
+  auto nodes = clients(a.locks);
+  std::vector<std::string> names;
+  std::vector<std::unique_ptr<dlock::mutex>> locks;
+  for (int j = 0; j < a.keys; ++j) {
+    names.push_back(a.keys == 1 ? a.key : a.key + ":" + std::to_string(j));
+    locks.push_back(std::make_unique<dlock::mutex>(nodes, names.back(), options));
+  }
   long long longest_wait_ms = 0;
   for (int i = 0; i < a.iterations; ++i) {
+    auto j = static_cast<std::size_t>((i + thread) % a.keys);
     if (a.nolock) {
-      increment(resource, a.key + ":counter");
+      increment(resource, names[j] + ":counter");
       continue;
     }
     auto asked = std::chrono::steady_clock::now();
-    std::unique_lock guard{lock};
+    std::unique_lock guard{*locks[j]};
     auto waited = std::chrono::steady_clock::now() - asked;
     longest_wait_ms = std::max<long long>(
         longest_wait_ms, std::chrono::duration_cast<std::chrono::milliseconds>(waited).count());
-    increment(resource, a.key + ":counter");
+    increment(resource, names[j] + ":counter");
   }
   std::ostringstream me;
   me << ::getpid() << "/" << std::this_thread::get_id();
@@ -144,9 +156,9 @@ int run(int argc, char** argv) {
   if (a.mode != "counter") return 64;
   std::vector<std::thread> threads;
   for (int t = 0; t < a.threads; ++t) {
-    threads.emplace_back([&] {
+    threads.emplace_back([&, t] {
       try {
-        count(a, options);
+        count(a, options, t);
       } catch (const std::exception& e) {  // say what, rather than a bare abort
         std::fprintf(stderr, "lock_worker: %s\n", e.what());
         std::_Exit(70);

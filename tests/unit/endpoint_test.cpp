@@ -223,5 +223,43 @@ TEST(EndpointTest, BadSentinelUrls) {
   }
 }
 
+TEST(EndpointTest, ClusterUrls) {
+  endpoint ep = parse_ok("redis-cluster://alice:pw@n1.example:7000,10.0.0.2,[::1]:7002");
+  EXPECT_TRUE(ep.is_cluster());
+  EXPECT_FALSE(ep.is_sentinel());
+  EXPECT_FALSE(ep.tls);
+  ASSERT_EQ(ep.seeds.size(), 3u);
+  EXPECT_EQ(ep.seeds[0], (host_port{"n1.example", 7000}));
+  EXPECT_EQ(ep.seeds[1], (host_port{"10.0.0.2", 6379}));  // Redis's default port
+  EXPECT_EQ(ep.seeds[2], (host_port{"::1", 7002}));
+  EXPECT_EQ(ep.user, "alice");  // every node's credentials
+  EXPECT_EQ(ep.password, "pw");
+  EXPECT_TRUE(ep.host.empty());
+  EXPECT_EQ(ep.to_string(), "redis-cluster://n1.example:7000,10.0.0.2:6379,[::1]:7002");
+  EXPECT_EQ(ep.to_string().find("pw"), std::string::npos);
+  endpoint secure = parse_ok("rediss-cluster://n1:7000");
+  EXPECT_TRUE(secure.is_cluster());
+  EXPECT_TRUE(secure.tls);
+  EXPECT_EQ(secure.to_string(), "rediss-cluster://n1:7000");
+  EXPECT_FALSE(parse_ok("redis://h").is_cluster());
+}
+
+TEST(EndpointTest, BadClusterUrls) {
+  const char* urls[] = {
+      "redis-cluster://",           // no seed
+      "redis-cluster://n1,,n2",     // an empty one among them
+      "redis-cluster://n1,",
+      "redis-cluster://n1:0",       // port out of range
+      "redis-cluster://n1/1",       // a cluster has database 0 only
+      "redis-cluster://n1/",
+      "redis-cluster://n1?db=1",
+  };
+  for (const char* url : urls) {
+    std::error_code ec;
+    parse_endpoint(url, ec);
+    EXPECT_EQ(ec, errc::invalid_argument) << url;
+  }
+}
+
 }  // namespace
 }  // namespace dlock

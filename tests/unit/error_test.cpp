@@ -21,6 +21,8 @@ TEST(ErrorTest, MapsRedisErrorPrefixes) {
   // A node loading its AOF after a restart: the command did not run, retrying heals it
   // (tests/fault crash_restart_aof found lock() throwing when this was a server_error).
   EXPECT_EQ(map("LOADING Redis is loading the dataset in memory"), errc::node_unreachable);
+  EXPECT_EQ(map("CLUSTERDOWN The cluster is down"), errc::node_unreachable);
+  EXPECT_EQ(map("TRYAGAIN Multiple keys request during rehashing of slot"), errc::node_unreachable);
   EXPECT_EQ(map("WRONGTYPE Operation against a key holding the wrong kind of value"),
             errc::wrong_type);
   EXPECT_EQ(map("NOPERM this user has no permissions to run the 'set' command"),
@@ -71,7 +73,7 @@ TEST(ErrorTest, CategoryNameAndMessages) {
   EXPECT_EQ(&category(), &make_error_code(errc::timeout).category());
   std::set<std::string> messages;
   const int first = static_cast<int>(errc::not_acquired);
-  const int last = static_cast<int>(errc::forked_process);
+  const int last = static_cast<int>(errc::cluster_error);
   for (int e = first; e <= last; ++e) {
     std::string msg = category().message(e);
     EXPECT_FALSE(msg.empty()) << e;

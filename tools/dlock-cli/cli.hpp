@@ -49,13 +49,15 @@ struct global_options {
   std::chrono::milliseconds timeout{1000};  // --timeout: connect and per-request deadline
   std::chrono::milliseconds quarantine{0};  // --quarantine: client_options::restart_quarantine
   bool replication_guard = false;           // --replication-guard: client_options::replication_guard
+  bool cluster = false;  // --cluster: the URLs are seed nodes of one Redis Cluster
   bool verbose = false;
 };
 
 inline constexpr const char* default_url = "redis://127.0.0.1:6379";
 
-// The URLs to use, after -r, $DLOCK_REDIS and the default. Throws usage_error for an empty list
-// entry.
+// The URLs to use, after -r, $DLOCK_REDIS and the default; with --cluster, one
+// redis[s]-cluster:// URL of them all. Throws usage_error for an empty list entry, and with
+// --cluster for a URL that is not redis:// or rediss:// host:port (or mixes the two, or has a db).
 std::vector<std::string> resolve_urls(const global_options& g);
 // Takes $DLOCK_PASSWORD and $DLOCK_USER (and $DLOCK_SENTINEL_PASSWORD, $DLOCK_SENTINEL_USER,
 // the sentinels' own) out of the environment (their bytes overwritten in

@@ -100,6 +100,35 @@ std::vector<std::string> split_commas(const std::string& text) {
   return out;
 }
 
+// --cluster: "redis://[user:pass@]h1:p1" and "redis://h2:p2" become
+// "redis-cluster://[user:pass@]h1:p1,h2:p2" (the first URL's credentials), "rediss://" a
+// "rediss-cluster://". A URL that is already redis[s]-cluster:// stays as it is.
+std::string cluster_url(const std::vector<std::string>& urls) {
+  if (urls.size() == 1 && urls[0].find("-cluster://") != std::string::npos) return urls[0];
+  std::string scheme, seeds;
+  for (const auto& u : urls) {
+    auto sep = u.find("://");
+    std::string this_scheme = sep == std::string::npos ? "" : u.substr(0, sep);
+    if (this_scheme != "redis" && this_scheme != "rediss") {
+      throw usage_error("--cluster takes redis:// or rediss:// seed URLs, not " + redact(u));
+    }
+    if (!scheme.empty() && this_scheme != scheme) {
+      throw usage_error("--cluster: the seeds mix redis:// and rediss://");
+    }
+    scheme = this_scheme;
+    std::string rest = u.substr(sep + 3);
+    if (rest.find('/') != std::string::npos) {
+      throw usage_error("--cluster: a cluster has only database 0: " + redact(u));
+    }
+    // The credentials of the first URL serve every node.
+    if (!seeds.empty()) {
+      if (auto at = rest.rfind('@'); at != std::string::npos) rest = rest.substr(at + 1);
+    }
+    seeds += (seeds.empty() ? "" : ",") + rest;
+  }
+  return scheme + "-cluster://" + seeds;
+}
+
 std::string read_password_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw usage_error("cannot read --password-file " + path);
@@ -120,7 +149,7 @@ std::vector<std::string> resolve_urls(const global_options& g) {
   for (const auto& u : urls) {
     if (u.empty()) throw usage_error("empty Redis URL in -r/--redis or $DLOCK_REDIS");
   }
-  return urls;
+  return g.cluster ? std::vector<std::string>{cluster_url(urls)} : urls;
 }
 
 void take_environment_credentials() {

@@ -21,7 +21,10 @@ need not appear in argv. rediss:// URLs speak TLS and always verify the server's
 (--tls-ca for a private CA, --tls-cert/--tls-key for mutual TLS).
 redis-sentinel://s1:26379,s2:26379,s3:26379/mymaster is the master a majority of those
 sentinels name, followed across failovers; the sentinels' own credentials, if they have any,
-come from $DLOCK_SENTINEL_USER and $DLOCK_SENTINEL_PASSWORD. Durations: 500ms, 30s, 2m, 1h, or plain milliseconds.
+come from $DLOCK_SENTINEL_USER and $DLOCK_SENTINEL_PASSWORD.
+redis-cluster://n1:7000,n2:7000 (or --cluster with -r seeds) is one Redis Cluster: each lock
+lives on the master of its key's slot, found from the seeds and followed through MOVED/ASK.
+Durations: 500ms, 30s, 2m, 1h, or plain milliseconds.
 
 Exit status:
   CMD's own    run: CMD ran (128 + N when a signal N ended it)
@@ -73,6 +76,9 @@ int main(int argc, char** argv) {
   global_options g;
   app.add_option("-r,--redis", g.urls, "Redis node URL; repeat for a Redlock over N nodes")
       ->type_name("URL");
+  app.add_flag("--cluster", g.cluster,
+               "The URLs are seed nodes of one Redis Cluster: each key's lock lives on the "
+               "master of its slot (same as one redis-cluster://h1:p1,h2:p2 URL)");
   app.add_option("--password-file", g.password_file,
                  "Read the Redis password from this file (else $DLOCK_PASSWORD)")
       ->type_name("FILE");

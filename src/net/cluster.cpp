@@ -1,0 +1,423 @@
+#include "net/cluster.hpp"
+
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <algorithm>
+#include <system_error>
+
+#include "dlock/error.hpp"
+#include "net/runtime.hpp"
+
+namespace dlock::detail {
+namespace {
+
+constexpr std::string_view asking_payload = "*1\r\n$6\r\nASKING\r\n";
+
+std::string address_of(const host_port& node) {
+  return node.host.find(':') != std::string::npos
+             ? "[" + node.host + "]:" + std::to_string(node.port)
+             : node.host + ":" + std::to_string(node.port);
+}
+
+reply error_reply(std::string text) {
+  return reply::make_string(reply::kind::error, text);
+}
+
+// The redirect or "retry later" among the replies (a pipeline's elements, or the one reply).
+const reply* routing_answer(const reply& r, std::size_t replies) {
+  if (replies <= 1) return &r;
+  if (!r.is_array()) return nullptr;
+  for (const auto& e : r.elements()) {
+    if (e.is_error() && (e.str().compare(0, 6, "MOVED ") == 0 || e.str().compare(0, 4, "ASK ") == 0 ||
+                         is_retry_later(e))) {
+      return &e;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void check_cluster_endpoint(const endpoint& where, const client_options& options) {
+  auto refuse = [](const std::string& why) {
+    throw std::system_error(errc::invalid_argument, "redis-cluster:// " + why);
+  };
+  if (where.seeds.empty()) refuse("needs at least one seed node");
+  for (const auto& s : where.seeds) {
+    if (s.host.empty() || s.port == 0) refuse("has a seed without a host or port");
+  }
+  if (where.db != 0) refuse("has only database 0");
+  if (where.is_unix()) refuse("does not take a unix socket");
+  if (options.restart_quarantine.count() != 0) {
+    refuse("does not support restart_quarantine yet: the node keys it needs sit in one slot");
+  }
+  if (options.replication_guard.enabled) refuse("does not support the replication guard yet");
+}
+
+cluster_router::cluster_router(endpoint where, client_options options)
+    : where_(std::move(where)),
+      options_(std::move(options)),
+      name_(where_.to_string()),
+      executor_(runtime::shared().get_executor()) {
+  check_cluster_endpoint(where_, options_);
+}
+
+const host_port* cluster_router::keyless_target() const {
+  if (last_keyed_node_) return &*last_keyed_node_;
+  return map_->masters().empty() ? nullptr : &map_->masters().front();
+}
+
+std::shared_ptr<connection> cluster_router::connection_to(const host_port& node) {
+  for (auto& [at, conn] : connections_) {
+    if (at == node) return conn;
+  }
+  endpoint e = where_;
+  e.cluster = false;
+  e.seeds.clear();
+  e.host = node.host;
+  e.port = node.port;
+  auto conn = std::make_shared<connection>(std::move(e), options_);
+  connections_.emplace_back(node, conn);
+  return conn;
+}
+
+void cluster_router::submit(std::string payload, std::size_t replies, clock::time_point deadline,
+                            reply_handler handler) {
+  job j{std::move(payload), replies, deadline, std::move(handler), {}, 0, false};
+  j.slot = command_slot(j.payload);
+  route(std::move(j));
+}
+
+void cluster_router::route(job j) {
+  std::shared_ptr<connection> conn;
+  host_port to;
+  bool stale = false;
+  {
+    std::unique_lock lock(mu_);
+    if (!map_ || (j.slot && !map_->owner(*j.slot) && !j.waited_for_map)) {
+      // No map yet, or a slot no node serves in the map we have: wait for a fresh one, but
+      // not past the request's deadline.
+      j.id = ++last_job_id_;
+      auto id = j.id;
+      auto deadline = j.deadline;
+      waiting_for_map_.push_back(std::move(j));
+      lock.unlock();
+      expire_wait(id, deadline);
+      return refresh(true);
+    }
+    const host_port* owner = j.slot ? map_->owner(*j.slot) : keyless_target();
+    if (!owner) {
+      lock.unlock();
+      return fail(j, errc::cluster_error,
+                  j.slot ? "slot " + std::to_string(*j.slot) + " is served by no node"
+                         : "the cluster has no master");
+    }
+    to = *owner;
+    if (j.slot) last_keyed_node_ = to;
+    conn = connection_to(to);
+    stale = clock::now() - map_read_at_ > map_max_age;
+  }
+  if (stale) refresh();
+  send(conn, to, std::move(j), false);
+}
+
+void cluster_router::send(const std::shared_ptr<connection>& conn, const host_port& to, job j,
+                          bool asking) {
+  std::string payload = asking ? std::string(asking_payload) + j.payload : j.payload;
+  std::size_t replies = j.replies + (asking ? 1 : 0);
+  auto deadline = j.deadline;
+  conn->submit(std::move(payload), replies, deadline,
+               [self = shared_from_this(), to, j = std::move(j), asking](std::error_code ec,
+                                                                          reply r) mutable {
+                 self->on_answer(to, std::move(j), asking, ec, std::move(r));
+               });
+}
+
+void cluster_router::on_answer(const host_port& from, job j, bool asking, std::error_code ec,
+                               reply r) {
+  if (asking && !ec && r.is_array() && !r.elements().empty()) {
+    // Drop ASKING's +OK: the caller gets the replies of its own commands.
+    std::vector<reply> own(r.elements().begin() + 1, r.elements().end());
+    r = j.replies == 1 ? std::move(own.front()) : reply::make_array(std::move(own));
+    ec = r.is_error() ? error_from_reply(r) : std::error_code{};
+  }
+  // The server's "not here" and "not now" first: TRYAGAIN maps to node_unreachable too.
+  const reply* answer = routing_answer(r, j.replies);
+  bool routing = answer && answer->is_error() &&
+                 (is_retry_later(*answer) || parse_redirect(*answer, from));
+  if (!routing) {
+    if (ec == errc::connection_lost || ec == errc::node_unreachable || ec == errc::timeout) {
+      // The master may have failed over: the next requests go by a fresh map. This one may
+      // have run (timeout, connection_lost), so it is not resent: its caller decides.
+      refresh();
+    }
+    return std::exchange(j.handler, {})(ec, std::move(r));
+  }
+  if (is_retry_later(*answer)) {
+    ++retried_later_;
+    if (clock::now() + retry_later_delay < j.deadline) return retry_later(std::move(j));
+    return std::exchange(j.handler, {})(ec, std::move(r));
+  }
+  auto moved = parse_redirect(*answer, from);
+  if (!moved) return std::exchange(j.handler, {})(ec, std::move(r));
+  // MOVED and ASK both mean the command did not run: sending it elsewhere is safe. Only MOVED
+  // counts towards a loop: ASK then TRYAGAIN, again and again, is a migration under way (the
+  // deadline bounds it), and a loop through ASK has a MOVED in it.
+  if (!moved->ask && ++j.redirects > max_redirects) {
+    return fail(j, errc::cluster_error,
+                "redirected " + std::to_string(max_redirects) + " times (last: " + answer->str() +
+                    "): the nodes disagree on who serves slot " + std::to_string(moved->slot));
+  }
+  if (moved->ask) {
+    ++ask_;
+    if (j.replies > 1) {
+      return fail(j, errc::cluster_error,
+                  "ASK for a pipelined request: its slot is migrating; try again");
+    }
+    std::shared_ptr<connection> conn;
+    {
+      std::lock_guard lock(mu_);
+      conn = connection_to(moved->to);
+    }
+    return send(conn, moved->to, std::move(j), true);
+  }
+  ++moved_;
+  {
+    std::lock_guard lock(mu_);
+    if (map_) map_->set_owner(moved->slot, moved->to);
+  }
+  refresh();
+  // The slot is the one the node named, whatever ours was: resend by the patched map.
+  if (!j.slot) j.slot = moved->slot;
+  route(std::move(j));
+}
+
+void cluster_router::expire_wait(std::uint64_t id, clock::time_point deadline) {
+  auto timer = std::make_shared<asio::steady_timer>(executor_, deadline);
+  timer->async_wait([weak = weak_from_this(), timer, id](std::error_code) {
+    auto self = weak.lock();
+    if (!self) return;
+    std::optional<job> expired;
+    {
+      std::lock_guard lock(self->mu_);
+      auto& w = self->waiting_for_map_;
+      auto it = std::find_if(w.begin(), w.end(), [&](const job& j) { return j.id == id; });
+      if (it == w.end()) return;
+      expired = std::move(*it);
+      w.erase(it);
+    }
+    self->fail(*expired, errc::node_unreachable,
+               "no slot map from the cluster within the request's deadline");
+  });
+}
+
+void cluster_router::retry_later(job j) {
+  auto timer = std::make_shared<asio::steady_timer>(executor_, retry_later_delay);
+  timer->async_wait([self = shared_from_this(), timer, j = std::move(j)](std::error_code) mutable {
+    self->route(std::move(j));
+  });
+}
+
+void cluster_router::fail(job& j, std::error_code ec, std::string text) {
+  auto handler = std::exchange(j.handler, {});
+  if (!handler) return;
+  if (on_io_thread()) return handler(ec, error_reply(std::move(text)));
+  // Handlers run on the I/O thread, never inside the caller's submit().
+  asio::post(executor_, [h = std::move(handler), ec, text = std::move(text)]() mutable {
+    h(ec, error_reply(std::move(text)));
+  });
+}
+
+void cluster_router::refresh(bool now) {
+  std::vector<host_port> candidates;
+  {
+    std::lock_guard lock(mu_);
+    if (reading_map_) {
+      read_again_ = read_again_ || now;
+      return;
+    }
+    if (!now && clock::now() - map_read_at_ < min_map_interval) return;
+    reading_map_ = true;
+    // The masters we know first (the seeds may be gone since), then the seeds.
+    if (map_) candidates = map_->masters();
+    for (const auto& s : where_.seeds) {
+      if (std::find(candidates.begin(), candidates.end(), s) == candidates.end()) {
+        candidates.push_back(s);
+      }
+    }
+  }
+  asio::post(executor_, [self = shared_from_this(), c = std::move(candidates)]() mutable {
+    self->read_map_from(std::move(c), 0, {});
+  });
+}
+
+void cluster_router::read_map_from(std::vector<host_port> candidates, std::size_t next,
+                                   std::vector<std::string> failures) {
+  if (next >= candidates.size()) {
+    std::string text = "no node answered with the cluster's slot map:";
+    for (const auto& f : failures) text += " " + f + ";";
+    text.pop_back();
+    return map_failed(failures.size() == 1 && failures[0].find("not a cluster node") !=
+                                                   std::string::npos
+                          ? std::error_code(errc::cluster_error)
+                          : std::error_code(errc::node_unreachable),
+                      std::move(text));
+  }
+  host_port node = candidates[next];
+  std::shared_ptr<connection> conn;
+  {
+    std::lock_guard lock(mu_);
+    conn = connection_to(node);
+  }
+  ++map_reads_;
+  auto deadline = clock::now() + options_.request_timeout;
+  command ask{"CLUSTER", "SHARDS"};
+  conn->submit(ask.bytes(), 1, deadline,
+               [self = shared_from_this(), conn, node, candidates = std::move(candidates), next,
+                failures = std::move(failures), deadline](std::error_code ec, reply r) mutable {
+                 auto next_candidate = [&](std::string why) {
+                   failures.push_back(address_of(node) + ": " + why);
+                   self->read_map_from(std::move(candidates), next + 1, std::move(failures));
+                 };
+                 std::string why;
+                 if (!ec) {
+                   if (auto map = slot_map::from_shards(r, self->where_.tls, why)) {
+                     return self->install(std::move(*map));
+                   }
+                   return next_candidate(why);
+                 }
+                 std::string text = r.is_error() ? r.str() : ec.message();
+                 if (text.find("cluster support disabled") != std::string::npos) {
+                   return next_candidate("not a cluster node (" + text + ")");
+                 }
+                 if (!r.is_error() || text.find("unknown subcommand") == std::string::npos) {
+                   return next_candidate(text);
+                 }
+                 // Before 7.0: CLUSTER SLOTS.
+                 command slots{"CLUSTER", "SLOTS"};
+                 conn->submit(slots.bytes(), 1, deadline,
+                              [self, node, candidates = std::move(candidates), next,
+                               failures = std::move(failures)](std::error_code ec2,
+                                                               reply r2) mutable {
+                                std::string why2;
+                                if (!ec2) {
+                                  if (auto map = slot_map::from_slots(r2, why2)) {
+                                    return self->install(std::move(*map));
+                                  }
+                                } else {
+                                  why2 = r2.is_error() ? r2.str() : ec2.message();
+                                }
+                                failures.push_back(address_of(node) + ": " + why2);
+                                self->read_map_from(std::move(candidates), next + 1,
+                                                    std::move(failures));
+                              });
+               });
+}
+
+void cluster_router::install(slot_map map) {
+  std::vector<job> ready;
+  bool again = false;
+  {
+    std::lock_guard lock(mu_);
+    map_ = std::move(map);
+    map_read_at_ = clock::now();
+    reading_map_ = false;
+    again = std::exchange(read_again_, false);
+    ready.swap(waiting_for_map_);
+  }
+  for (auto& j : ready) {
+    j.waited_for_map = true;
+    route(std::move(j));
+  }
+  if (again) refresh(true);
+}
+
+void cluster_router::map_failed(std::error_code ec, std::string text) {
+  std::vector<job> failed;
+  {
+    std::lock_guard lock(mu_);
+    reading_map_ = false;
+    read_again_ = false;
+    map_read_at_ = clock::now();
+    failed.swap(waiting_for_map_);
+  }
+  for (auto& j : failed) fail(j, ec, text);
+}
+
+bool cluster_router::try_exchange_direct(std::string_view payload, std::size_t replies,
+                                         clock::time_point deadline, std::error_code& ec,
+                                         reply& out) {
+  std::shared_ptr<connection> conn;
+  host_port to;
+  auto slot = command_slot(payload);
+  {
+    std::lock_guard lock(mu_);
+    if (!map_ || clock::now() - map_read_at_ > map_max_age) return false;
+    const host_port* owner = slot ? map_->owner(*slot) : keyless_target();
+    if (!owner) return false;
+    to = *owner;
+    if (slot) last_keyed_node_ = to;
+    conn = connection_to(to);
+  }
+  if (!conn->try_exchange_direct(payload, replies, deadline, ec, out)) return false;
+  const reply* answer = routing_answer(out, replies);
+  if (!answer || !answer->is_error()) return true;
+  if (auto moved = parse_redirect(*answer, to); moved && !moved->ask) {
+    ++moved_;
+    std::lock_guard lock(mu_);
+    if (map_) map_->set_owner(moved->slot, moved->to);
+  }
+  if (parse_redirect(*answer, to) || is_retry_later(*answer)) {
+    // It did not run: submit() follows the redirect or waits.
+    out = reply{};
+    ec = {};
+    return false;
+  }
+  return true;
+}
+
+void cluster_router::close(std::error_code reason) {
+  std::vector<std::shared_ptr<connection>> conns;
+  std::vector<job> waiting;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [at, conn] : connections_) conns.push_back(conn);
+    waiting.swap(waiting_for_map_);
+  }
+  for (auto& c : conns) c->close(reason);
+  for (auto& j : waiting) fail(j, reason, reason.message());
+}
+
+std::optional<host_port> cluster_router::owner_of(std::uint16_t slot, std::error_code& ec) {
+  ec = {};
+  {
+    std::lock_guard lock(mu_);
+    if (map_ && map_->owner(slot)) return *map_->owner(slot);
+  }
+  // A keyless command read with the map: waits for the first read.
+  auto r = wait<reply>(ec, [&](auto handler) {
+    command ping{"PING"};
+    submit(ping.bytes(), 1, clock::now() + options_.request_timeout, std::move(handler));
+  });
+  if (ec) return std::nullopt;
+  std::lock_guard lock(mu_);
+  if (map_ && map_->owner(slot)) return *map_->owner(slot);
+  ec = errc::cluster_error;
+  return std::nullopt;
+}
+
+std::optional<host_port> cluster_router::known_owner(std::uint16_t slot) {
+  {
+    std::lock_guard lock(mu_);
+    if (map_ && map_->owner(slot)) return *map_->owner(slot);
+  }
+  refresh(true);
+  return std::nullopt;
+}
+
+cluster_router::counters cluster_router::stats() const noexcept {
+  return {moved_.load(), ask_.load(), retried_later_.load(), map_reads_.load()};
+}
+
+}  // namespace dlock::detail
