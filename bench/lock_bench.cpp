@@ -6,6 +6,8 @@
 //   contended        8 and 64 workers on one key holding ~1 ms: acquisitions/s, handoff p50/p99
 //   fairness         8 greedy workers: acquisitions per worker, unfair and fair mode
 //   semaphore        limit 4, 8 and 64 workers holding ~1 ms: acquisitions/s, handoff p50/p99
+//   cluster          a 3-master Redis Cluster (mode 1, a lock per slot): uncontended 1 and 64
+//                    lockers, contended 64 workers (library "dlock (cluster)")
 //   peers            node-redlock and redis-semaphore (npm, bench/peers) in the same scenarios
 //   client CPU       with --callgrind: instructions per cycle, counted by valgrind's callgrind
 // and writes bench/results/latest.{json,md} plus plot data, then prints the Markdown.
@@ -43,6 +45,7 @@
 #include "harness/measure.hpp"
 #include "harness/peers.hpp"
 #include "harness/report.hpp"
+#include "support/redis_cluster.hpp"
 #include "script.hpp"
 #include "local_redis/local_redis.hpp"
 
@@ -313,6 +316,49 @@ int run_all(const options& o) {
     flush_all(set);
     rows.push_back(run_contended(set, {"semaphore", "limit 4, defaults", workers, 4, true},
                                  contended_t, semaphore_contenders(set[0], "bench:sem", 4, {})));
+  }
+
+  {
+    // Mode 1 on a 3-master cluster. Server figures (and the command counts drawn from them)
+    // are left out: INFO through a cluster client reaches one master, not all three.
+    progress("dlock on a Redis Cluster (3 masters) ...");
+    dlock::test::redis_cluster cluster;
+    for (int i = 0; i < cluster.size(); ++i) server_pids[5 + static_cast<std::size_t>(i)] = cluster.node(i).pid();
+    std::vector<dlock::client> set{dlock::client{cluster.seeds_url()}};
+    auto as_cluster_row = [](row r) {
+      r.library = "dlock (cluster)";
+      r.variant = "mode 1, 3 masters, " + r.variant;
+      r.nodes = 3;
+      for (auto it = r.figures.begin(); it != r.figures.end();) {
+        bool from_info = it->first.rfind("server_", 0) == 0 || it->first.rfind("cmds_", 0) == 0;
+        it = from_info ? r.figures.erase(it) : std::next(it);
+      }
+      return r;
+    };
+    for (int lockers : {1, 64}) {
+      progress("dlock (cluster) uncontended, " + std::to_string(lockers) + " lockers");
+      rows.push_back(as_cluster_row(
+          run_uncontended(set, lockers, t, "bench:cl:u:" + std::to_string(lockers) + ":")));
+    }
+    progress("dlock (cluster) contended, 64 workers");
+    rows.push_back(as_cluster_row(
+        run_contended(set, {"contended", "defaults (wake on release)", 64, 1, true}, contended_t,
+                      mutex_contenders(set, "bench:cl:contended", {}))));
+    // Mode 2: three copies on three masters, taken by quorum.
+    dlock::lock_options copies;
+    copies.copies = 3;
+    for (int lockers : {1, 64}) {
+      progress("dlock (cluster) 3 copies, uncontended, " + std::to_string(lockers) + " lockers");
+      auto r = run_uncontended(set, lockers, t, "bench:cl:c:" + std::to_string(lockers) + ":",
+                               copies);
+      r.variant = "mode 2 (3 copies), " + r.variant;
+      rows.push_back(as_cluster_row(std::move(r)));
+    }
+    progress("dlock (cluster) 3 copies, contended, 64 workers");
+    rows.push_back(as_cluster_row(
+        run_contended(set, {"contended", "mode 2 (3 copies), wake on release", 64, 1, true},
+                      contended_t, mutex_contenders(set, "bench:cl:c:contended", copies))));
+    for (int i = 0; i < cluster.size(); ++i) server_pids[5 + static_cast<std::size_t>(i)] = 0;
   }
 
   if (o.peers) {

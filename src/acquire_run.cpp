@@ -39,8 +39,8 @@ void acquire_run::start(handler_type handler, std::vector<request> first) {
   asio::dispatch(owner_->get_executor(), [self = shared_from_this(),
                                           first = std::move(first)]() mutable {
     std::vector<inbox*> boxes;
-    for (auto& node : self->nodes_) {
-      boxes.push_back(&access::wake_inbox(node, self->engine_.slot()));
+    for (std::size_t i = 0; i < self->nodes_.size(); ++i) {
+      boxes.push_back(&access::wake_inbox(self->nodes_[i], self->engine_.slot(i)));
     }
     self->waiter_ = std::make_shared<wake_waiter>(self->owner_->get_executor(), std::move(boxes),
                                                   self->engine_.id(), self->wake_on_release_);
@@ -155,10 +155,55 @@ void acquire_run::pump() {
   waiter_->finish();
   on_stop_.reset();
   if (deadline_timer_) deadline_timer_->cancel();
+  if (!result->ec) {
+    if (auto why = copies_collapsed(); !why.empty()) {
+      return give_back(std::make_shared<acquisition::outcome>(std::move(*result)),
+                       errc::cluster_error, std::move(why));
+    }
+  }
   bool guarded = std::any_of(nodes_.begin(), nodes_.end(),
                              [](const client& node) { return access::guard(node) != nullptr; });
   if (result->ec || !guarded) return deliver(std::move(*result));
   confirm_replicated(std::move(*result));
+}
+
+// lock_options::copies: the copies (one node each, all the same cluster client) must sit on
+// distinct masters, or one master's failover could take a quorum of them with it. Checked at
+// every grant, by the map the grant was routed with: "" when they do, else which share one.
+std::string acquire_run::copies_collapsed() const {
+  auto* router = nodes_.size() > 1 ? access::cluster(nodes_.front()) : nullptr;
+  if (!router) return {};
+  std::vector<std::optional<host_port>> owners;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    if (access::cluster(nodes_[i]) != router) return {};  // a Redlock over clusters, not copies
+    owners.push_back(router->known_owner(engine_.slot(i)));
+  }
+  for (std::size_t i = 0; i < owners.size(); ++i) {
+    for (std::size_t j = i + 1; j < owners.size(); ++j) {
+      if (owners[i] && owners[i] == owners[j]) {
+        return "copies " + std::to_string(i) + " and " + std::to_string(j) + " of the lock sit " +
+               "on the same master, " + owners[i]->host + ":" + std::to_string(owners[i]->port) +
+               ": a failover of it could lose a quorum of them (reshard, or use another number "
+               "of copies)";
+      }
+    }
+  }
+  return {};
+}
+
+// Releases what was granted, then reports `ec` (with `why` on the votes that granted).
+void acquire_run::give_back(std::shared_ptr<acquisition::outcome> granted, std::error_code ec,
+                            std::string why) {
+  lease held = lease_from(owner_, *granted);
+  held.async_release([self = shared_from_this(), granted, ec, why = std::move(why)](std::error_code) {
+    acquisition::outcome missed{ec, {}, 0, {}, std::move(granted->votes)};
+    if (!why.empty()) {
+      for (auto& v : missed.votes) {
+        if (v.outcome == node_result::vote::granted && v.message.empty()) v.message = why;
+      }
+    }
+    self->deliver(std::move(missed));
+  });
 }
 
 // The replication guard (client_options::replication_guard) on the nodes that granted (all
@@ -182,16 +227,7 @@ void acquire_run::confirm_replicated(acquisition::outcome granted) {
       why = "the grant's validity ran out while its replicas were asked";
     }
     if (!ec) return self->deliver(std::move(*outcome));
-    lease granted = lease_from(self->owner_, *outcome);
-    granted.async_release([self, outcome, ec, why = std::move(why)](std::error_code) {
-      acquisition::outcome missed{ec, {}, 0, {}, std::move(outcome->votes)};
-      if (!why.empty()) {
-        for (auto& v : missed.votes) {
-          if (v.outcome == node_result::vote::granted && v.message.empty()) v.message = why;
-        }
-      }
-      self->deliver(std::move(missed));
-    });
+    self->give_back(outcome, ec, std::move(why));
   });
 }
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <stop_token>
+#include <string>
 #include <vector>
 
 #include "algo/acquisition.hpp"
@@ -46,6 +47,9 @@ class acquire_run : public std::enable_shared_from_this<acquire_run> {
   bool on_handoff(std::string_view grant);
   void stop(std::error_code why);
   void confirm_replicated(acquisition::outcome granted);
+  std::string copies_collapsed() const;
+  void give_back(std::shared_ptr<acquisition::outcome> granted, std::error_code ec,
+                 std::string why);
   void deliver(acquisition::outcome result);
   // Tells the observer (observe.hpp) how the acquisition ended.
   void report(const acquisition::outcome& result) const;

@@ -1,5 +1,6 @@
 #include "dlock/client.hpp"
 
+#include "dlock/key_layout.hpp"
 #include "node_link.hpp"
 #include "observe.hpp"
 
@@ -41,7 +42,7 @@ node_link::~node_link() {
     return;
   }
   if (conn) conn->close(errc::cancelled);
-  if (cluster) cluster->close(errc::cancelled);
+  if (cluster) cluster->shut_down();
   if (wake_inbox) wake_inbox->close();
   for (auto& [slot, box] : slot_inboxes) box->close();
   if (guard) guard->close();
@@ -141,6 +142,16 @@ reply client::exec(command cmd) {
   return r;
 }
 
+std::string client::node_for(std::string_view key, std::error_code& ec) const {
+  ec.clear();
+  if (!link_->cluster) return where().to_string();
+  auto owner = link_->cluster->owner_of(hash_slot(key), ec);
+  if (!owner) return {};
+  return owner->host.find(':') != std::string::npos
+             ? "[" + owner->host + "]:" + std::to_string(owner->port)
+             : owner->host + ":" + std::to_string(owner->port);
+}
+
 void client::disconnect() {
   if (link_->cluster) return link_->cluster->close(errc::cancelled);
   link_->conn->close(errc::cancelled);
@@ -168,7 +179,10 @@ std::error_code error_from_reply(const reply& r) noexcept {
   // A script whose slot began migrating: a key it deleted (or emptied) now belongs to the
   // importing node, so touching it again failed midway. dlock's scripts make every write that
   // matters before they tell anyone (release.lua), so the retry a migration needs is safe.
-  if (starts("ERR Script attempted to access a non local key")) return errc::node_unreachable;
+  if (starts("ERR Script attempted to access a non local key") ||
+      starts("ERR Lua script attempted to access a non local key")) {  // the latter: Redis 6
+    return errc::node_unreachable;
+  }
   // A server at maxclients answers this to a new connection and closes it: an outage of that
   // node that ends when a client leaves, not a verdict on the command.
   if (starts("ERR max number of clients reached")) return errc::node_unreachable;

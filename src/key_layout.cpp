@@ -11,6 +11,7 @@
 
 #include "key_layout_internal.hpp"
 
+#include <algorithm>
 #include <array>
 #include <stdexcept>
 #include <vector>
@@ -139,6 +140,16 @@ semaphore_keys semaphore_keys_for(std::string_view key, bool fair) {
     keys.tickets = with(sem_tickets);
   }
   return keys;
+}
+
+std::string lock_copy_key(std::string_view key, int copy, int copies) {
+  auto spacing = static_cast<unsigned>(16384 / std::max(copies, 1));
+  auto slot = static_cast<std::uint16_t>(
+      (hash_slot(key) + static_cast<unsigned>(std::max(copy, 0)) * spacing) % 16384);
+  std::string out;
+  out.append("{").append(detail::tag_for_slot(slot)).append("}dlock-copy:");
+  out.append(std::to_string(copy)).append("/").append(std::to_string(copies)).append(":");
+  return out.append(key);
 }
 
 std::string high_fence_key(std::string_view data_key) {

@@ -13,7 +13,8 @@ namespace dlock::detail {
 lock_core::lock_core(std::vector<client> nodes, std::string key, lock_options options)
     : nodes_(std::move(nodes)), key_(std::move(key)), options_(std::move(options)) {
   target_ = make_lock_target(nodes_.size(), key_, options_,
-                             nodes_.front().options().request_timeout);
+                             nodes_.front().options().request_timeout,
+                             nodes_.front().where().is_cluster());
   for (const auto& node : nodes_) target_.node_names.push_back(node.where().to_string());
 }
 

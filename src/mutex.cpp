@@ -20,9 +20,22 @@ void check_arguments(const std::vector<client>& nodes, const std::string& name,
                     "{x}:fence; see dlock/key_layout.hpp)");
   }
   if (o.retry_count < 0) reject_argument("retry_count is negative");
-  if (o.fair && (nodes.size() > 1 || !o.wake_on_release)) {
-    reject_argument("fair mode needs a single node and wake_on_release");
+  if (o.copies < 0 || o.copies > 15 || (o.copies > 1 && o.copies % 2 == 0)) {
+    reject_argument("copies must be 0, 1 or odd from 3 to 15");
   }
+  if (o.copies > 1 && (nodes.size() != 1 || !nodes.front().where().is_cluster())) {
+    reject_argument("copies need one redis-cluster:// client");
+  }
+  if (o.fair && (nodes.size() > 1 || o.copies > 1 || !o.wake_on_release)) {
+    reject_argument("fair mode needs a single node, one copy and wake_on_release");
+  }
+}
+
+// With copies, the Redlock engine sees one node per copy: the cluster client, which sends each
+// copy's commands to the master of its slot.
+std::vector<client> per_copy(std::vector<client> nodes, const lock_options& o) {
+  if (o.copies <= 1) return nodes;
+  return std::vector<client>(static_cast<std::size_t>(o.copies), nodes.front());
 }
 
 }  // namespace
@@ -33,7 +46,8 @@ mutex::mutex(client node, std::string name, lock_options options)
 mutex::mutex(std::vector<client> nodes, std::string name, lock_options options) {
   std::string key = options.key_prefix + name;
   check_arguments(nodes, name, key, options);
-  core_ = std::make_shared<detail::lock_core>(std::move(nodes), std::move(key), std::move(options));
+  core_ = std::make_shared<detail::lock_core>(per_copy(std::move(nodes), options), std::move(key),
+                                              std::move(options));
 }
 
 mutex::~mutex() = default;  // each thread's lease releases as by_thread_ goes

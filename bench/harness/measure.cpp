@@ -163,7 +163,7 @@ row uncontended_row(const std::string& variant, std::size_t nodes, int lockers,
 }  // namespace
 
 row run_uncontended(std::vector<client> nodes, int lockers, const timing& t,
-                    const std::string& key_prefix) {
+                    const std::string& key_prefix, lock_options options) {
   std::vector<std::vector<double>> latencies(static_cast<std::size_t>(lockers));
   std::vector<std::uint64_t> cycles(static_cast<std::size_t>(lockers), 0);
   std::atomic<std::uint64_t> errors{0};
@@ -177,7 +177,7 @@ row run_uncontended(std::vector<client> nodes, int lockers, const timing& t,
     threads.emplace_back([&, i] {
       auto& mine = latencies[static_cast<std::size_t>(i)];
       mine.reserve(16384);
-      mutex lock{nodes, key_prefix + std::to_string(i), {}};
+      mutex lock{nodes, key_prefix + std::to_string(i), options};
       std::this_thread::sleep_until(start);
       for (;;) {
         auto t0 = bench_clock::now();

@@ -89,7 +89,7 @@ void add_server_figures(row& r, const command_counts& before, const command_coun
 void flush_all(std::vector<client>& nodes);
 
 row run_uncontended(std::vector<client> nodes, int lockers, const timing& t,
-                    const std::string& key_prefix);
+                    const std::string& key_prefix, lock_options options = {});
 // Variant name of the async rows; report.cpp tells the two variants apart by it.
 inline constexpr const char* async_variant = "async, async_acquire+async_release";
 row run_uncontended_async(std::vector<client> nodes, int lockers, const timing& t,

@@ -86,6 +86,11 @@ const row* best_dlock_uncontended(const std::vector<row>& rows, int nodes, int c
 
 std::string short_variant(const row& r) { return is_async(r) ? "async" : "threads"; }
 
+// Another library measured in the same run (not dlock in any setup, not the server's ceiling).
+bool is_peer(const row& r) {
+  return r.library.rfind("dlock", 0) != 0 && r.library != "redis-benchmark";
+}
+
 bool is_contended(const row& r) {
   return r.scenario == "contended" || r.scenario == "fairness" || r.scenario == "semaphore";
 }
@@ -145,7 +150,7 @@ std::vector<verdict> judge_targets(const std::vector<row>& rows) {
     double best_peer = 0;
     std::string best_name = "no peer";
     for (const auto& r : rows) {
-      if (r.scenario == "uncontended" && r.library != "dlock" && r.nodes == 1 &&
+      if (r.scenario == "uncontended" && is_peer(r) && r.nodes == 1 &&
           r.concurrency == 64 && r.get("cycles_per_s") > best_peer) {
         best_peer = r.get("cycles_per_s");
         best_name = r.library;
@@ -184,7 +189,7 @@ std::vector<verdict> judge_targets(const std::vector<row>& rows) {
     double best_peer = NAN;
     std::string best_name;
     for (const auto& p : rows) {
-      if (p.scenario == "contended" && p.library != "dlock" && p.concurrency == r.concurrency &&
+      if (p.scenario == "contended" && is_peer(p) && p.concurrency == r.concurrency &&
           !(p.get("handoff_p50_ms") >= best_peer)) {
         best_peer = p.get("handoff_p50_ms");
         best_name = p.library + " " + p.variant;

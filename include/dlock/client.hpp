@@ -175,6 +175,12 @@ class DLOCK_EXPORT client {
   /// Blocking form of async_exec(); throws std::system_error on failure.
   reply exec(command cmd);
 
+  /// The node that serves `key`, as "host:port": where() for a single node; for a Redis
+  /// Cluster (redis-cluster://), the master of the key's slot by the client's map, which is
+  /// read from the cluster first if the client has none yet (blocking, up to the request
+  /// timeout; "" and ec set when it cannot be read or no node serves the slot).
+  std::string node_for(std::string_view key, std::error_code& ec) const;
+
   /// Closes the connection; requests in flight complete with errc::cancelled. A later request
   /// reconnects.
   void disconnect();

@@ -2,6 +2,7 @@
 /// dlock/key_layout.hpp: the Redis keys dlock keeps for a lock or a semaphore name.
 /// - hash_slot:          the Redis Cluster slot of a key
 /// - lock_keys:          a lock's own key (its name, unchanged) and its companion keys
+/// - lock_copy_key:      the keys of a cluster lock's copies (lock_options::copies)
 /// - semaphore_keys:     a semaphore's keys, for either variant (it has no key of its own)
 /// - high_fence_key:     where dlock::fenced_set keeps the highest token of a data key
 /// - holder_key:         the `dlock` CLI's note of who holds a lock
@@ -82,6 +83,13 @@ struct semaphore_keys {
 
 /// The keys of the semaphore whose key (key_prefix + name) is `key`.
 DLOCK_EXPORT semaphore_keys semaphore_keys_for(std::string_view key, bool fair);
+
+/// Copy `copy` (0 .. copies-1) of the lock whose key is `key`, for a Redis Cluster lock kept
+/// in `copies` copies (lock_options::copies): "{T}dlock-copy:<copy>/<copies>:" + key, where T is
+/// a hash tag of slot (hash_slot(key) + copy * (16384 / copies)) mod 16384, so that the copies'
+/// slots are spread evenly over the slot space and, with masters that serve even ranges, land
+/// on distinct masters. Each copy is a lock key of its own, with its own companions.
+DLOCK_EXPORT std::string lock_copy_key(std::string_view key, int copy, int copies);
 
 /// Where dlock::fenced_set keeps the highest token that wrote `data_key`.
 DLOCK_EXPORT std::string high_fence_key(std::string_view data_key);

@@ -41,6 +41,14 @@ struct lock_options {
   /// barge in. Needs wake_on_release and a single node (with N nodes each node's queue could
   /// name a different head, and no waiter would reach a quorum).
   bool fair = false;
+  /// Redis Cluster only (one redis-cluster:// client): keep this many copies of the lock (odd,
+  /// 3 to 15), each in a slot of its own (key_layout.hpp: lock_copy_key), and acquire them as
+  /// a Redlock quorum with its fencing tokens, so that the failover of one master, whose
+  /// replica may lack the lock, cannot hand it to a second client. The copies must sit on
+  /// distinct masters: a grant made while two of them share one fails with
+  /// errc::cluster_error (after it is released). 0 or 1: one copy on the master of the key's
+  /// slot. Waiters are woken, not handed the lock, as with any Redlock.
+  int copies = 0;
 };
 
 /// Limits checked before any I/O: the longest key (key_prefix + name), in bytes.

@@ -115,10 +115,14 @@ milliseconds waiter_entry_ttl(milliseconds retry_delay) {
 }
 
 lock_target make_lock_target(std::size_t nodes, std::string_view key, const lock_options& o,
-                             milliseconds request_timeout) {
+                             milliseconds request_timeout, bool cluster) {
   lock_target t;
   t.nodes = nodes;
+  t.cluster = cluster;
   t.keys = lock_keys_for(key);
+  for (int i = 0; o.copies > 1 && i < o.copies; ++i) {
+    t.copies.push_back(lock_keys_for(lock_copy_key(key, i, o.copies)));
+  }
   t.ttl = o.ttl;
   t.ttl_text = std::to_string(o.ttl.count());
   t.retry_delay = o.retry_delay;
@@ -330,7 +334,7 @@ struct acquisition::impl {
         }
         queued = true;
       }
-      emit(i, acquire_script, lock_acquire_keys(lock->keys),
+      emit(i, acquire_script, lock_acquire_keys(lock->keys_on(i)),
            {round->value, lock->ttl_text, std::move(entry), mode}, purpose::vote);
     }
   }
@@ -362,7 +366,7 @@ struct acquisition::impl {
     // value.
     round->fence_outstanding = plan.to_raise.size();
     for (std::size_t i : plan.to_raise) {
-      emit(i, fence_raise_script, {lock->keys.fence}, {std::to_string(plan.fence)},
+      emit(i, fence_raise_script, {lock->keys_on(i).fence}, {std::to_string(plan.fence)},
            purpose::fence);
     }
   }
@@ -391,7 +395,7 @@ struct acquisition::impl {
       if (round->votes.votes()[i].outcome == node_result::vote::taken) continue;
       auto awaited_for = awaited_cleanup(i, purpose::cleanup);
       if (awaited_for) ++round->cleanup_outstanding;
-      emit(i, release_script, lock_release_keys(lock->keys), {round->value}, awaited_for);
+      emit(i, release_script, lock_release_keys(lock->keys_on(i)), {round->value}, awaited_for);
     }
     if (round->cleanup_outstanding == 0) round_done(now, ec);
   }
@@ -449,7 +453,7 @@ struct acquisition::impl {
     bool granted = !ec && r.is_array() && e.size() == 2 && e[0].is_integer() &&
                    e[0].integer() == 1 && e[1].is_integer();
     if (!granted || e[1].integer() >= granted_fence) return;
-    emit(node, fence_raise_script, {lock->keys.fence}, {std::to_string(granted_fence)},
+    emit(node, fence_raise_script, {lock->keys_on(node).fence}, {std::to_string(granted_fence)},
          std::nullopt);
   }
 
@@ -471,7 +475,7 @@ struct acquisition::impl {
 
   void emit_lock_release(const std::string& value, std::optional<purpose> awaited_for) {
     for (std::size_t i = 0; i < nodes(); ++i) {
-      emit(i, release_script, lock_release_keys(lock->keys), {value}, awaited_for);
+      emit(i, release_script, lock_release_keys(lock->keys_on(i)), {value}, awaited_for);
     }
   }
 
@@ -488,9 +492,9 @@ struct acquisition::impl {
     if (!granted) awaited_for = purpose::final_cleanup;
     for (std::size_t i = 0; i < nodes(); ++i) {
       if (give_up) {
-        emit(i, release_script, lock_release_keys(lock->keys), {id, "give-up"}, awaited_for);
+        emit(i, release_script, lock_release_keys(lock->keys_on(i)), {id, "give-up"}, awaited_for);
       } else {
-        emit(i, leave_script, {lock->keys.waiters, lock->keys.waiter_info}, {id}, awaited_for);
+        emit(i, leave_script, {lock->keys_on(i).waiters, lock->keys_on(i).waiter_info}, {id}, awaited_for);
       }
     }
   }
@@ -792,8 +796,8 @@ bool acquisition::queued() const noexcept { return impl_->queued; }
 int acquisition::attempts_made() const noexcept { return impl_->made; }
 const std::string& acquisition::id() const noexcept { return impl_->id; }
 
-std::uint16_t acquisition::slot() const noexcept {
-  return hash_slot(impl_->lock ? impl_->lock->keys.key : impl_->sem->keys.expiries);
+std::uint16_t acquisition::slot(std::size_t node) const noexcept {
+  return hash_slot(impl_->lock ? impl_->lock->keys_on(node).key : impl_->sem->keys.expiries);
 }
 
 // ---- quorum_release ----
@@ -831,7 +835,7 @@ void quorum_release::on_reply(std::uint64_t request_id, std::error_code ec, cons
 
 request quorum_release::request_for(const lock_target& target, std::size_t node,
                                      std::string value) {
-  return request{node + 1, node, &release_script, lock_release_keys(target.keys),
+  return request{node + 1, node, &release_script, lock_release_keys(target.keys_on(node)),
                  {std::move(value)}, target.node_timeout};
 }
 
@@ -867,7 +871,7 @@ quorum_extend::quorum_extend(const lock_target& target, std::string token, milli
     : round_(target.nodes, now, ttl, target.drift_factor) {
   std::string ttl_text = std::to_string(ttl.count());
   for (std::size_t i = 0; i < target.nodes; ++i) {
-    requests_.push_back(request{i + 1, i, &extend_script, {target.keys.key},
+    requests_.push_back(request{i + 1, i, &extend_script, {target.keys_on(i).key},
                                 {token, ttl_text, successor}, target.node_timeout});
   }
 }

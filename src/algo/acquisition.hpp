@@ -48,6 +48,11 @@ std::chrono::milliseconds waiter_entry_ttl(std::chrono::milliseconds retry_delay
 struct lock_target {
   std::size_t nodes = 1;
   lock_keys keys;
+  // lock_options::copies: node i (the cluster client, once per copy) holds copy i's keys.
+  std::vector<lock_keys> copies;
+  const lock_keys& keys_on(std::size_t node) const noexcept {
+    return copies.empty() ? keys : copies[node];
+  }
   std::string ttl_text;                 // ttl in ms, as the scripts take it
   std::vector<std::string> node_names;  // label the votes (may be empty)
   std::chrono::milliseconds ttl{10'000};
@@ -56,12 +61,16 @@ struct lock_target {
   double drift_factor = 0.01;
   bool fair = false;
   bool wake_on_release = true;
+  bool cluster = false;  // the node is a redis-cluster:// client
   // A single node hands the lock to its first waiter on release (release.lua); N nodes cannot
-  // (one node's grant is no quorum), so Redlock waiters are only woken.
-  bool accepts_handoff() const noexcept { return nodes == 1 && wake_on_release; }
+  // (one node's grant is no quorum), so Redlock waiters are only woken. Nor can a cluster: the
+  // shard's replicas deliver SPUBLISH too, so a waiter subscribed on a master demoted meanwhile
+  // gets the message while the count says nobody did, and the key is freed under it; a woken
+  // waiter takes a handed-over key on its next attempt (acquire.lua), by the server's word.
+  bool accepts_handoff() const noexcept { return nodes == 1 && wake_on_release && !cluster; }
 };
 lock_target make_lock_target(std::size_t nodes, std::string_view key, const lock_options& o,
-                             std::chrono::milliseconds request_timeout);
+                             std::chrono::milliseconds request_timeout, bool cluster = false);
 
 struct semaphore_target {
   semaphore_keys keys;
@@ -173,8 +182,9 @@ class acquisition {
   std::error_code last_error() const noexcept;
   const node_results& last_votes() const noexcept;
   const std::string& id() const noexcept;
-  // The Redis Cluster slot of the lock's or semaphore's keys, where its wake-ups are published.
-  std::uint16_t slot() const noexcept;
+  // The Redis Cluster slot of the lock's or semaphore's keys on `node` (a copy's, with
+  // lock_options::copies), where its wake-ups there are published.
+  std::uint16_t slot(std::size_t node) const noexcept;
 
  private:
   struct impl;

@@ -101,11 +101,25 @@ std::optional<std::string_view> first_key(const std::vector<std::string_view>& a
   for (std::string_view verb : keyless) {
     if (iequals(name, verb)) return std::nullopt;
   }
-  // OBJECT ENCODING key, MEMORY USAGE key, BITOP op destkey ...
-  if (iequals(name, "OBJECT") || iequals(name, "MEMORY") || iequals(name, "BITOP")) {
-    return args.size() > 2 ? std::optional(args[2]) : std::nullopt;
+  auto arg = [&](std::size_t i) {
+    return args.size() > i ? std::optional(args[i]) : std::nullopt;
+  };
+  // The key after a subcommand, an operation or a numkeys: OBJECT ENCODING key, MEMORY USAGE
+  // key, BITOP op destkey, XGROUP CREATE key, XINFO STREAM key, ZINTER numkeys key ...
+  for (std::string_view verb : {"OBJECT", "MEMORY", "BITOP", "XGROUP", "XINFO", "ZINTER", "ZUNION",
+                                "ZDIFF", "SINTERCARD", "ZINTERCARD", "LMPOP", "ZMPOP"}) {
+    if (iequals(name, verb)) return arg(2);
   }
-  return args.size() > 1 ? std::optional(args[1]) : std::nullopt;
+  // BLMPOP timeout numkeys key ...
+  if (iequals(name, "BLMPOP") || iequals(name, "BZMPOP")) return arg(3);
+  // XREAD [COUNT n] [BLOCK ms] STREAMS key ... id ...
+  if (iequals(name, "XREAD") || iequals(name, "XREADGROUP")) {
+    for (std::size_t i = 1; i + 1 < args.size(); ++i) {
+      if (iequals(args[i], "STREAMS")) return arg(i + 1);
+    }
+    return std::nullopt;
+  }
+  return arg(1);
 }
 
 bool starts_with(const reply& r, std::string_view prefix) {
@@ -130,7 +144,9 @@ std::optional<slot_map> slot_map::from_shards(const reply& r, bool tls, std::str
     std::optional<host_port> master;
     for (const auto& node : nodes->elements()) {
       const reply* role = field(node, "role");
-      if (!role || role->str() != "master") continue;
+      const reply* health = field(node, "health");
+      // A failed master may still be listed as one beside the replica that replaced it.
+      if (!role || role->str() != "master" || (health && health->str() == "fail")) continue;
       const reply* host = field(node, "endpoint");
       if (!host || !host->is_string() || host->str().empty() || host->str() == "?") {
         host = field(node, "ip");

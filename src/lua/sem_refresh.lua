@@ -27,17 +27,20 @@ if tonumber(expiry) <= now then
 end
 
 if successor ~= '' then
-  redis.call('ZREM', expiries, owner)
+  -- The successor is added before the owner is removed: removing the last member first would
+  -- delete the key, and on a Redis Cluster node whose slot is migrating away, writing to a key
+  -- this script deleted fails the script midway (the permit would vanish, or lose its weight).
   redis.call('ZADD', expiries, now + ttl_ms, successor)
+  redis.call('ZREM', expiries, owner)
   local weight = redis.call('HGET', weights, owner)
   if weight then
-    redis.call('HDEL', weights, owner)
     redis.call('HSET', weights, successor, weight)
+    redis.call('HDEL', weights, owner)
   end
   local ticket = owners and redis.call('ZSCORE', owners, owner)
   if ticket then
-    redis.call('ZREM', owners, owner)
     redis.call('ZADD', owners, ticket, successor)
+    redis.call('ZREM', owners, owner)
   end
 elseif now + ttl_ms > tonumber(expiry) then
   redis.call('ZADD', expiries, 'XX', now + ttl_ms, owner)

@@ -24,17 +24,20 @@ reply error_reply(std::string text) {
   return reply::make_string(reply::kind::error, text);
 }
 
-// The redirect or "retry later" among the replies (a pipeline's elements, or the one reply).
-const reply* routing_answer(const reply& r, std::size_t replies) {
-  if (replies <= 1) return &r;
-  if (!r.is_array()) return nullptr;
+bool is_routing_error(const reply& r, const host_port& from) {
+  return r.is_error() && (is_retry_later(r) || parse_redirect(r, from));
+}
+
+// The redirect or "retry later" that answers the whole request: the one reply, or every
+// element of a pipeline's. A pipeline where only some commands were refused had the others
+// run, so it must not be sent again: the caller gets it as it is.
+const reply* routing_answer(const reply& r, std::size_t replies, const host_port& from) {
+  if (replies <= 1) return is_routing_error(r, from) ? &r : nullptr;
+  if (!r.is_array() || r.elements().empty()) return nullptr;
   for (const auto& e : r.elements()) {
-    if (e.is_error() && (e.str().compare(0, 6, "MOVED ") == 0 || e.str().compare(0, 4, "ASK ") == 0 ||
-                         is_retry_later(e))) {
-      return &e;
-    }
+    if (!is_routing_error(e, from)) return nullptr;
   }
-  return nullptr;
+  return &r.elements().front();
 }
 
 }  // namespace
@@ -61,6 +64,9 @@ cluster_router::cluster_router(endpoint where, client_options options)
       name_(where_.to_string()),
       executor_(runtime::shared().get_executor()) {
   check_cluster_endpoint(where_, options_);
+  // A TLS file that cannot be loaded fails here, in the client's constructor, as for a single
+  // node: the connections to the masters are made later, on the I/O thread.
+  if (where_.tls) connection probe(node_endpoint(where_.seeds.front()), options_);
 }
 
 const host_port* cluster_router::keyless_target() const {
@@ -68,18 +74,36 @@ const host_port* cluster_router::keyless_target() const {
   return map_->masters().empty() ? nullptr : &map_->masters().front();
 }
 
-std::shared_ptr<connection> cluster_router::connection_to(const host_port& node) {
-  for (auto& [at, conn] : connections_) {
-    if (at == node) return conn;
-  }
+void cluster_router::patch(std::uint16_t slot, const host_port& owner) {
+  std::lock_guard lock(mu_);
+  if (map_) map_->set_owner(slot, owner);
+  if (reading_map_) patches_since_read_.emplace_back(slot, owner);
+}
+
+endpoint cluster_router::node_endpoint(const host_port& node) const {
   endpoint e = where_;
   e.cluster = false;
   e.seeds.clear();
   e.host = node.host;
   e.port = node.port;
-  auto conn = std::make_shared<connection>(std::move(e), options_);
-  connections_.emplace_back(node, conn);
-  return conn;
+  return e;
+}
+
+std::shared_ptr<connection> cluster_router::connection_to(const host_port& node,
+                                                          std::string& why) {
+  for (auto& [at, conn] : connections_) {
+    if (at == node) return conn;
+  }
+  try {
+    auto conn = std::make_shared<connection>(node_endpoint(node), options_);
+    connections_.emplace_back(node, conn);
+    return conn;
+  } catch (const std::system_error& e) {
+    // Loading the TLS files failed (the constructor checked them once; they may be gone
+    // since): this request fails, the I/O thread goes on.
+    why = e.what();
+    return nullptr;
+  }
 }
 
 void cluster_router::submit(std::string payload, std::size_t replies, clock::time_point deadline,
@@ -90,8 +114,10 @@ void cluster_router::submit(std::string payload, std::size_t replies, clock::tim
 }
 
 void cluster_router::route(job j) {
+  if (shut_down_) return fail(j, errc::cancelled, "the client was destroyed");
   std::shared_ptr<connection> conn;
   host_port to;
+  std::string why;
   bool stale = false;
   {
     std::unique_lock lock(mu_);
@@ -115,10 +141,11 @@ void cluster_router::route(job j) {
     }
     to = *owner;
     if (j.slot) last_keyed_node_ = to;
-    conn = connection_to(to);
+    conn = connection_to(to, why);
     stale = clock::now() - map_read_at_ > map_max_age;
   }
   if (stale) refresh();
+  if (!conn) return fail(j, errc::tls_error, why);
   send(conn, to, std::move(j), false);
 }
 
@@ -143,10 +170,8 @@ void cluster_router::on_answer(const host_port& from, job j, bool asking, std::e
     ec = r.is_error() ? error_from_reply(r) : std::error_code{};
   }
   // The server's "not here" and "not now" first: TRYAGAIN maps to node_unreachable too.
-  const reply* answer = routing_answer(r, j.replies);
-  bool routing = answer && answer->is_error() &&
-                 (is_retry_later(*answer) || parse_redirect(*answer, from));
-  if (!routing) {
+  const reply* answer = routing_answer(r, j.replies, from);
+  if (!answer) {
     if (ec == errc::connection_lost || ec == errc::node_unreachable || ec == errc::timeout) {
       // The master may have failed over: the next requests go by a fresh map. This one may
       // have run (timeout, connection_lost), so it is not resent: its caller decides.
@@ -160,7 +185,6 @@ void cluster_router::on_answer(const host_port& from, job j, bool asking, std::e
     return std::exchange(j.handler, {})(ec, std::move(r));
   }
   auto moved = parse_redirect(*answer, from);
-  if (!moved) return std::exchange(j.handler, {})(ec, std::move(r));
   // MOVED and ASK both mean the command did not run: sending it elsewhere is safe. Only MOVED
   // counts towards a loop: ASK then TRYAGAIN, again and again, is a migration under way (the
   // deadline bounds it), and a loop through ASK has a MOVED in it.
@@ -176,20 +200,20 @@ void cluster_router::on_answer(const host_port& from, job j, bool asking, std::e
                   "ASK for a pipelined request: its slot is migrating; try again");
     }
     std::shared_ptr<connection> conn;
+    std::string why;
     {
       std::lock_guard lock(mu_);
-      conn = connection_to(moved->to);
+      conn = connection_to(moved->to, why);
     }
+    if (!conn) return fail(j, errc::tls_error, why);
     return send(conn, moved->to, std::move(j), true);
   }
   ++moved_;
-  {
-    std::lock_guard lock(mu_);
-    if (map_) map_->set_owner(moved->slot, moved->to);
-  }
+  patch(moved->slot, moved->to);
   refresh();
-  // The slot is the one the node named, whatever ours was: resend by the patched map.
-  if (!j.slot) j.slot = moved->slot;
+  // The slot is the one the node named, whatever ours was (a command whose first key we
+  // guessed wrong): resend by the patched map.
+  j.slot = moved->slot;
   route(std::move(j));
 }
 
@@ -230,87 +254,108 @@ void cluster_router::fail(job& j, std::error_code ec, std::string text) {
 }
 
 void cluster_router::refresh(bool now) {
-  std::vector<host_port> candidates;
+  auto read = std::make_shared<map_read>();
   {
     std::lock_guard lock(mu_);
     if (reading_map_) {
-      read_again_ = read_again_ || now;
+      // After this read, another: what asked for it may have seen a change the read missed.
+      read_again_ = true;
       return;
     }
     if (!now && clock::now() - map_read_at_ < min_map_interval) return;
     reading_map_ = true;
+    patches_since_read_.clear();
     // The masters we know first (the seeds may be gone since), then the seeds.
-    if (map_) candidates = map_->masters();
+    if (map_) read->candidates = map_->masters();
     for (const auto& s : where_.seeds) {
-      if (std::find(candidates.begin(), candidates.end(), s) == candidates.end()) {
-        candidates.push_back(s);
+      if (std::find(read->candidates.begin(), read->candidates.end(), s) ==
+          read->candidates.end()) {
+        read->candidates.push_back(s);
       }
     }
   }
-  asio::post(executor_, [self = shared_from_this(), c = std::move(candidates)]() mutable {
-    self->read_map_from(std::move(c), 0, {});
-  });
+  asio::post(executor_, [self = shared_from_this(), read] { self->read_map_from(read); });
 }
 
-void cluster_router::read_map_from(std::vector<host_port> candidates, std::size_t next,
-                                   std::vector<std::string> failures) {
-  if (next >= candidates.size()) {
+// Asks the candidates in turn for CLUSTER INFO and CLUSTER SHARDS (CLUSTER SLOTS before 7.0).
+// A node that says cluster_state:fail may be cut off from the majority with an old view: its
+// map is kept only in case no node says ok.
+void cluster_router::read_map_from(std::shared_ptr<map_read> read) {
+  if (shut_down_) return map_failed(errc::cancelled, "the client was destroyed");
+  if (read->next >= read->candidates.size()) {
+    if (read->fallback) return install(std::move(*read->fallback));
     std::string text = "no node answered with the cluster's slot map:";
-    for (const auto& f : failures) text += " " + f + ";";
+    for (const auto& f : read->failures) text += " " + f + ";";
     text.pop_back();
-    return map_failed(failures.size() == 1 && failures[0].find("not a cluster node") !=
-                                                   std::string::npos
-                          ? std::error_code(errc::cluster_error)
-                          : std::error_code(errc::node_unreachable),
+    bool not_cluster = std::all_of(read->failures.begin(), read->failures.end(), [](auto& f) {
+      return f.find("not a cluster node") != std::string::npos;
+    });
+    return map_failed(not_cluster ? std::error_code(errc::cluster_error)
+                                  : std::error_code(errc::node_unreachable),
                       std::move(text));
   }
-  host_port node = candidates[next];
+  host_port node = read->candidates[read->next++];
+  std::string why;
   std::shared_ptr<connection> conn;
   {
     std::lock_guard lock(mu_);
-    conn = connection_to(node);
+    conn = connection_to(node, why);
   }
+  auto next_candidate = [self = shared_from_this(), read, node](std::string why) {
+    read->failures.push_back(address_of(node) + ": " + why);
+    self->read_map_from(read);
+  };
+  if (!conn) return next_candidate(why);
   ++map_reads_;
   auto deadline = clock::now() + options_.request_timeout;
-  command ask{"CLUSTER", "SHARDS"};
-  conn->submit(ask.bytes(), 1, deadline,
-               [self = shared_from_this(), conn, node, candidates = std::move(candidates), next,
-                failures = std::move(failures), deadline](std::error_code ec, reply r) mutable {
-                 auto next_candidate = [&](std::string why) {
-                   failures.push_back(address_of(node) + ": " + why);
-                   self->read_map_from(std::move(candidates), next + 1, std::move(failures));
+  command ask{"CLUSTER", "INFO"};
+  ask.then({"CLUSTER", "SHARDS"});
+  conn->submit(ask.bytes(), 2, deadline,
+               [self = shared_from_this(), conn, read, next_candidate, deadline](
+                   std::error_code ec, reply r) mutable {
+                 if (ec || !r.is_array() || r.elements().size() != 2) {
+                   return next_candidate(r.is_error() ? r.str() : ec.message());
+                 }
+                 const reply& info = r.elements()[0];
+                 const reply& shards = r.elements()[1];
+                 if (info.is_error()) {
+                   std::string text = info.str();
+                   return next_candidate(text.find("cluster support disabled") != std::string::npos
+                                             ? "not a cluster node (" + text + ")"
+                                             : text);
+                 }
+                 bool ok = info.str().find("cluster_state:ok") != std::string::npos;
+                 auto take = [&](slot_map map) {
+                   if (ok) return self->install(std::move(map));
+                   if (!read->fallback) read->fallback = std::move(map);
+                   next_candidate("cluster_state is not ok there");
                  };
                  std::string why;
-                 if (!ec) {
-                   if (auto map = slot_map::from_shards(r, self->where_.tls, why)) {
-                     return self->install(std::move(*map));
+                 if (!shards.is_error()) {
+                   if (auto map = slot_map::from_shards(shards, self->where_.tls, why)) {
+                     return take(std::move(*map));
                    }
                    return next_candidate(why);
                  }
-                 std::string text = r.is_error() ? r.str() : ec.message();
-                 if (text.find("cluster support disabled") != std::string::npos) {
-                   return next_candidate("not a cluster node (" + text + ")");
-                 }
-                 if (!r.is_error() || text.find("unknown subcommand") == std::string::npos) {
-                   return next_candidate(text);
+                 if (shards.str().find("unknown subcommand") == std::string::npos) {
+                   return next_candidate(shards.str());
                  }
                  // Before 7.0: CLUSTER SLOTS.
                  command slots{"CLUSTER", "SLOTS"};
                  conn->submit(slots.bytes(), 1, deadline,
-                              [self, node, candidates = std::move(candidates), next,
-                               failures = std::move(failures)](std::error_code ec2,
+                              [self, read, next_candidate, ok](std::error_code ec2,
                                                                reply r2) mutable {
                                 std::string why2;
                                 if (!ec2) {
                                   if (auto map = slot_map::from_slots(r2, why2)) {
-                                    return self->install(std::move(*map));
+                                    if (ok) return self->install(std::move(*map));
+                                    if (!read->fallback) read->fallback = std::move(*map);
+                                    return next_candidate("cluster_state is not ok there");
                                   }
                                 } else {
                                   why2 = r2.is_error() ? r2.str() : ec2.message();
                                 }
-                                failures.push_back(address_of(node) + ": " + why2);
-                                self->read_map_from(std::move(candidates), next + 1,
-                                                    std::move(failures));
+                                next_candidate(why2);
                               });
                });
 }
@@ -320,17 +365,21 @@ void cluster_router::install(slot_map map) {
   bool again = false;
   {
     std::lock_guard lock(mu_);
+    // A MOVED that came while the map was read may be newer than what the read saw.
+    for (const auto& [slot, owner] : patches_since_read_) map.set_owner(slot, owner);
+    again = !patches_since_read_.empty() || std::exchange(read_again_, false);
+    read_again_ = false;
+    patches_since_read_.clear();
     map_ = std::move(map);
     map_read_at_ = clock::now();
     reading_map_ = false;
-    again = std::exchange(read_again_, false);
     ready.swap(waiting_for_map_);
   }
   for (auto& j : ready) {
     j.waited_for_map = true;
     route(std::move(j));
   }
-  if (again) refresh(true);
+  if (again) refresh();
 }
 
 void cluster_router::map_failed(std::error_code ec, std::string text) {
@@ -339,6 +388,7 @@ void cluster_router::map_failed(std::error_code ec, std::string text) {
     std::lock_guard lock(mu_);
     reading_map_ = false;
     read_again_ = false;
+    patches_since_read_.clear();
     map_read_at_ = clock::now();
     failed.swap(waiting_for_map_);
   }
@@ -358,23 +408,26 @@ bool cluster_router::try_exchange_direct(std::string_view payload, std::size_t r
     if (!owner) return false;
     to = *owner;
     if (slot) last_keyed_node_ = to;
-    conn = connection_to(to);
+    std::string why;
+    conn = connection_to(to, why);
+    if (!conn) return false;
   }
   if (!conn->try_exchange_direct(payload, replies, deadline, ec, out)) return false;
-  const reply* answer = routing_answer(out, replies);
-  if (!answer || !answer->is_error()) return true;
+  const reply* answer = routing_answer(out, replies, to);
+  if (!answer) return true;
   if (auto moved = parse_redirect(*answer, to); moved && !moved->ask) {
     ++moved_;
-    std::lock_guard lock(mu_);
-    if (map_) map_->set_owner(moved->slot, moved->to);
+    patch(moved->slot, moved->to);
   }
-  if (parse_redirect(*answer, to) || is_retry_later(*answer)) {
-    // It did not run: submit() follows the redirect or waits.
-    out = reply{};
-    ec = {};
-    return false;
-  }
-  return true;
+  // It did not run: submit() follows the redirect or waits.
+  out = reply{};
+  ec = {};
+  return false;
+}
+
+void cluster_router::shut_down() {
+  shut_down_ = true;
+  close(errc::cancelled);
 }
 
 void cluster_router::close(std::error_code reason) {

@@ -58,7 +58,12 @@ class cluster_router : public std::enable_shared_from_this<cluster_router> {
   // patched and false returned, so that the caller's submit() follows it.
   bool try_exchange_direct(std::string_view payload, std::size_t replies,
                            clock::time_point deadline, std::error_code& ec, reply& out);
+  // Closes the connections (a later request connects again); requests waiting for the map
+  // fail with `reason`.
   void close(std::error_code reason);
+  // For good (the client's last copy is gone): what is still under way (retries, redirects,
+  // reads of the map) ends with errc::cancelled instead of connecting again.
+  void shut_down();
 
   // The master serving `slot` as the client believes it, read from the cluster if need be.
   // Blocking; for diagnostics and tests.
@@ -70,6 +75,8 @@ class cluster_router : public std::enable_shared_from_this<cluster_router> {
   // Starts a read of the map unless one is under way or the last was under min_map_interval
   // ago (unless `now`). Runs the reads on the I/O thread.
   void refresh(bool now = false);
+  // The endpoint of one node: where()'s credentials and TLS, that node's address.
+  endpoint node_endpoint(const host_port& node) const;
 
   // What the router has followed, for tests and metrics.
   struct counters {
@@ -97,11 +104,20 @@ class cluster_router : public std::enable_shared_from_this<cluster_router> {
   // Fails the waiting job `id` with node_unreachable if it still waits for a map at `deadline`.
   void expire_wait(std::uint64_t id, clock::time_point deadline);
   void fail(job& j, std::error_code ec, std::string text);
-  void read_map_from(std::vector<host_port> candidates, std::size_t next,
-                     std::vector<std::string> failures);
+  // One read of the map: the nodes to ask in turn and what each said.
+  struct map_read {
+    std::vector<host_port> candidates;
+    std::size_t next = 0;
+    std::vector<std::string> failures;
+    std::optional<slot_map> fallback;  // from a node whose cluster_state was not ok
+  };
+  void read_map_from(std::shared_ptr<map_read> read);
   void install(slot_map map);
+  // After MOVED: the map's entry, and the note that a read under way may be older.
+  void patch(std::uint16_t slot, const host_port& owner);
   void map_failed(std::error_code ec, std::string text);
-  std::shared_ptr<connection> connection_to(const host_port& node);  // under mu_
+  // Under mu_. Null (and `why`) when the connection cannot be made (TLS files unreadable).
+  std::shared_ptr<connection> connection_to(const host_port& node, std::string& why);
   // Where a command without a key goes (under mu_, map_ set): the node of the last command
   // with one, so that a transaction's EXEC follows its WATCH and MULTI; else the first master.
   const host_port* keyless_target() const;
@@ -116,6 +132,8 @@ class cluster_router : public std::enable_shared_from_this<cluster_router> {
   clock::time_point map_read_at_{};
   bool reading_map_ = false;
   bool read_again_ = false;  // another read was asked for while one was under way
+  std::vector<std::pair<std::uint16_t, host_port>> patches_since_read_;  // MOVED meanwhile
+  std::atomic<bool> shut_down_{false};
   std::vector<std::pair<host_port, std::shared_ptr<connection>>> connections_;
   std::vector<job> waiting_for_map_;
   std::optional<host_port> last_keyed_node_;

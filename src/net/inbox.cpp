@@ -43,13 +43,13 @@ bool inbox::connect_to_slot_owner() {
     return true;
   }
   if (conn_) conn_->close(errc::cancelled);
-  endpoint node = router_->where();
-  node.cluster = false;
-  node.seeds.clear();
-  node.host = owner->host;
-  node.port = owner->port;
-  conn_ = std::make_shared<connection>(std::move(node), options_);
+  conn_.reset();
   handlers_installed_ = false;
+  try {
+    conn_ = std::make_shared<connection>(router_->node_endpoint(*owner), options_);
+  } catch (const std::system_error&) {
+    return false;  // the TLS files cannot be loaded now: as if the owner were unknown
+  }
   return true;
 }
 

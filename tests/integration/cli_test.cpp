@@ -398,8 +398,24 @@ TEST_F(CliTest, ClusterSeedsPutTheLockOnTheMasterOfItsSlot) {
                     " > " + ran});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(read_file(ran), "1\n") << "the lock was not on the slot's master";
+  // status names the master that serves the key, and the slot.
+  auto status = run({"--cluster", "-r", seed((owner + 1) % 3), "status", "--json", key});
+  EXPECT_EQ(status.status, 0) << status.err;
+  EXPECT_NE(status.out.find("127.0.0.1:" + std::to_string(cluster.node(owner).port()) +
+                            " (slot " + std::to_string(hash_slot(key)) + ")"),
+            std::string::npos)
+      << status.out;
   auto url = run({"-r", cluster.seed_url(), "run", "-n", key, "--", "true"});
   EXPECT_EQ(url.status, 0) << url.err;
+  // Three copies on three masters: held by quorum.
+  auto copies = run({"--cluster", "-r", seed(0), "--copies", "3", "run", key, "--", "sh", "-c",
+                     "redis-cli -p " + std::to_string(cluster.node(owner).port()) +
+                         " EXISTS '" + lock_copy_key(key, 0, 3) + "' > " + ran});
+  EXPECT_EQ(copies.status, 0) << copies.err;
+  EXPECT_EQ(read_file(ran), "1\n") << "copy 0 was not on its slot's master";
+  EXPECT_EQ(run({"--cluster", "-r", seed(0), "--copies", "2", "run", "-n", key, "--", "true"})
+                .status,
+            64);
   auto bad = run({"--cluster", "-r", "redis://127.0.0.1:1/2", "run", "-n", key, "--", "true"});
   EXPECT_EQ(bad.status, 64) << bad.err;
   EXPECT_NE(bad.err.find("database 0"), std::string::npos) << bad.err;

@@ -4,6 +4,7 @@
 // a clear cluster_error. Server state is checked over plain sockets, not through dlock.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <thread>
@@ -147,6 +148,31 @@ TEST_F(ClusterTest, LockNamesOfEveryShapeKeepTheirKeysInOneSlot) {
   std::error_code ec;
   EXPECT_FALSE(s.try_acquire(ec));
   EXPECT_EQ(ec, errc::not_acquired);
+}
+
+TEST_F(ClusterTest, AReleaseWakesItsWaiterThroughTheSlotsMasterOnly) {
+  auto name = test::test_key();
+  int master = cluster_.owner_of(hash_slot(name));
+  client waiter_client{cluster_.seed_url((master + 1) % 3)};
+  mutex holder{client_, name, {.ttl = 10s}};
+  // A backstop of 5 s: only a wake-up can bring the waiter in quickly.
+  mutex waiter{waiter_client, name, {.ttl = 10s, .retry_delay = 5s}};
+  auto l = holder.acquire();
+  std::error_code ec;
+  lease got;
+  std::thread waiting([&] { got = waiter.acquire_until(std::chrono::steady_clock::now() + 8s, ec); });
+  std::this_thread::sleep_for(300ms);  // queued and subscribed
+  auto released_at = std::chrono::steady_clock::now();
+  EXPECT_FALSE(l.release());
+  waiting.join();
+  ASSERT_TRUE(got) << ec.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - released_at, 1s) << "woken by the backstop";
+  for (int i = 0; i < 3; ++i) {
+    // The release's SPUBLISH ran on the slot's master; nothing was broadcast.
+    EXPECT_EQ(calls_of(cluster_, i, "spublish") > 0, i == master) << i;
+    EXPECT_EQ(calls_of(cluster_, i, "publish"), 0) << i;
+    EXPECT_EQ(calls_of(cluster_, i, "ssubscribe") > 0, i == master) << i;
+  }
 }
 
 TEST_F(ClusterTest, ProcessesContendingOnAHundredKeysOverEveryMasterCountExactly) {
@@ -345,6 +371,96 @@ TEST(ClusterFailoverTest, ALockTheReplicaHadSurvivesItsPromotion) {
   ASSERT_TRUE(next) << ec.message();
   EXPECT_GT(next.fencing_token(), first_fence);
   EXPECT_EQ(cluster.owner_of(hash_slot(name)), replica);
+}
+
+TEST(ClusterCopiesTest, CopiesSitOnDistinctMastersAndExcludeEachOther) {
+  redis_cluster cluster;
+  client a{cluster.seeds_url()}, b{cluster.seeds_url()};
+  auto name = test::test_key();
+  mutex first{a, name, {.ttl = 10s, .copies = 3}};
+  mutex second{b, name, {.ttl = 10s, .retry_delay = 10ms, .copies = 3}};
+  auto l = first.acquire();
+  ASSERT_TRUE(l);
+  std::vector<int> owners;
+  for (int i = 0; i < 3; ++i) {
+    auto copy = lock_copy_key(name, i, 3);
+    int owner = cluster.owner_of(hash_slot(copy));
+    owners.push_back(owner);
+    EXPECT_NE(raw_command_complete(cluster.node(owner).port(), "EXISTS " + copy), ":0\r\n");
+  }
+  std::sort(owners.begin(), owners.end());
+  EXPECT_EQ(owners, (std::vector<int>{0, 1, 2})) << "the copies share a master";
+  EXPECT_EQ(raw_command_complete(cluster.node(0).port(), "EXISTS " + name), ":0\r\n");
+  std::error_code ec;
+  EXPECT_FALSE(second.try_acquire(ec));
+  EXPECT_EQ(ec, errc::not_acquired);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(100ms);
+    EXPECT_FALSE(l.release());
+  });
+  auto next = second.acquire_until(std::chrono::steady_clock::now() + 5s, ec);
+  releaser.join();
+  ASSERT_TRUE(next) << ec.message();
+  EXPECT_GT(next.fencing_token(), 0u);
+  // Copies need one cluster client.
+  test::redis_server plain;
+  EXPECT_THROW((mutex{client{plain.url()}, name, {.copies = 3}}), std::system_error);
+  EXPECT_THROW((mutex{a, name, {.copies = 2}}), std::system_error);
+}
+
+// A failover that loses a grant: the slot's replica never got the write (it was stopped, then
+// killed, so what its master had sent was lost with it; it restarts empty), and it takes the
+// slots over (CLUSTER FAILOVER TAKEOVER) after its master died. Mode 1 hands the lock to a
+// second client while the first still holds it; the fence then refuses the first holder's
+// stale write. With 3 copies, one master's loss leaves the copies on the other two, and the
+// second client is refused.
+TEST(ClusterCopiesTest, AFailoverThatLosesTheGrantGivesTwoHoldersInModeOneButNotWithCopies) {
+  redis_cluster cluster{{.replicas_per_master = 1}};
+  client holder_client{cluster.seeds_url()}, other_client{cluster.seeds_url()};
+  auto one = test::test_key() + ":one", three = test::test_key() + ":three";
+  int victim = cluster.owner_of(hash_slot(one));
+  mutex one_holder{holder_client, one, {.ttl = 30s}};
+  mutex one_other{other_client, one, {.ttl = 30s}};
+  mutex three_holder{holder_client, three, {.ttl = 30s, .copies = 3}};
+  mutex three_other{other_client, three, {.ttl = 30s, .copies = 3}};
+  int replica = cluster.replica_index(victim);
+  cluster.node(replica).pause();
+  auto held_one = one_holder.acquire();
+  auto held_three = three_holder.acquire();
+  bool a_copy_on_victim = false;
+  for (int i = 0; i < 3; ++i) {
+    a_copy_on_victim |= cluster.owner_of(hash_slot(lock_copy_key(three, i, 3))) == victim;
+  }
+  ASSERT_TRUE(a_copy_on_victim);
+  cluster.node(replica).kill();
+  cluster.node(victim).kill();
+  cluster.node(replica).restart();
+  EXPECT_NE(raw_command_complete(cluster.node(replica).port(), "CLUSTER FAILOVER TAKEOVER")
+                .find("OK"),
+            std::string::npos);
+  cluster.wait_promoted(replica);
+
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  std::error_code ec;
+  auto second_one = one_other.acquire_until(deadline, ec);
+  EXPECT_TRUE(second_one) << "mode 1 was expected to lose the grant: " << ec.message();
+  EXPECT_TRUE(held_one);  // the first holder still believes it holds
+  if (second_one) {
+    test::redis_server resource;
+    client data{resource.url()};
+    // The promoted replica lost the fencing counter too; a counter that starts again starts
+    // from the server's clock (ms x 1024), so the second holder's token is still higher, and
+    // the first holder's writes are refused.
+    EXPECT_GT(second_one.fencing_token(), held_one.fencing_token());
+    std::error_code fenced_ec;
+    EXPECT_TRUE(fenced_set(data, "account", "second", second_one.fencing_token(), fenced_ec));
+    EXPECT_FALSE(fenced_set(data, "account", "stale first", held_one.fencing_token(), fenced_ec));
+    EXPECT_FALSE(fenced_ec);
+  }
+  auto second_three = three_other.acquire_until(std::chrono::steady_clock::now() + 2s, ec);
+  EXPECT_FALSE(second_three) << "3 copies gave the lock to a second client";
+  EXPECT_EQ(ec, errc::not_acquired) << ec.message();
+  EXPECT_FALSE(held_three.extend()) << "the holder keeps a quorum of its copies";
 }
 
 }  // namespace

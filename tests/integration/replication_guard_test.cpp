@@ -99,7 +99,7 @@ TEST_F(ReplicationGuardTest, AReplicaThatDoesNotAcknowledgeFailsTheAcquireAndRel
 // An extend the replica never saw does not move the lease's validity.
 TEST_F(ReplicationGuardTest, AnUnconfirmedExtendLeavesTheValidityAsItWas) {
   client c{master_.url(), guarded};
-  mutex m{c, test_key(), {.ttl = 3s}};
+  mutex m{c, test_key(), {.ttl = 10s}};
   auto l = m.acquire();
   replica_.pause();
   auto before = l.valid_until();
@@ -107,7 +107,13 @@ TEST_F(ReplicationGuardTest, AnUnconfirmedExtendLeavesTheValidityAsItWas) {
   EXPECT_EQ(l.valid_until(), before);
   EXPECT_FALSE(l.lost().stop_requested());
   replica_.resume();
-  EXPECT_FALSE(l.extend(20s));
+  // The resumed replica catches up at its own pace (slower under a loaded CI machine): the
+  // guard confirms once it has.
+  std::error_code extended = errc::replication_not_confirmed;
+  for (int i = 0; i < 20 && extended == errc::replication_not_confirmed; ++i) {
+    extended = l.extend(20s);
+  }
+  EXPECT_FALSE(extended) << extended.message();
   EXPECT_GT(l.remaining(), 10s);
 }
 

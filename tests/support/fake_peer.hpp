@@ -19,8 +19,9 @@ namespace dlock::test {
 
 // A loopback TCP listener that is not Redis. `garbage` answers every read with an HTTP error
 // line; `pong_then_garbage` answers the first read with +PONG and every later one like
-// `garbage`; `silent` accepts and never writes; `moved_loop` plays a cluster node that serves
-// every slot by its CLUSTER SHARDS and yet answers every other command MOVED to itself. It
+// `garbage`; `silent` accepts and never writes; `moved_loop` plays a cluster node that is ok
+// (CLUSTER INFO), serves every slot by its CLUSTER SHARDS, and yet answers every other command
+// MOVED to itself. It
 // counts connections accepted and those the client closed, so tests can see whether dlock
 // dropped or retried a connection.
 class fake_peer {
@@ -103,7 +104,9 @@ class fake_peer {
          at = request.find("\r\n*", at + 1)) {
       auto next = request.find("\r\n*", at + 1);
       auto one = request.substr(at, next == std::string_view::npos ? next : next - at);
-      if (one.find("SHARDS") != std::string_view::npos) {
+      if (one.find("INFO") != std::string_view::npos) {
+        answers += "$18\r\ncluster_state:ok\r\n\r\n";
+      } else if (one.find("SHARDS") != std::string_view::npos) {
         answers += "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n"
                    "*6\r\n$4\r\nport\r\n:" + port + "\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n"
                    "$4\r\nrole\r\n$6\r\nmaster\r\n";

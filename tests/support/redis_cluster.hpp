@@ -406,7 +406,8 @@ class redis_cluster {
       if (s > last) break;
       int end = s;
       while (end + 1 <= last && !left_out(end + 1)) ++end;
-      ranges += " " + std::to_string(s) + " " + std::to_string(end);
+      // Appended piecewise: GCC 12's -Wrestrict misfires on `" " + std::to_string(...)` at -O2.
+      ranges.append(" ").append(std::to_string(s)).append(" ").append(std::to_string(end));
       s = end + 1;
     }
     if (!ranges.empty()) expect_ok(m, "CLUSTER ADDSLOTSRANGE" + ranges);

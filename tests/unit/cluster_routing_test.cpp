@@ -29,14 +29,16 @@ reply shard(std::vector<std::int64_t> ranges, std::vector<reply> nodes) {
 }
 
 TEST(ClusterRoutingTest, ShardsGiveEachSlotItsMaster) {
-  auto shards = arr({shard({0, 5460}, {shard_node("127.0.0.1", 7001, "replica"),
+  auto shards = arr({shard({0, 5460}, {shard_node("127.0.0.1", 7009, "master", "fail"),
+                                       shard_node("127.0.0.1", 7001, "replica"),
                                        shard_node("127.0.0.1", 7000, "master")}),
                      shard({5461, 10922, 16000, 16383}, {shard_node("127.0.0.1", 7002, "master")}),
                      shard({10923, 15999}, {shard_node("::1", 7003, "master")})});
   std::string why;
   auto map = slot_map::from_shards(shards, false, why);
   ASSERT_TRUE(map) << why;
-  EXPECT_EQ(*map->owner(0), (host_port{"127.0.0.1", 7000}));  // the master, not its replica
+  // The master, not its replica, nor a failed master still listed.
+  EXPECT_EQ(*map->owner(0), (host_port{"127.0.0.1", 7000}));
   EXPECT_EQ(*map->owner(5460), (host_port{"127.0.0.1", 7000}));
   EXPECT_EQ(*map->owner(5461), (host_port{"127.0.0.1", 7002}));
   EXPECT_EQ(*map->owner(16383), (host_port{"127.0.0.1", 7002}));
@@ -130,6 +132,11 @@ TEST(ClusterRoutingTest, CommandsAreRoutedByTheirFirstKey) {
   EXPECT_EQ(slot_of({"FCALL", "f", "1", "k"}), hash_slot("k"));
   EXPECT_EQ(slot_of({"OBJECT", "ENCODING", "k"}), hash_slot("k"));
   EXPECT_EQ(slot_of({"SPUBLISH", "chan", "m"}), hash_slot("chan"));
+  // The forms whose first key is not argument 1 (the review found them misrouted).
+  EXPECT_EQ(slot_of({"ZINTER", "2", "za", "zb"}), hash_slot("za"));
+  EXPECT_EQ(slot_of({"BLMPOP", "0", "1", "list", "LEFT"}), hash_slot("list"));
+  EXPECT_EQ(slot_of({"XREAD", "COUNT", "2", "STREAMS", "s1", "0"}), hash_slot("s1"));
+  EXPECT_EQ(slot_of({"XGROUP", "CREATE", "s1", "g", "$"}), hash_slot("s1"));
   for (command keyless : {command{"PING"}, command{"INFO", "replication"},
                           command{"SCRIPT", "LOAD", "return 1"}, command{"CLUSTER", "SHARDS"},
                           command{"TIME"}, command{"PUBLISH", "c", "m"}}) {

@@ -23,6 +23,9 @@ TEST(ErrorTest, MapsRedisErrorPrefixes) {
   EXPECT_EQ(map("LOADING Redis is loading the dataset in memory"), errc::node_unreachable);
   EXPECT_EQ(map("CLUSTERDOWN The cluster is down"), errc::node_unreachable);
   EXPECT_EQ(map("TRYAGAIN Multiple keys request during rehashing of slot"), errc::node_unreachable);
+  // A script cut short by its slot's migration (docs/guarantees.md, "Redis Cluster").
+  EXPECT_EQ(map("ERR Script attempted to access a non local key in a cluster node script: x"),
+            errc::node_unreachable);
   EXPECT_EQ(map("WRONGTYPE Operation against a key holding the wrong kind of value"),
             errc::wrong_type);
   EXPECT_EQ(map("NOPERM this user has no permissions to run the 'set' command"),

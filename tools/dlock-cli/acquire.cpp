@@ -29,7 +29,7 @@ struct acquire_options : wait_flags {
 int acquire_command(const global_options& g, const acquire_options& o) {
   check_ttl(o.ttl);
   auto nodes = make_clients(g);
-  mutex lock{nodes, o.key, {.ttl = o.ttl, .retry_delay = 50ms}};
+  mutex lock{nodes, o.key, {.ttl = o.ttl, .retry_delay = 50ms, .copies = g.copies}};
   wait_options w;
   w.nonblock = o.nonblock;
   w.wait = o.wait;

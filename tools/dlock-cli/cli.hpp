@@ -50,6 +50,7 @@ struct global_options {
   std::chrono::milliseconds quarantine{0};  // --quarantine: client_options::restart_quarantine
   bool replication_guard = false;           // --replication-guard: client_options::replication_guard
   bool cluster = false;  // --cluster: the URLs are seed nodes of one Redis Cluster
+  int copies = 0;        // --copies: lock_options::copies (a cluster lock in K copies)
   bool verbose = false;
 };
 

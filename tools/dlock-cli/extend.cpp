@@ -22,7 +22,7 @@ struct extend_options {
 int extend_command(const global_options& g, const extend_options& o) {
   check_ttl(o.ttl);
   auto nodes = make_clients(g);
-  mutex lock{nodes, o.key, {.ttl = o.ttl}};
+  mutex lock{nodes, o.key, {.ttl = o.ttl, .copies = g.copies}};
   lease held = lock.adopt(o.token);
   std::error_code ec = held.extend(o.ttl);
   held.detach();  // an adopted lease would otherwise release the lock when it goes

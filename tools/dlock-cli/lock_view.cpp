@@ -236,6 +236,19 @@ void clear_holder(std::vector<client>& nodes, const std::string& key, const std:
   }
 }
 
+namespace {
+
+// The node, and on a cluster the master that serves the key and the key's slot.
+std::string node_label(const client& node, const std::string& key) {
+  if (!node.where().is_cluster()) return node.where().to_string();
+  std::error_code ec;
+  std::string master = node.node_for(key, ec);
+  return (master.empty() ? node.where().to_string() : master) + " (slot " +
+         std::to_string(hash_slot(key)) + ")";
+}
+
+}  // namespace
+
 lock_view inspect_lock(std::vector<client>& nodes, const std::string& key, read_queue queue) {
   lock_view view;
   view.key = key;
@@ -255,7 +268,7 @@ lock_view inspect_lock(std::vector<client>& nodes, const std::string& key, read_
   std::vector<std::vector<waiter_view>> queues;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     node_view n;
-    n.node = nodes[i].where().to_string();
+    n.node = node_label(nodes[i], key);
     const auto& r = replies[i];
     const auto& e = r.value.elements();
     if (r.ec || !r.value.is_array() || e.size() != expected) {
@@ -315,7 +328,7 @@ semaphore_view inspect_semaphore(client& node, const std::string& key, bool fair
   semaphore_view view;
   view.key = key;
   view.fair = fair;
-  view.node = node.where().to_string();
+  view.node = node_label(node, key);
   const auto keys = semaphore_keys_for(key, fair);
   // A fair semaphore's waiters sit in its expiry set too, told apart from holders by their info
   // entry, so it reads the info even when the queue is not wanted.

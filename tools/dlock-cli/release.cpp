@@ -18,7 +18,7 @@ struct release_options {
 
 int release_command(const global_options& g, const release_options& o) {
   auto nodes = make_clients(g);
-  mutex lock{nodes, o.key};
+  mutex lock{nodes, o.key, {.copies = g.copies}};
   lease held = lock.adopt(o.token);
   clear_holder(nodes, o.key, o.token);
   std::error_code ec = held.release();

@@ -479,7 +479,8 @@ int run_command(const global_options& g, const run_options& o) {
       return permits->acquire_until(deadline, 1, control, ec);
     };
   } else {
-    lock.emplace(nodes, o.key, lock_options{.ttl = o.ttl, .retry_delay = 50ms});
+    lock.emplace(nodes, o.key,
+                 lock_options{.ttl = o.ttl, .retry_delay = 50ms, .copies = g.copies});
     calls.try_once = [&](std::error_code& ec, node_results* votes) {
       return lock->try_acquire(votes, ec);
     };
