@@ -325,9 +325,9 @@ int run_all(const options& o) {
     dlock::test::redis_cluster cluster;
     for (int i = 0; i < cluster.size(); ++i) server_pids[5 + static_cast<std::size_t>(i)] = cluster.node(i).pid();
     std::vector<dlock::client> set{dlock::client{cluster.seeds_url()}};
-    auto as_cluster_row = [](row r) {
+    auto as_cluster_row = [](row r, const std::string& mode) {
       r.library = "dlock (cluster)";
-      r.variant = "mode 1, 3 masters, " + r.variant;
+      r.variant = mode + ", 3 masters, " + r.variant;
       r.nodes = 3;
       for (auto it = r.figures.begin(); it != r.figures.end();) {
         bool from_info = it->first.rfind("server_", 0) == 0 || it->first.rfind("cmds_", 0) == 0;
@@ -338,26 +338,28 @@ int run_all(const options& o) {
     for (int lockers : {1, 64}) {
       progress("dlock (cluster) uncontended, " + std::to_string(lockers) + " lockers");
       rows.push_back(as_cluster_row(
-          run_uncontended(set, lockers, t, "bench:cl:u:" + std::to_string(lockers) + ":")));
+          run_uncontended(set, lockers, t, "bench:cl:u:" + std::to_string(lockers) + ":"),
+          "mode 1"));
     }
     progress("dlock (cluster) contended, 64 workers");
     rows.push_back(as_cluster_row(
         run_contended(set, {"contended", "defaults (wake on release)", 64, 1, true}, contended_t,
-                      mutex_contenders(set, "bench:cl:contended", {}))));
+                      mutex_contenders(set, "bench:cl:contended", {})),
+        "mode 1"));
     // Mode 2: three copies on three masters, taken by quorum.
     dlock::lock_options copies;
     copies.copies = 3;
     for (int lockers : {1, 64}) {
       progress("dlock (cluster) 3 copies, uncontended, " + std::to_string(lockers) + " lockers");
-      auto r = run_uncontended(set, lockers, t, "bench:cl:c:" + std::to_string(lockers) + ":",
-                               copies);
-      r.variant = "mode 2 (3 copies), " + r.variant;
-      rows.push_back(as_cluster_row(std::move(r)));
+      rows.push_back(as_cluster_row(
+          run_uncontended(set, lockers, t, "bench:cl:c:" + std::to_string(lockers) + ":", copies),
+          "mode 2 (3 copies)"));
     }
     progress("dlock (cluster) 3 copies, contended, 64 workers");
     rows.push_back(as_cluster_row(
-        run_contended(set, {"contended", "mode 2 (3 copies), wake on release", 64, 1, true},
-                      contended_t, mutex_contenders(set, "bench:cl:c:contended", copies))));
+        run_contended(set, {"contended", "defaults (wake on release)", 64, 1, true},
+                      contended_t, mutex_contenders(set, "bench:cl:c:contended", copies)),
+        "mode 2 (3 copies)"));
     for (int i = 0; i < cluster.size(); ++i) server_pids[5 + static_cast<std::size_t>(i)] = 0;
   }
 

@@ -179,8 +179,13 @@ std::string acquire_run::copies_collapsed() const {
     owners.push_back(router->known_owner(engine_.slot(i)));
   }
   for (std::size_t i = 0; i < owners.size(); ++i) {
+    // Fails closed: a copy whose master the map does not name cannot be vouched for.
+    if (!owners[i]) {
+      return "the master of copy " + std::to_string(i) + " of the lock is unknown (the slot map "
+             "changed): its copies cannot be shown to sit on distinct masters";
+    }
     for (std::size_t j = i + 1; j < owners.size(); ++j) {
-      if (owners[i] && owners[i] == owners[j]) {
+      if (owners[i] == owners[j]) {
         return "copies " + std::to_string(i) + " and " + std::to_string(j) + " of the lock sit " +
                "on the same master, " + owners[i]->host + ":" + std::to_string(owners[i]->port) +
                ": a failover of it could lose a quorum of them (reshard, or use another number "

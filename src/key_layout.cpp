@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <stdexcept>
 #include <vector>
 
@@ -143,9 +144,13 @@ semaphore_keys semaphore_keys_for(std::string_view key, bool fair) {
 }
 
 std::string lock_copy_key(std::string_view key, int copy, int copies) {
-  auto spacing = static_cast<unsigned>(16384 / std::max(copies, 1));
+  // Copy i in the middle half of the i-th K-th of the slot space, where the name's slot picks
+  // the place: masters that split the slots evenly (redis-cli's ranges are off by one here and
+  // there) then serve one copy each, whatever the name.
+  auto share = 16384u / static_cast<unsigned>(std::max(copies, 1));
+  auto offset = share / 4 + hash_slot(key) % std::max(share / 2, 1u);
   auto slot = static_cast<std::uint16_t>(
-      (hash_slot(key) + static_cast<unsigned>(std::max(copy, 0)) * spacing) % 16384);
+      (static_cast<unsigned>(std::max(copy, 0)) * share + offset) % 16384);
   std::string out;
   out.append("{").append(detail::tag_for_slot(slot)).append("}dlock-copy:");
   out.append(std::to_string(copy)).append("/").append(std::to_string(copies)).append(":");
@@ -160,10 +165,31 @@ std::string holder_key(std::string_view lock_key) { return companion(lock_key, h
 
 // Exact: splits off a suffix, undoes each form of E that could have made the rest, and checks
 // that encoding the result gives the rest back.
+namespace {
+
+// "{TTTT}dlock-copy:<i>/<K>:<key>", exactly as lock_copy_key makes it.
+bool is_copy_key(std::string_view key) {
+  constexpr std::string_view marker = "}dlock-copy:";
+  if (key.size() < 6 + marker.size() || key[0] != '{' || key.substr(5, marker.size()) != marker) {
+    return false;
+  }
+  std::string_view rest = key.substr(5 + marker.size());
+  int copy = 0, copies = 0;
+  auto [slash, e1] = std::from_chars(rest.data(), rest.data() + rest.size(), copy);
+  if (e1 != std::errc{} || slash == rest.data() + rest.size() || *slash != '/') return false;
+  auto [colon, e2] = std::from_chars(slash + 1, rest.data() + rest.size(), copies);
+  if (e2 != std::errc{} || colon == rest.data() + rest.size() || *colon != ':') return false;
+  std::string_view name = rest.substr(static_cast<std::size_t>(colon + 1 - rest.data()));
+  return copy >= 0 && copies > 0 && lock_copy_key(name, copy, copies) == key;
+}
+
+}  // namespace
+
 bool is_companion_key(std::string_view key) {
   if (key == node_identity_key || key == node_quarantine_key || key == node_fence_floor_key) {
     return true;
   }
+  if (is_copy_key(key)) return true;
   for (auto suffix : suffixes) {
     if (!key.ends_with(suffix)) continue;
     std::string_view base = key.substr(0, key.size() - suffix.size());

@@ -15,7 +15,12 @@ lock_core::lock_core(std::vector<client> nodes, std::string key, lock_options op
   target_ = make_lock_target(nodes_.size(), key_, options_,
                              nodes_.front().options().request_timeout,
                              nodes_.front().where().is_cluster());
-  for (const auto& node : nodes_) target_.node_names.push_back(node.where().to_string());
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    auto name = nodes_[i].where().to_string();
+    // lock_options::copies: one node per copy, all the same cluster client.
+    if (!target_.copies.empty()) name += " copy " + std::to_string(i);
+    target_.node_names.push_back(std::move(name));
+  }
 }
 
 std::shared_ptr<acquire_run> lock_core::make_run(steady::time_point deadline, int attempts,

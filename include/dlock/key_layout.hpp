@@ -86,9 +86,10 @@ DLOCK_EXPORT semaphore_keys semaphore_keys_for(std::string_view key, bool fair);
 
 /// Copy `copy` (0 .. copies-1) of the lock whose key is `key`, for a Redis Cluster lock kept
 /// in `copies` copies (lock_options::copies): "{T}dlock-copy:<copy>/<copies>:" + key, where T is
-/// a hash tag of slot (hash_slot(key) + copy * (16384 / copies)) mod 16384, so that the copies'
-/// slots are spread evenly over the slot space and, with masters that serve even ranges, land
-/// on distinct masters. Each copy is a lock key of its own, with its own companions.
+/// a hash tag of a slot in the middle half of the copy-th of `copies` equal shares of the slot
+/// space (the name's slot picks where in it). Masters that split the slots evenly, as
+/// `redis-cli --cluster create` does, then serve one copy each. Each copy is a lock key of its
+/// own, with its own companions; is_companion_key() refuses such keys as lock names.
 DLOCK_EXPORT std::string lock_copy_key(std::string_view key, int copy, int copies);
 
 /// Where dlock::fenced_set keeps the highest token that wrote `data_key`.
@@ -110,7 +111,8 @@ inline constexpr std::string_view node_quarantine_key = "dlock:node:quarantine";
 inline constexpr std::string_view node_fence_floor_key = "dlock:node:fence-floor";
 
 /// True when `key` is a companion key of some name: a key that the functions above return,
-/// other than a lock's own key, or one of the node's own keys above. dlock::mutex refuses such a
+/// other than a lock's own key (a copy's key from lock_copy_key counts as a companion), or one
+/// of the node's own keys above. dlock::mutex refuses such a
 /// lock key (errc::invalid_argument).
 DLOCK_EXPORT bool is_companion_key(std::string_view key);
 

@@ -65,8 +65,8 @@ struct lock_target {
   // A single node hands the lock to its first waiter on release (release.lua); N nodes cannot
   // (one node's grant is no quorum), so Redlock waiters are only woken. Nor can a cluster: the
   // shard's replicas deliver SPUBLISH too, so a waiter subscribed on a master demoted meanwhile
-  // gets the message while the count says nobody did, and the key is freed under it; a woken
-  // waiter takes a handed-over key on its next attempt (acquire.lua), by the server's word.
+  // would get the message while the count says nobody did, and the key would be freed under
+  // it. On a cluster a release only wakes its waiter, which then tries again.
   bool accepts_handoff() const noexcept { return nodes == 1 && wake_on_release && !cluster; }
 };
 lock_target make_lock_target(std::size_t nodes, std::string_view key, const lock_options& o,

@@ -22,11 +22,15 @@ local holder = redis.call('GET', key)
 -- A key this script empties is deleted, and on a Redis Cluster node whose slot is migrating
 -- away, touching a key the script deleted fails the script midway (the key belongs to the
 -- importing node now, and a script is never rolled back). So every touch of the queue that may
--- come after such a deletion is a pcall, and a refusal counts as "gone". (No new command for
--- this: the ACL rule in docs/security.md stays as it is.)
+-- come after such a deletion goes through here: that refusal counts as "gone"; any other error
+-- (READONLY, MISCONF, NOPERM ...) is raised as redis.call raises it, so that a refused write
+-- can never leave the loop below going round the same head.
 local function touch(...)
   local r = redis.pcall(...)
-  if type(r) == 'table' and r.err then return false end
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, 'non local key', 1, true) then return false end
+    return redis.call(...)
+  end
   return r
 end
 if give_up then

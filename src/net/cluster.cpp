@@ -318,13 +318,13 @@ void cluster_router::read_map_from(std::shared_ptr<map_read> read) {
                  }
                  const reply& info = r.elements()[0];
                  const reply& shards = r.elements()[1];
-                 if (info.is_error()) {
-                   std::string text = info.str();
-                   return next_candidate(text.find("cluster support disabled") != std::string::npos
-                                             ? "not a cluster node (" + text + ")"
-                                             : text);
+                 if (info.is_error() &&
+                     info.str().find("cluster support disabled") != std::string::npos) {
+                   return next_candidate("not a cluster node (" + info.str() + ")");
                  }
-                 bool ok = info.str().find("cluster_state:ok") != std::string::npos;
+                 // An error (an ACL without cluster|info): the state is unknown, the map is used.
+                 bool ok = info.is_error() ||
+                           info.str().find("cluster_state:ok") != std::string::npos;
                  auto take = [&](slot_map map) {
                    if (ok) return self->install(std::move(map));
                    if (!read->fallback) read->fallback = std::move(map);
@@ -337,10 +337,8 @@ void cluster_router::read_map_from(std::shared_ptr<map_read> read) {
                    }
                    return next_candidate(why);
                  }
-                 if (shards.str().find("unknown subcommand") == std::string::npos) {
-                   return next_candidate(shards.str());
-                 }
-                 // Before 7.0: CLUSTER SLOTS.
+                 // Before 7.0 ("Unknown subcommand", or an ACL without cluster|shards):
+                 // CLUSTER SLOTS.
                  command slots{"CLUSTER", "SLOTS"};
                  conn->submit(slots.bytes(), 1, deadline,
                               [self, read, next_candidate, ok](std::error_code ec2,
@@ -379,7 +377,12 @@ void cluster_router::install(slot_map map) {
     j.waited_for_map = true;
     route(std::move(j));
   }
-  if (again) refresh();
+  if (!again) return;
+  // Another read, once min_map_interval has passed since this one.
+  auto timer = std::make_shared<asio::steady_timer>(executor_, min_map_interval);
+  timer->async_wait([weak = weak_from_this(), timer](std::error_code) {
+    if (auto self = weak.lock()) self->refresh(true);
+  });
 }
 
 void cluster_router::map_failed(std::error_code ec, std::string text) {

@@ -408,9 +408,11 @@ TEST_F(CliTest, ClusterSeedsPutTheLockOnTheMasterOfItsSlot) {
   auto url = run({"-r", cluster.seed_url(), "run", "-n", key, "--", "true"});
   EXPECT_EQ(url.status, 0) << url.err;
   // Three copies on three masters: held by quorum.
+  const std::string copy = lock_copy_key(key, 0, 3);
   auto copies = run({"--cluster", "-r", seed(0), "--copies", "3", "run", key, "--", "sh", "-c",
-                     "redis-cli -p " + std::to_string(cluster.node(owner).port()) +
-                         " EXISTS '" + lock_copy_key(key, 0, 3) + "' > " + ran});
+                     "redis-cli -p " +
+                         std::to_string(cluster.node(cluster.owner_of(hash_slot(copy))).port()) +
+                         " EXISTS '" + copy + "' > " + ran});
   EXPECT_EQ(copies.status, 0) << copies.err;
   EXPECT_EQ(read_file(ran), "1\n") << "copy 0 was not on its slot's master";
   EXPECT_EQ(run({"--cluster", "-r", seed(0), "--copies", "2", "run", "-n", key, "--", "true"})

@@ -23,26 +23,22 @@ using test::raw_command_complete;
 using test::redis_cluster;
 using test::redis_cluster_options;
 
-std::string info_section(redis_cluster& c, int node, const std::string& section) {
-  return raw_command_complete(c.node(node).port(), "INFO " + section);
+// The number after `field` in the node's INFO `section`, 0 when absent.
+long long info_count(redis_cluster& c, int node, const std::string& section,
+                     const std::string& field) {
+  auto info = raw_command_complete(c.node(node).port(), "INFO " + section);
+  auto at = info.find(field);
+  return at == std::string::npos ? 0 : std::stoll(info.substr(at + field.size()));
 }
 
-// How many calls of `command` (cmdstat_evalsha ...) the node served.
+// How many calls of `command` (evalsha ...) the node served.
 long long calls_of(redis_cluster& c, int node, const std::string& command) {
-  auto info = info_section(c, node, "commandstats");
-  std::string field = "cmdstat_" + command + ":calls=";
-  auto at = info.find(field);
-  if (at == std::string::npos) return 0;
-  return std::stoll(info.substr(at + field.size()));
+  return info_count(c, node, "commandstats", "cmdstat_" + command + ":calls=");
 }
 
 // How many MOVED / ASK errors the node answered.
 long long errors_of(redis_cluster& c, int node, const std::string& prefix) {
-  auto info = info_section(c, node, "errorstats");
-  std::string field = "errorstat_" + prefix + ":count=";
-  auto at = info.find(field);
-  if (at == std::string::npos) return 0;
-  return std::stoll(info.substr(at + field.size()));
+  return info_count(c, node, "errorstats", "errorstat_" + prefix + ":count=");
 }
 
 detail::cluster_router::counters routed(const client& c) {

@@ -201,7 +201,6 @@ reply node::dispatch(args argv, bool from_script) {
       {"HMGET", {-3, true, [](node& n, args a) { return n.cmd_hmget(a); }}},
       {"HVALS", {2, true, [](node& n, args a) { return n.cmd_hvals(a, false); }}},
       {"HGETALL", {2, true, [](node& n, args a) { return n.cmd_hvals(a, true); }}},
-      {"HLEN", {2, true, [](node& n, args a) { return n.cmd_hlen(a); }}},
       {"ZADD", {-4, true, [](node& n, args a) { return n.cmd_zadd(a); }}},
       {"ZREM", {-3, true, [](node& n, args a) { return n.cmd_zrem(a); }}},
       {"ZRANGE", {-4, true, [](node& n, args a) { return n.cmd_zrange(a); }}},
@@ -424,13 +423,6 @@ reply node::cmd_hvals(args a, bool with_fields) {
     out.push_back(bulk(value));
   }
   return reply::make_array(std::move(out));
-}
-
-reply node::cmd_hlen(args a) {
-  reply wrong;
-  auto* h = find_as<hash>(a[1], wrong);
-  if (!h) return wrong.is_error() ? wrong : integer(0);
-  return integer(static_cast<std::int64_t>(h->size()));
 }
 
 // --- sorted sets ---

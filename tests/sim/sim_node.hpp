@@ -68,7 +68,7 @@ class node {
   std::int64_t time() const noexcept { return now_ms_; }
 
   // Runs one command, as a client on a plain connection would: GET, SET, DEL, EXISTS, TYPE,
-  // PTTL, PEXPIRE, PEXPIREAT, INCR, INCRBY, HGET, HSET, HDEL, HMGET, HVALS, HGETALL, HLEN, ZADD, ZREM,
+  // PTTL, PEXPIRE, PEXPIREAT, INCR, INCRBY, HGET, HSET, HDEL, HMGET, HVALS, HGETALL, ZADD, ZREM,
   // ZRANGE, ZRANGEBYSCORE, ZREMRANGEBYSCORE, ZSCORE, ZRANK, ZCARD, ZINTERSTORE, PUBLISH, TIME,
   // KEYS, FLUSHALL, EVAL, EVALSHA, SCRIPT LOAD|EXISTS|FLUSH. Errors are error replies with
   // Redis 7.0's text; nothing throws.
@@ -133,7 +133,6 @@ class node {
   reply cmd_hdel(args a);
   reply cmd_hmget(args a);
   reply cmd_hvals(args a, bool with_fields);
-  reply cmd_hlen(args a);
   reply cmd_zadd(args a);
   reply cmd_zrem(args a);
   reply cmd_zrange(args a);

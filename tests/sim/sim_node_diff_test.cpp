@@ -186,8 +186,7 @@ class step_generator {
       case 22: wrong_type(s); break;
       case 23: s.args = {"SCRIPT", "FLUSH"}; break;
       default:
-        s.args = {pick<std::string>({"GET", "PTTL", "TYPE", "ZRANGE", "HGETALL", "HLEN", "ZCARD"}),
-                  any_key()};
+        s.args = {pick<std::string>({"GET", "PTTL", "TYPE", "ZRANGE", "HGETALL"}), any_key()};
         if (s.args[0] == "ZRANGE") s.args.insert(s.args.end(), {"0", "-1", "WITHSCORES"});
     }
     return s;

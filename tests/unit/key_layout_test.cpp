@@ -5,6 +5,8 @@
 #include "dlock/key_layout.hpp"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <rapidcheck/gtest.h>
 
 #include <map>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "dlock/detail/scripts.hpp"
+#include "key_layout_internal.hpp"
 
 namespace dlock {
 namespace {
@@ -250,6 +253,53 @@ TEST(KeyLayoutTest, TheScriptsReadTheNodesKeysByTheNamesKeyLayoutGives) {
   EXPECT_TRUE(is_companion_key(node_identity_key));
   EXPECT_TRUE(is_companion_key(node_quarantine_key));
   EXPECT_TRUE(is_companion_key(node_fence_floor_key));
+}
+
+
+// redis-cli --cluster create's split of the slots over n masters (clusterManagerCommandCreate).
+std::vector<std::pair<int, int>> redis_cli_ranges(int n) {
+  std::vector<std::pair<int, int>> ranges;
+  double per = 16384.0 / n, cursor = 0;
+  int first = 0;
+  for (int i = 0; i < n; ++i) {
+    int last = static_cast<int>(std::lround(cursor + per - 1));
+    if (last > 16383 || i == n - 1) last = 16383;
+    ranges.emplace_back(first, last);
+    first = last + 1;
+    cursor += per;
+  }
+  return ranges;
+}
+
+// The second review found copies 0..K-1 spaced 16384/K apart sharing a master at the range
+// boundaries (slot 0: 0, 5461, 10922 with 3 masters). Now every name's copies land on distinct
+// masters of redis-cli's split, for every slot of the name.
+TEST(KeyLayoutTest, CopiesLandOnDistinctMastersOfAnEvenSplit) {
+  for (int copies : {3, 5, 7}) {
+    auto ranges = redis_cli_ranges(copies);
+    for (int slot = 0; slot < 16384; ++slot) {
+      std::string name = "{" + detail::tag_for_slot(static_cast<std::uint16_t>(slot)) + "}x";
+      std::set<int> masters;
+      for (int i = 0; i < copies; ++i) {
+        auto copy = lock_copy_key(name, i, copies);
+        int s = hash_slot(copy);
+        for (std::size_t m = 0; m < ranges.size(); ++m) {
+          if (s >= ranges[m].first && s <= ranges[m].second) masters.insert(static_cast<int>(m));
+        }
+        ASSERT_EQ(hash_slot(lock_keys_for(copy).fence), s);  // its companions follow it
+      }
+      ASSERT_EQ(masters.size(), static_cast<std::size_t>(copies)) << "slot " << slot;
+    }
+  }
+}
+
+TEST(KeyLayoutTest, CopyKeysAreCompanionsAndNoOtherName) {
+  EXPECT_TRUE(is_companion_key(lock_copy_key("orders", 1, 3)));
+  EXPECT_TRUE(is_companion_key(lock_copy_key("a}b{", 0, 5)));
+  EXPECT_FALSE(is_companion_key("{ABCD}dlock-copy:1/3:orders"));  // not its tag
+  EXPECT_FALSE(is_companion_key("{ABCD}dlock-copy:x/3:orders"));
+  EXPECT_NE(lock_copy_key("orders", 0, 3), lock_copy_key("orders", 0, 5));
+  EXPECT_NE(lock_copy_key("orders", 0, 3), lock_copy_key("orders", 1, 3));
 }
 
 }  // namespace
