@@ -11,9 +11,11 @@ include=$(mktemp)
 page=$(mktemp)
 trap 'rm -f "$include" "$page"' EXIT
 
+# awk reads to the end rather than exit early: an early exit would end `dlock --help` with
+# SIGPIPE once its output is longer than one write, and pipefail fails the build on it.
 subcommands=$("$bin" --help | awk '/^Subcommands:/ { on = 1; next }
                                    on && /^  [a-z]/ { print $1; next }
-                                   on { exit }')
+                                   on { on = 0 }')
 [ -n "$subcommands" ] || { echo "man_page.sh: no subcommands in '$bin --help'" >&2; exit 1; }
 {
   echo '[COMMANDS]'
@@ -21,7 +23,7 @@ subcommands=$("$bin" --help | awk '/^Subcommands:/ { on = 1; next }
     echo ".SS \"dlock $cmd\""
     echo '.nf'
     # roff: a backslash is written \e, and a line may not start with . or '
-    "$bin" "$cmd" --help | awk '/^Nodes: / { exit } { print }' |
+    "$bin" "$cmd" --help | awk '/^Nodes: / { done = 1 } !done { print }' |
       sed -e 's/\\/\\e/g' -e "s/^\([.']\)/\\\\\&\1/"
     echo '.fi'
   done
