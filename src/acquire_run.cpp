@@ -187,7 +187,7 @@ std::string acquire_run::copies_collapsed() const {
     for (std::size_t j = i + 1; j < owners.size(); ++j) {
       if (owners[i] == owners[j]) {
         return "copies " + std::to_string(i) + " and " + std::to_string(j) + " of the lock sit " +
-               "on the same master, " + owners[i]->host + ":" + std::to_string(owners[i]->port) +
+               "on the same master, " + owners[i]->to_string() +
                ": a failover of it could lose a quorum of them (reshard, or use another number "
                "of copies)";
       }

@@ -146,10 +146,7 @@ std::string client::node_for(std::string_view key, std::error_code& ec) const {
   ec.clear();
   if (!link_->cluster) return where().to_string();
   auto owner = link_->cluster->owner_of(hash_slot(key), ec);
-  if (!owner) return {};
-  return owner->host.find(':') != std::string::npos
-             ? "[" + owner->host + "]:" + std::to_string(owner->port)
-             : owner->host + ":" + std::to_string(owner->port);
+  return owner ? owner->to_string() : std::string{};
 }
 
 void client::disconnect() {

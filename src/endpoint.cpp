@@ -120,14 +120,10 @@ bool parse_query(std::string_view query, endpoint& ep) {
 
 }  // namespace
 
-namespace {
-
-std::string address_text(const std::string& host, unsigned short port) {
+std::string host_port::to_string() const {
   if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
   return host + ":" + std::to_string(port);
 }
-
-}  // namespace
 
 std::string endpoint::to_string() const {
   if (is_unix()) return "unix://" + socket_path;
@@ -135,7 +131,7 @@ std::string endpoint::to_string() const {
     std::string text = "redis-sentinel://";
     for (const auto& s : sentinels) {
       if (&s != &sentinels.front()) text += ',';
-      text += address_text(s.host, s.port);
+      text += s.to_string();
     }
     return text + "/" + master_name;
   }
@@ -143,11 +139,11 @@ std::string endpoint::to_string() const {
     std::string text = tls ? "rediss-cluster://" : "redis-cluster://";
     for (const auto& s : seeds) {
       if (&s != &seeds.front()) text += ',';
-      text += address_text(s.host, s.port);
+      text += s.to_string();
     }
     return text;
   }
-  return address_text(host, port);
+  return host_port{host, port}.to_string();
 }
 
 endpoint parse_endpoint(std::string_view url, std::error_code& ec) {

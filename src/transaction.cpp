@@ -162,9 +162,9 @@ transaction_result transaction_runner::run(std::vector<std::string> keys, const 
     return result;
   }
   const bool cluster = pool_->where.is_cluster();
-  if (cluster && std::any_of(keys.begin(), keys.end(), [&](const std::string& k) {
-        return hash_slot(k) != hash_slot(keys.front());
-      })) {
+  const std::uint16_t slot = hash_slot(keys.front());
+  if (cluster && std::any_of(keys.begin(), keys.end(),
+                             [&](const std::string& k) { return hash_slot(k) != slot; })) {
     ec = errc::invalid_argument;
     return result;
   }
@@ -203,7 +203,7 @@ transaction_result transaction_runner::run(std::vector<std::string> keys, const 
     // 2. The body reads and queues. An exception leaves `held` unclean: the connection, with
     // its WATCH, is closed rather than reused.
     transaction tx(conn, attempt);
-    tx.slot_ = hash_slot(keys.front());
+    tx.slot_ = slot;
     body(tx);
     if (cluster && std::any_of(tx.queued_.begin(), tx.queued_.end(), [&](const auto& args) {
           auto slot = slot_of(args);

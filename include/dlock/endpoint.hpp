@@ -19,9 +19,11 @@ namespace dlock {
 
 /// Where a Redis node is and how to log in: host/port or unix socket path, credentials, database.
 /// A host name or address and a TCP port: one sentinel of a redis-sentinel:// endpoint.
-struct host_port {
+struct DLOCK_EXPORT host_port {
   std::string host;            ///< name or address
   unsigned short port = 26379; ///< TCP port
+  /// "host:port", or "[v6]:port" for an IPv6 address.
+  std::string to_string() const;
   friend bool operator==(const host_port&, const host_port&) = default;
 };
 

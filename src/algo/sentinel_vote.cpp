@@ -7,13 +7,9 @@
 namespace dlock::detail {
 namespace {
 
-std::string address_text(const host_port& a) {
-  return endpoint{.host = a.host, .port = a.port}.to_string();
-}
-
 std::string said(const sentinel_answer& a) {
   switch (a.what) {
-    case sentinel_answer::kind::address: return "names " + address_text(a.master);
+    case sentinel_answer::kind::address: return "names " + a.master.to_string();
     case sentinel_answer::kind::unknown_master: return "knows no such master";
     case sentinel_answer::kind::failed: return "failed: " + a.text;
     case sentinel_answer::kind::pending: break;
@@ -98,7 +94,7 @@ sentinel_verdict decide_master(std::span<const host_port> sentinels,
   }
   for (std::size_t i = 0; i < sentinels.size() && i < answers.size(); ++i) {
     if (i != 0) v.text += "; ";
-    v.text += "sentinel " + address_text(sentinels[i]) + " " + said(answers[i]);
+    v.text += "sentinel " + sentinels[i].to_string() + " " + said(answers[i]);
   }
   return v;
 }

@@ -14,12 +14,6 @@ namespace {
 
 constexpr std::string_view asking_payload = "*1\r\n$6\r\nASKING\r\n";
 
-std::string address_of(const host_port& node) {
-  return node.host.find(':') != std::string::npos
-             ? "[" + node.host + "]:" + std::to_string(node.port)
-             : node.host + ":" + std::to_string(node.port);
-}
-
 reply error_reply(std::string text) {
   return reply::make_string(reply::kind::error, text);
 }
@@ -302,7 +296,7 @@ void cluster_router::read_map_from(std::shared_ptr<map_read> read) {
     conn = connection_to(node, why);
   }
   auto next_candidate = [self = shared_from_this(), read, node](std::string why) {
-    read->failures.push_back(address_of(node) + ": " + why);
+    read->failures.push_back(node.to_string() + ": " + why);
     self->read_map_from(read);
   };
   if (!conn) return next_candidate(why);

@@ -439,7 +439,7 @@ void connection::check_session(const std::vector<reply>& steps, bool role_asked)
   }
   if (role_asked) {
     const reply& role = steps.back();
-    std::string address = endpoint{.host = target_.host, .port = target_.port}.to_string();
+    std::string address = target_.to_string();
     if (role.is_error()) {
       last_connect_error_ = error_from_reply(role);
       std::string text = "ROLE on " + address + " (the master the sentinels named) failed: " +
@@ -760,8 +760,7 @@ void connection::master_moved(const host_port& master) {
   }
   if (target_ == master || target_.host.empty()) return;  // not yet told where to go
   if (logging()) {
-    log(log_level::warning, name_ + ": the sentinels moved the master to " +
-                                endpoint{.host = master.host, .port = master.port}.to_string());
+    log(log_level::warning, name_ + ": the sentinels moved the master to " + master.to_string());
   }
   fail(errc::connection_lost, false);
 }

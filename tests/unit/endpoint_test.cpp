@@ -236,6 +236,8 @@ TEST(EndpointTest, ClusterUrls) {
   EXPECT_EQ(ep.password, "pw");
   EXPECT_TRUE(ep.host.empty());
   EXPECT_EQ(ep.to_string(), "redis-cluster://n1.example:7000,10.0.0.2:6379,[::1]:7002");
+  EXPECT_EQ(ep.seeds[2].to_string(), "[::1]:7002");
+  EXPECT_EQ(ep.seeds[1].to_string(), "10.0.0.2:6379");
   EXPECT_EQ(ep.to_string().find("pw"), std::string::npos);
   endpoint secure = parse_ok("rediss-cluster://n1:7000");
   EXPECT_TRUE(secure.is_cluster());
