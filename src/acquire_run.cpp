@@ -156,7 +156,7 @@ void acquire_run::pump() {
   on_stop_.reset();
   if (deadline_timer_) deadline_timer_->cancel();
   if (!result->ec) {
-    if (auto why = copies_collapsed(); !why.empty()) {
+    if (auto why = copies_collapsed(result->votes); !why.empty()) {
       return give_back(std::make_shared<acquisition::outcome>(std::move(*result)),
                        errc::cluster_error, std::move(why));
     }
@@ -167,27 +167,32 @@ void acquire_run::pump() {
   confirm_replicated(std::move(*result));
 }
 
-// lock_options::copies: the copies (one node each, all the same cluster client) must sit on
-// distinct masters, or one master's failover could take a quorum of them with it. Checked at
-// every grant, by the map the grant was routed with: "" when they do, else which share one.
-std::string acquire_run::copies_collapsed() const {
+// lock_options::copies: the copies that granted (one node each, all the same cluster client)
+// must sit on distinct masters, or one master's failover could take two of the quorum's votes
+// with it. Copies that did not grant hold nothing of this grant: a master that is down (its
+// slots without an owner) must not fail the quorum the others made. Checked at every grant, by
+// the map the grant was routed with: "" when they do, else why not.
+std::string acquire_run::copies_collapsed(const node_results& votes) const {
   auto* router = nodes_.size() > 1 ? access::cluster(nodes_.front()) : nullptr;
   if (!router) return {};
-  std::vector<std::optional<host_port>> owners;
+  std::vector<std::pair<std::size_t, std::optional<host_port>>> granted;
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     if (access::cluster(nodes_[i]) != router) return {};  // a Redlock over clusters, not copies
-    owners.push_back(router->known_owner(engine_.slot(i)));
+    if (i < votes.size() && votes[i].outcome == node_result::vote::granted) {
+      granted.emplace_back(i, router->known_owner(engine_.slot(i)));
+    }
   }
-  for (std::size_t i = 0; i < owners.size(); ++i) {
-    // Fails closed: a copy whose master the map does not name cannot be vouched for.
-    if (!owners[i]) {
+  for (std::size_t a = 0; a < granted.size(); ++a) {
+    const auto& [i, owner] = granted[a];
+    // Fails closed: a granting copy whose master the map does not name cannot be vouched for.
+    if (!owner) {
       return "the master of copy " + std::to_string(i) + " of the lock is unknown (the slot map "
              "changed): its copies cannot be shown to sit on distinct masters";
     }
-    for (std::size_t j = i + 1; j < owners.size(); ++j) {
-      if (owners[i] == owners[j]) {
-        return "copies " + std::to_string(i) + " and " + std::to_string(j) + " of the lock sit " +
-               "on the same master, " + owners[i]->to_string() +
+    for (std::size_t b = a + 1; b < granted.size(); ++b) {
+      if (owner == granted[b].second) {
+        return "copies " + std::to_string(i) + " and " + std::to_string(granted[b].first) +
+               " of the lock sit on the same master, " + owner->to_string() +
                ": a failover of it could lose a quorum of them (reshard, or use another number "
                "of copies)";
       }

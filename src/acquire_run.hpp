@@ -47,7 +47,7 @@ class acquire_run : public std::enable_shared_from_this<acquire_run> {
   bool on_handoff(std::string_view grant);
   void stop(std::error_code why);
   void confirm_replicated(acquisition::outcome granted);
-  std::string copies_collapsed() const;
+  std::string copies_collapsed(const node_results& votes) const;
   void give_back(std::shared_ptr<acquisition::outcome> granted, std::error_code ec,
                  std::string why);
   void deliver(acquisition::outcome result);

@@ -206,8 +206,8 @@ transaction_result transaction_runner::run(std::vector<std::string> keys, const 
     tx.slot_ = slot;
     body(tx);
     if (cluster && std::any_of(tx.queued_.begin(), tx.queued_.end(), [&](const auto& args) {
-          auto slot = slot_of(args);
-          return slot && *slot != tx.slot_;
+          auto queued_slot = slot_of(args);
+          return queued_slot && *queued_slot != tx.slot_;
         })) {
       conn.exec({"UNWATCH"}, ec);
       held.set_clean(!ec);

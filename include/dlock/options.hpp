@@ -44,10 +44,12 @@ struct lock_options {
   /// Redis Cluster only (one redis-cluster:// client): keep this many copies of the lock (odd,
   /// 3 to 15), each in a slot of its own (key_layout.hpp: lock_copy_key), and acquire them as
   /// a Redlock quorum with its fencing tokens, so that the failover of one master, whose
-  /// replica may lack the lock, cannot hand it to a second client. The copies must sit on
-  /// distinct masters: a grant made while two of them share one fails with
-  /// errc::cluster_error (after it is released). 0 or 1: one copy on the master of the key's
-  /// slot. Waiters are woken, not handed the lock, as with any Redlock.
+  /// replica may lack the lock, leaves the holder a quorum of copies elsewhere. As with any
+  /// Redlock, that margin is only as wide as the grant: a lock won by a bare quorum (a copy
+  /// that did not grant, and one that is then lost) can reach a second client. The copies
+  /// that grant must sit on distinct masters: a grant made while two of them share one fails
+  /// with errc::cluster_error (after it is released). 0 or 1: one copy on the master of the
+  /// key's slot. Waiters are woken, not handed the lock, as with any Redlock.
   int copies = 0;
 };
 

@@ -145,8 +145,9 @@ std::optional<slot_map> slot_map::from_shards(const reply& r, bool tls, std::str
     for (const auto& node : nodes->elements()) {
       const reply* role = field(node, "role");
       const reply* health = field(node, "health");
-      // A failed master may still be listed as one beside the replica that replaced it.
-      if (!role || role->str() != "master" || (health && health->str() == "fail")) continue;
+      // A failed master may still be listed as one (health "fail"; "failed" in some versions).
+      bool failed = health && (health->str() == "fail" || health->str() == "failed");
+      if (!role || role->str() != "master" || failed) continue;
       const reply* host = field(node, "endpoint");
       if (!host || !host->is_string() || host->str().empty() || host->str() == "?") {
         host = field(node, "ip");

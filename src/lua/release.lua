@@ -75,7 +75,12 @@ while true do
       fence = string.format('%.0f', math.max(current, fence_floor()) + 1)
       message = head .. ' ' .. fence .. ' ' .. round
     end
-    if handoff then redis.call('SET', key, head .. '.h' .. round, 'PX', ttl_ms) end
+    -- A handoff that cannot be written (OOM at maxmemory: this is the script's first write)
+    -- becomes a plain wake-up.
+    if handoff and redis.pcall('SET', key, head .. '.h' .. round, 'PX', ttl_ms).err then
+      handoff = false
+      message = head
+    end
     -- A refused publish (publish_wake's pcall) ends the loop; the waiter then finds the lock
     -- free at its next poll.
     local receivers = publish_wake(channel, message)

@@ -404,6 +404,29 @@ TEST(ClusterCopiesTest, CopiesSitOnDistinctMastersAndExcludeEachOther) {
   EXPECT_THROW((mutex{a, name, {.copies = 2}}), std::system_error);
 }
 
+// A master down for good (no replica to promote): its slots have no owner, and the copy there
+// cannot grant. The other two copies are a quorum on distinct masters, and that is enough (the
+// review found the placement check refusing it because of the copy that did not grant).
+TEST(ClusterCopiesTest, AMasterDownForGoodLeavesAQuorumOfCopies) {
+  redis_cluster cluster{{.require_full_coverage = false}};
+  client c{cluster.seeds_url()};
+  auto name = test::test_key();
+  mutex m{c, name, {.ttl = 10s, .retry_delay = 50ms, .copies = 3}};
+  ASSERT_TRUE(m.acquire().release() == std::error_code{});  // the map is read, all copies work
+  int down = cluster.owner_of(hash_slot(lock_copy_key(name, 2, 3)));
+  cluster.node(down).kill();
+  // The others mark it failed after node_timeout (1 s); its slots then have no owner. A
+  // request there fails and has the client read the map again.
+  std::this_thread::sleep_for(3s);
+  std::error_code ignored;
+  c.exec({"GET", lock_copy_key(name, 2, 3)}, ignored);
+  std::this_thread::sleep_for(500ms);
+  std::error_code ec;
+  auto l = m.acquire_until(std::chrono::steady_clock::now() + 8s, ec);
+  EXPECT_TRUE(l) << ec.message();
+  EXPECT_FALSE(l.release());
+}
+
 // A failover that loses a grant: the slot's replica never got the write (it was stopped, then
 // killed, so what its master had sent was lost with it; it restarts empty), and it takes the
 // slots over (CLUSTER FAILOVER TAKEOVER) after its master died. Mode 1 hands the lock to a

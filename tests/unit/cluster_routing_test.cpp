@@ -55,7 +55,7 @@ TEST(ClusterRoutingTest, ShardsGiveEachSlotItsMaster) {
 TEST(ClusterRoutingTest, UncoveredSlotsHaveNoOwner) {
   // A shard whose master failed with no replica: its slots stay uncovered.
   auto shards = arr({shard({0, 99}, {shard_node("127.0.0.1", 7000, "master")}),
-                     shard({100, 16383}, {shard_node("127.0.0.1", 7001, "replica", "fail")})});
+                     shard({100, 16383}, {shard_node("127.0.0.1", 7001, "replica", "failed")})});
   std::string why;
   auto map = slot_map::from_shards(shards, false, why);
   ASSERT_TRUE(map) << why;

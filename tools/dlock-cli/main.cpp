@@ -81,8 +81,8 @@ int main(int argc, char** argv) {
                "master of its slot (same as one redis-cluster://h1:p1,h2:p2 URL)");
   app.add_option("--copies", g.copies,
                  "With a cluster: keep K copies of each lock (odd, 3 to 15) on K distinct "
-                 "masters, taken by quorum, so that one master's failover cannot give the lock "
-                 "to two holders")
+                 "masters, taken by quorum, so that one master's failover leaves the holder a "
+                 "quorum elsewhere")
       ->type_name("K");
   app.add_option("--password-file", g.password_file,
                  "Read the Redis password from this file (else $DLOCK_PASSWORD)")
