@@ -215,8 +215,10 @@ TEST_F(RedlockTest, OneHungNodeCostsAtMostTheNodeTimeoutNotTheTtl) {
     auto warm = m.acquire();  // connections open, scripts cached
     EXPECT_FALSE(warm.release());
   }
-  // The release reports once a quorum released; the rest may still be on their way (seen in
-  // CI: two nodes still said "taken" to the next round). Wait until every node is free.
+  // The release reports once a quorum released; the rest may still be on their way, and a
+  // node that did not have release.lua cached answers NOSCRIPT first, so its EVAL goes out
+  // behind the next round's acquire (seen in CI: two nodes still said "taken" to it). Wait
+  // until every node is free.
   for (int i = 0; i < 100 && !ours_left(test_key()).empty(); ++i) {
     std::this_thread::sleep_for(10ms);
   }
