@@ -167,38 +167,45 @@ void acquire_run::pump() {
   confirm_replicated(std::move(*result));
 }
 
-// lock_options::copies: the copies that granted (one node each, all the same cluster client)
-// must sit on distinct masters, or one master's failover could take two of the quorum's votes
-// with it. Copies that did not grant hold nothing of this grant: a master that is down (its
-// slots without an owner) must not fail the quorum the others made. Checked at every grant, by
-// the map the grant was routed with: "" when they do, else why not.
-std::string acquire_run::copies_collapsed(const node_results& votes) const {
-  auto* router = nodes_.size() > 1 ? access::cluster(nodes_.front()) : nullptr;
+std::string copies_share_a_master(const std::vector<client>& nodes,
+                                  const std::vector<std::uint16_t>& slots,
+                                  const std::vector<std::size_t>& holding) {
+  auto* router = nodes.size() > 1 ? access::cluster(nodes.front()) : nullptr;
   if (!router) return {};
-  std::vector<std::pair<std::size_t, std::optional<host_port>>> granted;
-  for (std::size_t i = 0; i < nodes_.size(); ++i) {
-    if (access::cluster(nodes_[i]) != router) return {};  // a Redlock over clusters, not copies
-    if (i < votes.size() && votes[i].outcome == node_result::vote::granted) {
-      granted.emplace_back(i, router->known_owner(engine_.slot(i)));
-    }
+  for (const auto& node : nodes) {
+    if (access::cluster(node) != router) return {};  // a Redlock over clusters, not copies
   }
-  for (std::size_t a = 0; a < granted.size(); ++a) {
-    const auto& [i, owner] = granted[a];
-    // Fails closed: a granting copy whose master the map does not name cannot be vouched for.
-    if (!owner) {
+  std::vector<std::optional<host_port>> owners;
+  for (auto slot : slots) owners.push_back(router->known_owner(slot));
+  // Fails closed: a copy that holds the lock on a master the map does not name cannot be
+  // vouched for. One that does not hold it and has no master (down for good) holds nothing.
+  for (auto i : holding) {
+    if (i < owners.size() && !owners[i]) {
       return "the master of copy " + std::to_string(i) + " of the lock is unknown (the slot map "
              "changed): its copies cannot be shown to sit on distinct masters";
     }
-    for (std::size_t b = a + 1; b < granted.size(); ++b) {
-      if (owner == granted[b].second) {
-        return "copies " + std::to_string(i) + " and " + std::to_string(granted[b].first) +
-               " of the lock sit on the same master, " + owner->to_string() +
+  }
+  for (std::size_t a = 0; a < owners.size(); ++a) {
+    for (std::size_t b = a + 1; b < owners.size(); ++b) {
+      if (owners[a] && owners[a] == owners[b]) {
+        return "copies " + std::to_string(a) + " and " + std::to_string(b) +
+               " of the lock sit on the same master, " + owners[a]->to_string() +
                ": a failover of it could lose a quorum of them (reshard, or use another number "
                "of copies)";
       }
     }
   }
   return {};
+}
+
+std::string acquire_run::copies_collapsed(const node_results& votes) const {
+  std::vector<std::uint16_t> slots;
+  std::vector<std::size_t> granted;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    slots.push_back(engine_.slot(i));
+    if (i < votes.size() && votes[i].outcome == node_result::vote::granted) granted.push_back(i);
+  }
+  return copies_share_a_master(nodes_, slots, granted);
 }
 
 // Releases what was granted, then reports `ec` (with `why` on the votes that granted).

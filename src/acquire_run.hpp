@@ -3,6 +3,7 @@
 //                wake_waiter (inboxes, handoffs), and turns the outcome into a lease; for the
 //                lock on 1 and N nodes and for the semaphore alike
 //   lease_from   the one place a granted outcome becomes a dlock::lease
+//   copies_share_a_master  whether a lock's copies on a cluster still sit on distinct masters
 // Everything after start() runs on the I/O thread; run_blocking() may make the first attempt
 // on the caller's thread when the node's connection is idle (run_request_direct).
 #pragma once
@@ -22,6 +23,17 @@
 namespace dlock::detail {
 
 lease lease_from(std::shared_ptr<lease_owner> owner, acquisition::outcome& granted);
+
+// lock_options::copies: the copies of a lock (`slots`: copy i's slot), all on the one cluster
+// client that `nodes` repeats, must sit on distinct masters, or one master's failover could
+// take two of a quorum's votes with it; all of them, not only those that answered first (a
+// copy that did not grant may still be taken by the next client). `holding`: the copies that
+// granted or extended, whose master must be known. Checked at every grant and every extend, by
+// the map as the client knows it (MOVED and the periodic reads keep it current): "" when they
+// do (or `nodes` are no copies), else why not.
+std::string copies_share_a_master(const std::vector<client>& nodes,
+                                  const std::vector<std::uint16_t>& slots,
+                                  const std::vector<std::size_t>& holding);
 
 class acquire_run : public std::enable_shared_from_this<acquire_run> {
  public:

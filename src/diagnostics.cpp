@@ -6,14 +6,20 @@
 // before 7 accepts only one.
 #include "dlock/diagnostics.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <future>
 #include <map>
 #include <memory>
 #include <mutex>
 
 #include "access.hpp"
+#include "algo/cluster_routing.hpp"
 #include "algo/quorum_round.hpp"
+#include "dlock/key_layout.hpp"
+#include "key_layout_internal.hpp"
+#include "net/cluster.hpp"
 #include "net/sentinel.hpp"
 
 namespace dlock {
@@ -78,13 +84,14 @@ std::vector<probe> probe_all(const std::vector<client>& nodes, const command& cm
 struct node_facts {
   std::string run_id, role, master, policy, maxmemory, aof_enabled, appendfsync, replicas;
   std::string min_replicas;  // min-replicas-to-write
+  std::string full_coverage;  // cluster-require-full-coverage (empty outside a cluster)
 };
 
 // An error reply inside the pipeline (INFO refused by an ACL) makes the node uncheckable; a
 // refused CONFIG only leaves appendfsync and min-replicas-to-write unknown.
 std::error_code read_facts(const reply& r, node_facts& f, std::string& why) {
   const auto& e = r.elements();
-  if (!r.is_array() || e.size() != 6) {
+  if (!r.is_array() || e.size() != 7) {
     why = "unexpected reply " + r.to_string();
     return errc::protocol_error;
   }
@@ -105,6 +112,8 @@ std::error_code read_facts(const reply& r, node_facts& f, std::string& why) {
   if (config.size() == 2 && config[1].is_string()) f.appendfsync = config[1].str();
   const auto& min_replicas = e[5].elements();
   if (min_replicas.size() == 2 && min_replicas[1].is_string()) f.min_replicas = min_replicas[1].str();
+  const auto& coverage = e[6].elements();
+  if (coverage.size() == 2 && coverage[1].is_string()) f.full_coverage = coverage[1].str();
   return {};
 }
 
@@ -132,11 +141,19 @@ void check_count(std::size_t n, std::vector<warning>& out) {
   }
 }
 
-// `quarantined`: the node's client has restart_quarantine, which covers a restart that lost
-// the locks and a promoted replica that missed some; `guarded`: its replication_guard, which
-// keeps grants from standing on the master alone.
-void check_node(const std::string& name, const node_facts& f, bool quarantined, bool guarded,
+// How a node is used. `quarantined`: its client has restart_quarantine, which covers a restart
+// that lost the locks and a promoted replica that missed some; `guarded`: its
+// replication_guard, which keeps grants from standing on the master alone. `cluster_copies`:
+// the node is a master of a redis-cluster:// client (which has neither), and the lock keeps
+// that many copies (0: one, on its slot's master).
+struct node_use {
+  bool quarantined = false, guarded = false, in_cluster = false;
+  int cluster_copies = 0;
+};
+
+void check_node(const std::string& name, const node_facts& f, const node_use& use,
                 std::vector<warning>& out) {
+  const bool quarantined = use.quarantined, guarded = use.guarded;
   if (f.role == "slave") {
     add(out, warning::code::replica, name,
         "the node is a replica of " + f.master +
@@ -151,10 +168,24 @@ void check_node(const std::string& name, const node_facts& f, bool quarantined, 
         "CONFIG SET maxmemory-policy noeviction (or give locks a Redis of their own)");
   }
   const char* persistence_fix =
-      "appendonly yes with appendfsync always, or set client_options::restart_quarantine (dlock "
-      "--quarantine) to the longest TTL, which keeps a restarted node out of quorums that long";
+      use.in_cluster
+          ? "appendonly yes with appendfsync always (the quarantine is not available on a "
+            "cluster yet)"
+          : "appendonly yes with appendfsync always, or set client_options::restart_quarantine "
+            "(dlock --quarantine) to the longest TTL, which keeps a restarted node out of "
+            "quorums that long";
   const bool master_with_replicas = !f.replicas.empty() && f.replicas != "0" && f.role == "master";
-  if (master_with_replicas && !(quarantined && guarded)) {
+  if (master_with_replicas && use.in_cluster) {
+    // Copies on distinct masters are the cluster's guard: one failover takes one copy.
+    if (use.cluster_copies < 3) {
+      add(out, warning::code::unguarded_failover, name,
+          "the master has " + f.replicas + " replica(s) and each lock lives on its slot's master "
+              "alone: a failover may promote a replica that missed the last lock writes, and a "
+              "second owner gets in (the fence then refuses the first one's writes)",
+          "lock with copies (lock_options::copies, dlock --copies 3): K copies on K distinct "
+          "masters, so that one failover cannot hand the lock to two clients");
+    }
+  } else if (master_with_replicas && !(quarantined && guarded)) {
     std::string missing = !guarded && !quarantined ? "neither the replication guard nor the "
                                                      "quarantine"
                           : !guarded               ? "no replication guard"
@@ -246,9 +277,109 @@ void check_sentinels(const client& node, std::vector<warning>& out) {
   }
 }
 
+// The masters of a redis-cluster:// client's map, each a client of its own (the URL's
+// credentials and TLS, the client's options), so that they are checked one by one.
+std::vector<client> masters_of(const client& node, const detail::slot_map& map) {
+  std::vector<client> out;
+  for (const auto& m : map.masters()) {
+    out.emplace_back(detail::access::cluster(node)->node_endpoint(m), node.options());
+  }
+  return out;
+}
+
+// "0.4%": one decimal, so that one collapsed placement in thousands does not read as none.
+std::string percent(std::size_t part, std::size_t whole) {
+  char text[16];
+  std::snprintf(text, sizeof text, "%.1f%%",
+                100.0 * static_cast<double>(part) / static_cast<double>(std::max<std::size_t>(whole, 1)));
+  return text;
+}
+
+// What the slot map says of a cluster: slots without a master, and with copies, whether each
+// name's K copies land on K distinct masters. The copies' slots are lock_copy_key's; a name's
+// slot only picks the copies' place within their K-ths, so every place is tried.
+void check_slot_map(const std::string& name, const detail::slot_map& map, int copies,
+                    std::vector<warning>& out) {
+  if (auto missing = map.uncovered(); missing > 0) {
+    add(out, warning::code::cluster_coverage, name,
+        std::to_string(missing) + " of " + std::to_string(detail::cluster_slots) +
+            " slots have no master: the locks whose keys hash there fail with cluster_error",
+        "assign every slot to a master (redis-cli --cluster fix), or bring back the lost one");
+  }
+  if (copies < 3) return;
+  const std::size_t masters = map.masters().size();
+  if (masters < static_cast<std::size_t>(copies)) {
+    add(out, warning::code::copies_collapse, name,
+        "the cluster has " + std::to_string(masters) + " master(s), fewer than the " +
+            std::to_string(copies) + " copies: every lock is refused (cluster_error)",
+        "add masters (as many as the copies, or more), or use fewer copies");
+    return;
+  }
+  std::size_t places = 0, collapsed = 0;
+  std::string example;
+  std::vector<bool> seen_place(detail::cluster_slots);  // by copy 0's slot, which is the place
+  for (std::uint16_t slot = 0; slot < detail::cluster_slots; ++slot) {
+    // A name in `slot` (its hash tag) stands for every name whose copies go where its do.
+    std::string probe = "{" + detail::tag_for_slot(slot) + "}";
+    auto first = hash_slot(lock_copy_key(probe, 0, copies));
+    if (seen_place[first]) continue;
+    seen_place[first] = true;
+    ++places;
+    std::vector<const host_port*> owners;
+    bool shared = false;
+    for (int i = 0; i < copies && !shared; ++i) {
+      const host_port* owner = map.owner(hash_slot(lock_copy_key(probe, i, copies)));
+      if (!owner) break;  // uncovered: reported above
+      for (const auto* o : owners) shared |= *o == *owner;
+      if (shared && example.empty()) {
+        example = "copy " + std::to_string(i) + " of a name in slot " + std::to_string(slot) +
+                  " shares " + owner->to_string() + " with an earlier copy";
+      }
+      owners.push_back(owner);
+    }
+    if (shared) ++collapsed;
+  }
+  if (collapsed > 0) {
+    add(out, warning::code::copies_collapse, name,
+        "with " + std::to_string(copies) + " copies, " + std::to_string(collapsed) + " of the " +
+            std::to_string(places) + " placements of a name's copies (" +
+            percent(collapsed, places) + " of names) put two copies on one master (" + example +
+            "): such a lock is refused (cluster_error), and a held one cannot be extended",
+        "give each master one contiguous " + std::to_string(copies) +
+            "th of the slots, as redis-cli --cluster create does for " + std::to_string(copies) +
+            " masters (redis-cli --cluster rebalance), or use as many copies as the layout "
+            "allows");
+  }
+}
+
+// A cluster's masters beside the cluster-wide findings: cluster-require-full-coverage.
+void check_full_coverage(const std::string& name, const std::vector<node_facts>& masters,
+                         int copies, std::vector<warning>& out) {
+  std::size_t full = std::count_if(masters.begin(), masters.end(), [](const node_facts& f) {
+    return f.full_coverage == "yes";
+  });
+  if (full == 0) return;
+  add(out, warning::code::cluster_coverage, name,
+      "cluster-require-full-coverage is yes on " + std::to_string(full) + " of " +
+          std::to_string(masters.size()) +
+          " masters: while any slot has no master (one lost with no replica to promote), they "
+          "refuse every lock (CLUSTERDOWN)" +
+          (copies >= 3 ? ", so the copies on the other masters cannot form a quorum" : ""),
+      "CONFIG SET cluster-require-full-coverage no on every master (and in redis.conf), so "
+      "that the other masters keep serving their locks");
+}
+
+// One node to inspect: a client of the list, or a master of a cluster client in it.
+struct target {
+  client node;
+  node_use use;
+  std::size_t cluster = 0;  // 1 + index of its cluster in the list; 0: none
+};
+
 }  // namespace
 
-std::vector<warning> check_deployment(const std::vector<client>& nodes, std::error_code& ec) {
+std::vector<warning> check_deployment(const std::vector<client>& nodes, const lock_options& lock,
+                                      std::error_code& ec) {
   ec.clear();
   std::vector<warning> out;
   if (nodes.empty()) {
@@ -259,14 +390,46 @@ std::vector<warning> check_deployment(const std::vector<client>& nodes, std::err
     ec = errc::would_block_io_thread;
     return out;
   }
-  check_count(nodes.size(), out);
+  // A cluster client alone is one lock target whose masters are checked each: its copies, not
+  // the list, make the quorum.
+  if (nodes.size() > 1 || !nodes.front().where().is_cluster()) check_count(nodes.size(), out);
+  std::vector<target> targets;
+  std::vector<std::string> cluster_names(nodes.size());
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const client& node = nodes[i];
+    node_use use{node.options().restart_quarantine.count() > 0,
+                 node.options().replication_guard.enabled, false, 0};
+    if (!node.where().is_cluster()) {
+      targets.push_back({node, use, 0});
+      continue;
+    }
+    cluster_names[i] = node.where().to_string();
+    std::error_code map_ec;
+    auto map = detail::access::cluster(node)->current_map(map_ec);
+    if (!map) {
+      if (!ec) ec = map_ec;
+      add(out, warning::code::unchecked, cluster_names[i],
+          "could not read the cluster's slot map: " + map_ec.message(),
+          "make a seed reachable and allow CLUSTER SHARDS (or SLOTS) and INFO for the lock's user");
+      continue;
+    }
+    check_slot_map(cluster_names[i], *map, lock.copies, out);
+    use.in_cluster = true;
+    use.cluster_copies = lock.copies;
+    for (auto& master : masters_of(node, *map)) targets.push_back({master, use, i + 1});
+  }
   command cmd{"INFO", "server"};
   cmd.then({"INFO", "replication"}).then({"INFO", "memory"}).then({"INFO", "persistence"});
   cmd.then({"CONFIG", "GET", "appendfsync"}).then({"CONFIG", "GET", "min-replicas-to-write"});
-  auto probes = probe_all(nodes, cmd);
+  cmd.then({"CONFIG", "GET", "cluster-require-full-coverage"});
+  std::vector<client> probed;
+  for (const auto& t : targets) probed.push_back(t.node);
+  auto probes = probe_all(probed, cmd);
   std::map<std::string, std::string> seen;  // run_id -> first endpoint with it
-  for (std::size_t i = 0; i < nodes.size(); ++i) {
-    std::string name = nodes[i].where().to_string();
+  std::vector<std::vector<node_facts>> cluster_masters(nodes.size());
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    const client& node = targets[i].node;
+    std::string name = node.where().to_string();
     node_facts facts;
     std::string why;
     std::error_code node_ec = probes[i].ec;
@@ -280,7 +443,7 @@ std::vector<warning> check_deployment(const std::vector<client>& nodes, std::err
       add(out, warning::code::unchecked, name, "could not inspect the node: " + why,
           "make it reachable and allow INFO (and CONFIG GET) for the lock's user");
       // A master the sentinels cannot name is when their own state matters most.
-      if (nodes[i].where().is_sentinel()) check_sentinels(nodes[i], out);
+      if (node.where().is_sentinel()) check_sentinels(node, out);
       continue;
     }
     if (!facts.run_id.empty()) {
@@ -292,16 +455,25 @@ std::vector<warning> check_deployment(const std::vector<client>& nodes, std::err
             "list each server once; the nodes must be independent masters");
       }
     }
-    check_node(name, facts, nodes[i].options().restart_quarantine.count() > 0,
-               nodes[i].options().replication_guard.enabled, out);
-    if (nodes[i].where().is_sentinel()) check_sentinels(nodes[i], out);
+    check_node(name, facts, targets[i].use, out);
+    if (targets[i].cluster) cluster_masters[targets[i].cluster - 1].push_back(facts);
+    if (node.where().is_sentinel()) check_sentinels(node, out);
+  }
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (!cluster_masters[i].empty()) {
+      check_full_coverage(cluster_names[i], cluster_masters[i], lock.copies, out);
+    }
   }
   return out;
 }
 
-std::vector<warning> check_deployment(const std::vector<client>& nodes) {
+std::vector<warning> check_deployment(const std::vector<client>& nodes, std::error_code& ec) {
+  return check_deployment(nodes, lock_options{}, ec);
+}
+
+std::vector<warning> check_deployment(const std::vector<client>& nodes, const lock_options& lock) {
   std::error_code ec;
-  auto out = check_deployment(nodes, ec);
+  auto out = check_deployment(nodes, lock, ec);
   if (ec) {
     std::string what = "dlock: cannot check the deployment";
     for (const auto& w : out) {
@@ -310,6 +482,10 @@ std::vector<warning> check_deployment(const std::vector<client>& nodes) {
     throw std::system_error(ec, what);
   }
   return out;
+}
+
+std::vector<warning> check_deployment(const std::vector<client>& nodes) {
+  return check_deployment(nodes, lock_options{});
 }
 
 std::string_view to_string(warning::code c) noexcept {
@@ -324,6 +500,8 @@ std::string_view to_string(warning::code c) noexcept {
     case warning::code::unguarded_failover: return "unguarded_failover";
     case warning::code::no_min_replicas: return "no_min_replicas";
     case warning::code::sentinel_quorum: return "sentinel_quorum";
+    case warning::code::cluster_coverage: return "cluster_coverage";
+    case warning::code::copies_collapse: return "copies_collapse";
   }
   return "unknown";
 }

@@ -5,6 +5,7 @@
 #include "acquire_run.hpp"
 #include "algo/quorum_round.hpp"
 #include "algo/retry.hpp"
+#include "observe.hpp"
 #include "replication_guard.hpp"
 #include "token.hpp"
 
@@ -116,6 +117,13 @@ void lock_core::extend_everywhere(const std::shared_ptr<lease_state>& state,
       auto verdict = op->round.take_outcome();
       if (!verdict) return;
       if (verdict->ec) return op->handler(apply_extend(*self, *op->state, verdict->ec, {}));
+      // Copies moved onto one master since the grant (a reshard, a failover): the extend took,
+      // but the lease cannot be vouched for beyond what it had; it fails and keeps its old
+      // validity, and lapses unless a later extend finds the copies apart again.
+      if (auto why = self->copies_moved_together(verdict->extended); !why.empty()) {
+        if (logging()) log(log_level::warning, "lock '" + self->key_ + "': " + why);
+        return op->handler(errc::cluster_error);
+      }
       // The replication guard: the lease moves out only once the replicas of the nodes that
       // extended have it, on a quorum.
       guard_writes(self->nodes_, verdict->extended, quorum_of(self->nodes_.size()),
@@ -125,6 +133,13 @@ void lock_core::extend_everywhere(const std::shared_ptr<lease_state>& state,
                    });
     });
   }
+}
+
+std::string lock_core::copies_moved_together(const std::vector<std::size_t>& holding) const {
+  if (target_.copies.empty()) return {};
+  std::vector<std::uint16_t> slots;
+  for (const auto& copy : target_.copies) slots.push_back(hash_slot(copy.key));
+  return copies_share_a_master(nodes_, slots, holding);
 }
 
 lease lock_core::adopt(std::string token, std::uint64_t fence) {

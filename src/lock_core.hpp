@@ -58,6 +58,8 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
                                         node_results* out, const wait_control& control);
   void extend_everywhere(const std::shared_ptr<lease_state>& state, std::chrono::milliseconds ttl,
                          std::string successor, done_handler handler);
+  // copies_share_a_master for the copies (node indices) that extended.
+  std::string copies_moved_together(const std::vector<std::size_t>& holding) const;
 
   std::vector<client> nodes_;
   std::string key_;

@@ -16,6 +16,7 @@
 
 #include "dlock/client.hpp"
 #include "dlock/export.hpp"
+#include "dlock/options.hpp"
 
 namespace dlock {
 
@@ -33,6 +34,8 @@ struct warning {
     unguarded_failover,  ///< a master with replicas, no guard or quarantine: a promoted one may lag
     no_min_replicas,     ///< a master with replicas and min-replicas-to-write 0: split brain
     sentinel_quorum,     ///< redis-sentinel://: too few sentinels, one down, or their count differs
+    cluster_coverage,    ///< redis-cluster://: slots without a master, or require-full-coverage yes
+    copies_collapse,     ///< lock_options::copies: two copies of some names on one master
   };
   code what;            ///< the kind of finding
   std::string node;     ///< the endpoint concerned (endpoint::to_string()); empty for all of them
@@ -49,12 +52,25 @@ struct warning {
 /// replication guard or the quarantine, or whose min-replicas-to-write is 0 (CONFIG GET); for a
 /// redis-sentinel:// node, fewer than 3 sentinels, a listed sentinel that cannot be asked
 /// (SENTINEL MASTER), one that knows another number of sentinels than the URL lists, or one
-/// whose SENTINEL CKQUORUM fails. A node that cannot be
-/// inspected yields an `unchecked` warning and sets ec to the first such error; the other nodes'
-/// warnings are still returned. With no nodes ec is invalid_argument.
+/// whose SENTINEL CKQUORUM fails.
+///
+/// A redis-cluster:// client stands for every master of its slot map, each checked as above
+/// (a lone cluster client is not counted as one node: its copies make the quorum), plus slots
+/// no master serves, cluster-require-full-coverage yes, a master with replicas when the lock
+/// keeps no copies (a failover may lose its grant), and with `lock.copies` K, names whose K
+/// copies would not sit on K distinct masters. Only `lock.copies` is read from `lock`.
+///
+/// A node that cannot be inspected yields an `unchecked` warning and sets ec to the first such
+/// error; the other nodes' warnings are still returned. With no nodes ec is invalid_argument.
+DLOCK_EXPORT std::vector<warning> check_deployment(const std::vector<client>& nodes,
+                                                const lock_options& lock, std::error_code& ec);
+/// As above, for a lock without copies.
 DLOCK_EXPORT std::vector<warning> check_deployment(const std::vector<client>& nodes,
                                                 std::error_code& ec);
 /// As above; throws std::system_error when a node could not be inspected.
+DLOCK_EXPORT std::vector<warning> check_deployment(const std::vector<client>& nodes,
+                                                const lock_options& lock);
+/// As above, for a lock without copies.
 DLOCK_EXPORT std::vector<warning> check_deployment(const std::vector<client>& nodes);
 
 /// "too_few_nodes", "replica", ...

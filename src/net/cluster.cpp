@@ -284,8 +284,17 @@ void cluster_router::read_map_from(std::shared_ptr<map_read> read) {
     bool not_cluster = std::all_of(read->failures.begin(), read->failures.end(), [](auto& f) {
       return f.find("not a cluster node") != std::string::npos;
     });
-    return map_failed(not_cluster ? std::error_code(errc::cluster_error)
-                                  : std::error_code(errc::node_unreachable),
+    // Every seed refused us the same way that waiting cannot cure (a CA that does not sign
+    // their certificates, a wrong password, an ACL): that error, not "unreachable".
+    const auto& codes = read->codes;
+    bool same_incurable =
+        !codes.empty() && codes.size() == read->failures.size() &&
+        std::all_of(codes.begin(), codes.end(), [&](auto& c) { return c == codes.front(); }) &&
+        (codes.front() == errc::tls_error || codes.front() == errc::auth_failed ||
+         codes.front() == errc::no_permission);
+    return map_failed(not_cluster      ? std::error_code(errc::cluster_error)
+                      : same_incurable ? codes.front()
+                                       : std::error_code(errc::node_unreachable),
                       std::move(text));
   }
   host_port node = read->candidates[read->next++];
@@ -295,8 +304,10 @@ void cluster_router::read_map_from(std::shared_ptr<map_read> read) {
     std::lock_guard lock(mu_);
     conn = connection_to(node, why);
   }
-  auto next_candidate = [self = shared_from_this(), read, node](std::string why) {
+  auto next_candidate = [self = shared_from_this(), read, node](std::string why,
+                                                                std::error_code code = {}) {
     read->failures.push_back(node.to_string() + ": " + why);
+    if (code) read->codes.push_back(code);
     self->read_map_from(read);
   };
   if (!conn) return next_candidate(why);
@@ -308,7 +319,8 @@ void cluster_router::read_map_from(std::shared_ptr<map_read> read) {
                [self = shared_from_this(), conn, read, next_candidate, deadline](
                    std::error_code ec, reply r) mutable {
                  if (ec || !r.is_array() || r.elements().size() != 2) {
-                   return next_candidate(r.is_error() ? r.str() : ec.message());
+                   return next_candidate(r.is_error() ? r.str() : ec.message(),
+                                         ec ? ec : error_from_reply(r));
                  }
                  const reply& info = r.elements()[0];
                  const reply& shards = r.elements()[1];
@@ -347,7 +359,7 @@ void cluster_router::read_map_from(std::shared_ptr<map_read> read) {
                                 } else {
                                   why2 = r2.is_error() ? r2.str() : ec2.message();
                                 }
-                                next_candidate(why2);
+                                next_candidate(why2, ec2 ? ec2 : error_from_reply(r2));
                               });
                });
 }
@@ -439,20 +451,27 @@ void cluster_router::close(std::error_code reason) {
   for (auto& j : waiting) fail(j, reason, reason.message());
 }
 
-std::optional<host_port> cluster_router::owner_of(std::uint16_t slot, std::error_code& ec) {
+std::optional<slot_map> cluster_router::current_map(std::error_code& ec) {
   ec = {};
   {
     std::lock_guard lock(mu_);
-    if (map_ && map_->owner(slot)) return *map_->owner(slot);
+    if (map_) return map_;
   }
-  // A keyless command read with the map: waits for the first read.
-  auto r = wait<reply>(ec, [&](auto handler) {
+  // A keyless command waits for the first read of the map.
+  (void)wait<reply>(ec, [&](auto handler) {
     command ping{"PING"};
     submit(ping.bytes(), 1, clock::now() + options_.request_timeout, std::move(handler));
   });
   if (ec) return std::nullopt;
   std::lock_guard lock(mu_);
-  if (map_ && map_->owner(slot)) return *map_->owner(slot);
+  if (!map_) ec = errc::cluster_error;
+  return map_;
+}
+
+std::optional<host_port> cluster_router::owner_of(std::uint16_t slot, std::error_code& ec) {
+  auto map = current_map(ec);
+  if (ec) return std::nullopt;
+  if (const auto* owner = map->owner(slot)) return *owner;
   ec = errc::cluster_error;
   return std::nullopt;
 }

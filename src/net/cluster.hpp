@@ -69,6 +69,10 @@ class cluster_router : public std::enable_shared_from_this<cluster_router> {
   // Blocking; for diagnostics and tests.
   std::optional<host_port> owner_of(std::uint16_t slot, std::error_code& ec);
 
+  // The map as it stands, read from the cluster first if there is none yet. Blocking; for
+  // diagnostics (dlock doctor).
+  std::optional<slot_map> current_map(std::error_code& ec);
+
   // The master serving `slot` by the map as it stands, without waiting; null (and a read of
   // the map started) when there is none yet. For the sharded wake-up inboxes (net/inbox.hpp).
   std::optional<host_port> known_owner(std::uint16_t slot);
@@ -109,6 +113,7 @@ class cluster_router : public std::enable_shared_from_this<cluster_router> {
     std::vector<host_port> candidates;
     std::size_t next = 0;
     std::vector<std::string> failures;
+    std::vector<std::error_code> codes;  // each failure's, when it had one
     std::optional<slot_map> fallback;  // from a node whose cluster_state was not ok
   };
   void read_map_from(std::shared_ptr<map_read> read);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "dlock/key_layout.hpp"
+#include "dlock/mutex.hpp"
 #include "dlock/semaphore.hpp"
 #include "support/commandstats.hpp"
 #include "support/promtool.hpp"
@@ -415,6 +416,31 @@ TEST_F(CliTest, ClusterSeedsPutTheLockOnTheMasterOfItsSlot) {
                          " EXISTS '" + copy + "' > " + ran});
   EXPECT_EQ(copies.status, 0) << copies.err;
   EXPECT_EQ(read_file(ran), "1\n") << "copy 0 was not on its slot's master";
+  {
+    // status reads each copy as a node of its own, on the master of the copy's slot.
+    client lib{cluster.seeds_url()};
+    mutex held{lib, key, {.ttl = 10s, .copies = 3}};
+    auto l = held.acquire();
+    auto st = run({"--cluster", "-r", seed(0), "--copies", "3", "status", "--json", key});
+    EXPECT_EQ(st.status, 0) << st.err;
+    EXPECT_NE(st.out.find("\"held\":true"), std::string::npos) << st.out;
+    EXPECT_NE(st.out.find("\"token\":\"" + l.value() + "\""), std::string::npos) << st.out;
+    for (int i = 0; i < 3; ++i) {
+      auto slot = hash_slot(lock_copy_key(key, i, 3));
+      auto label = "127.0.0.1:" + std::to_string(cluster.node(cluster.owner_of(slot)).port()) +
+                   " (slot " + std::to_string(slot) + ") copy " + std::to_string(i);
+      EXPECT_NE(st.out.find(label), std::string::npos) << label << " missing in " << st.out;
+    }
+  }
+  // doctor inspects each master of the map, and names the cluster's own settings.
+  auto doctor = run({"--cluster", "-r", seed(0), "--copies", "3", "doctor"});
+  EXPECT_EQ(doctor.status, 1) << doctor.out << doctor.err;
+  EXPECT_NE(doctor.out.find("cluster_coverage"), std::string::npos) << doctor.out;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NE(doctor.out.find("127.0.0.1:" + std::to_string(cluster.node(i).port())),
+              std::string::npos)
+        << doctor.out;
+  }
   EXPECT_EQ(run({"--cluster", "-r", seed(0), "--copies", "2", "run", "-n", key, "--", "true"})
                 .status,
             64);

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "access.hpp"
+#include "dlock/diagnostics.hpp"
 #include "dlock/dlock.hpp"
 #include "support/fake_peer.hpp"
 #include "support/redis_cluster.hpp"
@@ -285,6 +286,36 @@ TEST(ClusterSetupTest, ASlotNoNodeServesIsAClusterErrorAndTheOthersStillWork) {
   EXPECT_EQ(c.exec({"GET", test::key_in_slot(778)}).str(), "1");
 }
 
+// ACL users on every node: the URL's credentials reach every master; a wrong password is
+// auth_failed and a user without CLUSTER is no_permission, both said at once (no waiting).
+TEST(ClusterSetupTest, CredentialsReachEveryMasterAndRefusalsAreTyped) {
+  redis_cluster cluster;
+  for (int i = 0; i < cluster.size(); ++i) {
+    for (const char* user : {"ACL SETUSER locker on >pw ~* &* +@all",
+                             "ACL SETUSER blind on >pw ~* &* +@all -cluster"}) {
+      ASSERT_EQ(raw_command_complete(cluster.node(i).port(), user), "+OK\r\n");
+    }
+  }
+  auto as = [&](const std::string& credentials) {
+    return "redis-cluster://" + credentials + "@127.0.0.1:" + std::to_string(cluster.node(0).port());
+  };
+  client c{as("locker:pw")};
+  for (int m = 0; m < 3; ++m) {
+    auto key = test::key_in_slot(cluster.slots_of(m).at(7), test::test_key() + ":");
+    mutex lock{c, key, {.ttl = 5s}};
+    EXPECT_FALSE(lock.acquire().release());
+  }
+  for (auto [credentials, expected] : {std::pair{"locker:wrong", errc::auth_failed},
+                                       std::pair{"blind:pw", errc::no_permission}}) {
+    client refused{as(credentials)};
+    std::error_code ec;
+    auto start = std::chrono::steady_clock::now();
+    auto r = refused.exec({"GET", "k"}, ec);
+    EXPECT_EQ(ec, expected) << credentials << ": " << ec.message() << " " << r.to_string();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  }
+}
+
 TEST(ClusterSetupTest, ANodeThatRedirectsInALoopIsBounded) {
   test::fake_peer looping{test::fake_peer::mode::moved_loop};
   client c{"redis-cluster://127.0.0.1:" + std::to_string(looping.port())};
@@ -402,6 +433,128 @@ TEST(ClusterCopiesTest, CopiesSitOnDistinctMastersAndExcludeEachOther) {
   test::redis_server plain;
   EXPECT_THROW((mutex{client{plain.url()}, name, {.copies = 3}}), std::system_error);
   EXPECT_THROW((mutex{a, name, {.copies = 2}}), std::system_error);
+}
+
+// The copies were apart at the grant; then a reshard puts two of them on one master. The next
+// extend after the client learnt of it fails with cluster_error: the lease keeps the
+// validity it had, and the watchdog's renewals fail the same way until it lapses.
+TEST(ClusterCopiesTest, AnExtendAfterTwoCopiesMovedOntoOneMasterFails) {
+  redis_cluster cluster;
+  client c{cluster.seeds_url()};
+  auto name = test::test_key();
+  mutex m{c, name, {.ttl = 10s, .copies = 3}};
+  auto l = m.acquire();
+  ASSERT_TRUE(l);
+  ASSERT_FALSE(l.extend());
+  auto moved = hash_slot(lock_copy_key(name, 1, 3));
+  int from = cluster.owner_of(moved), to = cluster.owner_of(hash_slot(lock_copy_key(name, 0, 3)));
+  ASSERT_NE(from, to);
+  auto before = l.valid_until();
+  cluster.move_slot(moved, from, to);
+  cluster.wait_ok();
+  // The client learns of the move from a MOVED (here a read's; an extend's own may come after
+  // the quorum of the other two decided it, and then counts at the next extend).
+  std::error_code ignored;
+  c.exec({"GET", lock_copy_key(name, 1, 3)}, ignored);
+  EXPECT_EQ(l.extend(), errc::cluster_error);
+  EXPECT_EQ(l.valid_until(), before) << "a refused extend must not lengthen the lease";
+  EXPECT_FALSE(l.lost().stop_requested());
+  // Moved back apart, the copies can be vouched for again.
+  cluster.move_slot(moved, to, from);
+  cluster.wait_ok();
+  c.exec({"GET", lock_copy_key(name, 1, 3)}, ignored);
+  EXPECT_FALSE(l.extend());
+  EXPECT_GT(l.valid_until(), before);
+  EXPECT_FALSE(l.release());
+}
+
+// The warnings of one kind, as to_string() lines (node, message, fix).
+std::vector<std::string> of_kind(const std::vector<warning>& ws, warning::code what) {
+  std::vector<std::string> out;
+  for (const auto& w : ws) {
+    if (w.what == what) out.push_back(to_string(w));
+  }
+  return out;
+}
+
+std::string all_of(const std::vector<warning>& ws) {
+  std::string out;
+  for (const auto& w : ws) out += to_string(w) + "\n";
+  return out;
+}
+
+// dlock doctor on a cluster: every master of the map is inspected (three masters, not one
+// node); without copies each master with a replica is a failover that may lose a grant, with
+// copies it is not; cluster-require-full-coverage yes is named.
+TEST(ClusterDoctorTest, EveryMasterIsCheckedAndCopiesAnswerTheFailoverWarning) {
+  redis_cluster cluster{{.replicas_per_master = 1}};
+  client c{cluster.seed_url()};
+  std::error_code ec;
+  auto mode_one = check_deployment({c}, {}, ec);
+  ASSERT_FALSE(ec) << ec.message() << "\n" << all_of(mode_one);
+  auto failovers = of_kind(mode_one, warning::code::unguarded_failover);
+  ASSERT_EQ(failovers.size(), 3u) << all_of(mode_one);
+  for (int m = 0; m < 3; ++m) {
+    auto name = "127.0.0.1:" + std::to_string(cluster.node(m).port());
+    EXPECT_EQ(std::count_if(failovers.begin(), failovers.end(),
+                            [&](const std::string& w) { return w.find(name) != std::string::npos; }),
+              1)
+        << name << " not warned of once:\n" << all_of(mode_one);
+  }
+  EXPECT_NE(failovers[0].find("fix: lock with copies"), std::string::npos) << failovers[0];
+  EXPECT_EQ(of_kind(mode_one, warning::code::too_few_nodes).size(), 0u) << all_of(mode_one);
+  EXPECT_EQ(of_kind(mode_one, warning::code::replica).size(), 0u) << all_of(mode_one);
+  auto coverage = of_kind(mode_one, warning::code::cluster_coverage);
+  ASSERT_EQ(coverage.size(), 1u) << all_of(mode_one);
+  EXPECT_NE(coverage[0].find("full-coverage is yes on 3 of 3"), std::string::npos) << coverage[0];
+
+  auto copies = check_deployment({c}, {.copies = 3}, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(of_kind(copies, warning::code::unguarded_failover).size(), 0u) << all_of(copies);
+  EXPECT_EQ(of_kind(copies, warning::code::copies_collapse).size(), 0u) << all_of(copies);
+  EXPECT_EQ(of_kind(copies, warning::code::cluster_coverage).size(), 1u) << all_of(copies);
+}
+
+// Slots without a master, and copies that a reshard put on one master: both counted.
+TEST(ClusterDoctorTest, UncoveredSlotsAndCopiesOnOneMasterAreCounted) {
+  redis_cluster cluster{{.require_full_coverage = false, .uncovered = {777}}};
+  client c{cluster.seeds_url()};
+  std::error_code ec;
+  auto before = check_deployment({c}, {.copies = 3}, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  auto coverage = of_kind(before, warning::code::cluster_coverage);
+  ASSERT_EQ(coverage.size(), 1u) << all_of(before);
+  EXPECT_NE(coverage[0].find("1 of 16384 slots have no master"), std::string::npos) << coverage[0];
+  EXPECT_EQ(of_kind(before, warning::code::copies_collapse).size(), 0u) << all_of(before);
+  // Copy 1's slot of one name moves to the master of its copy 0: that one placement collapses.
+  auto name = test::test_key();
+  auto moved = hash_slot(lock_copy_key(name, 1, 3));
+  int from = cluster.owner_of(moved), to = cluster.owner_of(hash_slot(lock_copy_key(name, 0, 3)));
+  cluster.move_slot(moved, from, to);
+  client fresh{cluster.seeds_url()};
+  auto after = check_deployment({fresh}, {.copies = 3}, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  auto collapsed = of_kind(after, warning::code::copies_collapse);
+  ASSERT_EQ(collapsed.size(), 1u) << all_of(after);
+  EXPECT_NE(collapsed[0].find("1 of the 2730 placements"), std::string::npos) << collapsed[0];
+  EXPECT_NE(collapsed[0].find("127.0.0.1:" + std::to_string(cluster.node(to).port())),
+            std::string::npos)
+      << collapsed[0];
+  // Without copies nothing collapses.
+  EXPECT_EQ(of_kind(check_deployment({fresh}, {}, ec), warning::code::copies_collapse).size(), 0u);
+}
+
+// Fewer masters than copies: every name collapses, said once.
+TEST(ClusterDoctorTest, FewerMastersThanCopiesIsOneWarning) {
+  redis_cluster cluster{{.masters = 2}};
+  client c{cluster.seed_url()};
+  std::error_code ec;
+  auto ws = check_deployment({c}, {.copies = 3}, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  auto collapsed = of_kind(ws, warning::code::copies_collapse);
+  ASSERT_EQ(collapsed.size(), 1u) << all_of(ws);
+  EXPECT_NE(collapsed[0].find("2 master(s), fewer than the 3 copies"), std::string::npos)
+      << collapsed[0];
 }
 
 // A master down for good (no replica to promote): its slots have no owner, and the copy there

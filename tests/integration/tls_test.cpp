@@ -17,7 +17,9 @@
 
 #include "dlock/client.hpp"
 #include "dlock/error.hpp"
+#include "dlock/key_layout.hpp"
 #include "dlock/mutex.hpp"
+#include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
@@ -186,6 +188,44 @@ TEST_F(TlsTest, LocksWorkOverTls) {
   lease l = b.acquire();
   EXPECT_FALSE(l.extend(5s)) << "extend over TLS";
   EXPECT_FALSE(l.release());
+}
+
+// A cluster over TLS (rediss-cluster://; the bus and replication on TLS too): the slot map
+// names each master's TLS port, and every request, lock, copy and wake-up goes over it, on the
+// master of its slot. A client that does not trust the nodes' CA gets tls_error.
+TEST_F(TlsTest, ClusterOverTls) {
+  test::redis_cluster cluster{{.tls = {"--tls-cert-file", file("server.crt"), "--tls-key-file",
+                                       file("server.key"), "--tls-ca-cert-file", file("ca.crt"),
+                                       "--tls-auth-clients", "optional"}}};
+  const std::string url = "rediss-cluster://127.0.0.1:" + std::to_string(cluster.tls_port(0));
+  client c{url, trusting_ca()}, other{url, trusting_ca()};
+  for (int m = 0; m < 3; ++m) {
+    auto key = test::key_in_slot(cluster.slots_of(m).at(100), test_key() + ":");
+    mutex lock{c, key, {.ttl = 10s}}, rival{other, key, {.ttl = 10s}};
+    auto l = lock.acquire();
+    EXPECT_EQ(test::raw_command_complete(cluster.node(m).port(), "EXISTS " + key), ":1\r\n")
+        << "the lock is not on master " << m;
+    std::thread releaser([&] {
+      std::this_thread::sleep_for(100ms);
+      EXPECT_FALSE(l.release());
+    });
+    std::error_code ec;
+    auto next = rival.acquire_until(steady::now() + 5s, ec);
+    releaser.join();
+    ASSERT_TRUE(next) << ec.message();
+    EXPECT_FALSE(next.release());
+  }
+  mutex copies{c, test_key(), {.ttl = 10s, .copies = 3}};
+  auto held = copies.acquire();
+  EXPECT_FALSE(held.extend());
+  EXPECT_FALSE(held.release());
+
+  client_options untrusting = trusting_ca();
+  untrusting.tls.ca_file = file("untrusted.crt");
+  client stranger{url, untrusting};
+  std::error_code ec;
+  auto refused = stranger.exec({"GET", test_key()}, ec);
+  EXPECT_EQ(ec, errc::tls_error) << ec.message() << ": " << refused.to_string();
 }
 
 // The waiter's wake-up inbox is a second connection, over TLS as well.

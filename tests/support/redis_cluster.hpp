@@ -167,6 +167,10 @@ struct redis_cluster_options {
   bool assign_all_slots = true;
   std::vector<std::uint16_t> uncovered;  // slots no master serves (with assign_all_slots)
   std::vector<std::string> extra;        // more redis-server arguments for every node
+  // When not empty: every node also listens for TLS on a port of its own (tls_port(i)), with
+  // these --tls-* arguments, and the cluster bus and replication run over TLS. The plain port
+  // stays, for the harness (which speaks no TLS).
+  std::vector<std::string> tls;
 };
 
 class redis_cluster {
@@ -246,6 +250,8 @@ class redis_cluster {
   redis_server& node(int i) { return *nodes_.at(static_cast<std::size_t>(i)); }
   const redis_server& node(int i) const { return *nodes_.at(static_cast<std::size_t>(i)); }
   unsigned short bus_port(int i) const { return bus_ports_.at(static_cast<std::size_t>(i)); }
+  // With options().tls: node i's TLS port.
+  unsigned short tls_port(int i) const { return tls_ports_.at(static_cast<std::size_t>(i)); }
   const redis_cluster_options& options() const { return options_; }
 
   std::string seed_url(int i = 0) const {
@@ -380,6 +386,7 @@ class redis_cluster {
     // binds it: then the node exits at start-up, and a fresh pair is tried.
     for (int attempt = 0;; ++attempt) {
       auto bus = free_port();
+      auto tls = options_.tls.empty() ? 0 : free_port();
       server_options o;
       o.extra = {"--cluster-enabled", "yes",
                  "--cluster-config-file", "nodes.conf",  // in --dir, the node's own
@@ -388,9 +395,15 @@ class redis_cluster {
                  "--cluster-require-full-coverage", options_.require_full_coverage ? "yes" : "no",
                  "--repl-diskless-sync-delay", "0"};  // else a replica waits 5 s for its sync
       o.extra.insert(o.extra.end(), options_.extra.begin(), options_.extra.end());
+      if (tls != 0) {
+        o.extra.insert(o.extra.end(), {"--tls-port", std::to_string(tls), "--tls-cluster", "yes",
+                                       "--tls-replication", "yes"});
+        o.extra.insert(o.extra.end(), options_.tls.begin(), options_.tls.end());
+      }
       try {
         nodes_.push_back(std::make_unique<redis_server>(o));
         bus_ports_.push_back(bus);
+        tls_ports_.push_back(tls);
         return;
       } catch (const std::exception&) {
         if (attempt >= 2) throw;
@@ -590,6 +603,7 @@ class redis_cluster {
   redis_cluster_options options_;
   std::vector<std::unique_ptr<redis_server>> nodes_;
   std::vector<unsigned short> bus_ports_;
+  std::vector<unsigned short> tls_ports_;  // 0 without options_.tls
   std::vector<std::string> ids_;
 };
 

@@ -37,7 +37,7 @@ int acquire_command(const global_options& g, const acquire_options& o) {
   w.unavailable_grace = 2 * g.timeout;
   w.key = o.key;
   w.show_status = !o.quiet;
-  w.describe_holder = [&] { return lock_holder_status(nodes, o.key); };
+  w.describe_holder = [&] { return lock_holder_status(nodes, o.key, g.copies); };
   lock_calls calls;
   calls.try_once = [&](std::error_code& ec, node_results* votes) {
     return lock.try_acquire(votes, ec);

@@ -154,7 +154,7 @@ std::vector<waiter_view> merge_queues(const std::vector<std::vector<waiter_view>
 
 }  // namespace
 
-std::vector<node_reply> exec_all(std::vector<client>& nodes, const command& cmd) {
+std::vector<node_reply> exec_each(std::vector<client>& nodes, const std::vector<command>& cmds) {
   struct shared {
     std::vector<node_reply> replies;
     std::size_t outstanding;
@@ -167,13 +167,17 @@ std::vector<node_reply> exec_all(std::vector<client>& nodes, const command& cmd)
   if (nodes.empty()) return {};
   // Completions run on dlock's single I/O thread, so the counter needs no lock.
   for (std::size_t i = 0; i < nodes.size(); ++i) {
-    nodes[i].async_exec(cmd, [s, i](std::error_code ec, reply r) {
+    nodes[i].async_exec(cmds[i], [s, i](std::error_code ec, reply r) {
       s->replies[i] = node_reply{ec, std::move(r)};
       if (--s->outstanding == 0) s->done.set_value();
     });
   }
   finished.wait();
   return std::move(s->replies);
+}
+
+std::vector<node_reply> exec_all(std::vector<client>& nodes, const command& cmd) {
+  return exec_each(nodes, std::vector<command>(nodes.size(), cmd));
 }
 
 holder_info make_holder_info(std::string token, long pid, std::string command) {
@@ -249,26 +253,42 @@ std::string node_label(const client& node, const std::string& key) {
 
 }  // namespace
 
-lock_view inspect_lock(std::vector<client>& nodes, const std::string& key, read_queue queue) {
+lock_view inspect_lock(std::vector<client>& given, const std::string& key, read_queue queue,
+                       int copies) {
   lock_view view;
   view.key = key;
+  // In copies, the one cluster client is a node per copy, each copy under its own key (as the
+  // library's mutex sees it).
+  const bool in_copies = copies > 1 && given.size() == 1;
+  std::vector<client> nodes = in_copies ? std::vector<client>(static_cast<std::size_t>(copies),
+                                                              given.front())
+                                        : given;
+  std::vector<std::string> lock_keys;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    lock_keys.push_back(in_copies ? lock_copy_key(key, static_cast<int>(i), copies) : key);
+  }
   view.quorum = nodes.size() / 2 + 1;
-  const auto keys = lock_keys_for(key);
-  command cmd{"GET", key};
-  cmd.then({"PTTL", key}).then({"GET", keys.fence}).then({"GET", holder_key(key)});
   const bool with_queue = queue == read_queue::yes;
-  if (with_queue) {
-    cmd.then({"ZRANGE", keys.waiters, "0", "-1"})
-        .then({"HGETALL", keys.waiter_info})
-        .then({"TIME"});
+  std::vector<command> cmds;
+  for (const auto& lock_key : lock_keys) {
+    const auto keys = lock_keys_for(lock_key);
+    command cmd{"GET", lock_key};
+    cmd.then({"PTTL", lock_key}).then({"GET", keys.fence}).then({"GET", holder_key(lock_key)});
+    if (with_queue) {
+      cmd.then({"ZRANGE", keys.waiters, "0", "-1"})
+          .then({"HGETALL", keys.waiter_info})
+          .then({"TIME"});
+    }
+    cmds.push_back(std::move(cmd));
   }
   const std::size_t expected = with_queue ? 7 : 4;
-  auto replies = exec_all(nodes, cmd);
+  auto replies = exec_each(nodes, cmds);
   std::map<std::string, std::size_t> votes;
   std::vector<std::vector<waiter_view>> queues;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     node_view n;
-    n.node = node_label(nodes[i], key);
+    n.node = node_label(nodes[i], lock_keys[i]);
+    if (in_copies) n.node += " copy " + std::to_string(i);
     const auto& r = replies[i];
     const auto& e = r.value.elements();
     if (r.ec || !r.value.is_array() || e.size() != expected) {
@@ -319,6 +339,15 @@ lock_view inspect_lock(std::vector<client>& nodes, const std::string& key, read_
     std::sort(pttls.rbegin(), pttls.rend());
     std::size_t idx = std::min(view.quorum, pttls.size()) - 1;
     view.pttl_ms = pttls[idx];
+    // The CLI notes the holder once, beside the name's own key (publish_holder on the client).
+    if (in_copies) {
+      std::error_code ec;
+      reply note = given.front().exec(command{"GET", holder_key(key)}, ec);
+      if (!ec && note.is_string()) {
+        auto h = decode_holder(note.str());
+        if (h && h->token == *view.token) view.holder = h;
+      }
+    }
   }
   return view;
 }

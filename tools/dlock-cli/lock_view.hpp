@@ -33,6 +33,8 @@ struct node_reply {
   reply value;
 };
 std::vector<node_reply> exec_all(std::vector<client>& nodes, const command& cmd);
+// cmds[i] to nodes[i], all at once.
+std::vector<node_reply> exec_each(std::vector<client>& nodes, const std::vector<command>& cmds);
 
 struct holder_info {
   std::string token;
@@ -97,8 +99,10 @@ struct lock_view {
   bool held() const noexcept { return token && holding >= quorum; }
 };
 
+// With `copies` K > 1 and one (cluster) client, the lock kept in K copies (lock_options::copies):
+// each copy is a node of the view, named "<master> (slot S) copy i".
 lock_view inspect_lock(std::vector<client>& nodes, const std::string& key,
-                       read_queue queue = read_queue::no);
+                       read_queue queue = read_queue::no, int copies = 0);
 
 struct permit_holder {
   std::string token;           // the permit lease's value() ($DLOCK_TOKEN under `dlock run`)

@@ -158,8 +158,8 @@ class wake_fd {
 
 }  // namespace
 
-holder_status lock_holder_status(std::vector<client>& nodes, const std::string& key) {
-  auto view = inspect_lock(nodes, key);
+holder_status lock_holder_status(std::vector<client>& nodes, const std::string& key, int copies) {
+  auto view = inspect_lock(nodes, key, read_queue::no, copies);
   if (!view.held()) return {};
   holder_status status;
   // The note arrives just after the lock (the holder writes it once it holds): its arrival is

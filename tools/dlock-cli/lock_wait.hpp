@@ -38,7 +38,8 @@ struct holder_status {
   std::string text;  // "host pid 42 (`make deploy`) for 12.3 s, expires in 8.1 s"
 };
 // Read from the nodes (lock_view.hpp). Blocking.
-holder_status lock_holder_status(std::vector<client>& nodes, const std::string& key);
+holder_status lock_holder_status(std::vector<client>& nodes, const std::string& key,
+                                 int copies = 0);
 holder_status semaphore_holder_status(client& node, const std::string& key, long long limit);
 
 struct wait_options {

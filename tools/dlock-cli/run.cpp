@@ -509,7 +509,7 @@ int run_command(const global_options& g, const run_options& o) {
   w.show_status = !o.quiet;
   w.describe_holder = [&] {
     if (o.semaphore_limit) return semaphore_holder_status(nodes.front(), o.key, *o.semaphore_limit);
-    return lock_holder_status(nodes, o.key);
+    return lock_holder_status(nodes, o.key, g.copies);
   };
   auto started = steady::now();
   auto result = wait_for_lock(calls, w);

@@ -158,7 +158,7 @@ int lock_status(const global_options& g, const status_options& o) {
                       "another name (such as {x}:fence, lock x's fence counter)");
   }
   auto nodes = make_clients(g);
-  auto view = inspect_lock(nodes, o.key, read_queue::yes);
+  auto view = inspect_lock(nodes, o.key, read_queue::yes, g.copies);
   if (o.json) {
     print_lock_json(view);
   } else {
