@@ -320,7 +320,9 @@ void check_slot_map(const std::string& name, const detail::slot_map& map, int co
   std::vector<bool> seen_place(detail::cluster_slots);  // by copy 0's slot, which is the place
   for (std::uint16_t slot = 0; slot < detail::cluster_slots; ++slot) {
     // A name in `slot` (its hash tag) stands for every name whose copies go where its do.
-    std::string probe = "{" + detail::tag_for_slot(slot) + "}";
+    // Appended piecewise: GCC 12's -Wrestrict misfires on `"{" + std::string(...)` at -O2.
+    std::string probe = "{";
+    probe.append(detail::tag_for_slot(slot)).append("}");
     auto first = hash_slot(lock_copy_key(probe, 0, copies));
     if (seen_place[first]) continue;
     seen_place[first] = true;

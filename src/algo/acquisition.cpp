@@ -366,8 +366,8 @@ struct acquisition::impl {
     // value.
     round->fence_outstanding = plan.to_raise.size();
     for (std::size_t i : plan.to_raise) {
-      emit(i, fence_raise_script, {lock->keys_on(i).fence}, {std::to_string(plan.fence)},
-           purpose::fence);
+      emit(i, fence_raise_script, {lock->keys_on(i).fence},
+           {std::to_string(plan.fence), lock->ttl_text}, purpose::fence);
     }
   }
 
@@ -453,8 +453,8 @@ struct acquisition::impl {
     bool granted = !ec && r.is_array() && e.size() == 2 && e[0].is_integer() &&
                    e[0].integer() == 1 && e[1].is_integer();
     if (!granted || e[1].integer() >= granted_fence) return;
-    emit(node, fence_raise_script, {lock->keys_on(node).fence}, {std::to_string(granted_fence)},
-         std::nullopt);
+    emit(node, fence_raise_script, {lock->keys_on(node).fence},
+         {std::to_string(granted_fence), lock->ttl_text}, std::nullopt);
   }
 
   bool accept_handoff(steady::time_point now, std::uint64_t fence, std::size_t r) {

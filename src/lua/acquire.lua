@@ -1,6 +1,7 @@
 -- Acquire a lock and draw its fencing token, atomically; optionally queue as a waiter.
 -- KEYS[1]: the lock key (value = owner value, expiry = PX).
--- KEYS[2]: the lock's fencing counter; it never expires.
+-- KEYS[2]: the lock's fencing counter; it expires one TTL after the last token drawn
+--          (next_fence, in node_state.lua).
 -- KEYS[3]: the waiter queue (zset: acquisition id -> ticket); KEYS[4]: waiter info (hash:
 --          acquisition id -> "<deadline ms> <wake channel>"); KEYS[5]: the ticket counter. All
 --          five keys share one hash slot (dlock/key_layout.hpp).
@@ -44,7 +45,7 @@ end
 
 -- #include node_state.lua
 
-local function draw_fence() return next_fence(fence_key, now_ms()) end
+local function draw_fence() return next_fence(fence_key, now_ms(), ttl_ms) end
 
 -- `fence`: the token already drawn for this ownership, or nil to draw a new one. A grant always
 -- takes the acquisition out of the queue, whether or not this round queued: an entry an

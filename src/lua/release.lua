@@ -88,7 +88,7 @@ while true do
     if receivers > 0 then
       if handoff then
         handed = true
-        redis.call('SET', fence_key, fence)
+        redis.call('SET', fence_key, fence, 'PX', ttl_ms)
         touch('ZREM', queue, head)
         touch('HDEL', info, head)
       end

@@ -2,7 +2,7 @@
 -- optionally queue as a waiter that a release will wake.
 -- KEYS[1]: holders, a sorted set: member = owner token, score = its expiry in server ms.
 -- KEYS[2]: weights, a hash: owner token -> permits held, only for holders of more than one.
--- KEYS[3]: the fencing counter (never expires).
+-- KEYS[3]: the fencing counter; it expires one TTL after the last grant (next_fence).
 -- KEYS[4]: the waiter queue (zset: owner token -> ticket); KEYS[5]: waiter info (hash: owner
 --          token -> "<deadline ms> <wake channel>", " woken" appended by sem_release.lua);
 --          KEYS[6]: the queue's ticket counter. The queue only orders wake-ups: a permit still
@@ -44,7 +44,7 @@ end
 -- #include node_state.lua
 local quarantined = quarantine_left()
 
-local function draw_fence() return next_fence(fence_key, now) end
+local function draw_fence() return next_fence(fence_key, now, ttl_ms) end
 
 -- A holder is no waiter: an entry left by an earlier attempt of this acquisition goes. Both
 -- calls, always: an info entry can outlive its queue entry (the two keys' expiries may differ

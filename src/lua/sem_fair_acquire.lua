@@ -5,10 +5,12 @@
 -- KEYS[2]: timeouts, a sorted set: member = owner token, score = its expiry in server ms (a
 --          holder's TTL, or a queued waiter's short lease that each poll renews).
 -- KEYS[3]: weights, a hash: owner token -> permits wanted, only for more than one.
--- KEYS[4]: the ticket counter (never expires).
+-- KEYS[4]: the ticket counter; it expires with the last member, and one that is gone
+--          starts again above the highest ticket still in line.
 -- KEYS[5]: waiter info, a hash: owner token -> "<deadline ms>[ <wake channel>]" for every
 --          queued waiter (" woken" appended by sem_release.lua); holders have none.
--- KEYS[6]: the fencing counter (never expires), drawn at each grant.
+-- KEYS[6]: the fencing counter, drawn at each grant; it expires one TTL after the last
+--          (next_fence, in node_state.lua).
 -- ARGV[1]: the owner token; ARGV[2]: the limit; ARGV[3]: permits wanted (1..limit);
 -- ARGV[4]: the TTL in milliseconds; ARGV[5]: how long to keep a place in the queue when not
 --          granted, in milliseconds (0: leave at once, as a non-blocking try does);
@@ -24,13 +26,14 @@ local ttl_ms, queue_ms, channel = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
--- The keys vanish by themselves when the last member's expiry passes (the counter stays), all
--- four at once: owners must never outlive timeouts, or members whose expiry and weight are gone
--- would stay in line for good.
+-- The keys vanish by themselves when the last member's expiry passes, all five at once: owners
+-- must never outlive timeouts, or members whose expiry and weight are gone would stay in line
+-- for good. (The counter may go earlier, when sem_refresh.lua pushes a holder's expiry out:
+-- see the ticket below.)
 local function expire_with_last_member()
   local last = redis.call('ZRANGE', timeouts, -1, -1, 'WITHSCORES')
   if not last[2] then return end
-  for _, key in ipairs({owners, timeouts, weights, info}) do
+  for _, key in ipairs({owners, timeouts, weights, info, counter}) do
     if redis.call('EXISTS', key) == 1 then redis.call('PEXPIREAT', key, last[2]) end
   end
 end
@@ -73,7 +76,7 @@ local function draw_fence()
     local start = math.max(tonumber(redis.call('GET', counter) or '0'), now * 1024)
     redis.call('SET', fence_key, string.format('%.0f', start))
   end
-  return next_fence(fence_key, now)
+  return next_fence(fence_key, now, ttl_ms)
 end
 
 local ticket = redis.call('ZSCORE', owners, owner)
@@ -81,6 +84,15 @@ if ticket then
   ticket = tonumber(ticket)
 else
   ticket = redis.call('INCR', counter)
+  if ticket == 1 then
+    -- The counter expired (a refresh kept a holder past it) or was never made: tickets go on
+    -- above every one still in line, so a newcomer is never ranked ahead of them.
+    local last = redis.call('ZRANGE', owners, -1, -1, 'WITHSCORES')
+    if last[2] then
+      ticket = tonumber(last[2]) + 1
+      redis.call('SET', counter, string.format('%.0f', ticket))
+    end
+  end
   redis.call('ZADD', owners, ticket, owner)
 end
 -- Written on every attempt, not only the first: a weight that went missing (see above) would
@@ -117,4 +129,9 @@ redis.call('ZREM', owners, owner)
 redis.call('ZREM', timeouts, owner)
 redis.call('HDEL', weights, owner)
 redis.call('HDEL', info, owner)
+-- A ticket this attempt drew may have made the counter, without an expiry: nobody else in line
+-- holds a ticket then, so it goes.
+if redis.call('PTTL', counter) == -1 then
+  if redis.call('EXISTS', timeouts) == 1 then expire_with_last_member() else redis.call('DEL', counter) end
+end
 return {0, 0, rank}

@@ -159,7 +159,7 @@ class step_generator {
         script(s, extend, {lock().key}, {owner(), ttl(), successor});
         break;
       }
-      case 11: script(s, fence_raise, {lock().fence}, {std::to_string(below(6))}); break;
+      case 11: script(s, fence_raise, {lock().fence}, {std::to_string(below(6)), ttl()}); break;
       case 12: {
         std::string data = pick<std::string>({"d1", "d2"});
         script(s, fenced_set, {data, high_fence_key(data)},

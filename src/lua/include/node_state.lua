@@ -15,15 +15,20 @@ end
 
 -- The next token of the fencing counter `fence_key`, `now` being the server's time in ms. A
 -- counter that does not exist yet starts from the server's clock, at ms x 1024, not at 0: when
--- it was lost with the node's data (a restart without persistence), its tokens still rise past
--- every one it gave before, as long as the clock did not go back and fewer than 1024 tokens
--- were drawn per ms (docs/guarantees.md). %.0f: Lua's own formatting would write 1.8e+15.
-local function next_fence(fence_key, now)
+-- it expired (below) or was lost with the node's data (a restart without persistence), its
+-- tokens still rise past every one it gave before, as long as the clock did not go back and
+-- fewer than 1024 tokens were drawn per ms (docs/guarantees.md). So the counter need not
+-- outlive its use: it expires `keep_ms` (the grant's TTL) after the last token drawn, and a lock
+-- or semaphore no one uses leaves no key behind. %.0f: Lua's own formatting would write 1.8e+15.
+local function next_fence(fence_key, now, keep_ms)
   local fence = redis.call('INCR', fence_key)
   local floor = fence_floor()
   if fence == 1 then floor = math.max(floor, now * 1024) end
-  if fence > floor then return fence end
+  if fence > floor then
+    redis.call('PEXPIRE', fence_key, keep_ms)
+    return fence
+  end
   fence = floor + 1
-  redis.call('SET', fence_key, string.format('%.0f', fence))
+  redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', keep_ms)
   return fence
 end

@@ -1,0 +1,167 @@
+// Bounded Redis memory: a lock or a semaphore costs no key once it is released and its TTL has
+// passed, however many distinct names were used (per-entity locks such as orders:<id>), and its
+// fencing tokens still rise when it is used again after its counter expired. Against real
+// redis-server processes; DBSIZE is read over a plain socket, not through dlock.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dlock/dlock.hpp"
+#include "support/redis_server.hpp"
+#include "support/test_keys.hpp"
+
+namespace dlock {
+namespace {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+using test::raw_command;
+using test::redis_server;
+
+long long dbsize(const redis_server& s) {
+  auto r = raw_command(s.port(), "DBSIZE");
+  return r.size() > 1 && r[0] == ':' ? std::stoll(r.substr(1)) : -1;
+}
+
+// Until DBSIZE is 0 or `within` passed; the last count seen.
+long long wait_until_empty(const redis_server& s, std::chrono::milliseconds within) {
+  auto deadline = steady::now() + within;
+  long long n = dbsize(s);
+  while (n != 0 && steady::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+    n = dbsize(s);
+  }
+  return n;
+}
+
+// The keys left, for the failure message.
+std::string keys_left(const redis_server& s) {
+  return raw_command(s.port(), "SCAN 0 COUNT 20");
+}
+
+constexpr auto ttl = 300ms;
+
+// 10,000 distinct names, each locked and released once: nothing is left one TTL later (plus the
+// server's expiry cycle, which samples keys ten times a second).
+TEST(MemoryTest, TenThousandLockNamesLeaveNoKeyOnceTheirTtlPassed) {
+  redis_server server;
+  client c{server.url()};
+  const auto prefix = test::test_key() + ":order:";
+  for (int i = 0; i < 10'000; ++i) {
+    mutex m{c, prefix + std::to_string(i), {.ttl = ttl}};
+    auto l = m.acquire();
+    ASSERT_TRUE(l);
+    ASSERT_FALSE(l.release());
+  }
+  EXPECT_GT(dbsize(server), 0) << "the counters were expected to outlive the release a while";
+  EXPECT_EQ(wait_until_empty(server, ttl + 3s), 0) << keys_left(server);
+}
+
+// Contended: waiters queue (queue, info and ticket keys), releases hand the lock over. The
+// queue's keys live twice the waiter entry's TTL (1 s at the least), then go too.
+TEST(MemoryTest, ContendedLocksLeaveNoKeyOnceTheirWaitersAreGone) {
+  redis_server server;
+  const auto prefix = test::test_key() + ":job:";
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      client c{server.url()};
+      for (int i = 0; i < 50; ++i) {
+        mutex m{c, prefix + std::to_string(i), {.ttl = ttl, .retry_delay = 10ms}};
+        auto l = m.acquire();
+        std::this_thread::sleep_for(1ms);
+        EXPECT_FALSE(l.release());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wait_until_empty(server, 2 * 1s + ttl + 3s), 0) << keys_left(server);
+}
+
+TEST(MemoryTest, SemaphoresUnfairAndFairLeaveNoKeyOnceTheirTtlPassed) {
+  redis_server server;
+  client c{server.url()};
+  const auto prefix = test::test_key() + ":sem:";
+  for (bool fair : {false, true}) {
+    for (int i = 0; i < 1'000; ++i) {
+      semaphore s{c, prefix + (fair ? "fair:" : "") + std::to_string(i), 2,
+                  {.ttl = ttl, .fair = fair}};
+      auto p = s.acquire();
+      ASSERT_TRUE(p);
+      ASSERT_FALSE(p.release());
+    }
+  }
+  EXPECT_EQ(wait_until_empty(server, 2 * 1s + ttl + 3s), 0) << keys_left(server);
+}
+
+TEST(MemoryTest, RedlockLeavesNoKeyOnAnyNode) {
+  redis_server a, b, c;
+  std::vector<client> nodes{client{a.url()}, client{b.url()}, client{c.url()}};
+  const auto prefix = test::test_key() + ":rl:";
+  for (int i = 0; i < 1'000; ++i) {
+    mutex m{nodes, prefix + std::to_string(i), {.ttl = ttl}};
+    auto l = m.acquire();
+    ASSERT_TRUE(l);
+    ASSERT_FALSE(l.release());
+  }
+  for (auto* s : {&a, &b, &c}) EXPECT_EQ(wait_until_empty(*s, ttl + 3s), 0) << keys_left(*s);
+}
+
+// A fair semaphore's ticket counter expires with the last member's expiry as it stood; a
+// holder that keeps refreshing outlives it. A newcomer's ticket must still rank behind the
+// holder's, or it is granted a permit the holder has (the simulator found 2 holders of 1).
+TEST(MemoryTest, AFairNewcomerAfterTheTicketCounterExpiredRanksBehindTheHolder) {
+  redis_server server;
+  client c{server.url()};
+  const auto name = test::test_key();
+  semaphore s{c, name, 1, {.ttl = ttl, .fair = true}};
+  ASSERT_FALSE(s.acquire().release());  // ticket 1, gone: the holder below draws 2
+  auto held = s.acquire();
+  ASSERT_TRUE(held);
+  for (int i = 0; i < 8; ++i) {
+    std::this_thread::sleep_for(ttl / 4);
+    ASSERT_FALSE(held.extend());
+  }
+  ASSERT_EQ(raw_command(server.port(), "EXISTS " + semaphore_keys_for(name, true).tickets),
+            ":0\r\n")
+      << "the counter was expected to have expired under the holder";
+  semaphore newcomer{client{server.url()}, name, 1, {.ttl = ttl, .fair = true}};
+  std::error_code ec;
+  EXPECT_FALSE(newcomer.try_acquire(ec)) << "a second permit of 1";
+  EXPECT_EQ(ec, errc::not_acquired);
+  EXPECT_FALSE(held.release());
+}
+
+// The counter expired with the lock: the next holder's token still rises above every earlier
+// one, because a counter that does not exist starts from the server's clock (ms x 1024).
+TEST(MemoryTest, FencesKeepRisingAfterTheCounterExpired) {
+  redis_server server;
+  client c{server.url()};
+  const auto name = test::test_key();
+  mutex m{c, name, {.ttl = ttl}};
+  std::uint64_t last = 0;
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 5; ++i) {
+      auto l = m.acquire();
+      EXPECT_GT(l.fencing_token(), last) << "round " << round << ", grant " << i;
+      last = l.fencing_token();
+      EXPECT_FALSE(l.release());
+    }
+    ASSERT_EQ(wait_until_empty(server, ttl + 3s), 0) << keys_left(server);
+  }
+  semaphore s{c, name + ":sem", 3, {.ttl = ttl}};
+  last = 0;
+  for (int round = 0; round < 2; ++round) {
+    auto p = s.acquire();
+    EXPECT_GT(p.fencing_token(), last);
+    last = p.fencing_token();
+    EXPECT_FALSE(p.release());
+    ASSERT_EQ(wait_until_empty(server, ttl + 3s), 0) << keys_left(server);
+  }
+}
+
+}  // namespace
+}  // namespace dlock
