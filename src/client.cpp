@@ -14,6 +14,7 @@ namespace detail {
 node_link::node_link(const endpoint& where, client_options options) {
   if (where.is_cluster()) {
     cluster = std::make_shared<cluster_router>(where, options);
+    subscribers = std::make_shared<shard_subscribers>(cluster, options);
     return;
   }
   conn = std::make_shared<connection>(where, options);
@@ -25,7 +26,7 @@ inbox& node_link::inbox_for(std::uint16_t slot) {
   if (!cluster) return *wake_inbox;
   std::lock_guard lock(slot_inboxes_mutex);
   auto& box = slot_inboxes[slot];
-  if (!box) box = std::make_shared<inbox>(cluster, slot, cluster->options());
+  if (!box) box = std::make_shared<inbox>(cluster, subscribers, slot, cluster->options());
   return *box;
 }
 
@@ -39,12 +40,14 @@ node_link::~node_link() {
     kept->push_back(wake_inbox);
     kept->push_back(guard);
     for (auto& [slot, box] : slot_inboxes) kept->push_back(box);
+    kept->push_back(subscribers);
     return;
   }
   if (conn) conn->close(errc::cancelled);
   if (cluster) cluster->shut_down();
   if (wake_inbox) wake_inbox->close();
   for (auto& [slot, box] : slot_inboxes) box->close();
+  if (subscribers) subscribers->close();
   if (guard) guard->close();
 }
 

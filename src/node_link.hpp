@@ -34,6 +34,7 @@ struct node_link {
   std::shared_ptr<cluster_router> cluster;  // redis-cluster:// only
   std::mutex slot_inboxes_mutex;
   std::unordered_map<std::uint16_t, std::shared_ptr<inbox>> slot_inboxes;  // cluster only
+  std::shared_ptr<shard_subscribers> subscribers;  // cluster only: the inboxes' connections
   std::shared_ptr<inbox> wake_inbox;  // null for a cluster
   std::shared_ptr<replication_guard> guard;  // null unless client_options::replication_guard
 };

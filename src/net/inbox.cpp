@@ -12,26 +12,24 @@ inbox::inbox(endpoint where, client_options options)
       options_(std::move(options)),
       channel_("dlock:wake:" + random_token()) {}
 
-inbox::inbox(std::shared_ptr<cluster_router> router, std::uint16_t slot, client_options options)
+inbox::inbox(std::shared_ptr<cluster_router> router, std::shared_ptr<shard_subscribers> subscribers,
+             std::uint16_t slot, client_options options)
     : router_(std::move(router)),
+      subscribers_(std::move(subscribers)),
       slot_(slot),
       options_(std::move(options)),
       channel_("s:{" + tag_for_slot(slot) + "}dlock:wake:" + random_token()) {}
 
 void inbox::install_handlers() {
-  if (handlers_installed_) return;
-  // Weak: the connection must not keep its inbox alive (the inbox owns the connection). A
-  // connection the inbox has left since (the slot moved) speaks for nothing.
+  if (handlers_installed_ || subscribers_) return;  // sharded: shard_subscribers dispatches
+  // Weak: the connection must not keep its inbox alive (the inbox owns the connection).
   std::weak_ptr<inbox> weak = shared_from_this();
-  connection* from = conn_.get();
   conn_->set_push_handlers(
-      [weak, from](const reply& r) {
-        auto self = weak.lock();
-        if (self && self->conn_.get() == from) self->on_message(r);
+      [weak](const reply& r) {
+        if (auto self = weak.lock()) self->on_message(r);
       },
-      [weak, from] {
-        auto self = weak.lock();
-        if (self && self->conn_.get() == from) self->on_drop();
+      [weak] {
+        if (auto self = weak.lock()) self->on_drop();
       });
   handlers_installed_ = true;
 }
@@ -39,17 +37,13 @@ void inbox::install_handlers() {
 bool inbox::connect_to_slot_owner() {
   auto owner = router_->known_owner(slot_);
   if (!owner) return false;
-  if (conn_ && conn_->where().host == owner->host && conn_->where().port == owner->port) {
-    return true;
-  }
-  if (conn_) conn_->close(errc::cancelled);
+  if (conn_ && master_ == owner) return true;
+  if (master_) subscribers_->detach(*master_, channel_);
   conn_.reset();
-  handlers_installed_ = false;
-  try {
-    conn_ = std::make_shared<connection>(router_->node_endpoint(*owner), options_);
-  } catch (const std::system_error&) {
-    return false;  // the TLS files cannot be loaded now: as if the owner were unknown
-  }
+  master_.reset();
+  conn_ = subscribers_->attach(*owner, channel_, weak_from_this());
+  if (!conn_) return false;  // the TLS files cannot be loaded now: as if the owner were unknown
+  master_ = owner;
   return true;
 }
 
@@ -121,7 +115,7 @@ void inbox::on_message(const reply& r) {
 // that failed lost nothing, and waking every waiter for it would make them spin while a node
 // is down (each attempt fails fast, and each failure would end the next sleep at once).
 void inbox::close() {
-  if (conn_) conn_->close(errc::cancelled);
+  if (conn_ && !subscribers_) conn_->close(errc::cancelled);
 }
 
 void inbox::on_drop() {
@@ -129,6 +123,81 @@ void inbox::on_drop() {
   std::vector<std::function<void(std::string_view)>> all;
   for (auto& [token, wake] : listeners_) all.push_back(wake);
   for (auto& wake : all) wake("");
+}
+
+shard_subscribers::shard_subscribers(std::shared_ptr<cluster_router> router,
+                                     client_options options)
+    : router_(std::move(router)), options_(std::move(options)) {}
+
+std::shared_ptr<connection> shard_subscribers::attach(const host_port& master,
+                                                      const std::string& channel,
+                                                      std::weak_ptr<inbox> box) {
+  std::lock_guard lock(mu_);
+  auto& sub = by_master_[master.to_string()];
+  if (!sub) {
+    auto made = std::make_shared<subscriber>();
+    try {
+      made->conn = std::make_shared<connection>(router_->node_endpoint(master), options_);
+    } catch (const std::system_error&) {
+      by_master_.erase(master.to_string());
+      return nullptr;
+    }
+    // Weak both: the connection must not keep its subscriber (and so itself) alive, and may
+    // outlive the registry (in-flight I/O holds it after close()).
+    std::weak_ptr<subscriber> weak = made;
+    std::weak_ptr<shard_subscribers> registry = weak_from_this();
+    made->conn->set_push_handlers(
+        [registry, weak](const reply& r) {
+          auto self = registry.lock();
+          auto s = weak.lock();
+          if (!self || !s) return;
+          for (auto& b : self->receivers(s, &r)) b->on_message(r);
+        },
+        [registry, weak] {
+          auto self = registry.lock();
+          auto s = weak.lock();
+          if (!self || !s) return;
+          for (auto& b : self->receivers(s, nullptr)) b->on_drop();
+        });
+    sub = std::move(made);
+  }
+  sub->by_channel[channel] = std::move(box);
+  return sub->conn;
+}
+
+void shard_subscribers::detach(const host_port& master, const std::string& channel) {
+  std::lock_guard lock(mu_);
+  auto it = by_master_.find(master.to_string());
+  if (it != by_master_.end()) it->second->by_channel.erase(channel);
+}
+
+std::vector<std::shared_ptr<inbox>> shard_subscribers::receivers(
+    const std::shared_ptr<subscriber>& sub, const reply* message) const {
+  std::vector<std::shared_ptr<inbox>> out;
+  std::lock_guard lock(mu_);
+  if (message) {
+    // ["smessage" or "sunsubscribe", channel, ...]
+    const auto& e = message->elements();
+    if (e.size() < 2) return out;
+    auto it = sub->by_channel.find(e[1].str());
+    if (it != sub->by_channel.end()) {
+      if (auto box = it->second.lock()) out.push_back(std::move(box));
+    }
+    return out;
+  }
+  for (auto& [channel, weak] : sub->by_channel) {
+    if (auto box = weak.lock()) out.push_back(std::move(box));
+  }
+  return out;
+}
+
+void shard_subscribers::close() {
+  std::vector<std::shared_ptr<connection>> conns;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [master, sub] : by_master_) conns.push_back(sub->conn);
+  }
+  for (auto& c : conns) c->close(errc::cancelled);
 }
 
 }  // namespace dlock::detail

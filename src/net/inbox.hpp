@@ -7,6 +7,9 @@
 //                     the slot, is SSUBSCRIBEd on the slot's master, and the scripts SPUBLISH
 //                     to it, so that a wake-up costs that node only, and PUBLISH's count (local
 //                     to the node that runs the script) means what release.lua takes it for
+//   shard_subscribers a cluster client's subscriber connections, one per master, shared by the
+//                     slot inboxes whose slots it serves (a waiter in every slot still costs
+//                     one connection per master, not one per slot)
 //   wake_waiter       the waiting side of one acquisition, lock's or semaphore's: listens on the
 //                     inboxes of its nodes, subscribes the missing ones, and sleeps between two
 //                     attempts until the backstop delay ends or a wake-up cuts it short
@@ -18,6 +21,8 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -28,13 +33,45 @@
 
 namespace dlock::detail {
 
+class inbox;
+
+// Thread-safe (the client's destructor closes it from any thread); the rest runs on the I/O
+// thread.
+class shard_subscribers : public std::enable_shared_from_this<shard_subscribers> {
+ public:
+  shard_subscribers(std::shared_ptr<cluster_router> router, client_options options);
+  // The subscriber connection to `master` (made on first use; null when it cannot be: the TLS
+  // files are unreadable), which passes `channel`'s messages, the end of its subscription and
+  // the connection's drops to `box` from now on.
+  std::shared_ptr<connection> attach(const host_port& master, const std::string& channel,
+                                     std::weak_ptr<inbox> box);
+  // `channel` speaks for nothing on `master`'s connection any more (its slot moved).
+  void detach(const host_port& master, const std::string& channel);
+  void close();
+
+ private:
+  struct subscriber {
+    std::shared_ptr<connection> conn;
+    std::unordered_map<std::string, std::weak_ptr<inbox>> by_channel;
+  };
+  // The inboxes a connection's drop concerns, or the one a message names (under mu_).
+  std::vector<std::shared_ptr<inbox>> receivers(const std::shared_ptr<subscriber>& sub,
+                                                const reply* message) const;
+
+  std::shared_ptr<cluster_router> router_;
+  client_options options_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<subscriber>> by_master_;  // host_port text
+};
+
 class inbox : public std::enable_shared_from_this<inbox> {
  public:
   inbox(endpoint where, client_options options);
   // Sharded: the waits of a redis-cluster:// client in `slot`. Subscribes on the master that
   // `router` says serves the slot, and moves when the slot does (Redis then ends the
   // subscription: an unasked "sunsubscribe").
-  inbox(std::shared_ptr<cluster_router> router, std::uint16_t slot, client_options options);
+  inbox(std::shared_ptr<cluster_router> router, std::shared_ptr<shard_subscribers> subscribers,
+        std::uint16_t slot, client_options options);
 
   const std::string& channel() const noexcept { return channel_; }
   // True once SUBSCRIBE is confirmed on the current socket; false again after it drops.
@@ -49,12 +86,14 @@ class inbox : public std::enable_shared_from_this<inbox> {
   void listen(const std::string& token, std::function<void(std::string_view)> on_wake);
   void forget(const std::string& token);
   // Closes the subscriber connection (the client's last copy is gone); a later subscribe()
-  // connects again.
+  // connects again. Sharded: shard_subscribers closes the shared ones.
   void close();
 
- private:
+  // From the subscriber connection: a message or the end of a subscription, and its drop.
   void on_message(const reply& r);
   void on_drop();
+
+ private:
   // Sharded: a connection to the slot's master as the router knows it now (a new one when the
   // slot moved), or null when it knows none yet.
   bool connect_to_slot_owner();
@@ -62,6 +101,8 @@ class inbox : public std::enable_shared_from_this<inbox> {
 
   std::shared_ptr<connection> conn_;
   std::shared_ptr<cluster_router> router_;  // sharded only
+  std::shared_ptr<shard_subscribers> subscribers_;  // sharded only
+  std::optional<host_port> master_;         // sharded: whose connection conn_ is
   std::uint16_t slot_ = 0;
   client_options options_;
   std::string channel_;

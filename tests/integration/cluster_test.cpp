@@ -172,6 +172,52 @@ TEST_F(ClusterTest, AReleaseWakesItsWaiterThroughTheSlotsMasterOnly) {
   }
 }
 
+// A waiter's inbox is per slot, its connection per master: waiting in 30 slots over three
+// masters opens one subscriber connection on each (CLIENT LIST: ssub=), not 30, and a release
+// still wakes the right waiter through the shared connection.
+TEST_F(ClusterTest, WaitsInManySlotsShareOneSubscriberConnectionPerMaster) {
+  client waiter_client{cluster_.seeds_url()};
+  std::vector<std::string> names;
+  for (int m = 0; m < 3; ++m) {
+    auto slots = cluster_.slots_of(m);
+    for (int i = 0; i < 10; ++i) {
+      names.push_back(test::key_in_slot(slots.at(static_cast<std::size_t>(i) * 97),
+                                        test::test_key() + ":"));
+    }
+  }
+  for (const auto& name : names) {
+    mutex holder{client_, name, {.ttl = 10s}};
+    mutex waiter{waiter_client, name, {.ttl = 10s, .retry_delay = 20ms}};
+    auto l = holder.acquire();
+    std::error_code ec;
+    EXPECT_FALSE(waiter.acquire_until(std::chrono::steady_clock::now() + 150ms, ec));
+    EXPECT_FALSE(l.release());
+  }
+  for (int m = 0; m < 3; ++m) {
+    auto list = raw_command_complete(cluster_.node(m).port(), "CLIENT LIST");
+    int subscribers = 0;
+    for (std::size_t at = list.find("ssub="); at != std::string::npos;
+         at = list.find("ssub=", at + 1)) {
+      subscribers += list.compare(at, 7, "ssub=0 ") != 0;
+    }
+    EXPECT_EQ(subscribers, 1) << "master " << m << ":\n" << list;
+  }
+  // Woken through the shared connection: the backstop is 5 s.
+  const auto& name = names[17];
+  mutex holder{client_, name, {.ttl = 10s}};
+  mutex waiter{waiter_client, name, {.ttl = 10s, .retry_delay = 5s}};
+  auto l = holder.acquire();
+  std::error_code ec;
+  lease got;
+  std::thread waiting([&] { got = waiter.acquire_until(std::chrono::steady_clock::now() + 8s, ec); });
+  std::this_thread::sleep_for(300ms);
+  auto released_at = std::chrono::steady_clock::now();
+  EXPECT_FALSE(l.release());
+  waiting.join();
+  ASSERT_TRUE(got) << ec.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - released_at, 1s) << "woken by the backstop";
+}
+
 TEST_F(ClusterTest, ProcessesContendingOnAHundredKeysOverEveryMasterCountExactly) {
   auto prefix = test::test_key();
   const int processes = 3, threads = 2, iterations = 60;
