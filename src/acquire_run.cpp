@@ -176,7 +176,9 @@ std::string copies_share_a_master(const std::vector<client>& nodes,
     if (access::cluster(node) != router) return {};  // a Redlock over clusters, not copies
   }
   std::vector<std::optional<host_port>> owners;
-  for (auto slot : slots) owners.push_back(router->known_owner(slot));
+  // No forced read for a slot without a master: while one is down for good, every grant and
+  // extend would read the map again.
+  for (auto slot : slots) owners.push_back(router->known_owner(slot, false));
   // Fails closed: a copy that holds the lock on a master the map does not name cannot be
   // vouched for. One that does not hold it and has no master (down for good) holds nothing.
   for (auto i : holding) {

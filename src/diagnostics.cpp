@@ -58,6 +58,7 @@ std::vector<probe> probe_all(const std::vector<client>& nodes, const command& cm
   };
   // Handlers run on the I/O thread and may outlive a slow waiter's view of the stack, so the
   // tally is shared rather than borrowed.
+  if (nodes.empty()) return {};  // nothing would ever complete the wait below
   auto g = std::make_shared<gather>();
   g->probes.resize(nodes.size());
   g->left = nodes.size();
@@ -277,21 +278,33 @@ void check_sentinels(const client& node, std::vector<warning>& out) {
   }
 }
 
-// The masters of a redis-cluster:// client's map, each a client of its own (the URL's
-// credentials and TLS, the client's options), so that they are checked one by one.
+// The masters that serve a slot in the map, in slot order: a map patched by MOVED may still
+// list a master demoted since.
+std::vector<host_port> serving_masters(const detail::slot_map& map) {
+  std::vector<host_port> out;
+  for (std::size_t slot = 0; slot < detail::cluster_slots; ++slot) {
+    const host_port* owner = map.owner(static_cast<std::uint16_t>(slot));
+    if (owner && std::find(out.begin(), out.end(), *owner) == out.end()) out.push_back(*owner);
+  }
+  return out;
+}
+
+// Those masters, each a client of its own (the URL's credentials and TLS, the client's
+// options), so that they are checked one by one.
 std::vector<client> masters_of(const client& node, const detail::slot_map& map) {
   std::vector<client> out;
-  for (const auto& m : map.masters()) {
+  for (const auto& m : serving_masters(map)) {
     out.emplace_back(detail::access::cluster(node)->node_endpoint(m), node.options());
   }
   return out;
 }
 
-// "0.4%": one decimal, so that one collapsed placement in thousands does not read as none.
+// "0.4%", and "under 0.1%" rather than "0.0%" for one collapsed placement in thousands.
 std::string percent(std::size_t part, std::size_t whole) {
+  double p = 100.0 * static_cast<double>(part) / static_cast<double>(std::max<std::size_t>(whole, 1));
+  if (part > 0 && p < 0.1) return "under 0.1%";
   char text[16];
-  std::snprintf(text, sizeof text, "%.1f%%",
-                100.0 * static_cast<double>(part) / static_cast<double>(std::max<std::size_t>(whole, 1)));
+  std::snprintf(text, sizeof text, "%.1f%%", p);
   return text;
 }
 
@@ -307,7 +320,7 @@ void check_slot_map(const std::string& name, const detail::slot_map& map, int co
         "assign every slot to a master (redis-cli --cluster fix), or bring back the lost one");
   }
   if (copies < 3) return;
-  const std::size_t masters = map.masters().size();
+  const std::size_t masters = serving_masters(map).size();
   if (masters < static_cast<std::size_t>(copies)) {
     add(out, warning::code::copies_collapse, name,
         "the cluster has " + std::to_string(masters) + " master(s), fewer than the " +

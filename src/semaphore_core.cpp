@@ -127,7 +127,7 @@ void semaphore_core::refresh_entry(const std::shared_ptr<lease_state>& state,
   if (options_.fair) {
     run_script(nodes_.front(), sem_refresh_script,
                {target_.keys.expiries, target_.keys.weights, target_.keys.owners,
-                target_.keys.waiter_info},
+                target_.keys.waiter_info, target_.keys.tickets},
                {state->token, ttl_ms, successor}, target_.node_timeout, std::move(on_reply));
   } else {
     run_script(nodes_.front(), sem_refresh_script, {target_.keys.expiries, target_.keys.weights},

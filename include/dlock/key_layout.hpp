@@ -75,7 +75,7 @@ struct semaphore_keys {
   std::string expiries;     ///< sorted set: owner token -> expiry in server ms
   std::string owners;       ///< sorted set: owner token -> ticket
   std::string weights;      ///< hash: owner token -> permits, for entries of more than one
-  std::string fence;        ///< the fencing counter, drawn at each grant; expires one TTL after
+  std::string fence;        ///< fencing counter, drawn at each grant; expires a TTL later
   std::string waiters;      ///< who a release wakes, in ticket order
   std::string waiter_info;  ///< queued waiters: token -> "<deadline ms>[ <channel>[ woken]]"
   std::string tickets;      ///< the counter that hands out the queue's tickets

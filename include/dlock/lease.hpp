@@ -83,8 +83,8 @@ class DLOCK_EXPORT lease {
   /// restarts from the extend's start, for `ttl`. (To let go at a set time: release_after.)
   /// Fails with lease_lost (the lease is then lost and lost() fires), lease_expired,
   /// quorum_not_reached (nodes unreachable; the lease may still be held), not_held, and for a
-  /// lock in copies (lock_options::copies) cluster_error when two copies that extended now sit
-  /// on one master (the lease keeps its old validity).
+  /// lock in copies (lock_options::copies) cluster_error when two of its copies now sit on one
+  /// master (the lease keeps its old validity).
   std::error_code extend() noexcept;
   std::error_code extend(std::chrono::milliseconds ttl) noexcept;  ///< the same, for `ttl`
   /// Asynchronous extend(): signature void(std::error_code), same outcomes. The lease keeps its

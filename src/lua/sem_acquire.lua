@@ -32,7 +32,8 @@ if #expired > 0 then
   end
 end
 
--- The keys vanish by themselves when the last holder's expiry passes (the counter stays).
+-- The keys vanish by themselves when the last holder's expiry passes (the fence counter
+-- expires on its own).
 local function expire_with_last_holder()
   local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
   if last[2] then

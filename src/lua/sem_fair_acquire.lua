@@ -28,8 +28,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- The keys vanish by themselves when the last member's expiry passes, all five at once: owners
 -- must never outlive timeouts, or members whose expiry and weight are gone would stay in line
--- for good. (The counter may go earlier, when sem_refresh.lua pushes a holder's expiry out:
--- see the ticket below.)
+-- for good; the counter goes with them (sem_refresh.lua keeps it too), and one that went anyway
+-- (a client of an earlier version refreshed) starts again above the tickets in line, below.
 local function expire_with_last_member()
   local last = redis.call('ZRANGE', timeouts, -1, -1, 'WITHSCORES')
   if not last[2] then return end
@@ -85,8 +85,8 @@ if ticket then
 else
   ticket = redis.call('INCR', counter)
   if ticket == 1 then
-    -- The counter expired (a refresh kept a holder past it) or was never made: tickets go on
-    -- above every one still in line, so a newcomer is never ranked ahead of them.
+    -- The counter expired (an earlier version's refresh kept a holder past it) or was never
+    -- made: tickets go on above every one still in line, so a newcomer is never ranked ahead.
     local last = redis.call('ZRANGE', owners, -1, -1, 'WITHSCORES')
     if last[2] then
       ticket = tonumber(last[2]) + 1

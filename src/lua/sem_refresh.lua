@@ -1,8 +1,10 @@
 -- Extend a semaphore permit, if it is still live.
 -- KEYS[1]: the expiry set (holders, or the fair variant's timeouts); KEYS[2]: weights;
--- KEYS[3], KEYS[4] (fair variant only): owners, waiter info; all four keys expire with the
--- last member's expiry, as sem_fair_acquire.lua sets them (an info key that outlived owners
--- would keep the entries of waiters that left, found by review).
+-- KEYS[3], KEYS[4], KEYS[5] (fair variant only): owners, waiter info, the ticket counter; all
+-- the keys expire with the last member's expiry, as sem_fair_acquire.lua sets them (an info key
+-- that outlived owners would keep the entries of waiters that left, found by review; a counter
+-- that went before a refreshed holder would let a client of an earlier version, which does not
+-- restart it above the tickets in line, rank a newcomer ahead of it).
 -- ARGV[1]: the owner token; ARGV[2]: the TTL in milliseconds; ARGV[3]: "" to extend, or a
 -- successor token to settle (as extend.lua):
 --   extend  the permit's expiry becomes at least the server's now + TTL; it never moves earlier,
@@ -11,7 +13,7 @@
 --           exactly TTL from now: refreshes still on their way for the old token find nothing.
 -- Returns 1 when extended, 0 when the permit was gone or had expired: a lost permit is never
 -- added back (an expired entry is removed instead), so the caller learns it was lost.
-local expiries, weights, owners, info = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local expiries, weights, owners, info, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, ttl_ms, successor = ARGV[1], tonumber(ARGV[2]), ARGV[3] or ''
 
 local t = redis.call('TIME')
@@ -46,7 +48,7 @@ elseif now + ttl_ms > tonumber(expiry) then
   redis.call('ZADD', expiries, 'XX', now + ttl_ms, owner)
 end
 local last = redis.call('ZRANGE', expiries, -1, -1, 'WITHSCORES')
-for _, key in ipairs({expiries, weights, owners, info}) do
+for _, key in ipairs({expiries, weights, owners, info, tickets}) do
   if redis.call('EXISTS', key) == 1 then redis.call('PEXPIREAT', key, last[2]) end
 end
 return 1

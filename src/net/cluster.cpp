@@ -457,14 +457,15 @@ std::optional<slot_map> cluster_router::current_map(std::error_code& ec) {
     std::lock_guard lock(mu_);
     if (map_) return map_;
   }
-  // A keyless command waits for the first read of the map.
-  (void)wait<reply>(ec, [&](auto handler) {
+  // A keyless command waits for the first read of the map. Its own answer does not matter: the
+  // master it went to may be down while the map is read well.
+  std::error_code ping_ec;
+  (void)wait<reply>(ping_ec, [&](auto handler) {
     command ping{"PING"};
     submit(ping.bytes(), 1, clock::now() + options_.request_timeout, std::move(handler));
   });
-  if (ec) return std::nullopt;
   std::lock_guard lock(mu_);
-  if (!map_) ec = errc::cluster_error;
+  if (!map_) ec = ping_ec ? ping_ec : std::error_code(errc::cluster_error);
   return map_;
 }
 
@@ -476,12 +477,12 @@ std::optional<host_port> cluster_router::owner_of(std::uint16_t slot, std::error
   return std::nullopt;
 }
 
-std::optional<host_port> cluster_router::known_owner(std::uint16_t slot) {
+std::optional<host_port> cluster_router::known_owner(std::uint16_t slot, bool read_now) {
   {
     std::lock_guard lock(mu_);
     if (map_ && map_->owner(slot)) return *map_->owner(slot);
   }
-  refresh(true);
+  refresh(read_now);
   return std::nullopt;
 }
 

@@ -74,8 +74,9 @@ class cluster_router : public std::enable_shared_from_this<cluster_router> {
   std::optional<slot_map> current_map(std::error_code& ec);
 
   // The master serving `slot` by the map as it stands, without waiting; null (and a read of
-  // the map started) when there is none yet. For the sharded wake-up inboxes (net/inbox.hpp).
-  std::optional<host_port> known_owner(std::uint16_t slot);
+  // the map started at once, unless `read_now` is false: then within min_map_interval) when
+  // there is none yet. For the sharded wake-up inboxes (net/inbox.hpp) and the copies' check.
+  std::optional<host_port> known_owner(std::uint16_t slot, bool read_now = true);
   // Starts a read of the map unless one is under way or the last was under min_map_interval
   // ago (unless `now`). Runs the reads on the I/O thread.
   void refresh(bool now = false);

@@ -115,7 +115,7 @@ void inbox::on_message(const reply& r) {
 // that failed lost nothing, and waking every waiter for it would make them spin while a node
 // is down (each attempt fails fast, and each failure would end the next sleep at once).
 void inbox::close() {
-  if (conn_ && !subscribers_) conn_->close(errc::cancelled);
+  if (!subscribers_ && conn_) conn_->close(errc::cancelled);
 }
 
 void inbox::on_drop() {

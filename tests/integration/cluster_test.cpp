@@ -590,6 +590,19 @@ TEST(ClusterDoctorTest, UncoveredSlotsAndCopiesOnOneMasterAreCounted) {
   EXPECT_EQ(of_kind(check_deployment({fresh}, {}, ec), warning::code::copies_collapse).size(), 0u);
 }
 
+// A cluster whose map cannot be read: one unchecked warning and the error, at once (the review
+// found check_deployment waiting forever on an empty list of masters).
+TEST(ClusterDoctorTest, AClusterThatCannotBeReadIsUncheckedNotAHang) {
+  client c{"redis-cluster://127.0.0.1:1", client_options{.connect_timeout = 200ms,
+                                                         .request_timeout = 300ms}};
+  std::error_code ec;
+  auto start = std::chrono::steady_clock::now();
+  auto ws = check_deployment({c}, {.copies = 3}, ec);
+  EXPECT_TRUE(ec);
+  EXPECT_EQ(of_kind(ws, warning::code::unchecked).size(), 1u) << all_of(ws);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+}
+
 // Fewer masters than copies: every name collapses, said once.
 TEST(ClusterDoctorTest, FewerMastersThanCopiesIsOneWarning) {
   redis_cluster cluster{{.masters = 2}};

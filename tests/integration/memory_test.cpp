@@ -42,7 +42,9 @@ std::string keys_left(const redis_server& s) {
   return raw_command(s.port(), "SCAN 0 COUNT 20");
 }
 
-constexpr auto ttl = 300ms;
+// Long enough that a stall of the loaded test machine (2 cores, sanitizers) does not expire a
+// lease the test still holds; every wait below is bounded by a few TTLs.
+constexpr std::chrono::milliseconds ttl{1000};
 
 // 10,000 distinct names, each locked and released once: nothing is left one TTL later (plus the
 // server's expiry cycle, which samples keys ten times a second).
@@ -56,7 +58,6 @@ TEST(MemoryTest, TenThousandLockNamesLeaveNoKeyOnceTheirTtlPassed) {
     ASSERT_TRUE(l);
     ASSERT_FALSE(l.release());
   }
-  EXPECT_GT(dbsize(server), 0) << "the counters were expected to outlive the release a while";
   EXPECT_EQ(wait_until_empty(server, ttl + 3s), 0) << keys_left(server);
 }
 
@@ -110,9 +111,11 @@ TEST(MemoryTest, RedlockLeavesNoKeyOnAnyNode) {
   for (auto* s : {&a, &b, &c}) EXPECT_EQ(wait_until_empty(*s, ttl + 3s), 0) << keys_left(*s);
 }
 
-// A fair semaphore's ticket counter expires with the last member's expiry as it stood; a
-// holder that keeps refreshing outlives it. A newcomer's ticket must still rank behind the
-// holder's, or it is granted a permit the holder has (the simulator found 2 holders of 1).
+// A fair semaphore's ticket counter expires with its last member, and a refresh keeps it as
+// long as the holder. Should it go anyway (a client of an earlier version refreshed, whose
+// script does not push the counter), a newcomer's ticket must still rank behind the holder's,
+// or it is granted a permit the holder has: the simulator found 2 holders of 1 with the first
+// version of the expiring counter, whose refresh did not keep it either.
 TEST(MemoryTest, AFairNewcomerAfterTheTicketCounterExpiredRanksBehindTheHolder) {
   redis_server server;
   client c{server.url()};
@@ -121,13 +124,18 @@ TEST(MemoryTest, AFairNewcomerAfterTheTicketCounterExpiredRanksBehindTheHolder) 
   ASSERT_FALSE(s.acquire().release());  // ticket 1, gone: the holder below draws 2
   auto held = s.acquire();
   ASSERT_TRUE(held);
+  // The holder's ticket is 2: a counter that started again at 1 would rank a newcomer ahead.
+  ASSERT_EQ(raw_command(server.port(), "ZSCORE " + semaphore_keys_for(name, true).owners + " " +
+                                           held.value()),
+            "$1\r\n2\r\n");
   for (int i = 0; i < 8; ++i) {
     std::this_thread::sleep_for(ttl / 4);
     ASSERT_FALSE(held.extend());
   }
-  ASSERT_EQ(raw_command(server.port(), "EXISTS " + semaphore_keys_for(name, true).tickets),
-            ":0\r\n")
-      << "the counter was expected to have expired under the holder";
+  const auto tickets = semaphore_keys_for(name, true).tickets;
+  EXPECT_EQ(raw_command(server.port(), "EXISTS " + tickets), ":1\r\n")
+      << "the refreshes were expected to keep the counter with its holder";
+  ASSERT_EQ(raw_command(server.port(), "DEL " + tickets), ":1\r\n");
   semaphore newcomer{client{server.url()}, name, 1, {.ttl = ttl, .fair = true}};
   std::error_code ec;
   EXPECT_FALSE(newcomer.try_acquire(ec)) << "a second permit of 1";

@@ -121,14 +121,15 @@ TEST_F(RedlockPersistentTest, ProcessesExcludeEachOtherWhileANodeCrashesAndResta
   EXPECT_GE(wait_for_count(at_kill + total / 6, 20s), at_kill + total / 6);
   servers_[2]->restart();  // with --appendonly yes --appendfsync always: its keys come back
   EXPECT_LT(count(), total) << "the restart came too late to matter";
-  // The node kept its fencing counter across the crash (it may still be loading the AOF).
+  // The node answers again once it loaded its AOF. (Its fencing counter is not checked: it
+  // expires one TTL, 3 s here, after its last use, and may be gone by now with or without the
+  // crash; a counter that is gone starts again from the server's clock, MemoryTest.)
   std::error_code ec;
-  reply fence_after;
   for (auto until = steady::now() + 3s; steady::now() < until; std::this_thread::sleep_for(20ms)) {
-    fence_after = admin_[2].exec({"GET", fence_key(test_key())}, ec);
+    admin_[2].exec({"PING"}, ec);
     if (!ec) break;
   }
-  EXPECT_TRUE(fence_after.is_string()) << ec.message() << " " << fence_after.to_string();
+  EXPECT_FALSE(ec) << ec.message();
 
   for (auto& w : workers) EXPECT_EQ(w.wait(40s), 0);
   EXPECT_EQ(count(), total);

@@ -201,18 +201,22 @@ TEST_F(TlsTest, ClusterOverTls) {
   client c{url, trusting_ca()}, other{url, trusting_ca()};
   for (int m = 0; m < 3; ++m) {
     auto key = test::key_in_slot(cluster.slots_of(m).at(100), test_key() + ":");
-    mutex lock{c, key, {.ttl = 10s}}, rival{other, key, {.ttl = 10s}};
+    // A backstop of 5 s: only a wake-up over TLS brings the rival in quickly.
+    mutex lock{c, key, {.ttl = 10s}}, rival{other, key, {.ttl = 10s, .retry_delay = 5s}};
     auto l = lock.acquire();
     EXPECT_EQ(test::raw_command_complete(cluster.node(m).port(), "EXISTS " + key), ":1\r\n")
         << "the lock is not on master " << m;
+    steady::time_point released_at;
     std::thread releaser([&] {
-      std::this_thread::sleep_for(100ms);
+      std::this_thread::sleep_for(300ms);  // the rival queued and subscribed
+      released_at = steady::now();
       EXPECT_FALSE(l.release());
     });
     std::error_code ec;
-    auto next = rival.acquire_until(steady::now() + 5s, ec);
+    auto next = rival.acquire_until(steady::now() + 8s, ec);
     releaser.join();
     ASSERT_TRUE(next) << ec.message();
+    EXPECT_LT(steady::now() - released_at, 1s) << "woken by the backstop, not over TLS";
     EXPECT_FALSE(next.release());
   }
   mutex copies{c, test_key(), {.ttl = 10s, .copies = 3}};

@@ -14,6 +14,7 @@
 
 #include "cli.hpp"
 #include "dlock/key_layout.hpp"
+#include "dlock/mutex.hpp"
 #include "lock_view.hpp"
 
 namespace dlock::cli {
@@ -97,6 +98,15 @@ void print_lock_json(const lock_view& v) {
   write_out(out);
 }
 
+// The counter expires a TTL after its last token: then there is none to show (JSON: 0).
+std::string fence_text(std::uint64_t fence) {
+  if (fence == 0) {
+    return "  fence counter: none (expired or never drawn; the next token starts from the "
+           "server's clock, above every earlier one)\n";
+  }
+  return "  fence counter " + std::to_string(fence) + " (the next holder gets a higher token)\n";
+}
+
 // "entry expires in 0.9 s unless it polls again": a live waiter renews its entry at each
 // attempt; one that crashed lets it lapse and is dropped.
 std::string entry_text(const waiter_view& w) {
@@ -122,8 +132,7 @@ void print_lock_text(const lock_view& v) {
   } else {
     std::printf("%s: free\n", v.key.c_str());
   }
-  std::printf("  fence counter %llu (the next holder gets a higher token)\n",
-              static_cast<unsigned long long>(v.fence));
+  std::printf("%s", fence_text(v.fence).c_str());
   std::string queue = waiters_heading(v.waiters.size());
   for (std::size_t i = 0; i < v.waiters.size(); ++i) {
     const auto& w = v.waiters[i];
@@ -158,6 +167,8 @@ int lock_status(const global_options& g, const status_options& o) {
                       "another name (such as {x}:fence, lock x's fence counter)");
   }
   auto nodes = make_clients(g);
+  // --copies as the lock takes it (refused, with the library's reason, as run refuses it).
+  if (g.copies > 1) (void)mutex{nodes, o.key, {.copies = g.copies}};
   auto view = inspect_lock(nodes, o.key, read_queue::yes, g.copies);
   if (o.json) {
     print_lock_json(view);
@@ -230,7 +241,7 @@ void print_semaphore_text(const semaphore_view& v, long long limit) {
     out += "    " + std::to_string(i + 1) + ". " + w.id + "  " + (w.woken ? "woken, " : "") +
            entry_text(w) + "\n";
   }
-  out += "  fence counter " + std::to_string(v.fence) + " (the next holder gets a higher token)\n";
+  out += fence_text(v.fence);
   write_out(out);
 }
 
