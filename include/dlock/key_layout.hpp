@@ -52,7 +52,7 @@ DLOCK_EXPORT std::uint16_t hash_slot(std::string_view key) noexcept;
 /// A lock's keys: its own key and its companions, which follow E(key).
 struct lock_keys {
   std::string key;          ///< the lock: value = owner "<acquisition id>.<round>", PX = TTL
-  std::string fence;        ///< the fencing counter; expires one TTL after its last use
+  std::string fence;        ///< the fencing counter; expires a TTL after it was set
   std::string waiters;      ///< the waiter queue: acquisition id -> ticket
   std::string waiter_info;  ///< acquisition id -> "<deadline ms> <wake channel>[ <ttl ms> <round>]"
   std::string tickets;      ///< the queue's ticket counter
@@ -75,7 +75,7 @@ struct semaphore_keys {
   std::string expiries;     ///< sorted set: owner token -> expiry in server ms
   std::string owners;       ///< sorted set: owner token -> ticket
   std::string weights;      ///< hash: owner token -> permits, for entries of more than one
-  std::string fence;        ///< fencing counter, drawn at each grant; expires a TTL later
+  std::string fence;        ///< fencing counter, drawn at each grant; expires a TTL after set
   std::string waiters;      ///< who a release wakes, in ticket order
   std::string waiter_info;  ///< queued waiters: token -> "<deadline ms>[ <channel>[ woken]]"
   std::string tickets;      ///< the counter that hands out the queue's tickets

@@ -1,7 +1,7 @@
 -- Acquire a lock and draw its fencing token, atomically; optionally queue as a waiter.
 -- KEYS[1]: the lock key (value = owner value, expiry = PX).
--- KEYS[2]: the lock's fencing counter; it expires one TTL after the last token drawn
---          (next_fence, in node_state.lua).
+-- KEYS[2]: the lock's fencing counter; it expires one TTL after it was set (next_fence, in
+--          node_state.lua).
 -- KEYS[3]: the waiter queue (zset: acquisition id -> ticket); KEYS[4]: waiter info (hash:
 --          acquisition id -> "<deadline ms> <wake channel>"); KEYS[5]: the ticket counter. All
 --          five keys share one hash slot (dlock/key_layout.hpp).
@@ -92,7 +92,8 @@ if holder and string.sub(holder, 1, #id + 1) == id .. '.' then
   if quarantined > 0 then return {0, math.max(redis.call('PTTL', key), quarantined)} end
   -- Whatever set an earlier value of ours (a late SET of an earlier round, a handoff) drew a
   -- fence then, and nobody can have drawn one since, so the counter still reads it: drawing
-  -- again would only leave gaps.
+  -- again would only leave gaps. (If the counter expired since, GET finds none and grant()
+  -- draws a new token from the clock, above it.)
   redis.call('SET', key, owner, 'PX', ttl_ms)
   return grant(tonumber(redis.call('GET', fence_key)))
 end

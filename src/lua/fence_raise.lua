@@ -1,6 +1,6 @@
 -- Raise a fencing counter to at least a value (set-if-greater), for Redlock's fencing round.
 -- KEYS[1]: the fencing counter; ARGV[1]: the value it must reach; ARGV[2]: the grant's TTL in
--- ms: a counter raised lives that long, as one drawn does (next_fence, in node_state.lua).
+-- ms: a counter raised lives that long, as one made does (next_fence, in node_state.lua).
 -- Returns the counter's value afterwards.
 local fence_key, floor, ttl_ms = KEYS[1], tonumber(ARGV[1]), ARGV[2]
 

@@ -2,7 +2,7 @@
 -- optionally queue as a waiter that a release will wake.
 -- KEYS[1]: holders, a sorted set: member = owner token, score = its expiry in server ms.
 -- KEYS[2]: weights, a hash: owner token -> permits held, only for holders of more than one.
--- KEYS[3]: the fencing counter; it expires one TTL after the last grant (next_fence).
+-- KEYS[3]: the fencing counter; it expires one TTL after it was set (next_fence).
 -- KEYS[4]: the waiter queue (zset: owner token -> ticket); KEYS[5]: waiter info (hash: owner
 --          token -> "<deadline ms> <wake channel>", " woken" appended by sem_release.lua);
 --          KEYS[6]: the queue's ticket counter. The queue only orders wake-ups: a permit still

@@ -9,7 +9,7 @@
 --          starts again above the highest ticket still in line.
 -- KEYS[5]: waiter info, a hash: owner token -> "<deadline ms>[ <wake channel>]" for every
 --          queued waiter (" woken" appended by sem_release.lua); holders have none.
--- KEYS[6]: the fencing counter, drawn at each grant; it expires one TTL after the last
+-- KEYS[6]: the fencing counter, drawn at each grant; it expires one TTL after it was set
 --          (next_fence, in node_state.lua).
 -- ARGV[1]: the owner token; ARGV[2]: the limit; ARGV[3]: permits wanted (1..limit);
 -- ARGV[4]: the TTL in milliseconds; ARGV[5]: how long to keep a place in the queue when not
@@ -74,7 +74,7 @@ end
 local function draw_fence()
   if redis.call('EXISTS', fence_key) == 0 then
     local start = math.max(tonumber(redis.call('GET', counter) or '0'), now * 1024)
-    redis.call('SET', fence_key, string.format('%.0f', start))
+    redis.call('SET', fence_key, string.format('%.0f', start), 'PX', ttl_ms)
   end
   return next_fence(fence_key, now, ttl_ms)
 end

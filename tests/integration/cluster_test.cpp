@@ -46,6 +46,24 @@ detail::cluster_router::counters routed(const client& c) {
   return detail::access::cluster(c)->stats();
 }
 
+// `holder_client` holds `name`, a waiter on `waiter_client` queues behind it with a backstop of
+// 5 s, and the release must bring the waiter in within 1 s: only a wake-up can.
+void expect_woken_by_release(client& holder_client, client& waiter_client,
+                             const std::string& name) {
+  mutex holder{holder_client, name, {.ttl = 10s}};
+  mutex waiter{waiter_client, name, {.ttl = 10s, .retry_delay = 5s}};
+  auto l = holder.acquire();
+  std::error_code ec;
+  lease got;
+  std::thread waiting([&] { got = waiter.acquire_until(std::chrono::steady_clock::now() + 8s, ec); });
+  std::this_thread::sleep_for(300ms);  // queued and subscribed
+  auto released_at = std::chrono::steady_clock::now();
+  EXPECT_FALSE(l.release());
+  waiting.join();
+  ASSERT_TRUE(got) << ec.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - released_at, 1s) << "woken by the backstop";
+}
+
 class ClusterTest : public ::testing::Test {
  protected:
   redis_cluster cluster_;
@@ -151,19 +169,7 @@ TEST_F(ClusterTest, AReleaseWakesItsWaiterThroughTheSlotsMasterOnly) {
   auto name = test::test_key();
   int master = cluster_.owner_of(hash_slot(name));
   client waiter_client{cluster_.seed_url((master + 1) % 3)};
-  mutex holder{client_, name, {.ttl = 10s}};
-  // A backstop of 5 s: only a wake-up can bring the waiter in quickly.
-  mutex waiter{waiter_client, name, {.ttl = 10s, .retry_delay = 5s}};
-  auto l = holder.acquire();
-  std::error_code ec;
-  lease got;
-  std::thread waiting([&] { got = waiter.acquire_until(std::chrono::steady_clock::now() + 8s, ec); });
-  std::this_thread::sleep_for(300ms);  // queued and subscribed
-  auto released_at = std::chrono::steady_clock::now();
-  EXPECT_FALSE(l.release());
-  waiting.join();
-  ASSERT_TRUE(got) << ec.message();
-  EXPECT_LT(std::chrono::steady_clock::now() - released_at, 1s) << "woken by the backstop";
+  expect_woken_by_release(client_, waiter_client, name);
   for (int i = 0; i < 3; ++i) {
     // The release's SPUBLISH ran on the slot's master; nothing was broadcast.
     EXPECT_EQ(calls_of(cluster_, i, "spublish") > 0, i == master) << i;
@@ -202,20 +208,8 @@ TEST_F(ClusterTest, WaitsInManySlotsShareOneSubscriberConnectionPerMaster) {
     }
     EXPECT_EQ(subscribers, 1) << "master " << m << ":\n" << list;
   }
-  // Woken through the shared connection: the backstop is 5 s.
-  const auto& name = names[17];
-  mutex holder{client_, name, {.ttl = 10s}};
-  mutex waiter{waiter_client, name, {.ttl = 10s, .retry_delay = 5s}};
-  auto l = holder.acquire();
-  std::error_code ec;
-  lease got;
-  std::thread waiting([&] { got = waiter.acquire_until(std::chrono::steady_clock::now() + 8s, ec); });
-  std::this_thread::sleep_for(300ms);
-  auto released_at = std::chrono::steady_clock::now();
-  EXPECT_FALSE(l.release());
-  waiting.join();
-  ASSERT_TRUE(got) << ec.message();
-  EXPECT_LT(std::chrono::steady_clock::now() - released_at, 1s) << "woken by the backstop";
+  // Woken through the shared connection.
+  expect_woken_by_release(client_, waiter_client, names[17]);
 }
 
 TEST_F(ClusterTest, ProcessesContendingOnAHundredKeysOverEveryMasterCountExactly) {

@@ -143,8 +143,9 @@ TEST(MemoryTest, AFairNewcomerAfterTheTicketCounterExpiredRanksBehindTheHolder) 
   EXPECT_FALSE(held.release());
 }
 
-// The counter expired with the lock: the next holder's token still rises above every earlier
-// one, because a counter that does not exist starts from the server's clock (ms x 1024).
+// The counter expired with the lock, or a TTL after it was made while the lock is in steady
+// use: the next holder's token still rises above every earlier one, because a counter that does
+// not exist starts from the server's clock (ms x 1024).
 TEST(MemoryTest, FencesKeepRisingAfterTheCounterExpired) {
   redis_server server;
   client c{server.url()};
@@ -160,6 +161,22 @@ TEST(MemoryTest, FencesKeepRisingAfterTheCounterExpired) {
     }
     ASSERT_EQ(wait_until_empty(server, ttl + 3s), 0) << keys_left(server);
   }
+  // In steady use: the counter starts again from the clock once per TTL, while grants go on.
+  // (One grant first: the counter is gone after the wait above, and that start is not one.)
+  last = m.acquire().fencing_token();
+  auto fence_key = lock_keys_for(name).fence;
+  int restarts = 0;
+  for (auto until = std::chrono::steady_clock::now() + 2 * ttl + 500ms;
+       std::chrono::steady_clock::now() < until;) {
+    auto l = m.acquire();
+    EXPECT_GT(l.fencing_token(), last);
+    restarts += l.fencing_token() > last + 1024;  // a jump: the clock's start, not an increment
+    last = l.fencing_token();
+    EXPECT_FALSE(l.release());
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_GE(restarts, 2) << "the counter was expected to start again under steady use";
+  EXPECT_NE(raw_command(server.port(), "PTTL " + fence_key), ":-1\r\n") << "a counter without expiry";
   semaphore s{c, name + ":sem", 3, {.ttl = ttl}};
   last = 0;
   for (int round = 0; round < 2; ++round) {

@@ -122,7 +122,7 @@ TEST_F(RedlockPersistentTest, ProcessesExcludeEachOtherWhileANodeCrashesAndResta
   servers_[2]->restart();  // with --appendonly yes --appendfsync always: its keys come back
   EXPECT_LT(count(), total) << "the restart came too late to matter";
   // The node answers again once it loaded its AOF. (Its fencing counter is not checked: it
-  // expires one TTL, 3 s here, after its last use, and may be gone by now with or without the
+  // expires one TTL, 3 s here, after it was set, and may be gone by now with or without the
   // crash; a counter that is gone starts again from the server's clock, MemoryTest.)
   std::error_code ec;
   for (auto until = steady::now() + 3s; steady::now() < until; std::this_thread::sleep_for(20ms)) {

@@ -98,7 +98,8 @@ void print_lock_json(const lock_view& v) {
   write_out(out);
 }
 
-// The counter expires a TTL after its last token: then there is none to show (JSON: 0).
+// The counter expires a TTL after it was set (even while the lock is held): then there is none
+// to show (JSON: 0).
 std::string fence_text(std::uint64_t fence) {
   if (fence == 0) {
     return "  fence counter: none (expired or never drawn; the next token starts from the "
