@@ -201,6 +201,7 @@ std::string copies_share_a_master(const std::vector<client>& nodes,
 }
 
 std::string acquire_run::copies_collapsed(const node_results& votes) const {
+  if (nodes_.size() < 2 || !access::cluster(nodes_.front())) return {};  // no copies: no work
   std::vector<std::uint16_t> slots;
   std::vector<std::size_t> granted;
   for (std::size_t i = 0; i < nodes_.size(); ++i) {

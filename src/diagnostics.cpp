@@ -291,9 +291,9 @@ std::vector<host_port> serving_masters(const detail::slot_map& map) {
 
 // Those masters, each a client of its own (the URL's credentials and TLS, the client's
 // options), so that they are checked one by one.
-std::vector<client> masters_of(const client& node, const detail::slot_map& map) {
+std::vector<client> masters_of(const client& node, const std::vector<host_port>& masters) {
   std::vector<client> out;
-  for (const auto& m : serving_masters(map)) {
+  for (const auto& m : masters) {
     out.emplace_back(detail::access::cluster(node)->node_endpoint(m), node.options());
   }
   return out;
@@ -310,9 +310,10 @@ std::string percent(std::size_t part, std::size_t whole) {
 
 // What the slot map says of a cluster: slots without a master, and with copies, whether each
 // name's K copies land on K distinct masters. The copies' slots are lock_copy_key's; a name's
-// slot only picks the copies' place within their K-ths, so every place is tried.
-void check_slot_map(const std::string& name, const detail::slot_map& map, int copies,
-                    std::vector<warning>& out) {
+// slot only picks the copies' place within their K-ths, so every place is tried. `masters`: how
+// many masters serve a slot.
+void check_slot_map(const std::string& name, const detail::slot_map& map,
+                    std::size_t masters, int copies, std::vector<warning>& out) {
   if (auto missing = map.uncovered(); missing > 0) {
     add(out, warning::code::cluster_coverage, name,
         std::to_string(missing) + " of " + std::to_string(detail::cluster_slots) +
@@ -320,7 +321,6 @@ void check_slot_map(const std::string& name, const detail::slot_map& map, int co
         "assign every slot to a master (redis-cli --cluster fix), or bring back the lost one");
   }
   if (copies < 3) return;
-  const std::size_t masters = serving_masters(map).size();
   if (masters < static_cast<std::size_t>(copies)) {
     add(out, warning::code::copies_collapse, name,
         "the cluster has " + std::to_string(masters) + " master(s), fewer than the " +
@@ -428,10 +428,11 @@ std::vector<warning> check_deployment(const std::vector<client>& nodes, const lo
           "make a seed reachable and allow CLUSTER SHARDS (or SLOTS) and INFO for the lock's user");
       continue;
     }
-    check_slot_map(cluster_names[i], *map, lock.copies, out);
+    auto masters = serving_masters(*map);
+    check_slot_map(cluster_names[i], *map, masters.size(), lock.copies, out);
     use.in_cluster = true;
     use.cluster_copies = lock.copies;
-    for (auto& master : masters_of(node, *map)) targets.push_back({master, use, i + 1});
+    for (auto& master : masters_of(node, masters)) targets.push_back({master, use, i + 1});
   }
   command cmd{"INFO", "server"};
   cmd.then({"INFO", "replication"}).then({"INFO", "memory"}).then({"INFO", "persistence"});

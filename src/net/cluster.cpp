@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <system_error>
 
+#include "algo/retry.hpp"
 #include "dlock/error.hpp"
 #include "net/runtime.hpp"
 
@@ -290,8 +291,7 @@ void cluster_router::read_map_from(std::shared_ptr<map_read> read) {
     bool same_incurable =
         !codes.empty() && codes.size() == read->failures.size() &&
         std::all_of(codes.begin(), codes.end(), [&](auto& c) { return c == codes.front(); }) &&
-        (codes.front() == errc::tls_error || codes.front() == errc::auth_failed ||
-         codes.front() == errc::no_permission);
+        !is_retryable(codes.front());
     return map_failed(not_cluster      ? std::error_code(errc::cluster_error)
                       : same_incurable ? codes.front()
                                        : std::error_code(errc::node_unreachable),
