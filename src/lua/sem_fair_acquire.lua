@@ -5,8 +5,8 @@
 -- KEYS[2]: timeouts, a sorted set: member = owner token, score = its expiry in server ms (a
 --          holder's TTL, or a queued waiter's short lease that each poll renews).
 -- KEYS[3]: weights, a hash: owner token -> permits wanted, only for more than one.
--- KEYS[4]: the ticket counter; it expires with the last member, and one that is gone
---          starts again above the highest ticket still in line.
+-- KEYS[4]: the ticket counter; it expires with the last member, and a ticket it gives that
+--          is not above the highest still in line is moved above it.
 -- KEYS[5]: waiter info, a hash: owner token -> "<deadline ms>[ <wake channel>]" for every
 --          queued waiter (" woken" appended by sem_release.lua); holders have none.
 -- KEYS[6]: the fencing counter, drawn at each grant; it expires one TTL after it was set
@@ -28,8 +28,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- The keys vanish by themselves when the last member's expiry passes, all five at once: owners
 -- must never outlive timeouts, or members whose expiry and weight are gone would stay in line
--- for good; the counter goes with them (sem_refresh.lua keeps it too), and one that went anyway
--- (a client of an earlier version refreshed) starts again above the tickets in line, below.
+-- for good; the counter goes with them (sem_refresh.lua keeps it too), and a ticket it gives
+-- that is not above the tickets in line (it went anyway: a client of an earlier version
+-- refreshed) is moved above them, below.
 local function expire_with_last_member()
   local last = redis.call('ZRANGE', timeouts, -1, -1, 'WITHSCORES')
   if not last[2] then return end
@@ -84,14 +85,13 @@ if ticket then
   ticket = tonumber(ticket)
 else
   ticket = redis.call('INCR', counter)
-  if ticket == 1 then
-    -- The counter expired (an earlier version's refresh kept a holder past it) or was never
-    -- made: tickets go on above every one still in line, so a newcomer is never ranked ahead.
-    local last = redis.call('ZRANGE', owners, -1, -1, 'WITHSCORES')
-    if last[2] then
-      ticket = tonumber(last[2]) + 1
-      redis.call('SET', counter, string.format('%.0f', ticket))
-    end
+  -- A newcomer is never ranked ahead of anyone still in line, whatever became of the counter:
+  -- it may have expired under a holder an earlier version's refresh kept, and such a client
+  -- may have started it again at 1 (a review found 3 holders of 2 so, new clients among them).
+  local last = redis.call('ZRANGE', owners, -1, -1, 'WITHSCORES')
+  if last[2] and ticket <= tonumber(last[2]) then
+    ticket = tonumber(last[2]) + 1
+    redis.call('SET', counter, string.format('%.0f', ticket))
   end
   redis.call('ZADD', owners, ticket, owner)
 end

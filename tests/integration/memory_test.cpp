@@ -121,13 +121,14 @@ TEST(MemoryTest, AFairNewcomerAfterTheTicketCounterExpiredRanksBehindTheHolder) 
   client c{server.url()};
   const auto name = test::test_key();
   semaphore s{c, name, 1, {.ttl = ttl, .fair = true}};
-  ASSERT_FALSE(s.acquire().release());  // ticket 1, gone: the holder below draws 2
+  ASSERT_FALSE(s.acquire().release());  // tickets 1 and 2, gone: the holder below draws 3
+  ASSERT_FALSE(s.acquire().release());
   auto held = s.acquire();
   ASSERT_TRUE(held);
-  // The holder's ticket is 2: a counter that started again at 1 would rank a newcomer ahead.
+  // The holder's ticket is 3: a counter that started again lower would rank a newcomer ahead.
   ASSERT_EQ(raw_command(server.port(), "ZSCORE " + semaphore_keys_for(name, true).owners + " " +
                                            held.value()),
-            "$1\r\n2\r\n");
+            "$1\r\n3\r\n");
   for (int i = 0; i < 8; ++i) {
     std::this_thread::sleep_for(ttl / 4);
     ASSERT_FALSE(held.extend());
@@ -135,11 +136,14 @@ TEST(MemoryTest, AFairNewcomerAfterTheTicketCounterExpiredRanksBehindTheHolder) 
   const auto tickets = semaphore_keys_for(name, true).tickets;
   EXPECT_EQ(raw_command(server.port(), "EXISTS " + tickets), ":1\r\n")
       << "the refreshes were expected to keep the counter with its holder";
-  ASSERT_EQ(raw_command(server.port(), "DEL " + tickets), ":1\r\n");
   semaphore newcomer{client{server.url()}, name, 1, {.ttl = ttl, .fair = true}};
-  std::error_code ec;
-  EXPECT_FALSE(newcomer.try_acquire(ec)) << "a second permit of 1";
-  EXPECT_EQ(ec, errc::not_acquired);
+  // Gone, or started again at 1 by a client of an earlier version (the next ticket is then 2).
+  for (const std::string& reset : {"DEL " + tickets, "SET " + tickets + " 1"}) {
+    ASSERT_NE(raw_command(server.port(), reset).substr(0, 1), "-") << reset;
+    std::error_code ec;
+    EXPECT_FALSE(newcomer.try_acquire(ec)) << "a second permit of 1 after " << reset;
+    EXPECT_EQ(ec, errc::not_acquired);
+  }
   EXPECT_FALSE(held.release());
 }
 
