@@ -45,20 +45,21 @@ end
 
 -- #include node_state.lua
 
-local function draw_fence() return next_fence(fence_key, now_ms(), ttl_ms) end
+local now  -- the server's time in ms, read once it is needed
+local function draw_fence() return next_fence(fence_key, now or now_ms, ttl_ms) end
 
 -- `fence`: the token already drawn for this ownership, or nil to draw a new one. A grant always
 -- takes the acquisition out of the queue, whether or not this round queued: an entry an
 -- earlier round left would otherwise make the holder's own release hand the lock back to it.
--- Its info entry goes only when a queue entry did: one call, not two, for an uncontended
--- grant. An info entry left without its queue entry (the two keys' expiries may differ by a
--- millisecond) is never read: live_head and release.lua read info for queue members only.
-local function grant(fence)
-  if redis.call('ZREM', queue, id) == 1 then redis.call('HDEL', info, id) end
+-- `first`: round 0's SET NX took the key; there is no earlier round, so that is skipped (a
+-- command of every uncontended cycle). Its info entry goes only when a queue entry did. An info entry left without its queue
+-- entry (the two keys' expiries may differ by a millisecond) is never read: live_head and
+-- release.lua read info for queue members only.
+local function grant(fence, first)
+  if not first and redis.call('ZREM', queue, id) == 1 then redis.call('HDEL', info, id) end
   return {1, fence or draw_fence()}
 end
 
-local now
 local quarantined = quarantine_left()
 local our_turn = quarantined == 0
 if fair then
@@ -68,7 +69,7 @@ if fair then
 end
 
 if our_turn and redis.call('SET', key, owner, 'NX', 'PX', ttl_ms) then
-  return grant()
+  return grant(nil, owner == id .. '.0')
 end
 -- Where a value of this acquisition stands in its history: round n writes "<id>.<n>", and the
 -- handoff to round n's queue entry "<id>.h<n>" comes after round n ran and before round n + 1.

@@ -11,6 +11,7 @@
 #include <stop_token>
 #include <thread>
 
+#include "support/commandstats.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
@@ -88,6 +89,28 @@ TEST_F(MutexTest, FencingTokensStrictlyIncrease) {
     EXPECT_GT(l.fencing_token(), last);
     last = l.fencing_token();
   }
+}
+
+// What Redis runs per uncontended lock() + unlock() is what caps throughput (Redis has one
+// thread): the acquire script's quarantine check, SET NX and fence INCR, the floor's GET; the
+// release's GET, queue EXISTS and DEL. Neither TIME nor the queue's ZREM (an earlier version
+// ran both at every grant) belongs there once the fencing counter exists.
+TEST_F(MutexTest, AnUncontendedCycleRunsSevenCommandsInsideRedis) {
+  mutex m(client_, test_key("cost"));
+  { std::lock_guard first(m); }  // makes the fencing counter (one TIME, one SET)
+  client_.exec({"CONFIG", "RESETSTAT"});
+  constexpr int cycles = 100;
+  for (int i = 0; i < cycles; ++i) std::lock_guard g(m);
+  auto calls = test::command_calls(client_);
+  EXPECT_EQ(calls["evalsha"], 2 * cycles);
+  EXPECT_EQ(calls["set"], cycles);
+  EXPECT_EQ(calls["incr"], cycles);
+  EXPECT_EQ(calls["pttl"], cycles);
+  EXPECT_EQ(calls["get"], 2 * cycles);
+  EXPECT_EQ(calls["exists"], cycles);
+  EXPECT_EQ(calls["del"], cycles);
+  EXPECT_EQ(calls["time"], 0);
+  EXPECT_EQ(calls["zrem"], 0);
 }
 
 TEST_F(MutexTest, ValidityIsTtlMinusElapsedMinusDrift) {
