@@ -16,6 +16,7 @@
 //   lock_bench --cycles N     one server, N cycles, nothing else (what callgrind runs)
 //   lock_bench --async-lockers N [--seconds S]   one server, the async uncontended scenario
 //                             with N lockers, nothing else (for perf); prints one line
+//   lock_bench --thread-lockers N [--seconds S]  the same with N threads (lock()+unlock())
 //
 // Every run is bounded: scenarios by their window, child processes by timeout(1). On SIGINT
 // or SIGTERM the servers are killed before exiting.
@@ -75,6 +76,7 @@ struct options {
   bool callgrind = false;
   int cycles = 0;  // > 0: the callgrind mode
   int async_lockers = 0;  // > 0: only the async uncontended scenario (profiling)
+  int thread_lockers = 0;  // > 0: only the threads uncontended scenario (profiling)
   std::string command;
 };
 
@@ -98,6 +100,7 @@ options parse(int argc, char** argv) {
     else if (a == "--callgrind") o.callgrind = true;
     else if (a == "--cycles") o.cycles = std::stoi(value());
     else if (a == "--async-lockers") o.async_lockers = std::stoi(value());
+    else if (a == "--thread-lockers") o.thread_lockers = std::stoi(value());
     else throw std::runtime_error("unknown argument " + a + " (see the comment atop lock_bench.cpp)");
   }
   return o;
@@ -224,14 +227,18 @@ int run_cycles_mode(const options& o) {
   return 0;
 }
 
-int run_async_mode(const options& o) {
+int run_single_scenario_mode(const options& o) {
   redis_server server;
   server_pids[0] = server.pid();
   std::vector<dlock::client> nodes{dlock::client{server.url()}};
   timing t{std::chrono::milliseconds(o.warm_ms),
            std::chrono::milliseconds(static_cast<long>(o.seconds * 1000)), std::chrono::milliseconds(1)};
-  auto r = run_uncontended_async(nodes, o.async_lockers, t, "bench:a:");
-  std::cout << o.async_lockers << " async lockers, 1 node: " << r.get("cycles_per_s")
+  bool async = o.async_lockers > 0;
+  int lockers = async ? o.async_lockers : o.thread_lockers;
+  auto r = async ? run_uncontended_async(nodes, lockers, t, "bench:a:")
+                 : run_uncontended(nodes, lockers, t, "bench:t:");
+  std::cout << lockers << (async ? " async" : " thread") << " lockers, 1 node: "
+            << r.get("cycles_per_s")
             << " cycles/s, p50 " << r.get("p50_ms") << " ms, p99 " << r.get("p99_ms")
             << " ms, client CPU " << r.get("client_cpu_us_per_op") << " us/cycle, errors "
             << r.get("errors") << ", " << r.get("cycles_total") << " cycles in all\n";
@@ -420,7 +427,7 @@ int main(int argc, char** argv) {
   try {
     options o = parse(argc, argv);
     if (o.cycles > 0) return run_cycles_mode(o);
-    if (o.async_lockers > 0) return run_async_mode(o);
+    if (o.async_lockers > 0 || o.thread_lockers > 0) return run_single_scenario_mode(o);
     return run_all(o);
   } catch (const std::exception& e) {
     std::cerr << "lock_bench: " << e.what() << "\n";

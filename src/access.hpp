@@ -26,6 +26,16 @@ struct access {
                               reply& out, std::error_code& ec) {
     return c.try_exec_direct(cmd, timeout, out, ec);
   }
+  // The same, then on the node's spare connections (node_link::try_exchange_on_spare): for
+  // dlock's own blocking script calls only.
+  static bool try_exec_direct_any(client& c, const command& cmd,
+                                  std::chrono::milliseconds timeout, reply& out,
+                                  std::error_code& ec) {
+    if (c.try_exec_direct(cmd, timeout, out, ec)) return true;
+    if (cmd.changes_session()) return false;
+    return c.link_->try_exchange_on_spare(cmd.bytes(), cmd.size(),
+                                          std::chrono::steady_clock::now() + timeout, ec, out);
+  }
   // The pub/sub inbox through which a release wakes this client's waiters on keys in `slot`.
   static inbox& wake_inbox(const client& c, std::uint16_t slot) {
     return c.link_->inbox_for(slot);

@@ -17,7 +17,10 @@ node_link::node_link(const endpoint& where, client_options options) {
     subscribers = std::make_shared<shard_subscribers>(cluster, options);
     return;
   }
-  conn = std::make_shared<connection>(where, options);
+  conn = std::make_shared<connection>(where, options);  // checks the options
+  if (!where.tls && !where.is_sentinel()) {
+    spares.resize(static_cast<std::size_t>(options.blocking_connections));
+  }
   wake_inbox = std::make_shared<inbox>(where, options);
   if (options.replication_guard.enabled) guard = std::make_shared<replication_guard>(where, options);
 }
@@ -30,6 +33,25 @@ inbox& node_link::inbox_for(std::uint16_t slot) {
   return *box;
 }
 
+bool node_link::try_exchange_on_spare(std::string_view payload, std::size_t replies,
+                                      clock::time_point deadline, std::error_code& ec,
+                                      reply& out) {
+  std::size_t count = spare_count.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (spares[i]->try_exchange_direct(payload, replies, deadline, ec, out)) return true;
+  }
+  if (count == spares.size() || !conn->occupied()) return false;
+  std::lock_guard lock(spares_mutex);
+  count = spare_count.load(std::memory_order_relaxed);
+  if (count == spares.size()) return false;
+  auto spare = std::make_shared<connection>(conn->where(), conn->options());
+  // Connects now, so that it is ready for the next call; the PING's answer is not needed.
+  spare->submit(command{"PING"}.bytes(), 1, deadline, [](std::error_code, reply) {});
+  spares[count] = std::move(spare);
+  spare_count.store(count + 1, std::memory_order_release);
+  return false;
+}
+
 node_link::~node_link() {
   if (in_forked_child()) {
     // The connections' sockets and I/O state are the parent's, and their locks may have been
@@ -40,10 +62,14 @@ node_link::~node_link() {
     kept->push_back(wake_inbox);
     kept->push_back(guard);
     for (auto& [slot, box] : slot_inboxes) kept->push_back(box);
+    for (auto& spare : spares) kept->push_back(spare);
     kept->push_back(subscribers);
     return;
   }
   if (conn) conn->close(errc::cancelled);
+  for (auto& spare : spares) {
+    if (spare) spare->close(errc::cancelled);
+  }
   if (cluster) cluster->shut_down();
   if (wake_inbox) wake_inbox->close();
   for (auto& [slot, box] : slot_inboxes) box->close();
@@ -155,6 +181,9 @@ std::string client::node_for(std::string_view key, std::error_code& ec) const {
 void client::disconnect() {
   if (link_->cluster) return link_->cluster->close(errc::cancelled);
   link_->conn->close(errc::cancelled);
+  for (std::size_t i = 0; i < link_->spare_count.load(std::memory_order_acquire); ++i) {
+    link_->spares[i]->close(errc::cancelled);
+  }
 }
 
 std::error_code error_from_reply(const reply& r) noexcept {

@@ -5,10 +5,12 @@
 //              the child of a fork(), where they are the parent's
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "net/cluster.hpp"
 #include "net/connection.hpp"
@@ -30,6 +32,15 @@ struct node_link {
   // on first use; net/inbox.hpp).
   inbox& inbox_for(std::uint16_t slot);
 
+  // A blocking script call (a lock's or semaphore's acquire or release; never a user's
+  // command, which keeps its order on `conn`) when `conn` is busy: the calling thread makes
+  // the round trip itself on the first idle spare connection. While all are busy and fewer
+  // than max_spares exist, one more is opened (it serves from the next call on) and false is
+  // returned: the caller queues on `conn` as before. TLS and Sentinel endpoints have none.
+  bool try_exchange_on_spare(std::string_view payload, std::size_t replies,
+                             clock::time_point deadline, std::error_code& ec, reply& out);
+  static constexpr std::size_t max_spares = 16;
+
   std::shared_ptr<connection> conn;        // null for a cluster
   std::shared_ptr<cluster_router> cluster;  // redis-cluster:// only
   std::mutex slot_inboxes_mutex;
@@ -37,6 +48,11 @@ struct node_link {
   std::shared_ptr<shard_subscribers> subscribers;  // cluster only: the inboxes' connections
   std::shared_ptr<inbox> wake_inbox;  // null for a cluster
   std::shared_ptr<replication_guard> guard;  // null unless client_options::replication_guard
+  // try_exchange_on_spare's connections, sized once: [0, spare_count) are set and never change
+  // until the link goes; spares_mutex serialises adding one.
+  std::vector<std::shared_ptr<connection>> spares;
+  std::atomic<std::size_t> spare_count{0};
+  std::mutex spares_mutex;
 };
 
 }  // namespace dlock::detail

@@ -88,8 +88,8 @@ void run_request(client& node, request r, unique_function<void(std::error_code, 
 bool run_request_direct(client& node, const request& r, std::error_code& ec, reply& out) {
   if (on_io_thread()) return false;
   auto deadline = std::chrono::steady_clock::now() + r.timeout;
-  if (!access::try_exec_direct(node, script_command("EVALSHA", r.code->sha1, r.keys, r.args),
-                               r.timeout, out, ec)) {
+  if (!access::try_exec_direct_any(node, script_command("EVALSHA", r.code->sha1, r.keys, r.args),
+                                   r.timeout, out, ec)) {
     return false;
   }
   if (!is_noscript(out)) return true;

@@ -100,6 +100,14 @@ struct client_options {
   /// replication_guard_options); a miss fails the acquire (errc::replication_not_confirmed)
   /// and releases, or fails the extend and leaves the lease's validity as it was.
   replication_guard_options replication_guard;
+  /// Connections that dlock's blocking lock and semaphore calls (lock(), unlock(), acquire(),
+  /// release() on threads) may open to the node beside the shared one: when another thread's
+  /// request occupies that one, the calling thread makes its round trip on an idle spare
+  /// itself instead of queueing behind it and waiting for the I/O thread (docs/design.md).
+  /// Opened one at a time, only when all are busy; commands sent with exec() and async calls
+  /// always use the shared connection, in order. Plain TCP and unix sockets only (not TLS,
+  /// Sentinel or Cluster). 0 to 16; others: errc::invalid_argument.
+  int blocking_connections = 4;
 };
 
 /// One Redis command (or several, pipelined as one request), formatted at construction.

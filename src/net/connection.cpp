@@ -151,6 +151,9 @@ connection::connection(endpoint where, client_options options)
   if (options_.restart_quarantine < std::chrono::milliseconds::zero()) {
     throw std::system_error(errc::invalid_argument, "restart_quarantine must not be negative");
   }
+  if (options_.blocking_connections < 0 || options_.blocking_connections > 16) {
+    throw std::system_error(errc::invalid_argument, "blocking_connections must be 0 to 16");
+  }
   if (options_.replication_guard.enabled &&
       (options_.replication_guard.replicas < 0 ||
        options_.replication_guard.timeout < std::chrono::milliseconds(1))) {
@@ -174,8 +177,9 @@ void connection::submit(std::string payload, std::size_t replies, clock::time_po
   // The child of a fork() has no I/O thread to run this, and must not write to the parent's
   // socket (wait() and initiate() refuse before; this covers the library's own waits).
   if (in_forked_child()) return handler(errc::forked_process, {});
-  request req{std::move(payload), replies, {}, deadline, std::move(handler), false, true};
+  request req{std::move(payload), replies, {}, deadline, std::move(handler), false, true, true};
   in_transit_.fetch_add(1, std::memory_order_seq_cst);
+  outstanding_.fetch_add(1, std::memory_order_relaxed);
   asio::dispatch(executor_, [self = shared_from_this(), req = std::move(req)]() mutable {
     self->enqueue(std::move(req));
   });
@@ -678,6 +682,7 @@ bool connection::is_demoted_reply(const reply& r) {
 
 void connection::complete(request& req, std::error_code ec, reply r) {
   if (std::exchange(req.in_transit, false)) in_transit_.fetch_sub(1, std::memory_order_seq_cst);
+  if (std::exchange(req.outstanding, false)) outstanding_.fetch_sub(1, std::memory_order_relaxed);
   if (req.handler) std::exchange(req.handler, {})(ec, std::move(r));
 }
 

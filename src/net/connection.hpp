@@ -69,6 +69,16 @@ class connection : public std::enable_shared_from_this<connection> {
   bool try_exchange_direct(std::string_view payload, std::size_t replies,
                            clock::time_point deadline, std::error_code& ec, reply& out);
 
+  // Whether requests are queued or in flight here, or a caller's direct exchange holds the
+  // socket: true when another thread's work occupies the connection, false in the moment the
+  // I/O thread takes to give the socket up after the last reply (node_link opens a spare
+  // connection for the former only). Counts every request until just before its handler runs.
+  bool occupied() const noexcept {
+    auto d = driver_.load(std::memory_order_relaxed);
+    return outstanding_.load(std::memory_order_relaxed) != 0 || d == driver::direct ||
+           d == driver::direct_wanted;
+  }
+
   // Makes this a subscriber connection: pub/sub "message" and "smessage" pushes (and Redis
   // Cluster's unasked "sunsubscribe") go to on_push instead of being
   // taken for replies, and on_drop runs whenever the socket ends (subscriptions die with it).
@@ -89,6 +99,7 @@ class connection : public std::enable_shared_from_this<connection> {
     reply_handler handler;
     bool internal = false;  // a request of the connect phase (AUTH, SELECT, the node check)
     bool in_transit = false;  // counted in in_transit_ until written or completed
+    bool outstanding = false;  // counted in outstanding_ until completed
   };
   enum class state { idle, connecting, ready };
   // Who may touch the socket and `reader_`. The I/O thread holds it (`io`) from the first
@@ -191,6 +202,7 @@ class connection : public std::enable_shared_from_this<connection> {
   // expects A to reach the server first, as when both were queued. (Counting until enqueue()
   // would not do: the caller may hold the socket already, and enqueue() leaves A queued.)
   std::atomic<std::uint32_t> in_transit_{0};
+  std::atomic<std::uint32_t> outstanding_{0};  // submitted requests not yet completed
   // Published with driver_ = idle (release), read by the caller that took it (acquire).
   int direct_fd_ = -1;
   socket_link* direct_link_ = nullptr;

@@ -433,5 +433,60 @@ TEST_F(DirectIoTest, TryLockOnAHeldLockIsOneDirectRound) {
   holder.unlock();
 }
 
+// Connections of the server other than `observer`'s own whose last command was a script call.
+int script_connections(client& observer) {
+  std::string list = observer.exec({"CLIENT", "LIST"}).str();
+  int n = 0;
+  for (std::size_t at = 0; (at = list.find("cmd=eval", at)) != std::string::npos; ++at) ++n;
+  return n;
+}
+
+// Threads that lock at once: while one thread's round trip occupies the shared connection,
+// others make theirs on spare connections (client_options::blocking_connections), never more
+// of them than allowed; with none allowed, every script call stays on the shared one.
+TEST_F(DirectIoTest, BlockingLockCallsOpenAtMostTheAllowedSpareConnections) {
+  for (int allowed : {0, 2}) {
+    client_options o;
+    o.blocking_connections = allowed;
+    client c{server_.url(), o};
+    std::vector<std::thread> threads;
+    std::atomic<int> failures{0};
+    for (int t = 0; t < 8; ++t) {
+      threads.emplace_back([&, t] {
+        mutex m{c, test_key("spare" + std::to_string(t))};
+        for (int i = 0; i < 300; ++i) {
+          std::error_code ec;
+          lease l = m.acquire(ec);
+          if (!l || l.release()) ++failures;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(failures.load(), 0);
+    client observer{server_.url()};
+    int used = script_connections(observer);
+    if (allowed == 0) {
+      EXPECT_EQ(used, 1);
+    } else {
+      EXPECT_GE(used, 2) << "no spare connection served a call";
+      EXPECT_LE(used, 1 + allowed);
+    }
+    observer.exec({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
+  }
+}
+
+TEST(BlockingConnectionsTest, OutOfRangeIsInvalidArgument) {
+  for (int bad : {-1, 17}) {
+    client_options o;
+    o.blocking_connections = bad;
+    try {
+      client c{"redis://127.0.0.1:1", o};
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const std::system_error& e) {
+      EXPECT_EQ(e.code(), errc::invalid_argument) << bad;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dlock
