@@ -36,11 +36,23 @@ inbox& node_link::inbox_for(std::uint16_t slot) {
 bool node_link::try_exchange_on_spare(std::string_view payload, std::size_t replies,
                                       clock::time_point deadline, std::error_code& ec,
                                       reply& out) {
+  if (spares.empty() || in_forked_child() || unfinished_submissions_of_this_thread() != 0) {
+    return false;
+  }
+  auto* o = current_observer();
+  auto began = o ? clock::now() : clock::time_point{};
   std::size_t count = spare_count.load(std::memory_order_acquire);
   for (std::size_t i = 0; i < count; ++i) {
-    if (spares[i]->try_exchange_direct(payload, replies, deadline, ec, out)) return true;
+    if (spares[i]->try_exchange_direct(payload, replies, deadline, ec, out)) {
+      if (o) o->on_node_request({name(), ec, clock::now() - began});
+      return true;
+    }
   }
-  if (count == spares.size() || !conn->occupied()) return false;
+  if (count == spares.size()) {
+    revive_dormant_spares(deadline);
+    return false;
+  }
+  if (!conn->occupied()) return false;
   std::lock_guard lock(spares_mutex);
   count = spare_count.load(std::memory_order_relaxed);
   if (count == spares.size()) return false;
@@ -50,6 +62,22 @@ bool node_link::try_exchange_on_spare(std::string_view payload, std::size_t repl
   spares[count] = std::move(spare);
   spare_count.store(count + 1, std::memory_order_release);
   return false;
+}
+
+// A PING makes a dropped connection connect again; one that is connecting only answers it.
+void node_link::revive_dormant_spares(clock::time_point deadline) {
+  using std::chrono::nanoseconds;
+  std::int64_t now = std::chrono::duration_cast<nanoseconds>(clock::now().time_since_epoch()).count();
+  std::int64_t due = next_revival_ns.load(std::memory_order_relaxed);
+  std::int64_t next = now + nanoseconds(std::chrono::milliseconds(100)).count();
+  if (now < due || !next_revival_ns.compare_exchange_strong(due, next, std::memory_order_relaxed)) {
+    return;
+  }
+  for (auto& spare : spares) {
+    if (spare->dormant()) {
+      spare->submit(command{"PING"}.bytes(), 1, deadline, [](std::error_code, reply) {});
+    }
+  }
 }
 
 node_link::~node_link() {

@@ -39,6 +39,7 @@ struct node_link {
   // returned: the caller queues on `conn` as before. TLS and Sentinel endpoints have none.
   bool try_exchange_on_spare(std::string_view payload, std::size_t replies,
                              clock::time_point deadline, std::error_code& ec, reply& out);
+  void revive_dormant_spares(clock::time_point deadline);
   static constexpr std::size_t max_spares = 16;
 
   std::shared_ptr<connection> conn;        // null for a cluster
@@ -53,6 +54,8 @@ struct node_link {
   std::vector<std::shared_ptr<connection>> spares;
   std::atomic<std::size_t> spare_count{0};
   std::mutex spares_mutex;
+  // When dormant spares may next be asked to reconnect (steady clock, ns since its epoch).
+  std::atomic<std::int64_t> next_revival_ns{0};
 };
 
 }  // namespace dlock::detail

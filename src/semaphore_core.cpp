@@ -22,7 +22,8 @@ semaphore_core::semaphore_core(client node, std::string key, std::ptrdiff_t limi
       limit_(limit),
       options_(std::move(options)),
       target_(make_semaphore_target(key_, limit_, options_,
-                                    nodes_.front().options().request_timeout)) {
+                                    nodes_.front().options().request_timeout,
+                                    nodes_.front().where().is_cluster())) {
   target_.node_names.push_back(nodes_.front().where().to_string());
 }
 
@@ -46,9 +47,9 @@ lease semaphore_core::acquire_blocking(steady::time_point deadline, int attempts
 }
 void semaphore_core::release_entry(const std::string& token,
                                    unique_function<void(std::error_code, reply)> handler) {
-  run_script(nodes_.front(), sem_release_script,
-             {target_.keys.expiries, target_.keys.weights, target_.keys.waiters, target_.keys.waiter_info}, {token},
-             target_.node_timeout, std::move(handler));
+  request r{0, 0, &sem_release_script, semaphore_release_keys(target_.keys),
+            {token, target_.limit_text}, target_.node_timeout};
+  run_request(nodes_.front(), std::move(r), std::move(handler));
 }
 
 
@@ -68,9 +69,9 @@ bool semaphore_core::try_release_direct(const std::shared_ptr<lease_state>& stat
   if (state->released.exchange(true)) return false;  // start_release reports not_held
   reply r;
   std::error_code run_ec;
-  if (!run_script_direct(nodes_.front(), sem_release_script,
-                         {target_.keys.expiries, target_.keys.weights, target_.keys.waiters, target_.keys.waiter_info},
-                         {state->token}, target_.node_timeout, run_ec, r)) {
+  request release{0, 0, &sem_release_script, semaphore_release_keys(target_.keys),
+                  {state->token, target_.limit_text}, target_.node_timeout};
+  if (!run_request_direct(nodes_.front(), release, run_ec, r)) {
     state->released.store(false);  // nothing sent: start_release takes over
     return false;
   }

@@ -105,8 +105,10 @@ struct client_options {
   /// request occupies that one, the calling thread makes its round trip on an idle spare
   /// itself instead of queueing behind it and waiting for the I/O thread (docs/design.md).
   /// Opened one at a time, only when all are busy; commands sent with exec() and async calls
-  /// always use the shared connection, in order. Plain TCP and unix sockets only (not TLS,
-  /// Sentinel or Cluster). 0 to 16; others: errc::invalid_argument.
+  /// always use the shared connection, in order, and a thread whose own async requests have
+  /// not all completed keeps to it too, so that no blocking call overtakes them. Plain TCP and
+  /// unix sockets only (not TLS, Sentinel or Cluster). 0 to 16; others:
+  /// errc::invalid_argument.
   int blocking_connections = 4;
 };
 

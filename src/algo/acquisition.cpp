@@ -56,6 +56,10 @@ std::vector<std::string_view> lock_release_keys(const lock_keys& k) {
 
 }  // namespace
 
+std::vector<std::string_view> semaphore_release_keys(const semaphore_keys& k) {
+  return {k.expiries, k.weights, k.waiters, k.waiter_info, k.fence};
+}
+
 }  // namespace dlock::detail
 
 namespace dlock {
@@ -135,8 +139,9 @@ lock_target make_lock_target(std::size_t nodes, std::string_view key, const lock
 
 semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limit,
                                        const semaphore_options& o,
-                                       milliseconds request_timeout) {
+                                       milliseconds request_timeout, bool cluster) {
   semaphore_target t;
+  t.cluster = cluster;
   t.keys = semaphore_keys_for(key, o.fair);
   t.limit = limit;
   t.limit_text = std::to_string(limit);
@@ -221,7 +226,9 @@ struct acquisition::impl {
   milliseconds node_timeout() const noexcept {
     return lock ? lock->node_timeout : sem->node_timeout;
   }
-  bool accepts_handoff() const noexcept { return lock && lock->accepts_handoff(); }
+  bool accepts_handoff() const noexcept {
+    return lock ? lock->accepts_handoff() : sem->accepts_handoff();
+  }
 
   std::string round_value(std::size_t r) const { return id + "." + std::to_string(r); }
   std::string handoff_value(std::size_t r) const { return id + ".h" + std::to_string(r); }
@@ -533,6 +540,7 @@ struct acquisition::impl {
         r >= round_started.size()) {
       return false;
     }
+    if (sem) return on_semaphore_handoff(now, fence, r);
     // A release handed us the key under "<id>.h<r>" when it ran, after round r began: round r
     // wrote the entry the release used. Counting the lease from that round's start is
     // therefore safe whatever delayed the message. But a later round than r may have run
@@ -553,7 +561,39 @@ struct acquisition::impl {
 
   // ---- semaphore ----
 
+  // A release made our token a holder (sem_release.lua), for the attempt r that wrote the
+  // entry it used, so after attempt r began: the permit's validity counts from there. The
+  // token is the same in every attempt, so an attempt that runs after the handoff finds itself
+  // holding and is granted again (with a fence of its own), harmlessly; but one still in flight
+  // must not be left behind: it could run after our release and take a permit nobody holds.
+  // So with an attempt in flight the handoff waits for its answer: "not granted" proves it ran
+  // before the release, and the handoff stands; "granted" supersedes it; an error (it may yet
+  // run) makes the message a mere wake-up, and the next attempt finds the permit.
+  bool on_semaphore_handoff(steady::time_point now, std::uint64_t fence, std::size_t r) {
+    if (round) {
+      deferred_handoff.emplace(fence, r);
+      return false;
+    }
+    return accept_semaphore_handoff(now, fence, r);
+  }
+
+  bool accept_semaphore_handoff(steady::time_point now, std::uint64_t fence, std::size_t r) {
+    auto valid_until = round_started[r] + sem->ttl - drift_allowance(sem->ttl, sem->drift_factor);
+    // Born expired (queued for longer than the TTL), or no longer wanted: a mere wake-up. No
+    // release of its own: the token is the same in every attempt, so one that ran late could
+    // take back a permit a later attempt won (the simulator found that). The next attempt
+    // finds itself holding and takes the permit over with a new validity, or the give-up's
+    // cleanup removes it.
+    if (now >= valid_until || stopped) return false;
+    node_results votes(1);
+    if (!node_names().empty()) votes[0].node = node_names()[0];
+    votes[0].outcome = node_result::vote::granted;
+    finish_granted(id, fence, valid_until, std::move(votes));
+    return true;
+  }
+
   void begin_semaphore_attempt(steady::time_point now, const std::vector<std::string>& channels) {
+    round_started.push_back(now);  // index made - 1: a handoff names the attempt it answers
     round.emplace(round_state{static_cast<std::size_t>(made - 1), id,
                               quorum_round(1, now, sem->ttl, sem->drift_factor)});
     if (!node_names().empty()) round->votes.votes()[0].node = node_names()[0];
@@ -573,6 +613,8 @@ struct acquisition::impl {
       std::string waiter;
       if (!channel.empty()) {
         waiter = std::to_string(waiter_entry_ttl(sem->retry_delay).count()) + " " + channel;
+        // "<attempt>": sem_release.lua may make this token a holder (see on_handoff).
+        if (accepts_handoff()) waiter.append(" ").append(std::to_string(made - 1));
       }
       emit(0, sem_acquire_script,
            {k.expiries, k.weights, k.fence, k.waiters, k.waiter_info, k.tickets},
@@ -583,6 +625,7 @@ struct acquisition::impl {
   void on_semaphore_reply(steady::time_point now, std::error_code ec, const reply& r) {
     semaphore_reply parsed;
     if (!ec) parsed = parse_semaphore_reply(r, sem->fair, ec);
+
     auto& votes = round->votes;
     if (ec) {
       votes.failed(0, ec, r.is_error() ? r.str() : std::string());
@@ -593,6 +636,12 @@ struct acquisition::impl {
     }
     round_state done_round = std::move(*round);
     round.reset();
+    // A handoff that came while this attempt was in flight (on_semaphore_handoff).
+    auto deferred = std::exchange(deferred_handoff, std::nullopt);
+    if (deferred && !ec && !parsed.granted &&
+        accept_semaphore_handoff(now, deferred->first, deferred->second)) {
+      return;
+    }
     auto delay = retry_delay_after(done_round.votes.votes());
     if (ec) {
       // The script may have run before the answer was lost: the next attempt (same token)
@@ -633,7 +682,7 @@ struct acquisition::impl {
     // handed on to the next waiter by the same script.
     if (!cleanup && !queued) return finish_failed(ec, std::move(votes));
     const auto& k = sem->keys;
-    emit(0, sem_release_script, {k.expiries, k.weights, k.waiters, k.waiter_info}, {id},
+    emit(0, sem_release_script, semaphore_release_keys(k), {id, sem->limit_text},
          purpose::final_cleanup);
     finish_failed(ec, std::move(votes));
   }

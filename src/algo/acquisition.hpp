@@ -79,16 +79,26 @@ struct semaphore_target {
   std::ptrdiff_t limit = 1;
   bool fair = false;
   bool wake_on_release = true;
+  bool cluster = false;
   std::chrono::milliseconds ttl{10'000};
   std::chrono::milliseconds retry_delay{50};
   std::chrono::milliseconds node_timeout{1'000};
   double drift_factor = 0.01;
   // Fair: how long the server keeps a waiter's place between two polls.
   std::chrono::milliseconds queue_ttl{0};
+  // Whether a release may make a queued waiter a holder (sem_release.lua): unfair only (the
+  // fair variant grants by rank), and not on a cluster (whose wake-up count may miss the
+  // waiter: docs/guarantees.md).
+  bool accepts_handoff() const noexcept { return wake_on_release && !fair && !cluster; }
 };
 semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limit,
                                        const semaphore_options& o,
-                                       std::chrono::milliseconds request_timeout);
+                                       std::chrono::milliseconds request_timeout,
+                                       bool cluster = false);
+
+// sem_release.lua's keys, for a release, a leave and a give-up alike (ARGV: the token, the
+// limit).
+std::vector<std::string_view> semaphore_release_keys(const semaphore_keys& k);
 
 // One semaphore acquire script's answer, decoded.
 struct semaphore_reply {

@@ -9,7 +9,11 @@
 --          goes to whoever asks while it is free.
 -- ARGV[1]: the owner token; ARGV[2]: the limit; ARGV[3]: permits wanted (1..limit);
 -- ARGV[4]: the TTL in milliseconds;
--- ARGV[5]: "<waiter ttl ms> <wake channel>" to queue when not granted, or "" not to queue.
+-- ARGV[5]: "<waiter ttl ms> <wake channel>" to queue when not granted, or "" not to queue;
+--          "<waiter ttl ms> <wake channel> <attempt>" to queue and accept a handoff:
+--          sem_release.lua may then make this token a holder of ARGV[3] permits for ARGV[4] ms
+--          and send it "<token> <fence> <attempt>", which saves it the round trip of trying
+--          again; the entry then reads "<deadline> <channel> h<permits>:<ttl ms>:<attempt>".
 -- Returns {1, fence} when granted (also when this token already holds: a retried attempt whose
 -- reply was lost; its expiry is pushed out), {0, ms until the earliest holder expires} when
 -- fewer than ARGV[3] permits are free. Time comes from TIME, never from a client.
@@ -80,8 +84,11 @@ if quarantined == 0 and used + want <= limit then
 end
 
 if waiter ~= '' then
-  local waiter_ttl, channel = string.match(waiter, '^(%d+) (%S+)$')
+  local waiter_ttl, channel, attempt = string.match(waiter, '^(%d+) (%S+) ?(%d*)$')
   waiter_ttl = tonumber(waiter_ttl)
+  if attempt ~= '' then
+    channel = channel .. ' h' .. want .. ':' .. ttl_ms .. ':' .. attempt
+  end
   -- A waiter keeps its ticket across attempts; rewriting its info clears a " woken" mark.
   if redis.call('ZSCORE', queue, owner) == false then
     redis.call('ZADD', queue, redis.call('INCR', tickets), owner)

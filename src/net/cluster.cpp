@@ -51,6 +51,7 @@ void check_cluster_endpoint(const endpoint& where, const client_options& options
     refuse("does not support restart_quarantine yet: the node keys it needs sit in one slot");
   }
   if (options.replication_guard.enabled) refuse("does not support the replication guard yet");
+  check_blocking_connections(options);
 }
 
 cluster_router::cluster_router(endpoint where, client_options options)

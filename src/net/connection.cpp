@@ -151,9 +151,7 @@ connection::connection(endpoint where, client_options options)
   if (options_.restart_quarantine < std::chrono::milliseconds::zero()) {
     throw std::system_error(errc::invalid_argument, "restart_quarantine must not be negative");
   }
-  if (options_.blocking_connections < 0 || options_.blocking_connections > 16) {
-    throw std::system_error(errc::invalid_argument, "blocking_connections must be 0 to 16");
-  }
+  check_blocking_connections(options_);
   if (options_.replication_guard.enabled &&
       (options_.replication_guard.replicas < 0 ||
        options_.replication_guard.timeout < std::chrono::milliseconds(1))) {
@@ -172,6 +170,26 @@ connection::connection(endpoint where, client_options options)
   }
 }
 
+namespace {
+
+// Shared with the requests that count in it, which may complete after the thread ended.
+const std::shared_ptr<std::atomic<std::uint32_t>>& submissions_of_this_thread() {
+  thread_local const auto count = std::make_shared<std::atomic<std::uint32_t>>(0);
+  return count;
+}
+
+}  // namespace
+
+std::uint32_t unfinished_submissions_of_this_thread() noexcept {
+  return submissions_of_this_thread()->load(std::memory_order_acquire);
+}
+
+void check_blocking_connections(const client_options& options) {
+  if (options.blocking_connections < 0 || options.blocking_connections > 16) {
+    throw std::system_error(errc::invalid_argument, "blocking_connections must be 0 to 16");
+  }
+}
+
 void connection::submit(std::string payload, std::size_t replies, clock::time_point deadline,
                         reply_handler handler) {
   // The child of a fork() has no I/O thread to run this, and must not write to the parent's
@@ -180,6 +198,7 @@ void connection::submit(std::string payload, std::size_t replies, clock::time_po
   request req{std::move(payload), replies, {}, deadline, std::move(handler), false, true, true};
   in_transit_.fetch_add(1, std::memory_order_seq_cst);
   outstanding_.fetch_add(1, std::memory_order_relaxed);
+  if (!on_io_thread()) req.submitter = submission_mark(submissions_of_this_thread());
   asio::dispatch(executor_, [self = shared_from_this(), req = std::move(req)]() mutable {
     self->enqueue(std::move(req));
   });
@@ -683,6 +702,7 @@ bool connection::is_demoted_reply(const reply& r) {
 void connection::complete(request& req, std::error_code ec, reply r) {
   if (std::exchange(req.in_transit, false)) in_transit_.fetch_sub(1, std::memory_order_seq_cst);
   if (std::exchange(req.outstanding, false)) outstanding_.fetch_sub(1, std::memory_order_relaxed);
+  req.submitter.release();  // before the handler: a thread it wakes may count at once
   if (req.handler) std::exchange(req.handler, {})(ec, std::move(r));
 }
 

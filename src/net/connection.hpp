@@ -38,6 +38,39 @@ class sentinel_resolver;
 using clock = std::chrono::steady_clock;
 using reply_handler = unique_function<void(std::error_code, reply)>;
 
+// How many requests the calling thread has submitted, to any connection, that have not
+// completed yet. A blocking call may take a spare connection (node_link) only at 0, so that it
+// never overtakes a request this thread sent before (a user's async write, an async release).
+std::uint32_t unfinished_submissions_of_this_thread() noexcept;
+
+// client_options::blocking_connections out of range: errc::invalid_argument (thrown).
+void check_blocking_connections(const client_options& options);
+
+// One request's place in its submitting thread's count (above): taken at construction, given
+// back once, when released or destroyed.
+class submission_mark {
+ public:
+  submission_mark() = default;
+  explicit submission_mark(std::shared_ptr<std::atomic<std::uint32_t>> count)
+      : count_(std::move(count)) {
+    count_->fetch_add(1, std::memory_order_relaxed);
+  }
+  submission_mark(submission_mark&& other) noexcept = default;
+  submission_mark& operator=(submission_mark&& other) noexcept {
+    release();
+    count_ = std::move(other.count_);
+    return *this;
+  }
+  ~submission_mark() { release(); }
+  void release() noexcept {
+    if (count_) count_->fetch_sub(1, std::memory_order_release);
+    count_.reset();
+  }
+
+ private:
+  std::shared_ptr<std::atomic<std::uint32_t>> count_;
+};
+
 class connection : public std::enable_shared_from_this<connection> {
  public:
   // For a TLS endpoint, loads options.tls's files now; throws std::system_error
@@ -78,6 +111,11 @@ class connection : public std::enable_shared_from_this<connection> {
     return outstanding_.load(std::memory_order_relaxed) != 0 || d == driver::direct ||
            d == driver::direct_wanted;
   }
+  // Neither occupied nor waiting for a caller: connecting, dropped (nothing reconnects a
+  // connection that no request was submitted to), or in the moment after the last reply.
+  bool dormant() const noexcept {
+    return !occupied() && driver_.load(std::memory_order_relaxed) != driver::idle;
+  }
 
   // Makes this a subscriber connection: pub/sub "message" and "smessage" pushes (and Redis
   // Cluster's unasked "sunsubscribe") go to on_push instead of being
@@ -100,6 +138,9 @@ class connection : public std::enable_shared_from_this<connection> {
     bool internal = false;  // a request of the connect phase (AUTH, SELECT, the node check)
     bool in_transit = false;  // counted in in_transit_ until written or completed
     bool outstanding = false;  // counted in outstanding_ until completed
+    // Counts in the submitting thread's unfinished_submissions_of_this_thread until completed
+    // (or destroyed unanswered).
+    submission_mark submitter;
   };
   enum class state { idle, connecting, ready };
   // Who may touch the socket and `reader_`. The I/O thread holds it (`io`) from the first

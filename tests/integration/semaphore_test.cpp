@@ -599,8 +599,8 @@ TEST_F(SemaphoreTest, FairWaiterInfoExpiresWithTheOtherKeysAfterARefresh) {
   ASSERT_EQ(attempt("holder", "600", "0").elements().at(0).integer(), 1);
   ASSERT_EQ(attempt("short-waiter", "10000", "300").elements().at(0).integer(), 0);
   ASSERT_EQ(attempt("long-waiter", "10000", "3000").elements().at(0).integer(), 0);
-  client_.exec({"EVAL", detail::sem_release_script.body, "4", keys.expiries, keys.weights,
-                keys.owners, keys.waiter_info, "long-waiter"});  // it gives up
+  client_.exec({"EVAL", detail::sem_release_script.body, "5", keys.expiries, keys.weights,
+                keys.owners, keys.waiter_info, keys.fence, "long-waiter", "1"});  // it gives up
   ASSERT_EQ(client_.exec({"EVAL", detail::sem_refresh_script.body, "4", keys.expiries,
                           keys.weights, keys.owners, keys.waiter_info, "holder", "600", ""})
                 .integer(),

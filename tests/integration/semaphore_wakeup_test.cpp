@@ -263,8 +263,8 @@ TEST_P(SemaphoreWakeupTest, AWokenWaiterThatGivesUpHandsItsWakeUpOn) {
   auto info = client_.exec({"HGET", k.waiter_info, "gone"}).str();
   EXPECT_NE(info.find(" woken"), std::string::npos) << info;
   auto left = steady::now();
-  client_.exec({"EVALSHA", detail::sem_release_script.sha1, "4", k.expiries, k.weights,
-                k.waiters, k.waiter_info, "gone"});
+  client_.exec({"EVALSHA", detail::sem_release_script.sha1, "5", k.expiries, k.weights,
+                k.waiters, k.waiter_info, k.fence, "gone", "1"});
   auto [ok, at] = acquired.get();
   EXPECT_TRUE(ok);
   EXPECT_LT(at - left, 1s) << ms(at - left) << " ms";
@@ -333,6 +333,74 @@ TEST_F(SemaphoreWakeupFairTest, GrantsInTicketOrderThroughWakeUps) {
   for (int i = 0; i < waiters; ++i) EXPECT_EQ(order.elements()[i].str(), std::to_string(i));
   // Six handoffs by polling would take 2-4 s each.
   EXPECT_LT(took, 2s) << ms(took) << " ms";
+}
+
+// The unfair variant's handoff (sem_release.lua): the release makes the first waiter a holder
+// itself, so the waiter needs no attempt of its own after the wake-up.
+class SemaphoreHandoffTest : public SemaphoreWakeupBase {
+ protected:
+  bool fair() const override { return false; }
+};
+
+TEST_F(SemaphoreHandoffTest, AReleaseMakesTheWaiterAHolderWithoutAnotherAttempt) {
+  load_scripts();
+  semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
+  semaphore waiter{client_, test_key(), 1, options({.ttl = 30s, .retry_delay = 4s})};
+  auto held = holder.try_acquire();
+  ASSERT_TRUE(held);
+  auto acquired = std::async(std::launch::async, [&] { return waiter.try_acquire_for(20s); });
+  wait_for_queue(1);
+  std::this_thread::sleep_for(50ms);  // asleep in its 4-8 s backstop
+  auto before = scripts_run();
+  auto released = steady::now();
+  EXPECT_FALSE(held.release());
+  auto got = acquired.get();
+  auto waited = steady::now() - released;
+  ASSERT_TRUE(got);
+  EXPECT_LT(waited, 1s) << ms(waited) << " ms";
+  EXPECT_EQ(scripts_run() - before, 1) << "the waiter ran an attempt after the release";
+  EXPECT_GT(got.fencing_token(), held.fencing_token());
+  EXPECT_FALSE(client_.exec({"ZSCORE", keys().expiries, got.value()}).is_nil());
+  EXPECT_EQ(client_.exec({"ZCARD", keys().waiters}).integer(), 0);
+  EXPECT_GT(got.remaining(), 25s);
+  EXPECT_FALSE(got.release());  // the permit is the waiter's own
+  EXPECT_EQ(client_.exec({"ZCARD", keys().expiries}).integer(), 0);
+}
+
+// A waiter for 2 permits of 2 while two holders have 1 each: the first release frees one,
+// which is not enough (a wake-up only: its attempt fails); the second makes it a holder of 2.
+TEST_F(SemaphoreHandoffTest, AWaiterIsHandedPermitsOnlyWhenAllItWantsAreFree) {
+  load_scripts();
+  semaphore a{client_, test_key(), 2, options({.ttl = 30s})};
+  semaphore b{client_, test_key(), 2, options({.ttl = 30s})};
+  semaphore w{client_, test_key(), 2, options({.ttl = 30s, .retry_delay = 4s})};
+  auto held_a = a.try_acquire();
+  auto held_b = b.try_acquire();
+  ASSERT_TRUE(held_a && held_b);
+  auto acquired = std::async(std::launch::async, [&] { return w.try_acquire_for(20s, 2); });
+  wait_for_queue(1);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(held_a.release());
+  // Woken, it tried again and queued again (its entry no longer marked woken).
+  auto until = steady::now() + 5s;
+  while (steady::now() < until) {
+    auto e = client_.exec({"HVALS", keys().waiter_info});
+    if (e.elements().size() == 1 && e.elements()[0].str().find("woken") == std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(acquired.wait_for(0s), std::future_status::timeout);
+  auto before = scripts_run();
+  EXPECT_FALSE(held_b.release());
+  auto got = acquired.get();
+  ASSERT_TRUE(got);
+  EXPECT_EQ(scripts_run() - before, 1);
+  EXPECT_EQ(client_.exec({"HGET", keys().weights, got.value()}).str(), "2");
+  // Both permits are the waiter's: a newcomer finds none.
+  semaphore late{client_, test_key(), 2, options()};
+  EXPECT_FALSE(late.try_acquire());
+  EXPECT_FALSE(got.release());
 }
 
 }  // namespace

@@ -308,6 +308,7 @@ void sim_client::on_message(std::size_t node, std::string_view payload) {
   }
   if (!rest.empty() && accepts_handoff()) {
     bool took = acq_->on_handoff(now(), rest);
+    if (took && sem_) ++stats_.handoffs;  // a lock's shows in its token (".h")
     if (w_.tracing())
       w_.note(who() + " on_handoff(\"" + std::string(rest) + "\") -> " +
               (took ? "taken" : "not taken"));
@@ -542,8 +543,8 @@ void sim_client::release_permit() {
   detail::request r;
   r.id = ++release_serial_;
   r.code = &detail::sem_release_script;
-  r.keys = {k.expiries, k.weights, k.waiters, k.waiter_info};
-  r.args = {token_};
+  r.keys = detail::semaphore_release_keys(k);
+  r.args = {token_, sem_->limit_text};
   r.timeout = sem_->node_timeout;
   w_.call(c_, r, [this, cycle = cycle_](std::error_code ec, const reply& answer) {
     if (cycle != cycle_ || phase_ != phase::releasing) return;

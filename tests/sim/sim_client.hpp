@@ -92,7 +92,9 @@ class sim_client {
     return lock_ ? lock_->retry_delay : sem_->retry_delay;
   }
   bool wake_on_release() const { return lock_ ? lock_->wake_on_release : sem_->wake_on_release; }
-  bool accepts_handoff() const { return lock_ && lock_->accepts_handoff(); }
+  bool accepts_handoff() const {
+    return lock_ ? lock_->accepts_handoff() : sem_->accepts_handoff();
+  }
   void extend_lock(std::chrono::milliseconds by);
   void refresh_permit(std::chrono::milliseconds by);
   // An extend's verdict, as lease_state's apply_extend takes it.

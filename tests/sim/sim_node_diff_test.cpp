@@ -169,7 +169,8 @@ class step_generator {
       case 13: case 14: case 15: semaphore_acquire(s); break;
       case 16: case 17: case 18: {
         const auto& k = semaphore();
-        script(s, sem_release, {k.expiries, k.weights, k.waiters, k.waiter_info}, {token()});
+        script(s, sem_release, {k.expiries, k.weights, k.waiters, k.waiter_info, k.fence},
+               {token(), std::to_string(1 + below(3))});
         break;
       }
       case 19: {
@@ -274,6 +275,8 @@ class step_generator {
               pick<std::string>({"0", "100", "1000"}), below(3) ? channel() : ""});
     } else {
       std::string waiter = below(3) ? pick<std::string>({"1000", "5000"}) + " " + channel() : "";
+      // Some accept a handoff from the release ("<attempt>").
+      if (!waiter.empty() && below(2)) waiter += " " + std::to_string(below(3));
       script(s, sem_acquire, {k.expiries, k.weights, k.fence, k.waiters, k.waiter_info, k.tickets},
              {token(), std::to_string(limit), permits, ttl(), waiter});
     }

@@ -233,7 +233,8 @@ TEST(SemaphoreAcquisitionTest, QueuesForWakeUpsOnlyWhenAnotherAttemptCanFollow) 
     acquisition a(t, "tok", 1, no_deadline, 2, 0);
     EXPECT_TRUE(a.queues_next(t0)) << fair;
     auto r = attempt(a, t0, "dlock:wake:c");
-    EXPECT_EQ(r.args.back(), fair ? "dlock:wake:c" : "1000 dlock:wake:c") << fair;
+    // The unfair variant's entry also offers a handoff for attempt 0 (sem_release.lua).
+    EXPECT_EQ(r.args.back(), fair ? "dlock:wake:c" : "1000 dlock:wake:c 0") << fair;
     answer(a, r, t0, fair ? ints({0, 4, 1}) : ints({0, 9}));
     ASSERT_TRUE(a.take_sleep()) << fair;
     EXPECT_FALSE(a.queues_next(t0 + 40ms)) << fair;  // out of attempts
@@ -247,6 +248,87 @@ TEST(SemaphoreAcquisitionTest, QueuesForWakeUpsOnlyWhenAnotherAttemptCanFollow) 
     EXPECT_FALSE(near.queues_next(t0 + 49ms)) << fair;
     EXPECT_TRUE(near.queues_next(t0)) << fair;
   }
+}
+
+// A release made the waiter a holder (sem_release.lua: "<fence> <attempt>"). Asleep, it is
+// granted at once, its validity counted from the start of the attempt that queued it.
+TEST(SemaphoreAcquisitionTest, AHandoffWhileAsleepGrantsFromTheQueuingAttemptsStart) {
+  auto t = base_semaphore();
+  acquisition a(t, "tok", 1, no_deadline, INT_MAX, 0);
+  auto r = attempt(a, t0, "dlock:wake:c");
+  answer(a, r, t0 + 1ms, ints({0, 500}));
+  ASSERT_TRUE(a.take_sleep());
+  EXPECT_FALSE(a.on_handoff(t0 + 5ms, "77 3"));  // names an attempt never made
+  EXPECT_FALSE(a.on_handoff(t0 + 5ms, "x 0"));
+  EXPECT_TRUE(a.on_handoff(t0 + 5ms, "77 0"));
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_FALSE(o->ec);
+  EXPECT_EQ(o->token, "tok");
+  EXPECT_EQ(o->fence, 77u);
+  EXPECT_EQ(o->valid_until, t0 + 1000ms - 12ms);  // drift = 1000 * 0.01 + 2 ms
+  EXPECT_TRUE(a.take_requests().empty());  // the release dequeued it: nothing to clean up
+}
+
+// With an attempt in flight the handoff waits for its answer: that attempt could otherwise
+// run after our release and take a permit that nobody holds.
+TEST(SemaphoreAcquisitionTest, AHandoffDuringAnAttemptWaitsForItsAnswer) {
+  auto t = base_semaphore();
+  for (int answer_kind : {0, 1, 2}) {  // not granted, granted, transport error
+    acquisition a(t, "tok", 1, no_deadline, INT_MAX, 0);
+    answer(a, attempt(a, t0, "dlock:wake:c"), t0, ints({0, 500}));
+    ASSERT_TRUE(a.take_sleep());
+    auto second = attempt(a, t0 + 40ms, "dlock:wake:c");
+    EXPECT_FALSE(a.on_handoff(t0 + 41ms, "77 0")) << answer_kind;
+    EXPECT_FALSE(a.take_outcome()) << answer_kind;
+    if (answer_kind == 0) {
+      // It ran before the release (else it would have found itself holding): the handoff
+      // stands.
+      answer(a, second, t0 + 42ms, ints({0, 500}));
+      auto o = a.take_outcome();
+      ASSERT_TRUE(o);
+      EXPECT_FALSE(o->ec);
+      EXPECT_EQ(o->fence, 77u);
+      EXPECT_EQ(o->valid_until, t0 + 988ms);  // from attempt 0's start
+    } else if (answer_kind == 1) {
+      answer(a, second, t0 + 42ms, ints({1, 78}));  // ran after it: its own grant
+      auto o = a.take_outcome();
+      ASSERT_TRUE(o);
+      EXPECT_EQ(o->fence, 78u);
+      EXPECT_EQ(o->valid_until, t0 + 40ms + 988ms);
+    } else {
+      answer(a, second, t0 + 42ms, reply{}, errc::timeout);  // may still run: a wake-up only
+      EXPECT_FALSE(a.take_outcome());
+      EXPECT_TRUE(a.take_sleep());
+    }
+  }
+}
+
+// Born expired (queued for longer than the TTL): a wake-up only, and no release of its own (it
+// could land after a later attempt of the same token won, and take that permit back); the
+// next attempt finds itself holding and takes the permit over.
+TEST(SemaphoreAcquisitionTest, AHandoffThatCameTooLateIsAWakeUp) {
+  auto t = base_semaphore();
+  acquisition a(t, "tok", 1, no_deadline, INT_MAX, 0);
+  answer(a, attempt(a, t0, "dlock:wake:c"), t0, ints({0, 500}));
+  ASSERT_TRUE(a.take_sleep());
+  EXPECT_FALSE(a.on_handoff(t0 + 2s, "77 0"));
+  EXPECT_TRUE(a.take_requests().empty());
+  EXPECT_FALSE(a.take_outcome());
+  answer(a, attempt(a, t0 + 2s, "dlock:wake:c"), t0 + 2s, ints({1, 80}));
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->fence, 80u);
+}
+
+// The fair variant grants by rank: its entries offer no handoff, and a message is a wake-up.
+TEST(SemaphoreAcquisitionTest, TheFairVariantTakesNoHandoff) {
+  auto t = fair_semaphore();
+  acquisition a(t, "tok", 1, no_deadline, INT_MAX, 0);
+  answer(a, attempt(a, t0, "dlock:wake:c"), t0, ints({0, 4, 1}));
+  ASSERT_TRUE(a.take_sleep());
+  EXPECT_FALSE(a.on_handoff(t0 + 5ms, "77 0"));
+  EXPECT_FALSE(a.take_outcome());
 }
 
 TEST(SemaphoreAcquisitionTest, TransportErrorsRetryButCleanUpWhenGivingUp) {
