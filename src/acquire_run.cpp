@@ -153,6 +153,7 @@ void acquire_run::pump() {
   auto result = engine_.take_outcome();
   if (!result || !handler_) return;
   waiter_->finish();
+  if (result->ec && waiter_->queued()) remember_gave_up();
   on_stop_.reset();
   if (deadline_timer_) deadline_timer_->cancel();
   if (!result->ec) {
@@ -276,9 +277,32 @@ void acquire_run::stop(std::error_code why) {
   pump();
 }
 
+// A handoff that reaches this acquisition after it gave up is given back (inbox::
+// remember_gave_up): the lock's value "<id>.h<round>" (the message names the round), or the
+// semaphore's token. Only on a single node, where handoffs exist. Weak: a late message must
+// not keep the lock or semaphore alive, and its client's inbox holds the callback.
+void acquire_run::remember_gave_up() {
+  if (nodes_.size() != 1) return;
+  auto until = steady::now() + gave_up_window;
+  std::weak_ptr<lease_owner> weak = owner_;
+  std::string id = engine_.id();
+  access::wake_inbox(nodes_[0], engine_.slot(0))
+      .remember_gave_up(id, until, [weak, id](std::string_view grant) {
+        auto owner = weak.lock();
+        if (!owner) return;
+        auto state = std::make_shared<lease_state>();
+        state->token = id;
+        if (owner->kind() == primitive::lock) {
+          auto space = grant.find(' ');
+          if (space == std::string_view::npos) return;
+          state->token.append(".h").append(grant.substr(space + 1));
+        }
+        owner->start_release(state, [](std::error_code) {});
+      });
+}
+
 bool acquire_run::on_handoff(std::string_view grant) {
   bool took = engine_.on_handoff(steady::now(), grant);
-  handed_off_ |= took;
   pump();
   return took;
 }
@@ -293,7 +317,7 @@ void acquire_run::report(const acquisition::outcome& result) const {
   if (result.ec) e.kind = classify_failure(result.ec, result.votes);
   e.attempts = engine_.attempts_made();
   e.waited = steady::now() - began_;
-  e.handoff = handed_off_ && !result.ec;
+  e.handoff = result.handoff && !result.ec;  // also one accepted after a deferral
   o->on_acquire(e);
 }
 

@@ -57,6 +57,9 @@ class acquire_run : public std::enable_shared_from_this<acquire_run> {
   // Ends the wait at the engine's deadline however long the nodes take to answer.
   void arm_deadline();
   bool on_handoff(std::string_view grant);
+  // After a give-up that queued: a handoff that still comes is given back (inbox.hpp).
+  void remember_gave_up();
+  static constexpr std::chrono::seconds gave_up_window{10};
   void stop(std::error_code why);
   void confirm_replicated(acquisition::outcome granted);
   std::string copies_collapsed(const node_results& votes) const;
@@ -86,7 +89,6 @@ class acquire_run : public std::enable_shared_from_this<acquire_run> {
   bool pumping_ = false;
   std::optional<std::stop_callback<unique_function<void()>>> on_stop_;
   steady::time_point began_ = steady::now();
-  bool handed_off_ = false;  // granted by a release's handoff
 };
 
 }  // namespace dlock::detail

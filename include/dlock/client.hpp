@@ -144,8 +144,9 @@ class DLOCK_EXPORT command {
   bool changes_session_ = false;
 };
 
-/// A cheap copyable handle to one pipelined connection to a Redis node; copies share the
-/// connection. When the last copy is destroyed the connection closes, and requests still in
+/// A cheap copyable handle to one pipelined connection to a Redis node (plus its wake-up
+/// connection, and the spares of client_options::blocking_connections); copies share them.
+/// When the last copy is destroyed the connections close, and requests still in
 /// flight complete with errc::cancelled (the library's own operations hold copies while they
 /// run). Thread-safe: see client.hpp for the threads that run I/O and completions.
 class DLOCK_EXPORT client {
@@ -208,9 +209,9 @@ class DLOCK_EXPORT client {
   bool try_exec_direct(const command& cmd, std::chrono::milliseconds timeout, reply& out,
                        std::error_code& ec);
 
-  // The node's two connections (requests, wake-ups), shared by the copies: the last copy's
-  // destruction closes both at once, with requests still in flight completing with
-  // errc::cancelled.
+  // The node's connections (requests, wake-ups, spares for blocking calls), shared by the
+  // copies: the last copy's destruction closes them all at once, with requests still in flight
+  // completing with errc::cancelled.
   std::shared_ptr<detail::node_link> link_;
   bool dedicated_ = false;  // not shared: commands that change the session are allowed
 };

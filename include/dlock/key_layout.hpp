@@ -77,7 +77,9 @@ struct semaphore_keys {
   std::string weights;      ///< hash: owner token -> permits, for entries of more than one
   std::string fence;        ///< fencing counter, drawn at each grant; expires a TTL after set
   std::string waiters;      ///< who a release wakes, in ticket order
-  std::string waiter_info;  ///< queued waiters: token -> "<deadline ms>[ <channel>[ h<permits>:<ttl ms>:<attempt>][ woken]]"
+  /// queued waiters: token -> "<deadline ms>[ <channel>[ woken]]", or for one that takes a
+  /// handoff (unfair) "<deadline ms> <channel> h<permits>:<ttl ms>:<attempt>:<limit>"
+  std::string waiter_info;
   std::string tickets;      ///< the counter that hands out the queue's tickets
 };
 

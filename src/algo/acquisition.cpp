@@ -477,6 +477,7 @@ struct acquisition::impl {
     if (!node_names().empty()) votes[0].node = node_names()[0];
     votes[0].outcome = node_result::vote::granted;
     finish_granted(handoff_value(r), fence, valid_until, std::move(votes));
+    result->handoff = true;
     return true;
   }
 
@@ -589,6 +590,7 @@ struct acquisition::impl {
     if (!node_names().empty()) votes[0].node = node_names()[0];
     votes[0].outcome = node_result::vote::granted;
     finish_granted(id, fence, valid_until, std::move(votes));
+    result->handoff = true;
     return true;
   }
 

@@ -119,6 +119,7 @@ class acquisition {
     std::uint64_t fence = 0;
     steady::time_point valid_until{};
     node_results votes;  // the last round's, for diagnostics
+    bool handoff = false;  // granted by a release's handoff (release.lua, sem_release.lua)
   };
 
   // A lock acquisition: up to `attempts` rounds until `deadline` (max(): attempts only), under

@@ -52,9 +52,9 @@ local function draw_fence() return next_fence(fence_key, now or now_ms, ttl_ms) 
 -- takes the acquisition out of the queue, whether or not this round queued: an entry an
 -- earlier round left would otherwise make the holder's own release hand the lock back to it.
 -- `first`: round 0's SET NX took the key; there is no earlier round, so that is skipped (a
--- command of every uncontended cycle). Its info entry goes only when a queue entry did. An info entry left without its queue
--- entry (the two keys' expiries may differ by a millisecond) is never read: live_head and
--- release.lua read info for queue members only.
+-- command of every uncontended cycle). Its info entry goes only when a queue entry did. An
+-- info entry left without its queue entry (the two keys' expiries may differ by a millisecond)
+-- is never read: live_head and release.lua read info for queue members only.
 local function grant(fence, first)
   if not first and redis.call('ZREM', queue, id) == 1 then redis.call('HDEL', info, id) end
   return {1, fence or draw_fence()}

@@ -13,7 +13,8 @@
 --          "<waiter ttl ms> <wake channel> <attempt>" to queue and accept a handoff:
 --          sem_release.lua may then make this token a holder of ARGV[3] permits for ARGV[4] ms
 --          and send it "<token> <fence> <attempt>", which saves it the round trip of trying
---          again; the entry then reads "<deadline> <channel> h<permits>:<ttl ms>:<attempt>".
+--          again; the entry then reads "<deadline> <channel> h<permits>:<ttl ms>:<attempt>:<limit>"
+--          (the release grants within the smaller of its own limit and this one).
 -- Returns {1, fence} when granted (also when this token already holds: a retried attempt whose
 -- reply was lost; its expiry is pushed out), {0, ms until the earliest holder expires} when
 -- fewer than ARGV[3] permits are free. Time comes from TIME, never from a client.
@@ -25,16 +26,12 @@ local waiter = ARGV[5] or ''
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
--- Holders past their expiry are gone, whether or not they said so. Their permits come back
--- without a wake-up: queued waiters find them at their next poll, which is never later than
--- the earliest expiry this script reports (or the retry delay).
-local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', now)
-if #expired > 0 then
-  redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
-  for i = 1, #expired, 1000 do
-    redis.call('HDEL', weights, unpack(expired, i, math.min(i + 999, #expired)))
-  end
-end
+-- #include sem_holders.lua
+
+-- The permits of expired holders come back without a wake-up: queued waiters find them at
+-- their next poll, which is never later than the earliest expiry this script reports (or the
+-- retry delay).
+drop_expired_holders(holders, weights, now)
 
 -- The keys vanish by themselves when the last holder's expiry passes (the fence counter
 -- expires on its own).
@@ -75,8 +72,7 @@ if held_until then
   return grant()
 end
 
-local used = redis.call('ZCARD', holders)
-for _, w in ipairs(redis.call('HVALS', weights)) do used = used + tonumber(w) - 1 end
+local used = permits_in_use(holders, weights)
 if quarantined == 0 and used + want <= limit then
   redis.call('ZADD', holders, now + ttl_ms, owner)
   if want > 1 then redis.call('HSET', weights, owner, want) end
@@ -87,7 +83,7 @@ if waiter ~= '' then
   local waiter_ttl, channel, attempt = string.match(waiter, '^(%d+) (%S+) ?(%d*)$')
   waiter_ttl = tonumber(waiter_ttl)
   if attempt ~= '' then
-    channel = channel .. ' h' .. want .. ':' .. ttl_ms .. ':' .. attempt
+    channel = channel .. ' h' .. want .. ':' .. ttl_ms .. ':' .. attempt .. ':' .. limit
   end
   -- A waiter keeps its ticket across attempts; rewriting its info clears a " woken" mark.
   if redis.call('ZSCORE', queue, owner) == false then

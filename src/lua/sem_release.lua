@@ -3,7 +3,7 @@
 -- KEYS[1]: the expiry set (holders, or the fair variant's timeouts); KEYS[2]: weights;
 -- KEYS[3]: the queue in ticket order (unfair: the waiter queue; fair: owners, where holders
 --          rank too); KEYS[4]: waiter info: token -> "<deadline ms>[ <wake channel>[ h<permits>:
---          <ttl ms>:<attempt>][ woken]]", present for queued waiters only (see sem_acquire.lua,
+--          <ttl ms>:<attempt>:<limit>| woken]]", present for queued waiters only (sem_acquire.lua,
 --          sem_fair_acquire.lua); KEYS[5]: the fencing counter (the unfair variant's handoff).
 -- ARGV[1]: the owner token; ARGV[2]: the limit (the unfair variant's handoff; "" for none).
 -- Returns 1 when the token had an unexpired entry in KEYS[1], 0 when it was gone or already
@@ -11,20 +11,21 @@
 -- Passing on: a live holder frees its weight in permits (1 unless weights says more); a waiter
 -- that leaves frees none, but hands on a wake-up it got and will not use. The first live
 -- waiters in ticket order that have a channel and were not woken yet are served until that many
--- permits are passed on. One whose entry accepts a handoff (h<permits>:<ttl ms>:<attempt>, the
--- unfair variant's) and whose permits fit in the limit now is made a holder right here, with a
--- fencing token, and sent "<token> <fence> <attempt>" (as release.lua hands a lock over); any
--- other is sent its token, a wake-up, and its entry is marked " woken", so that another release
--- serves the next waiter instead (its next attempt rewrites the entry, clearing the mark). The
--- publish's count says whether the waiter still listens: none means its process is gone, and a
--- handoff to it is undone. Waiters without a channel (polling only) are passed over; those whose
--- deadline passed (they crashed) are dropped. An expired entry frees nothing here: its permits
--- came back at its expiry.
+-- permits are passed on. One whose entry accepts a handoff (the unfair variant's "h" field) and
+-- whose permits fit in the limit now is made a holder right here, with a fencing token, and
+-- sent "<token> <fence> <attempt>" (as release.lua hands a lock over); any other is sent its
+-- token, a wake-up, and its entry is marked "woken", so that another release serves the next
+-- waiter instead (its next attempt rewrites the entry, clearing the mark). The publish's count
+-- says whether the waiter still listens: none means its process is gone, and a handoff to it is
+-- undone. Waiters without a channel (polling only) are passed over; those whose deadline passed
+-- (they crashed) are dropped. An expired entry frees nothing here: its permits came back at its
+-- expiry.
 local expiries, weights, queue, info, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, limit = ARGV[1], tonumber(ARGV[2] or '')
 
 -- #include wake.lua
 -- #include node_state.lua
+-- #include sem_holders.lua
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -43,19 +44,10 @@ redis.call('HDEL', weights, owner)
 redis.call('ZREM', queue, owner)
 redis.call('HDEL', info, owner)
 
--- Permits in use by live holders, for a handoff (as sem_acquire.lua counts them, after
--- dropping the holders that expired).
+-- Permits in use by live holders, for a handoff (as sem_acquire.lua counts them).
 local function permits_used()
-  local expired = redis.call('ZRANGEBYSCORE', expiries, '-inf', now)
-  if #expired > 0 then
-    redis.call('ZREMRANGEBYSCORE', expiries, '-inf', now)
-    for i = 1, #expired, 1000 do
-      redis.call('HDEL', weights, unpack(expired, i, math.min(i + 999, #expired)))
-    end
-  end
-  local used = redis.call('ZCARD', expiries)
-  for _, w in ipairs(redis.call('HVALS', weights)) do used = used + tonumber(w) - 1 end
-  return used
+  drop_expired_holders(expiries, weights, now)
+  return permits_in_use(expiries, weights)
 end
 
 -- Makes `member` a holder of `want` permits for `ttl_ms` and tells it. Every write comes before
@@ -98,7 +90,10 @@ while to_wake > 0 do
       local deadline, channel, rest = string.match(e, '^(%d+) ?(%S*) ?(.*)$')
       local woken = rest ~= nil and string.find(rest, 'woken$') ~= nil
       local want, ttl_ms, attempt
-      if rest then want, ttl_ms, attempt = string.match(rest, '^h(%d+):(%d+):(%d+)') end
+      local their_limit
+      if rest then
+        want, ttl_ms, attempt, their_limit = string.match(rest, '^h(%d+):(%d+):(%d+):(%d+)')
+      end
       if not deadline or tonumber(deadline) <= now then
         redis.call('ZREM', queue, member)
         redis.call('HDEL', info, member)
@@ -112,7 +107,9 @@ while to_wake > 0 do
           if quarantined == nil then quarantined = quarantine_left() > 0 end
           used = used or permits_used()
           -- No handoff in quarantine, which grants nothing: the waiter is only woken.
-          if not quarantined and used + want <= limit then
+          -- Within the smaller limit: clients that disagree (a limit being lowered) never
+          -- grant past either.
+          if not quarantined and used + want <= math.min(limit, tonumber(their_limit)) then
             outcome = hand_over(member, channel, want, tonumber(ttl_ms), attempt)
           end
         end
@@ -130,8 +127,11 @@ while to_wake > 0 do
         else
           -- A refused publish (publish_wake's pcall) leaves the waiter to find the permit at
           -- its next poll.
+          -- The mark replaces the handoff offer (moot until the waiter's next attempt rewrites
+          -- the entry): "<deadline> <channel> woken" is also what a release of an earlier
+          -- version reads (three fields; four would make it drop the waiter).
           publish_wake(channel, member)
-          redis.call('HSET', info, member, e .. ' woken')
+          redis.call('HSET', info, member, deadline .. ' ' .. channel .. ' woken')
           to_wake = to_wake - 1
         end
         if to_wake <= 0 then break end

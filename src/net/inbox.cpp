@@ -104,9 +104,16 @@ void inbox::on_message(const reply& r) {
   std::string_view token = payload.substr(0, space);
   std::string_view rest = space == std::string_view::npos ? "" : payload.substr(space + 1);
   auto it = listeners_.find(std::string(token));
-  // A waiter that gave up meanwhile: a handoff it missed is undone by the release it sends
-  // when it gives up (lock_core).
-  if (it == listeners_.end()) return;
+  if (it == listeners_.end()) {
+    // A waiter that gave up: a handoff that came before its give-up's cleanup ran is undone
+    // by that cleanup; one that came after is given back here (remember_gave_up).
+    auto gone = gave_up_.find(std::string(token));
+    if (gone == gave_up_.end() || rest.empty()) return;
+    auto entry = std::move(gone->second);
+    gave_up_.erase(gone);
+    if (clock::now() < entry.until) entry.give_back(rest);
+    return;
+  }
   auto wake = it->second;  // the listener may forget itself while running
   wake(rest);
 }
@@ -116,6 +123,15 @@ void inbox::on_message(const reply& r) {
 // is down (each attempt fails fast, and each failure would end the next sleep at once).
 void inbox::close() {
   if (!subscribers_ && conn_) conn_->close(errc::cancelled);
+}
+
+void inbox::remember_gave_up(const std::string& token, clock::time_point until,
+                             std::function<void(std::string_view)> give_back) {
+  if (gave_up_.size() >= 64) {  // bounded by the rate of give-ups over the window
+    auto now = clock::now();
+    std::erase_if(gave_up_, [now](const auto& e) { return e.second.until <= now; });
+  }
+  gave_up_[token] = gave_up{until, std::move(give_back)};
 }
 
 void inbox::on_drop() {

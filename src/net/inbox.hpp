@@ -85,6 +85,13 @@ class inbox : public std::enable_shared_from_this<inbox> {
   // a confirmed subscription drops (a message may have been lost then: try again).
   void listen(const std::string& token, std::function<void(std::string_view)> on_wake);
   void forget(const std::string& token);
+  // After an acquisition that queued here gave up (forget() came first): a handoff naming
+  // `token` that arrives before `until` runs `give_back` with what followed the token, once,
+  // instead of being dropped. An attempt that ran after the give-up's cleanup (it had timed
+  // out on its way) may have queued the token again, and a release then hands it a lock or
+  // permits nobody will use or release: without this they would be held by nobody for a TTL.
+  void remember_gave_up(const std::string& token, clock::time_point until,
+                        std::function<void(std::string_view)> give_back);
   // Closes the subscriber connection (the client's last copy is gone); a later subscribe()
   // connects again. Sharded: shard_subscribers closes the shared ones.
   void close();
@@ -111,6 +118,11 @@ class inbox : public std::enable_shared_from_this<inbox> {
   bool subscribing_ = false;
   std::vector<unique_function<void(std::error_code)>> waiting_for_subscription_;
   std::unordered_map<std::string, std::function<void(std::string_view)>> listeners_;
+  struct gave_up {
+    clock::time_point until;
+    std::function<void(std::string_view)> give_back;
+  };
+  std::unordered_map<std::string, gave_up> gave_up_;  // remember_gave_up's
   // After a failed subscription: no new SUBSCRIBE before retry_after_ (doubling backoff_).
   static constexpr std::chrono::milliseconds min_subscribe_backoff{250};
   static constexpr std::chrono::milliseconds max_subscribe_backoff{10000};

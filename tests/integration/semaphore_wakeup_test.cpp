@@ -403,5 +403,35 @@ TEST_F(SemaphoreHandoffTest, AWaiterIsHandedPermitsOnlyWhenAllItWantsAreFree) {
   EXPECT_FALSE(got.release());
 }
 
+// An attempt that ran after its acquisition gave up (it had timed out on its way) queues the
+// token again, and a release hands it a permit: the client, which no longer waits for that
+// token, gives it back at once instead of leaving it held by nobody for the TTL (a review found
+// that). The late attempt is written by hand here, as the entry the waiter itself had queued.
+TEST_F(SemaphoreHandoffTest, APermitHandedToAWaiterThatGaveUpIsGivenBack) {
+  load_scripts();
+  semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
+  semaphore waiter{client_, test_key(), 1, options({.ttl = 30s, .retry_delay = 4s})};
+  auto held = holder.try_acquire();
+  ASSERT_TRUE(held);
+  auto gave_up = std::async(std::launch::async, [&] { return waiter.try_acquire_for(1s); });
+  wait_for_queue(1);
+  auto entries = client_.exec({"HGETALL", keys().waiter_info}).elements();
+  ASSERT_EQ(entries.size(), 2u);
+  std::string token = entries[0].str(), entry = entries[1].str();
+  ASSERT_NE(entry.find(" h1:30000:"), std::string::npos) << entry;
+  EXPECT_FALSE(gave_up.get());
+  ASSERT_EQ(client_.exec({"ZCARD", keys().waiters}).integer(), 0);  // its cleanup ran
+  client_.exec({"ZADD", keys().waiters, "99", token});  // the late attempt
+  client_.exec({"HSET", keys().waiter_info, token, entry});
+  EXPECT_FALSE(held.release());
+  auto until = steady::now() + 5s;
+  while (client_.exec({"ZCARD", keys().expiries}).integer() != 0 && steady::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(client_.exec({"ZCARD", keys().expiries}).integer(), 0) << "held by nobody";
+  semaphore newcomer{client_, test_key(), 1, options()};
+  EXPECT_TRUE(newcomer.try_acquire());
+}
+
 }  // namespace
 }  // namespace dlock
