@@ -1,6 +1,7 @@
 // node_link.hpp: what the copies of one dlock::client share. Private.
-//   node_link  the node's request connection (or, for a cluster, the router to its masters), its
-//              wake-up inbox and its replication guard; destroyed with the last copy, it closes
+//   node_link  the node's request connection (or, for a cluster, the router to its masters), the
+//              spare connections of blocking calls, its wake-up inbox and its replication
+//              guard; destroyed with the last copy, it closes
 //              them all at once (requests in flight complete with errc::cancelled), except in
 //              the child of a fork(), where they are the parent's
 #pragma once
@@ -32,15 +33,19 @@ struct node_link {
   // on first use; net/inbox.hpp).
   inbox& inbox_for(std::uint16_t slot);
 
-  // A blocking script call (a lock's or semaphore's acquire or release; never a user's
-  // command, which keeps its order on `conn`) when `conn` is busy: the calling thread makes
-  // the round trip itself on the first idle spare connection. While all are busy and fewer
-  // than max_spares exist, one more is opened (it serves from the next call on) and false is
-  // returned: the caller queues on `conn` as before. TLS and Sentinel endpoints have none.
+  // A blocking script call (a lock's first acquire round, a lock's or permit's release; never
+  // a user's command, which keeps its order on `conn`) when `conn` is busy: the calling thread
+  // makes the round trip itself on the first idle spare connection, unless it has requests of
+  // its own still unfinished (they must not be overtaken). While all are busy, `conn` is
+  // occupied by other work and fewer than client_options::blocking_connections exist, one more
+  // is opened (it serves from the next call on), and false is returned: the caller queues on
+  // `conn` as before. TLS and Sentinel endpoints have none (no direct path there; one master
+  // vote per connection).
   bool try_exchange_on_spare(std::string_view payload, std::size_t replies,
                              clock::time_point deadline, std::error_code& ec, reply& out);
+  // When all spares are busy: a PING to each that dropped makes it connect again (a dropped
+  // connection that nothing is submitted to stays down); at most every 100 ms.
   void revive_dormant_spares(clock::time_point deadline);
-  static constexpr std::size_t max_spares = 16;
 
   std::shared_ptr<connection> conn;        // null for a cluster
   std::shared_ptr<cluster_router> cluster;  // redis-cluster:// only
