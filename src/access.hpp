@@ -32,7 +32,6 @@ struct access {
                                   std::chrono::milliseconds timeout, reply& out,
                                   std::error_code& ec) {
     if (c.try_exec_direct(cmd, timeout, out, ec)) return true;
-    if (cmd.changes_session()) return false;
     return c.link_->try_exchange_on_spare(cmd.bytes(), cmd.size(),
                                           std::chrono::steady_clock::now() + timeout, ec, out);
   }

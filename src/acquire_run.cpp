@@ -291,13 +291,9 @@ void acquire_run::remember_gave_up() {
         auto owner = weak.lock();
         if (!owner) return;
         auto state = std::make_shared<lease_state>();
-        state->token = id;
-        if (owner->kind() == primitive::lock) {
-          auto space = grant.find(' ');
-          if (space == std::string_view::npos) return;
-          state->token.append(".h").append(grant.substr(space + 1));
-        }
-        owner->start_release(state, [](std::error_code) {});
+        state->token =
+            owner->kind() == primitive::lock ? acquisition::lock_handoff_value(id, grant) : id;
+        if (!state->token.empty()) owner->start_release(state, [](std::error_code) {});
       });
 }
 

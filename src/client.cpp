@@ -66,11 +66,10 @@ bool node_link::try_exchange_on_spare(std::string_view payload, std::size_t repl
 
 // A PING makes a dropped connection connect again; one that is connecting only answers it.
 void node_link::revive_dormant_spares(clock::time_point deadline) {
-  using std::chrono::nanoseconds;
-  std::int64_t now = std::chrono::duration_cast<nanoseconds>(clock::now().time_since_epoch()).count();
-  std::int64_t due = next_revival_ns.load(std::memory_order_relaxed);
-  std::int64_t next = now + nanoseconds(std::chrono::milliseconds(100)).count();
-  if (now < due || !next_revival_ns.compare_exchange_strong(due, next, std::memory_order_relaxed)) {
+  auto now = clock::now().time_since_epoch().count();
+  auto due = next_revival.load(std::memory_order_relaxed);
+  auto next = now + clock::duration(std::chrono::milliseconds(100)).count();
+  if (now < due || !next_revival.compare_exchange_strong(due, next, std::memory_order_relaxed)) {
     return;
   }
   for (auto& spare : spares) {

@@ -59,8 +59,8 @@ struct node_link {
   std::vector<std::shared_ptr<connection>> spares;
   std::atomic<std::size_t> spare_count{0};
   std::mutex spares_mutex;
-  // When dormant spares may next be asked to reconnect (steady clock, ns since its epoch).
-  std::atomic<std::int64_t> next_revival_ns{0};
+  // When dormant spares may next be asked to reconnect (clock ticks since its epoch).
+  std::atomic<clock::rep> next_revival{0};
 };
 
 }  // namespace dlock::detail

@@ -54,6 +54,12 @@ std::vector<std::string_view> lock_release_keys(const lock_keys& k) {
   return {k.key, k.waiters, k.waiter_info, k.fence};
 }
 
+// A handoff's owner value: release.lua writes "<id>.h<round>" (round as decimal text).
+std::string handed_over_value(std::string_view id, std::string_view round) {
+  std::string value(id);
+  return value.append(".h").append(round);
+}
+
 }  // namespace
 
 std::vector<std::string_view> semaphore_release_keys(const semaphore_keys& k) {
@@ -231,7 +237,9 @@ struct acquisition::impl {
   }
 
   std::string round_value(std::size_t r) const { return id + "." + std::to_string(r); }
-  std::string handoff_value(std::size_t r) const { return id + ".h" + std::to_string(r); }
+  std::string handoff_value(std::size_t r) const {
+    return handed_over_value(id, std::to_string(r));
+  }
 
   const std::vector<std::string>& node_names() const noexcept {
     return lock ? lock->node_names : sem->node_names;
@@ -473,12 +481,17 @@ struct acquisition::impl {
       emit_lock_release(handoff_value(r), std::nullopt);
       return false;
     }
+    finish_handed_over(handoff_value(r), fence, valid_until);
+    return true;
+  }
+
+  // Granted by a release's handoff (release.lua, sem_release.lua): the one node's vote.
+  void finish_handed_over(std::string token, std::uint64_t fence, steady::time_point valid_until) {
     node_results votes(1);
     if (!node_names().empty()) votes[0].node = node_names()[0];
     votes[0].outcome = node_result::vote::granted;
-    finish_granted(handoff_value(r), fence, valid_until, std::move(votes));
+    finish_granted(std::move(token), fence, valid_until, std::move(votes));
     result->handoff = true;
-    return true;
   }
 
   void emit_lock_release(const std::string& value, std::optional<purpose> awaited_for) {
@@ -586,11 +599,7 @@ struct acquisition::impl {
     // finds itself holding and takes the permit over with a new validity, or the give-up's
     // cleanup removes it.
     if (now >= valid_until || stopped) return false;
-    node_results votes(1);
-    if (!node_names().empty()) votes[0].node = node_names()[0];
-    votes[0].outcome = node_result::vote::granted;
-    finish_granted(id, fence, valid_until, std::move(votes));
-    result->handoff = true;
+    finish_handed_over(id, fence, valid_until);
     return true;
   }
 
@@ -627,7 +636,6 @@ struct acquisition::impl {
   void on_semaphore_reply(steady::time_point now, std::error_code ec, const reply& r) {
     semaphore_reply parsed;
     if (!ec) parsed = parse_semaphore_reply(r, sem->fair, ec);
-
     auto& votes = round->votes;
     if (ec) {
       votes.failed(0, ec, r.is_error() ? r.str() : std::string());
@@ -771,6 +779,12 @@ void acquisition::on_reply(std::uint64_t request_id, steady::time_point now, std
     default:
       return;
   }
+}
+
+std::string acquisition::lock_handoff_value(std::string_view id, std::string_view grant) {
+  auto space = grant.find(' ');
+  if (space == std::string_view::npos) return {};
+  return handed_over_value(id, grant.substr(space + 1));
 }
 
 bool acquisition::on_handoff(steady::time_point now, std::string_view grant) {

@@ -158,6 +158,9 @@ class acquisition {
   // (take_outcome has it); false when it cannot be taken, or not yet: then it counts as a
   // plain wake-up.
   bool on_handoff(steady::time_point now, std::string_view grant);
+  // The lock's owner value that such a message handed acquisition `id` ("<id>.h<round>"), or
+  // "" when `grant` is not one: what a client gives back when the message came too late.
+  static std::string lock_handoff_value(std::string_view id, std::string_view grant);
 
   // Before the first attempt (the driver calls it once): a deadline already past makes this
   // one attempt without a deadline, as std::timed_mutex::try_lock_for(0) is try_lock().
