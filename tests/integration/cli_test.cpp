@@ -914,6 +914,8 @@ TEST_F(CliTest, StatusOfASemaphoreShowsHoldersPermitsAndWaiters) {
   EXPECT_NE(text.out.find(token_a), std::string::npos) << text.out;
   EXPECT_NE(text.out.find(token_b), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("1. " + ids[0]), std::string::npos) << text.out;
+  // An unfair waiter that waits for wake-ups takes a handoff (sem_release.lua).
+  EXPECT_NE(text.out.find("1. " + ids[0] + "  takes a handoff, "), std::string::npos) << text.out;
   auto json = run({"-r", server_.url(), "status", "--json", "--semaphore", "2", key});
   EXPECT_EQ(json.status, 0) << json.err;
   for (const auto* part : {"\"type\":\"semaphore\"", "\"fair\":false", "\"limit\":2",
@@ -924,6 +926,7 @@ TEST_F(CliTest, StatusOfASemaphoreShowsHoldersPermitsAndWaiters) {
     EXPECT_NE(json.out.find("{\"token\":\"" + token + "\",\"permits\":1,"), std::string::npos)
         << json.out;
   }
+  EXPECT_NE(json.out.find("\"takes_handoff\":true}"), std::string::npos) << json.out;
   EXPECT_NE(json.out.find("\"waiters\":[{\"token\":\"" + ids[0] + "\",\"position\":1,"),
             std::string::npos) << json.out;
   // Status only reads: the waiter still queues, the holders still hold.

@@ -66,7 +66,7 @@ struct waiter_view {
   std::string id;             // lock: the acquisition id; semaphore: the owner token
   std::size_t nodes = 1;      // lock: how many nodes queue it
   long long expires_in_ms = 0;  // until its entry lapses unless it polls again (server clock)
-  bool takes_handoff = false; // lock: a release hands the lock straight to it
+  bool takes_handoff = false; // a release hands the lock, or the permits, straight to it
   bool woken = false;         // semaphore: a release woke it; its next attempt takes the permit
 };
 

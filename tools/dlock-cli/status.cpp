@@ -209,7 +209,8 @@ void print_semaphore_json(const semaphore_view& v, long long limit) {
     if (i) out += ",";
     out += "{\"token\":" + json_string(w.id) + ",\"position\":" + std::to_string(i + 1) +
            ",\"expires_in_ms\":" + std::to_string(w.expires_in_ms) +
-           ",\"woken\":" + json_bool(w.woken) + "}";
+           ",\"woken\":" + json_bool(w.woken) +
+           ",\"takes_handoff\":" + json_bool(w.takes_handoff) + "}";
   }
   out += "],\"node\":" + json_string(v.node) + ",\"reachable\":" + json_bool(v.answered());
   if (!v.answered()) out += ",\"error\":" + json_string(v.message);
@@ -240,7 +241,7 @@ void print_semaphore_text(const semaphore_view& v, long long limit) {
   for (std::size_t i = 0; i < v.waiters.size(); ++i) {
     const auto& w = v.waiters[i];
     out += "    " + std::to_string(i + 1) + ". " + w.id + "  " + (w.woken ? "woken, " : "") +
-           entry_text(w) + "\n";
+           (w.takes_handoff ? "takes a handoff, " : "") + entry_text(w) + "\n";
   }
   out += fence_text(v.fence);
   write_out(out);
