@@ -9,6 +9,7 @@
 //   cluster          a 3-master Redis Cluster (mode 1, a lock per slot): uncontended 1 and 64
 //                    lockers, contended 64 workers (library "dlock (cluster)")
 //   peers            node-redlock and redis-semaphore (npm, bench/peers) in the same scenarios
+//   foreign          one dlock waiter behind node-redlock's holder: release -> dlock holds
 //   client CPU       with --callgrind: instructions per cycle, counted by valgrind's callgrind
 // and writes bench/results/latest.{json,md} plus plot data, then prints the Markdown.
 //
@@ -17,6 +18,7 @@
 //   lock_bench --async-lockers N [--seconds S]   one server, the async uncontended scenario
 //                             with N lockers, nothing else (for perf); prints one line
 //   lock_bench --thread-lockers N [--seconds S]  the same with N threads (lock()+unlock())
+//   lock_bench --foreign [--seconds S]   one server, the "foreign" scenario only; prints its rows
 //
 // Every run is bounded: scenarios by their window, child processes by timeout(1). On SIGINT
 // or SIGTERM the servers are killed before exiting.
@@ -77,6 +79,7 @@ struct options {
   int cycles = 0;  // > 0: the callgrind mode
   int async_lockers = 0;  // > 0: only the async uncontended scenario (profiling)
   int thread_lockers = 0;  // > 0: only the threads uncontended scenario (profiling)
+  bool foreign_only = false;  // only the "foreign" scenario
   std::string command;
 };
 
@@ -101,6 +104,7 @@ options parse(int argc, char** argv) {
     else if (a == "--cycles") o.cycles = std::stoi(value());
     else if (a == "--async-lockers") o.async_lockers = std::stoi(value());
     else if (a == "--thread-lockers") o.thread_lockers = std::stoi(value());
+    else if (a == "--foreign") o.foreign_only = true;
     else throw std::runtime_error("unknown argument " + a + " (see the comment atop lock_bench.cpp)");
   }
   return o;
@@ -223,6 +227,42 @@ int run_cycles_mode(const options& o) {
   dlock::client node{server.url()};
   run_cycles(node, 20, "cg:warm");  // connect and load the scripts outside the difference
   run_cycles(node, o.cycles, "cg:key");
+  server_pids[0] = 0;
+  return 0;
+}
+
+// A dlock waiter behind node-redlock's holder: woken by the key's invalidation (CLIENT
+// TRACKING), and, for comparison, polling at the default retry_delay.
+std::vector<row> run_foreign(const peers& p, unsigned short port, std::vector<dlock::client>& set,
+                             const timing& t) {
+  std::vector<row> rows;
+  dlock::lock_options polling;
+  polling.wake_on_release = false;
+  for (auto& [variant, options] : std::vector<std::pair<std::string, dlock::lock_options>>{
+           {"defaults (watches the key)", {}}, {"polling (wake_on_release = false)", polling}}) {
+    std::cerr << "lock_bench: dlock behind a node-redlock holder, " << variant << "\n";
+    flush_all(set);
+    std::string error;
+    auto r = run_behind_foreign_holder(p, port, set[0], options, variant, t, error);
+    if (r) rows.push_back(*r);
+    else std::cerr << "lock_bench: the foreign holder failed: " << error << "\n";
+  }
+  return rows;
+}
+
+int run_foreign_mode(const options& o) {
+  peers p = find_peers(o.peers_dir);
+  if (!p.usable) throw std::runtime_error("the npm peers cannot run: " + p.why_not);
+  redis_server server;
+  server_pids[0] = server.pid();
+  std::vector<dlock::client> set{dlock::client{server.url()}};
+  timing t{std::chrono::milliseconds(o.warm_ms),
+           std::chrono::milliseconds(static_cast<long>(o.seconds * 1000)), std::chrono::milliseconds(1)};
+  for (const auto& r : run_foreign(p, server.port(), set, t)) {
+    std::cout << r.variant << ": " << r.get("samples") << " samples, p50 " << r.get("p50_ms")
+              << " ms, p99 " << r.get("p99_ms") << " ms (" << r.get("foreign_releases")
+              << " foreign releases)\n";
+  }
   server_pids[0] = 0;
   return 0;
 }
@@ -386,6 +426,8 @@ int run_all(const options& o) {
         plan.push_back({lib, "fairness", 1, 8, 0});
       }
       for (int c : {8, 64}) plan.push_back({"redis-semaphore", "semaphore", 1, c, 0, 4});
+      auto set = first(1);
+      for (auto& r : run_foreign(p, ports[0], set, contended_t)) rows.push_back(std::move(r));
       for (const auto& s : plan) {
         int nodes = s.nodes;
         progress(s.library + " " + s.scenario + ", " + std::to_string(nodes) + " node(s), " +
@@ -428,6 +470,7 @@ int main(int argc, char** argv) {
     options o = parse(argc, argv);
     if (o.cycles > 0) return run_cycles_mode(o);
     if (o.async_lockers > 0 || o.thread_lockers > 0) return run_single_scenario_mode(o);
+    if (o.foreign_only) return run_foreign_mode(o);
     return run_all(o);
   } catch (const std::exception& e) {
     std::cerr << "lock_bench: " << e.what() << "\n";

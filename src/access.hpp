@@ -39,6 +39,8 @@ struct access {
   static inbox& wake_inbox(const client& c, std::uint16_t slot) {
     return c.link_->inbox_for(slot);
   }
+  // The node's request connection, or null for a cluster (whose connections its router keeps).
+  static connection* request_connection(const client& c) noexcept { return c.link_->conn.get(); }
   // The node's replication guard, or null when the client has none.
   static replication_guard* guard(const client& c) noexcept { return c.link_->guard.get(); }
   // The router of a redis-cluster:// client, or null.

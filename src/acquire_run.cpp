@@ -147,7 +147,14 @@ void acquire_run::pump() {
       progress.votes = &engine_.last_votes();
       if (!control_.on_retry(progress)) return stop(engine_.last_error());
     }
-    // The backstop; a wake-up, or completed inbox subscriptions, cut it short.
+    // A holder that is not dlock's wakes nobody when it lets go: watch its key instead.
+    for (const auto& held : engine_.take_foreign_holders()) {
+      if (auto* requests = access::request_connection(nodes_[held.node])) {
+        waiter_->watch_key(held.node, *requests, std::string(held.key));
+      }
+    }
+    // The backstop; a wake-up, a foreign holder's key changing, or completed inbox
+    // subscriptions, cut it short.
     waiter_->sleep(*delay, [self = shared_from_this()] { self->attempt(); });
   }
   auto result = engine_.take_outcome();

@@ -79,6 +79,13 @@ class lease_owner {
   // (lease::release_after). Same errors as start_extend.
   virtual void start_settle(const std::shared_ptr<lease_state>& state,
                             std::chrono::milliseconds ttl, done_handler handler) = 0;
+  // On the I/O thread: calls `on_change` once, when the lease's key changes on a node by
+  // another client's hand (deleted, overwritten), or at once when it no longer holds the
+  // lease's token there (inbox::watch_key). One-shot: the watchdog watches again after each
+  // renewal, since a renewal of ours ends the tracking. A lock's only; no-op elsewhere.
+  virtual void watch_changes(const std::shared_ptr<lease_state>&, std::function<void()>) {}
+  // Ends the watches of the lease whose token is `token`.
+  virtual void forget_changes(const std::string& /*token*/) {}
 };
 
 // Marks `state` lost (lease_state::mark_lost) and, the first time, tells the observer and the

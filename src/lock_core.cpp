@@ -2,6 +2,7 @@
 // (algo/acquisition.cpp decides; acquire_run and the helpers here carry it out).
 #include "lock_core.hpp"
 
+#include "access.hpp"
 #include "acquire_run.hpp"
 #include "algo/quorum_round.hpp"
 #include "algo/retry.hpp"
@@ -140,6 +141,52 @@ std::string lock_core::copies_moved_together(const std::vector<std::size_t>& hol
   std::vector<std::uint16_t> slots;
   for (const auto& copy : target_.copies) slots.push_back(hash_slot(copy.key));
   return copies_share_a_master(nodes_, slots, holding);
+}
+
+// Each node's inbox watches the key for a change that is not ours (inbox::watch_key); one
+// that is not subscribed yet (this process never waited there) subscribes first, and then
+// watches if the lease is still held. On one node a read that finds the key gone or another's
+// reports at once (it changed between the renewal and the watch). With N nodes only a later
+// change does: a Redlock lease is held by a quorum, and a node that did not grant (or lost the
+// key in a restart) would otherwise report at every watch, and every renewal would set off
+// the next one.
+void lock_core::watch_changes(const std::shared_ptr<lease_state>& state,
+                              std::function<void()> on_change) {
+  if (!options_.wake_on_release) return;  // no pub/sub wanted: nothing to be told through
+  std::function<bool(const reply&)> changed_already;
+  if (nodes_.size() == 1) {
+    changed_already = [token = state->token](const reply& value) {
+      return value.is_nil() || (value.is_string() && value.str() != token);
+    };
+  }
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    auto* requests = access::request_connection(nodes_[i]);
+    if (!requests) continue;  // a cluster
+    auto& box = access::wake_inbox(nodes_[i], 0);
+    if (!box.can_track()) continue;
+    const std::string& key = target_.keys_on(i).key;
+    if (box.subscribed()) {
+      box.watch_key(*requests, key, state->token, changed_already, on_change);
+      continue;
+    }
+    std::weak_ptr<lease_state> weak = state;
+    box.subscribe([self = shared_from_this(), i, weak, changed_already,
+                   on_change](std::error_code ec) {
+      auto held = weak.lock();
+      if (ec || !held || held->released.load() || held->lost.stop_requested()) return;
+      if (auto* conn = access::request_connection(self->nodes_[i])) {
+        access::wake_inbox(self->nodes_[i], 0)
+            .watch_key(*conn, self->target_.keys_on(i).key, held->token, changed_already,
+                       on_change);
+      }
+    });
+  }
+}
+
+void lock_core::forget_changes(const std::string& token) {
+  for (auto& node : nodes_) {
+    if (access::request_connection(node)) access::wake_inbox(node, 0).forget(token);
+  }
 }
 
 lease lock_core::adopt(std::string token, std::uint64_t fence) {

@@ -51,6 +51,9 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
   // The same, settling (lease_owner::start_settle).
   void start_settle(const std::shared_ptr<lease_state>& state, std::chrono::milliseconds ttl,
                     done_handler handler) override;
+  void watch_changes(const std::shared_ptr<lease_state>& state,
+                     std::function<void()> on_change) override;
+  void forget_changes(const std::string& token) override;
   lease adopt(std::string token, std::uint64_t fence);
 
  private:

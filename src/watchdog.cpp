@@ -9,7 +9,8 @@
 // ours" fires it at once (lease_lost, from lock_core's extend). A released lease is never
 // renewed again, and an answer that arrives after the release is ignored, so a release never
 // races with a renewal into a false loss signal, and extend being compare-and-pexpire means no
-// renewal can bring a released key back.
+// renewal can bring a released key back. A lock's key is also watched (client-side caching:
+// lock_core::watch_changes), so that another client taking it is found at once.
 #include <asio/dispatch.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
@@ -45,6 +46,8 @@ class keep_alive_task : public std::enable_shared_from_this<keep_alive_task> {
         cb(reason ? make_error_code(static_cast<errc>(reason)) : make_error_code(errc::lease_lost));
       });
     }
+    watcher_ = state->token;
+    watch(state);
     schedule();
   }
 
@@ -52,6 +55,7 @@ class keep_alive_task : public std::enable_shared_from_this<keep_alive_task> {
     stopped_ = true;
     timer_.cancel();
     on_lost_.reset();
+    if (!watcher_.empty()) owner_->forget_changes(watcher_);
   }
 
   // The deadline moved (a manual extend): plan the next renewal from it, and watch the new end
@@ -61,10 +65,45 @@ class keep_alive_task : public std::enable_shared_from_this<keep_alive_task> {
     if (stopped_ || !state) return;
     next_renewal_ = plan(steady::now(), jittered(options_.interval), *state);
     timer_.cancel();
+    watch(state);  // the extend ended the tracking
     schedule();
   }
 
  private:
+  // A change of the key by another client (deleted, overwritten) is checked at once with a
+  // renewal, which finds the key not ours and fires the loss signal: the moment someone else
+  // takes the key, not at the next renewal (lock_core::watch_changes). Our own renewals change
+  // the key too, but send nothing (NOLOOP) and end the tracking, so every renewal watches again.
+  void watch(const std::shared_ptr<lease_state>& state) {
+    std::weak_ptr<keep_alive_task> weak = shared_from_this();
+    owner_->watch_changes(state, [weak] {
+      if (auto self = weak.lock()) self->on_key_changed();
+    });
+  }
+
+  void on_key_changed() {
+    auto state = state_.lock();
+    if (stopped_ || !state || state->released.load() || state->lost.stop_requested()) return;
+    if (in_flight_) {
+      recheck_ = true;  // the renewal on its way may have run before the change
+      return;
+    }
+    // Past a cap (max_hold, max_renewals) nothing is renewed any more; the lease ends at its
+    // validity, as it would have. At most one such check per quarter interval, whatever
+    // reports changes: they must never turn into a stream of renewals.
+    auto now = steady::now();
+    if (!may_renew(now)) return;
+    auto earliest = last_check_ + options_.interval / 4;
+    if (now < earliest) {
+      next_renewal_ = std::min(next_renewal_, earliest);
+      timer_.cancel();
+      return schedule();
+    }
+    last_check_ = now;
+    next_renewal_ = now;  // a renewal due now: its lag is 0
+    renew(state);
+  }
+
   // +-10 %, so that leases taken together spread their renewals.
   static steady::duration jittered(std::chrono::milliseconds interval) {
     auto r = static_cast<double>(jitter_random() % 2001) / 10000.0;  // 0 .. 0.2
@@ -117,6 +156,15 @@ class keep_alive_task : public std::enable_shared_from_this<keep_alive_task> {
       // lease_lost / lease_expired already fired the signal; anything else may heal.
       auto after = ec ? steady::duration(self->options_.interval / 4)
                       : jittered(self->options_.interval);
+      // A change reported while this renewal was out is checked by another one, as soon as
+      // on_key_changed's pace allows.
+      if (std::exchange(self->recheck_, false) && !ec) {
+        auto now = steady::now();
+        auto earliest = self->last_check_ + self->options_.interval / 4;
+        after = std::max(steady::duration::zero(), earliest - now);
+        self->last_check_ = now + after;
+      }
+      if (!ec) self->watch(state);
       self->next_renewal_ = plan(steady::now(), after, *state);
       self->timer_.cancel();
       self->schedule();
@@ -143,6 +191,9 @@ class keep_alive_task : public std::enable_shared_from_this<keep_alive_task> {
   std::optional<std::stop_callback<std::function<void()>>> on_lost_;
   steady::time_point started_, next_renewal_;
   int renewals_ = 0;
+  std::string watcher_;  // the token its watches go by (forget_changes)
+  steady::time_point last_check_{};  // the last renewal a reported change set off
+  bool recheck_ = false;
   bool in_flight_ = false;
   bool stopped_ = false;
 };

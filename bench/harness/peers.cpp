@@ -6,10 +6,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
+#include <thread>
+
+#include "dlock/mutex.hpp"
 
 namespace dlock::bench {
 
@@ -113,6 +119,79 @@ std::optional<row> run_peer(const peers& p, const peer_scenario& s,
   }
   double ops = numbers.count("operations_total") ? numbers["operations_total"] : 0;
   add_server_figures(r, before, after, s.library, ops);
+  return r;
+}
+
+std::optional<row> run_behind_foreign_holder(const peers& p, unsigned short port, client node,
+                                             const lock_options& options,
+                                             const std::string& variant, const timing& t,
+                                             std::string& error) {
+  std::string prefix = "peer:" + std::to_string(::getpid()) + ":";
+  std::string out_file = std::filesystem::temp_directory_path() /
+                         ("dlock-foreign-" + std::to_string(::getpid()) + ".txt");
+  std::filesystem::remove(out_file);
+  std::ostringstream cmd;
+  cmd << "cd '" << p.dir << "' && timeout 120 node peer_bench.cjs --lib node-redlock"
+      << " --scenario holder --ports " << port << " --concurrency 1 --measure-ms "
+      << (t.warm + t.measure).count() << " --hold-ms 20 --retry-ms 2"
+      << " --key-prefix " << prefix << " --out " << out_file;
+  std::atomic<bool> holder_done{false};
+  int status = -1;
+  std::string printed;
+  std::thread foreign([&] {
+    if (FILE* pipe = ::popen(cmd.str().c_str(), "r")) {
+      char buf[4096];
+      while (std::fgets(buf, sizeof buf, pipe) != nullptr) printed += buf;
+      status = ::pclose(pipe);
+    }
+    holder_done = true;
+  });
+  // One waiter: lock() while node-redlock holds the key; once held, tell node-redlock (INCR
+  // <key>:taken), release, and stay away until node-redlock surely holds it again, so that the
+  // next lock() again finds it held.
+  struct acquisition {
+    bench_clock::time_point asked, held;
+  };
+  std::vector<acquisition> got;
+  mutex waiter{node, prefix + "foreign", options};
+  while (!holder_done) {
+    auto asked = bench_clock::now();
+    std::error_code ec;
+    auto held = waiter.acquire_until(asked + std::chrono::seconds(2), ec);
+    if (!held) continue;
+    got.push_back({asked, bench_clock::now()});
+    node.exec({"INCR", prefix + "foreign:taken"}, ec);
+    held.release();
+    std::this_thread::sleep_for(std::chrono::milliseconds(8));
+  }
+  foreign.join();
+  if (status != 0) {
+    error = "node exited with status " + std::to_string(status) + ": " + printed;
+    return std::nullopt;
+  }
+  std::vector<bench_clock::time_point> releases;
+  std::ifstream in(out_file);
+  for (long long ns; in >> ns;) {
+    releases.emplace_back(std::chrono::duration_cast<bench_clock::duration>(std::chrono::nanoseconds(ns)));
+  }
+  std::filesystem::remove(out_file);
+  auto measured_from = releases.empty() ? bench_clock::time_point{} : releases.front() + t.warm;
+  std::vector<double> after_release_ms;
+  for (const auto& a : got) {
+    // The last foreign release before the acquisition; it must have come while the waiter
+    // was waiting (else the lock was free when asked: no sample).
+    auto it = std::upper_bound(releases.begin(), releases.end(), a.held);
+    if (it == releases.begin()) continue;
+    auto released = *std::prev(it);
+    if (released < a.asked || released < measured_from) continue;
+    after_release_ms.push_back(std::chrono::duration<double, std::milli>(a.held - released).count());
+  }
+  auto stats = summarize(after_release_ms);
+  row r{"foreign", "dlock", variant + ", behind node-redlock", 1, 1, {}, {}};
+  r.figures["p50_ms"] = stats.p50_ms;
+  r.figures["p99_ms"] = stats.p99_ms;
+  r.figures["samples"] = static_cast<double>(stats.samples);
+  r.figures["foreign_releases"] = static_cast<double>(releases.size());
   return r;
 }
 

@@ -35,6 +35,15 @@ std::optional<row> run_peer(const peers& p, const peer_scenario& s,
                             const std::vector<unsigned short>& ports, std::vector<client>& nodes,
                             const timing& t, std::string& error);
 
+// The "foreign" scenario: node-redlock (peer_bench.cjs --scenario holder) takes one key over
+// and over, holding it ~20 ms, while one dlock waiter with `options` wants the same lock. Each
+// dlock acquisition whose lock() began before a foreign release is paired with that release:
+// the figures are how long after it the waiter held the lock (p50/p99, ms).
+std::optional<row> run_behind_foreign_holder(const peers& p, unsigned short port, client node,
+                                             const lock_options& options,
+                                             const std::string& variant, const timing& t,
+                                             std::string& error);
+
 // Parses a flat JSON object of strings and numbers (what peer_bench.cjs prints).
 bool parse_flat_json(const std::string& text, std::map<std::string, std::string>& strings,
                      std::map<std::string, double>& numbers);

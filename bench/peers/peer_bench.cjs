@@ -2,7 +2,7 @@
 // against the given loopback ports and prints one JSON object on stdout.
 //
 //   node peer_bench.cjs --lib node-redlock|redis-semaphore
-//        --scenario uncontended|contended|fairness|semaphore --ports P1[,P2,...] --concurrency N
+//        --scenario uncontended|contended|fairness|semaphore|holder --ports P1[,P2,...] --concurrency N
 //        [--warm-ms 300] [--measure-ms 1500] [--hold-ms 1] [--retry-ms 0 (library defaults) | R]
 //        [--limit 1 (a mutex) | L (redis-semaphore's Semaphore)] [--key-prefix peer:]
 //
@@ -191,6 +191,30 @@ async function contended(args, lib) {
   };
 }
 
+// The foreign holder of lock_bench's "foreign" scenario: the library takes one key, holds it
+// --hold-ms, and lets it go; it takes it again once dlock's waiter has had it (the waiter
+// INCRs <key>:taken while holding it; after 300 ms without, it goes on anyway), for
+// --measure-ms. Writes the time (CLOCK_MONOTONIC ns, as std::chrono::steady_clock reads it)
+// just before each release to --out, one per line: dlock's side pairs its acquisitions with
+// them.
+async function holder(args, lib, clients) {
+  const key = `${args.keyPrefix}foreign`;
+  const lock = lib.make(key);
+  const end = now() + BigInt(args.measureMs) * 1_000_000n;
+  const releases = [];
+  while (now() < end) {
+    await lock.acquire();
+    await sleep(args.holdMs);
+    const taken = await clients[0].get(`${key}:taken`);
+    releases.push(now());
+    await lock.release();
+    const giveUp = now() + 300_000_000n;
+    while (now() < giveUp && (await clients[0].get(`${key}:taken`)) === taken) await sleep(1);
+  }
+  fs.writeFileSync(args.out, releases.join('\n') + '\n');
+  return { operations_total: releases.length };
+}
+
 async function main() {
   const args = parseArgs(process.argv);
   const clients = args.ports.map((port) => new Redis({
@@ -199,9 +223,10 @@ async function main() {
   }));
   await Promise.all(clients.map((c) => c.connect()));
   const lib = makeLibrary(args, clients);
-  const run = args.scenario === 'uncontended' ? uncontended : contended;
+  const run = args.scenario === 'uncontended' ? uncontended
+    : args.scenario === 'holder' ? holder : contended;
   const cpuBefore = process.cpuUsage();
-  const figures = await run(args, lib);
+  const figures = await run(args, lib, clients);
   const cpu = process.cpuUsage(cpuBefore);  // this process, user + system, microseconds
   if (figures.operations_total > 0) {
     figures.client_cpu_us_per_op = (cpu.user + cpu.system) / figures.operations_total;

@@ -35,7 +35,9 @@ struct lock_options {
   std::string key_prefix;
   /// A waiter queues on the nodes and the release wakes the first one through pub/sub, so a
   /// freed lock passes on within about a round trip; retry_delay remains the backstop for a lost
-  /// wake-up. Off: plain polling every retry_delay (for servers without pub/sub).
+  /// wake-up. Behind a holder of another library (node-redlock, redsync...), the waiter watches
+  /// the key instead (Redis's CLIENT TRACKING): its release, expiry or overwrite wakes it.
+  /// Off: plain polling every retry_delay (for servers without pub/sub).
   bool wake_on_release = true;
   /// First come, first served: the lock goes to waiters in arrival order, and newcomers do not
   /// barge in. Needs wake_on_release and a single node (with N nodes each node's queue could

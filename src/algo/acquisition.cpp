@@ -222,6 +222,8 @@ struct acquisition::impl {
   std::int64_t granted_fence = 0;
   std::error_code last_error;
   node_results last_votes;
+  // Lock: the nodes where the round begun last found a holder that is not a dlock client.
+  std::vector<std::size_t> foreign_holders;
   // The time of the call being handled (each entry point sets it): emit() judges by it.
   steady::time_point now_{};
   // Attempt requests given up on while unanswered (wants_fallback).
@@ -330,6 +332,7 @@ struct acquisition::impl {
   void begin_lock_round(steady::time_point now, const std::vector<std::string>& channels) {
     std::size_t index = round_started.size();
     round_started.push_back(now);
+    foreign_holders.clear();
     round.emplace(round_state{index, round_value(index),
                               quorum_round(nodes(), now, lock->ttl, lock->drift_factor)});
     const auto& names = node_names();
@@ -359,11 +362,16 @@ struct acquisition::impl {
     const auto& e = r.elements();
     if (ec) {
       votes.failed(node, ec, r.is_error() ? r.str() : std::string());
-    } else if (r.is_array() && e.size() == 2 && e[0].is_integer() && e[1].is_integer()) {
+    } else if (r.is_array() && (e.size() == 2 || e.size() == 3) && e[0].is_integer() &&
+               e[1].is_integer()) {
       if (e[0].integer() == 1) {
         votes.granted(node, e[1].integer());
       } else {
         votes.taken(node, e[1].integer());
+        // {0, ttl, 1}: the holder is another client's (acquire.lua).
+        if (e.size() == 3 && e[2].is_integer() && e[2].integer() == 1) {
+          foreign_holders.push_back(node);
+        }
       }
     } else {
       votes.failed(node, errc::protocol_error, "unexpected reply " + r.to_string());
@@ -850,6 +858,15 @@ std::vector<request> acquisition::take_requests() { return std::exchange(impl_->
 
 std::optional<steady::duration> acquisition::take_sleep() {
   return std::exchange(impl_->sleep, std::nullopt);
+}
+
+std::vector<acquisition::foreign_holder> acquisition::take_foreign_holders() {
+  std::vector<foreign_holder> out;
+  if (!impl_->lock) return out;
+  for (auto node : std::exchange(impl_->foreign_holders, {})) {
+    out.push_back({node, impl_->lock->keys_on(node).key});
+  }
+  return out;
 }
 
 std::optional<acquisition::outcome> acquisition::take_outcome() {

@@ -188,6 +188,14 @@ class acquisition {
   std::vector<request> take_requests();
   std::optional<steady::duration> take_sleep();
   std::optional<outcome> take_outcome();
+  // After a lock's failed attempt (take_sleep had a value): the nodes where the holder is not a
+  // dlock client (node-redlock, redsync...), with the lock's key there, once each. Such a
+  // holder's release wakes nobody, so the driver watches the key (wake_waiter::watch_key).
+  struct foreign_holder {
+    std::size_t node;
+    std::string_view key;  // into the target
+  };
+  std::vector<foreign_holder> take_foreign_holders();
   bool done() const noexcept;
   // Some attempt queued us on some node (a channel was given).
   bool queued() const noexcept;

@@ -19,6 +19,7 @@
 -- round's value, so that a release still in flight for the earlier value finds nothing),
 -- {0, holder's PTTL} when not (0 when the lock is free but another waiter is ahead in fair
 -- mode; the quarantine's remaining ms when the node is quarantined and the lock is free),
+-- {0, holder's PTTL, 1} when the holder is not a dlock client (see the end),
 -- and a WRONGTYPE error when the key holds something that is not a lock (SET NX alone would
 -- say "busy" forever; GET raises it).
 local key, fence_key, queue, info, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -113,4 +114,12 @@ if waiter ~= '' then
     if redis.call('PTTL', k) < 2 * waiter_ttl then redis.call('PEXPIRE', k, 2 * waiter_ttl) end
   end
 end
-return {0, math.max(redis.call('PTTL', key), quarantined)}
+local left = math.max(redis.call('PTTL', key), quarantined)
+-- A holder whose value is not dlock's ("<hex id>.<round>" or "<hex id>.h<round>") is another
+-- client's (node-redlock, redsync, redis-py...), whose release wakes nobody: the third element
+-- tells the waiter to watch the key instead (CLIENT TRACKING, net/inbox.hpp). So is dlock's own
+-- settled value ("<value>:settled", lease::release_after), whose expiry wakes nobody either.
+-- Not for dlock's holders otherwise, whose release wakes exactly one waiter; watching those
+-- would wake them all.
+if holder and not string.match(holder, '^%x+%.h?%d+$') then return {0, left, 1} end
+return {0, left}

@@ -10,7 +10,11 @@ namespace dlock::detail {
 inbox::inbox(endpoint where, client_options options)
     : conn_(std::make_shared<connection>(std::move(where), options)),
       options_(std::move(options)),
-      channel_("dlock:wake:" + random_token()) {}
+      channel_("dlock:wake:" + random_token()) {
+  // Under Sentinel the request connection may reach another node than this one for a while,
+  // where the redirect id would name a stranger's connection.
+  tracking_possible_ = !conn_->where().is_sentinel();
+}
 
 inbox::inbox(std::shared_ptr<cluster_router> router, std::shared_ptr<shard_subscribers> subscribers,
              std::uint16_t slot, client_options options)
@@ -62,10 +66,29 @@ void inbox::subscribe(unique_function<void(std::error_code)> done) {
   if (subscribing_) return;
   subscribing_ = true;
   install_handlers();
-  conn_->submit(subscribe_payload(channel_, router_ != nullptr), 1,
+  // With tracking: CLIENT ID first (watch_key redirects invalidations to this connection), and
+  // __redis__:invalidate, the channel they come on, as Redis's documentation asks. Either may
+  // be refused (an ACL, an old server) without harm: wake-ups still work, foreign holders are
+  // polled.
+  bool with_tracking = tracking_possible_ && !router_;
+  std::string payload = subscribe_payload(channel_, router_ != nullptr);
+  if (with_tracking) {
+    payload = std::string(command{"CLIENT", "ID"}.bytes()) + payload +
+              subscribe_payload("__redis__:invalidate");
+  }
+  conn_->submit(std::move(payload), with_tracking ? 3 : 1,
                 clock::now() + conn_->options().request_timeout,
-                [self = shared_from_this()](std::error_code ec, reply r) {
+                [self = shared_from_this(), with_tracking](std::error_code ec, reply r) {
                   self->subscribing_ = false;
+                  self->tracking_id_.reset();
+                  if (!ec && with_tracking) {
+                    auto steps = r.elements();  // a copy: r takes the confirmation below
+                    if (steps.size() == 3 && steps[0].is_integer()) {
+                      self->tracking_id_ = steps[0].integer();
+                    }
+                    r = steps.size() == 3 ? std::move(steps[1]) : reply{};
+                    if (r.is_error()) ec = error_from_reply(r);
+                  }
                   bool confirmed = r.is_array() && !r.elements().empty() &&
                                    r.elements()[0].str() ==
                                        (self->router_ ? "ssubscribe" : "subscribe");
@@ -88,7 +111,97 @@ void inbox::listen(const std::string& token, std::function<void(std::string_view
   listeners_[token] = std::move(on_wake);
 }
 
-void inbox::forget(const std::string& token) { listeners_.erase(token); }
+void inbox::forget(const std::string& token) {
+  listeners_.erase(token);
+  for (auto it = watchers_.begin(); it != watchers_.end();) {
+    std::erase_if(it->second, [&](const watch& w) { return w.watcher == token; });
+    it = it->second.empty() ? watchers_.erase(it) : std::next(it);
+  }
+}
+
+bool inbox::can_track() const noexcept {
+  return tracking_possible_ && !router_ && !tracking_refused_;
+}
+
+void inbox::watch_key(connection& requests, const std::string& key, const std::string& watcher,
+                      std::function<bool(const reply&)> changed_already,
+                      std::function<void()> on_change) {
+  if (!subscribed_ || !tracking_id_ || !can_track()) return;
+  auto& watches = watchers_[key];
+  std::erase_if(watches, [&](const watch& w) { return w.watcher == watcher; });
+  watches.push_back({watcher, std::move(on_change)});
+  // Sent again at every watch: the request connection forgets its tracking when it reconnects,
+  // and the redirect id changes when this connection does. OPTIN: only the read after CACHING
+  // yes is tracked, and nothing else sent on the request connection. PUBSUB NUMSUB first: the
+  // redirect id is only ours on the server where this inbox is subscribed, and the request
+  // connection may already reach another one (a restart or an address failover this inbox has
+  // not noticed yet), where the id may be a stranger's connection.
+  command read{"PUBSUB", "NUMSUB", channel_};
+  read.then({"CLIENT", "TRACKING", "on", "REDIRECT", std::to_string(*tracking_id_), "OPTIN",
+             "NOLOOP"})
+      .then({"CLIENT", "CACHING", "yes"})
+      .then({"GET", key});
+  std::weak_ptr<inbox> weak = weak_from_this();
+  std::weak_ptr<connection> via = requests.weak_from_this();
+  requests.submit(
+      std::string(read.bytes()), 4, clock::now() + requests.options().request_timeout,
+      [weak, via, key, watcher, changed_already = std::move(changed_already)](std::error_code ec,
+                                                                              reply r) {
+        auto self = weak.lock();
+        if (!self || ec || !r.is_array() || r.elements().size() != 4) return;
+        const auto& steps = r.elements();
+        for (std::size_t i = 0; i < 3; ++i) {
+          if (!steps[i].is_error()) continue;
+          // Not offered here (Redis before 6, an ACL): never asked again. Anything else (the
+          // redirect id is gone: this inbox's connection died on the server) passes.
+          const auto& text = steps[i].str();
+          if (text.rfind("NOPERM", 0) == 0 || text.find("nknown") != std::string::npos) {
+            self->tracking_refused_ = true;
+          }
+          return self->forget_watch(key, watcher);
+        }
+        // ["channel", count]: 0 means another server than this inbox's; stop tracking there.
+        const auto& numsub = steps[0].elements();
+        if (numsub.size() != 2 || numsub[1].integer() < 1) {
+          if (auto conn = via.lock()) {
+            conn->submit(std::string(command{"CLIENT", "TRACKING", "off"}.bytes()), 1,
+                         clock::now() + conn->options().request_timeout,
+                         [](std::error_code, reply) {});
+          }
+          return self->forget_watch(key, watcher);
+        }
+        // Changed before the read: no invalidation will come to say so.
+        if (changed_already && changed_already(steps[3])) self->on_invalidated(&key, &watcher);
+      });
+}
+
+void inbox::forget_watch(const std::string& key, const std::string& watcher) {
+  auto it = watchers_.find(key);
+  if (it == watchers_.end()) return;
+  std::erase_if(it->second, [&](const watch& w) { return w.watcher == watcher; });
+  if (it->second.empty()) watchers_.erase(it);
+}
+
+void inbox::on_invalidated(const std::string* key, const std::string* only) {
+  std::vector<watch> fired;
+  for (auto it = watchers_.begin(); it != watchers_.end();) {
+    if (key && it->first != *key) {
+      ++it;
+      continue;
+    }
+    auto& watches = it->second;
+    for (auto w = watches.begin(); w != watches.end();) {
+      if (only && w->watcher != *only) {
+        ++w;
+        continue;
+      }
+      fired.push_back(std::move(*w));
+      w = watches.erase(w);
+    }
+    it = watches.empty() ? watchers_.erase(it) : std::next(it);
+  }
+  for (auto& w : fired) w.on_change();  // may watch again
+}
 
 // ["message" or "smessage", channel, payload]: the payload starts with the token of the waiter
 // to wake. ["sunsubscribe", channel, count] unasked: the slot moved to another master.
@@ -98,6 +211,16 @@ void inbox::on_message(const reply& r) {
   if (e[0].str() == "sunsubscribe") {
     if (router_) router_->refresh();
     return on_drop();
+  }
+  // ["message", "__redis__:invalidate", [key, ...]], or nil after a FLUSHDB: watch_key's.
+  // Tracking ignores the database: a key of the same name written in another one counts too.
+  // Anything else on that channel (a client that PUBLISHes to it) is no invalidation.
+  if (e[1].str() == "__redis__:invalidate") {
+    if (e[2].is_nil()) return on_invalidated(nullptr, nullptr);
+    for (const auto& key : e[2].elements()) {
+      if (key.is_string()) on_invalidated(&key.str(), nullptr);
+    }
+    return;
   }
   std::string_view payload = e[2].str();
   auto space = payload.find(' ');
@@ -135,6 +258,10 @@ void inbox::remember_gave_up(const std::string& token, clock::time_point until,
 }
 
 void inbox::on_drop() {
+  tracking_id_.reset();
+  // Their invalidations are lost with the connection: waiters are woken below (or were never
+  // confirmed); kept-alive leases fall back to their renewals, which watch again.
+  watchers_.clear();
   if (!std::exchange(subscribed_, false)) return;
   std::vector<std::function<void(std::string_view)>> all;
   for (auto& [token, wake] : listeners_) all.push_back(wake);
@@ -302,6 +429,16 @@ void wake_waiter::sleep(std::chrono::steady_clock::duration backstop,
       if (p->any_subscribed && !self->done_ && !self->in_attempt_) self->timer_.cancel();
     });
   }
+}
+
+void wake_waiter::watch_key(std::size_t node, connection& requests, const std::string& key) {
+  if (!listening_ || done_ || node >= boxes_.size()) return;
+  std::weak_ptr<wake_waiter> weak = shared_from_this();
+  // Gone before the read: wake now.
+  auto gone = [](const reply& value) { return value.is_nil(); };
+  boxes_[node]->watch_key(requests, key, token_, gone, [weak] {
+    if (auto self = weak.lock()) self->on_wake("");
+  });
 }
 
 void wake_waiter::finish() {

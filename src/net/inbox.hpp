@@ -84,6 +84,7 @@ class inbox : public std::enable_shared_from_this<inbox> {
   // plain wake-up, "<fence> <round>" for a handoff), and once with "" for every waiter when
   // a confirmed subscription drops (a message may have been lost then: try again).
   void listen(const std::string& token, std::function<void(std::string_view)> on_wake);
+  // Also ends the watches (watch_key) named `token`.
   void forget(const std::string& token);
   // After an acquisition that queued here gave up (forget() came first): a handoff naming
   // `token` that arrives before `until` runs `give_back` with what followed the token, once,
@@ -92,6 +93,23 @@ class inbox : public std::enable_shared_from_this<inbox> {
   // permits nobody will use or release: without this they would be held by nobody for a TTL.
   void remember_gave_up(const std::string& token, clock::time_point until,
                         std::function<void(std::string_view)> give_back);
+  // Calls `on_change` once, when `key` is next deleted, overwritten, extended or expires, or at
+  // once when `changed_already` (may be null: never) says the value the watch read (a GET's
+  // reply) shows a change that came first. For a waiter behind a holder of another library
+  // (node-redlock, redsync...), whose release publishes nothing, and for a kept-alive lease
+  // whose key someone else deletes. Redis's client-side caching does it: `requests` (the
+  // node's request connection) turns CLIENT TRACKING on, redirected to this inbox's connection
+  // (OPTIN NOLOOP), and GETs the key under CLIENT CACHING yes; the key's next change sends this
+  // inbox an invalidation. One-shot, as tracking is. NOLOOP: a change `requests` itself makes
+  // (a renewal of ours) sends nothing, but ends the tracking, so the caller watches again after
+  // it. `watcher` names the watch for forget(). Nothing where the node cannot (can_track(),
+  // not subscribed, servers before Redis 6, users the ACL denies it): the caller polls.
+  void watch_key(connection& requests, const std::string& key, const std::string& watcher,
+                 std::function<bool(const reply&)> changed_already,
+                 std::function<void()> on_change);
+  // Whether watch_key may work here: not sharded, not under Sentinel (the request connection
+  // may reach another node than this one for a while), not refused by the node.
+  bool can_track() const noexcept;
   // Closes the subscriber connection (the client's last copy is gone); a later subscribe()
   // connects again. Sharded: shard_subscribers closes the shared ones.
   void close();
@@ -105,6 +123,10 @@ class inbox : public std::enable_shared_from_this<inbox> {
   // slot moved), or null when it knows none yet.
   bool connect_to_slot_owner();
   void install_handlers();
+  // An invalidation (watch_key): ends the watches of `key` (every key when null; only the one
+  // named `only` when set) and calls them.
+  void on_invalidated(const std::string* key, const std::string* only);
+  void forget_watch(const std::string& key, const std::string& watcher);
 
   std::shared_ptr<connection> conn_;
   std::shared_ptr<cluster_router> router_;  // sharded only
@@ -123,6 +145,16 @@ class inbox : public std::enable_shared_from_this<inbox> {
     std::function<void(std::string_view)> give_back;
   };
   std::unordered_map<std::string, gave_up> gave_up_;  // remember_gave_up's
+  // watch_key's: the subscriber connection's CLIENT ID, read with each SUBSCRIBE (none when
+  // the node refused it, or tracking is off here), and the tokens watching each key.
+  bool tracking_possible_ = false;
+  bool tracking_refused_ = false;
+  std::optional<std::int64_t> tracking_id_;
+  struct watch {
+    std::string watcher;
+    std::function<void()> on_change;
+  };
+  std::unordered_map<std::string, std::vector<watch>> watchers_;  // by key
   // After a failed subscription: no new SUBSCRIBE before retry_after_ (doubling backoff_).
   static constexpr std::chrono::milliseconds min_subscribe_backoff{250};
   static constexpr std::chrono::milliseconds max_subscribe_backoff{10000};
@@ -153,6 +185,10 @@ class wake_waiter : public std::enable_shared_from_this<wake_waiter> {
   void sleep(std::chrono::steady_clock::duration backstop, unique_function<void()> next);
   // Stops listening; a sleep still pending ends without running its `next`.
   void finish();
+  // The last attempt found `key` on node `node` held by another client: a change of it wakes
+  // this waiter (inbox::watch_key, over `requests`, the node's request connection). Only while
+  // listening there.
+  void watch_key(std::size_t node, connection& requests, const std::string& key);
   // Where a handoff message goes ("<fence> <attempt>", see release.lua); it returns false when
   // it did not take the lock, and the message then counts as a plain wake-up, as it does
   // without a handler. Runs on the I/O thread, never after finish().

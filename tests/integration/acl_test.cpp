@@ -151,6 +151,36 @@ TEST_F(AclTest, LeastPrivilegeUserCanLockUnlockAndExtend) {
   expect_no_denials();
 }
 
+// Behind a holder that is not a dlock client, the waiter watches the key (CLIENT TRACKING):
+// the documented rule allows it, and the foreign release wakes the waiter.
+TEST_F(AclTest, LeastPrivilegeUserIsWokenByAForeignRelease) {
+  client u = user("foreign-waiter", lock_rule());
+  admin_.exec({"SET", "locks:" + name_, "node-redlock-value", "PX", "60000"});
+  lock_options o = under_prefix_;
+  o.retry_delay = 6s;  // the backstop: far longer than a wake-up takes
+  mutex waiter{u, name_, o};
+  auto acquired = std::async(std::launch::async, [&] {
+    bool ok = waiter.try_lock_for(15s);
+    auto at = steady::now();
+    if (ok) waiter.unlock();
+    return std::make_pair(ok, at);
+  });
+  auto until = steady::now() + 5s;
+  auto watches = [&] {
+    auto info = admin_.exec({"INFO", "commandstats"}).str();
+    return info.find("cmdstat_client|tracking:") != std::string::npos;
+  };
+  while (!watches() && steady::now() < until) std::this_thread::sleep_for(5ms);
+  EXPECT_LT(steady::now(), until) << "the waiter never watched the key";
+  auto released = steady::now();
+  admin_.exec({"DEL", "locks:" + name_});
+  ASSERT_EQ(acquired.wait_for(20s), std::future_status::ready);
+  auto [ok, at] = acquired.get();
+  EXPECT_TRUE(ok) << waiter.last_error().message();
+  EXPECT_LT(at - released, 2s) << "woken by the release, not by its 3-6 s backstop";
+  expect_no_denials();
+}
+
 TEST_F(AclTest, LeastPrivilegeUserWaitsAndIsWokenByTheRelease) {
   client u = user("waiter", lock_rule());
   for (bool fair : {false, true}) {

@@ -87,6 +87,58 @@ TEST_F(LeaseTest, ReleaseAfterLeavesTheKeyForThatLongThenItExpires) {
   EXPECT_EQ(client_.exec({"GET", test_key()}).str(), "someone-else");
 }
 
+// A kept-alive lease watches its key (CLIENT TRACKING through the client's inbox): another
+// client deleting or overwriting it fires lost() at once, not at the next renewal (here 10 s
+// away).
+TEST_F(LeaseTest, KeepAliveReportsAnotherClientTakingTheKeyAtOnce) {
+  client other{server_.url()};
+  auto watches = [&] {
+    auto info = other.exec({"INFO", "commandstats"}).str();
+    auto at = info.find("cmdstat_client|tracking:calls=");
+    return at == std::string::npos ? 0 : std::stoll(info.substr(at + 30));
+  };
+  for (bool overwrite : {false, true}) {
+    SCOPED_TRACE(overwrite ? "overwritten" : "deleted");
+    mutex m{client_, test_key(), {.ttl = 30s}};
+    auto l = m.acquire();
+    std::atomic<int> reason{0};
+    auto before = watches();
+    ASSERT_FALSE(l.keep_alive({.on_lost = [&](std::error_code ec) { reason = ec.value(); }}));
+    ASSERT_TRUE(eventually([&] { return watches() > before; })) << "the lease is not watched";
+    auto taken = std::chrono::steady_clock::now();
+    if (overwrite) {
+      other.exec({"SET", test_key(), "another-library", "PX", "30000"});
+    } else {
+      other.exec({"DEL", test_key()});
+    }
+    ASSERT_TRUE(eventually([&] { return l.lost().stop_requested(); }, 5s));
+    EXPECT_LT(std::chrono::steady_clock::now() - taken, 2s) << "found at a renewal, not at once";
+    EXPECT_TRUE(eventually([&] { return reason.load() != 0; }, 1s));
+    EXPECT_EQ(reason.load(), static_cast<int>(errc::lease_lost));
+    other.exec({"DEL", test_key()});
+  }
+}
+
+// The renewals change the key too; they must not read as someone else's change (which would
+// renew again at once, and again): about one extend per interval.
+TEST_F(LeaseTest, KeepAliveRenewalsDoNotSetOffTheirOwnWatch) {
+  mutex m{client_, test_key(), {.ttl = 300ms}};
+  auto l = m.acquire();
+  auto scripts = [&] {
+    auto info = client_.exec({"INFO", "commandstats"}).str();
+    auto at = info.find("cmdstat_evalsha:calls=");
+    return at == std::string::npos ? 0 : std::stoll(info.substr(at + 22));
+  };
+  auto before = scripts();
+  ASSERT_FALSE(l.keep_alive());  // every ~100 ms
+  std::this_thread::sleep_for(1500ms);
+  auto renewals = scripts() - before;
+  EXPECT_FALSE(l.lost().stop_requested());
+  EXPECT_GE(renewals, 8);
+  EXPECT_LE(renewals, 25) << "renewals set off more renewals";
+  EXPECT_FALSE(l.release());
+}
+
 TEST_F(LeaseTest, CapsStopTheRenewalsAndTheLeaseThenRunsOut) {
   mutex m{client_, test_key(), {.ttl = 150ms}};
   auto l = m.acquire();

@@ -135,6 +135,62 @@ TEST_F(RedlockPersistentTest, ProcessesExcludeEachOtherWhileANodeCrashesAndResta
   EXPECT_EQ(count(), total);
 }
 
+// A kept-alive Redlock lease watches its key on every node. A node that does not hold it (it
+// answered "taken" at the grant, or lost the key) must not report at every watch: each renewal
+// would set off the next (found by review). Another client taking the key from a majority is
+// found at once.
+TEST_F(RedlockTest, AKeptAliveLeaseWatchesItsKeyWithoutRenewingInALoop) {
+  auto key = test_key();
+  lock_by_other(4, key, 60s);  // node 4 votes "taken"
+  mutex m{nodes_, key, {.ttl = 300ms}};
+  auto l = m.acquire();
+  auto scripts = [&] {
+    long long calls = 0;
+    for (auto& a : admin_) {
+      auto info = a.exec({"INFO", "commandstats"}).str();
+      auto at = info.find("cmdstat_evalsha:calls=");
+      if (at != std::string::npos) calls += std::stoll(info.substr(at + 22));
+    }
+    return calls;
+  };
+  auto before = scripts();
+  ASSERT_FALSE(l.keep_alive());  // every ~100 ms, on 5 nodes
+  std::this_thread::sleep_for(1500ms);
+  auto per_node = (scripts() - before) / static_cast<long long>(n_nodes);
+  EXPECT_FALSE(l.lost().stop_requested());
+  EXPECT_GE(per_node, 8);
+  EXPECT_LE(per_node, 25) << "renewals set off more renewals";
+  EXPECT_FALSE(l.release());
+  // A long lease (renewals 10 s apart) loses its key on a majority.
+  auto watches = [&] {
+    long long calls = 0;
+    for (auto& a : admin_) {
+      auto info = a.exec({"INFO", "commandstats"}).str();
+      auto at = info.find("cmdstat_client|tracking:calls=");
+      if (at != std::string::npos) calls += std::stoll(info.substr(at + 30));
+    }
+    return calls;
+  };
+  mutex long_held{nodes_, key + ":long", {.ttl = 30s}};
+  auto held = long_held.acquire();
+  auto watched = watches();
+  ASSERT_FALSE(held.keep_alive());
+  auto until = std::chrono::steady_clock::now() + 5s;
+  while (watches() < watched + 5 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_GE(watches(), watched + 5) << "the lease does not watch its key on every node";
+  for (std::size_t i = 0; i < 3; ++i) {
+    admin_[i].exec({"SET", key + ":long", other_owner, "PX", "60000"});
+  }
+  auto taken = std::chrono::steady_clock::now();
+  while (!held.lost().stop_requested() && std::chrono::steady_clock::now() < taken + 5s) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_TRUE(held.lost().stop_requested());
+  EXPECT_LT(std::chrono::steady_clock::now() - taken, 2s) << "found at a renewal, not at once";
+}
+
 TEST_F(RedlockTest, TwoNodesDownStillLocksThreeDownFailsNamingThem) {
   mutex m{nodes_, test_key(), {.ttl = 2s, .retry_delay = 10ms, .retry_count = 1}};
   servers_[0]->kill();

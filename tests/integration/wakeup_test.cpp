@@ -237,6 +237,93 @@ TEST_F(WakeupTest, ReleaseHandsTheLockToTheQueuedWaiter) {
   EXPECT_TRUE(client_.exec({"GET", test_key()}).is_nil());
 }
 
+// A holder that is not a dlock client (node-redlock, redsync, redis-py: a plain SET NX PX of a
+// random value) publishes nothing when it lets go. The waiter watches the key through Redis's
+// client-side caching instead, and learns of every change of it at once: here an extension
+// (woken, it finds the key held still and watches again), then the release.
+TEST_F(WakeupTest, AForeignHoldersReleaseWakesTheWaiter) {
+  client other{server_.url()};
+  other.exec({"SET", test_key(), "node-redlock:8f2a", "PX", "60000"});
+  auto watches = [&] { return test::command_calls(client_)["client|tracking"]; };
+  auto waited_after_release = [&](lock_options options) {
+    mutex waiter{client_, test_key(), std::move(options)};
+    auto before = watches();
+    auto acquired = std::async(std::launch::async, [&] {
+      bool ok = waiter.try_lock_for(20s);
+      auto at = steady::now();
+      if (ok) waiter.unlock();
+      return std::make_pair(ok, at);
+    });
+    if (options.wake_on_release) {
+      auto until = steady::now() + 10s;
+      while (watches() == before && steady::now() < until) std::this_thread::sleep_for(2ms);
+      EXPECT_EQ(watches(), before + 1) << "the waiter does not watch the foreign holder's key";
+      other.exec({"PEXPIRE", test_key(), "60000"});  // the holder extends: wakes, watches again
+      until = steady::now() + 10s;
+      while (watches() == before + 1 && steady::now() < until) std::this_thread::sleep_for(2ms);
+      EXPECT_EQ(watches(), before + 2) << "an extension did not make the waiter watch again";
+    }
+    std::this_thread::sleep_for(50ms);  // asleep in its backstop
+    auto released = steady::now();
+    other.exec({"DEL", test_key()});
+    auto [ok, at] = acquired.get();
+    EXPECT_TRUE(ok);
+    other.exec({"SET", test_key(), "node-redlock:8f2a", "PX", "60000"});
+    return at - released;
+  };
+  // The backstop sleeps 4-8 s; a woken waiter takes about a round trip.
+  auto woken = waited_after_release({.retry_delay = 4s});
+  EXPECT_LT(woken, 1s) << std::chrono::duration<double, std::milli>(woken).count() << " ms";
+  // Without wake-ups it is plain polling: it shows the test can fail.
+  auto polled = waited_after_release({.retry_delay = 4s, .wake_on_release = false});
+  EXPECT_GT(polled, 1s) << std::chrono::duration<double, std::milli>(polled).count() << " ms";
+}
+
+// dlock's own holders wake one waiter each when they let go; watching their keys as well would
+// wake every waiter at every release and extension.
+TEST_F(WakeupTest, DlocksOwnHoldersAreNotWatched) {
+  mutex holder{client_, test_key()};
+  ASSERT_TRUE(holder.try_lock());
+  mutex a{client_, test_key(), {.retry_delay = 10s}}, b{client_, test_key(), {.retry_delay = 10s}};
+  auto first = std::async(std::launch::async, [&] {
+    bool ok = a.try_lock_for(20s);
+    if (ok) a.unlock();
+    return ok;
+  });
+  auto second = std::async(std::launch::async, [&] {
+    bool ok = b.try_lock_for(20s);
+    if (ok) b.unlock();
+    return ok;
+  });
+  wait_for_queue(2);
+  holder.unlock();
+  EXPECT_TRUE(first.get());
+  EXPECT_TRUE(second.get());
+  EXPECT_EQ(test::command_calls(client_)["client|tracking"], 0);
+}
+
+// A FLUSHDB (or FLUSHALL) invalidates every tracked key at once, with a nil list of keys.
+TEST_F(WakeupTest, AFlushWakesWaitersOnForeignHolders) {
+  client other{server_.url()};
+  other.exec({"SET", test_key(), "redsync-value", "PX", "60000"});
+  mutex waiter{client_, test_key(), {.retry_delay = 10s}};
+  auto acquired = std::async(std::launch::async, [&] {
+    bool ok = waiter.try_lock_for(20s);
+    auto at = steady::now();
+    if (ok) waiter.unlock();
+    return std::make_pair(ok, at);
+  });
+  auto until = steady::now() + 10s;
+  while (test::command_calls(client_)["client|tracking"] == 0 && steady::now() < until) {
+    std::this_thread::sleep_for(2ms);
+  }
+  auto flushed = steady::now();
+  other.exec({"FLUSHDB"});
+  auto [ok, at] = acquired.get();
+  EXPECT_TRUE(ok);
+  EXPECT_LT(at - flushed, 1s);
+}
+
 // The waiter cannot know when the release ran, only that it ran after the round that queued
 // it: its lease counts from that round, never from the message's arrival.
 TEST_F(WakeupTest, AHandedOverLeaseCountsFromTheRoundThatQueued) {

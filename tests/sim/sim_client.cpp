@@ -88,8 +88,9 @@ void sim_client::next_cycle() {
     attempts = INT_MAX;
     deadline = steady::time_point::max();
   }
-  // A lock acquisition's id, or a semaphore's owner token (unique, as random_token()'s are).
-  std::string id = who() + "x" + std::to_string(cycle_);
+  // A lock acquisition's id, or a semaphore's owner token (unique, as random_token()'s are,
+  // and hex digits only, as theirs: acquire.lua takes any other holder for another library's).
+  std::string id = who() + "a" + std::to_string(cycle_);
   if (lock_) {
     acq_ = &engines_.emplace_back(*lock_, id, deadline, attempts, rnd.next());
   } else {
@@ -220,9 +221,12 @@ void sim_client::on_acquisition_reply(std::uint64_t cycle, std::uint64_t id, std
   // {0, x}: "taken", x the holder's PTTL (lock) or ms until the first holder expires (unfair
   // semaphore; 0 counts, where a lock's 0 means "no expiry to wait for"); the fair semaphore's
   // {0, ticket, rank} has no such hint.
+  // A lock's {0, x, 1}: the holder is another library's (none here, but the shape counts).
   bool fair_sem = sem_ && sem_->fair;
   std::size_t taken_size = fair_sem ? 3 : 2;
-  bool taken = !ec && r.is_array() && r.elements().size() == taken_size &&
+  auto size = r.elements().size();
+  bool taken = !ec && r.is_array() &&
+               (size == taken_size || (lock_ && size == 3)) &&
                r.elements()[0].is_integer() && r.elements()[0].integer() == 0;
   if (this_attempt && taken && !fair_sem && r.elements()[1].integer() >= (lock_ ? 1 : 0)) {
     auto pttl = r.elements()[1].integer();

@@ -393,6 +393,30 @@ TEST(LockAcquisitionTest, ARoundWritesItsOwnValueAndIsGrantedByAQuorum) {
   EXPECT_EQ(o->fence, 5u);
 }
 
+// {0, ttl, 1}: the holder there is another library's, whose release wakes nobody; the driver
+// watches those keys (acquire_run), once per failed round, and never for dlock's own holders.
+TEST(LockAcquisitionTest, ForeignHoldersAreNamedForTheDriverToWatch) {
+  auto t = lock_on(3);
+  acquisition a(t, "id", no_deadline, 3, 0);
+  auto rs = round(a, t0);
+  answer(a, rs[0], t0, ints({0, 5000, 1}));
+  answer(a, rs[1], t0, ints({0, 5000}));
+  answer(a, rs[2], t0, ints({0, 5000, 1}));
+  for (const auto& r : a.take_requests()) answer(a, r, t0, reply::make_integer(0));
+  ASSERT_TRUE(a.take_sleep());
+  auto foreign = a.take_foreign_holders();
+  ASSERT_EQ(foreign.size(), 2u);
+  EXPECT_EQ(foreign[0].node, 0u);
+  EXPECT_EQ(foreign[1].node, 2u);
+  EXPECT_EQ(foreign[0].key, "orders:42");
+  EXPECT_TRUE(a.take_foreign_holders().empty()) << "named twice";
+  rs = round(a, t0 + 50ms);
+  for (const auto& r : rs) answer(a, r, t0 + 50ms, ints({0, 5000}));
+  for (const auto& r : a.take_requests()) answer(a, r, t0 + 50ms, reply::make_integer(0));
+  ASSERT_TRUE(a.take_sleep());
+  EXPECT_TRUE(a.take_foreign_holders().empty());
+}
+
 TEST(LockAcquisitionTest, AFenceIsReportedOnlyOnceAQuorumHoldsIt) {
   auto t = lock_on(3);
   acquisition a(t, "id", no_deadline, 3, 0);
