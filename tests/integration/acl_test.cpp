@@ -22,6 +22,7 @@
 #include "dlock/mutex.hpp"
 #include "dlock/semaphore.hpp"
 #include "net/inbox.hpp"
+#include "support/commandstats.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
@@ -166,10 +167,7 @@ TEST_F(AclTest, LeastPrivilegeUserIsWokenByAForeignRelease) {
     return std::make_pair(ok, at);
   });
   auto until = steady::now() + 5s;
-  auto watches = [&] {
-    auto info = admin_.exec({"INFO", "commandstats"}).str();
-    return info.find("cmdstat_client|tracking:") != std::string::npos;
-  };
+  auto watches = [&] { return test::command_calls(admin_)["client|tracking"] > 0; };
   while (!watches() && steady::now() < until) std::this_thread::sleep_for(5ms);
   EXPECT_LT(steady::now(), until) << "the waiter never watched the key";
   auto released = steady::now();

@@ -15,6 +15,7 @@
 #include "dlock/mutex.hpp"
 #include "dlock/semaphore.hpp"
 #include "dlock/with_lock.hpp"
+#include "support/commandstats.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
@@ -92,11 +93,7 @@ TEST_F(LeaseTest, ReleaseAfterLeavesTheKeyForThatLongThenItExpires) {
 // away).
 TEST_F(LeaseTest, KeepAliveReportsAnotherClientTakingTheKeyAtOnce) {
   client other{server_.url()};
-  auto watches = [&] {
-    auto info = other.exec({"INFO", "commandstats"}).str();
-    auto at = info.find("cmdstat_client|tracking:calls=");
-    return at == std::string::npos ? 0 : std::stoll(info.substr(at + 30));
-  };
+  auto watches = [&] { return test::command_calls(other)["client|tracking"]; };
   for (bool overwrite : {false, true}) {
     SCOPED_TRACE(overwrite ? "overwritten" : "deleted");
     mutex m{client_, test_key(), {.ttl = 30s}};
@@ -124,11 +121,7 @@ TEST_F(LeaseTest, KeepAliveReportsAnotherClientTakingTheKeyAtOnce) {
 TEST_F(LeaseTest, KeepAliveRenewalsDoNotSetOffTheirOwnWatch) {
   mutex m{client_, test_key(), {.ttl = 300ms}};
   auto l = m.acquire();
-  auto scripts = [&] {
-    auto info = client_.exec({"INFO", "commandstats"}).str();
-    auto at = info.find("cmdstat_evalsha:calls=");
-    return at == std::string::npos ? 0 : std::stoll(info.substr(at + 22));
-  };
+  auto scripts = [&] { return test::scripts_run(client_); };
   auto before = scripts();
   ASSERT_FALSE(l.keep_alive());  // every ~100 ms
   std::this_thread::sleep_for(1500ms);

@@ -23,6 +23,16 @@ using steady = std::chrono::steady_clock;
 
 class WakeupTest : public ::testing::Test {
  protected:
+  // try_lock_for(20 s) on another thread, unlocking at once: whether it got the lock, and when.
+  static std::future<std::pair<bool, steady::time_point>> lock_in_background(mutex& waiter) {
+    return std::async(std::launch::async, [&waiter] {
+      bool ok = waiter.try_lock_for(20s);
+      auto at = steady::now();
+      if (ok) waiter.unlock();
+      return std::make_pair(ok, at);
+    });
+  }
+
   // The queue holds an entry per waiter; wait until it has `n`.
   void wait_for_queue(std::size_t n) {
     auto until = steady::now() + 10s;
@@ -71,12 +81,7 @@ TEST_F(WakeupTest, ALostNotificationCostsAtMostTheBackstop) {
   mutex holder{client_, test_key(), {.ttl = 30s}};
   ASSERT_TRUE(holder.try_lock());
   mutex waiter{client_, test_key(), {.retry_delay = 300ms}};
-  auto acquired = std::async(std::launch::async, [&] {
-    bool ok = waiter.try_lock_for(20s);
-    auto at = steady::now();
-    if (ok) waiter.unlock();
-    return std::make_pair(ok, at);
-  });
+  auto acquired = lock_in_background(waiter);
   wait_for_queue(1);
   auto freed = steady::now();
   client_.exec({"DEL", test_key()});  // freed behind dlock's back: nobody is told
@@ -248,12 +253,7 @@ TEST_F(WakeupTest, AForeignHoldersReleaseWakesTheWaiter) {
   auto waited_after_release = [&](lock_options options) {
     mutex waiter{client_, test_key(), std::move(options)};
     auto before = watches();
-    auto acquired = std::async(std::launch::async, [&] {
-      bool ok = waiter.try_lock_for(20s);
-      auto at = steady::now();
-      if (ok) waiter.unlock();
-      return std::make_pair(ok, at);
-    });
+    auto acquired = lock_in_background(waiter);
     if (options.wake_on_release) {
       auto until = steady::now() + 10s;
       while (watches() == before && steady::now() < until) std::this_thread::sleep_for(2ms);
@@ -307,12 +307,7 @@ TEST_F(WakeupTest, AFlushWakesWaitersOnForeignHolders) {
   client other{server_.url()};
   other.exec({"SET", test_key(), "redsync-value", "PX", "60000"});
   mutex waiter{client_, test_key(), {.retry_delay = 10s}};
-  auto acquired = std::async(std::launch::async, [&] {
-    bool ok = waiter.try_lock_for(20s);
-    auto at = steady::now();
-    if (ok) waiter.unlock();
-    return std::make_pair(ok, at);
-  });
+  auto acquired = lock_in_background(waiter);
   auto until = steady::now() + 10s;
   while (test::command_calls(client_)["client|tracking"] == 0 && steady::now() < until) {
     std::this_thread::sleep_for(2ms);
