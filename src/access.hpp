@@ -39,6 +39,10 @@ struct access {
   static inbox& wake_inbox(const client& c, std::uint16_t slot) {
     return c.link_->inbox_for(slot);
   }
+  // What a client shares with its copies, for a callback that must not keep them alive (a
+  // weak_ptr of it), and a handle made from it again.
+  static std::weak_ptr<node_link> link_of(const client& c) noexcept { return c.link_; }
+  static client client_of(std::shared_ptr<node_link> link) { return client(std::move(link)); }
   // The node's request connection, or null for a cluster (whose connections its router keeps).
   static connection* request_connection(const client& c) noexcept { return c.link_->conn.get(); }
   // The node's replication guard, or null when the client has none.

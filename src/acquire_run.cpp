@@ -284,24 +284,25 @@ void acquire_run::stop(std::error_code why) {
   pump();
 }
 
-// A handoff that reaches this acquisition after it gave up is given back (inbox::
-// remember_gave_up): the lock's value "<id>.h<round>" (the message names the round), or the
-// semaphore's token. Only on a single node, where handoffs exist. Weak: a late message must
-// not keep the lock or semaphore alive, and its client's inbox holds the callback.
+// A handoff that reaches this acquisition after it gave up is given back, and a wake-up
+// passed on (inbox::remember_gave_up; acquisition::give_back_plan). Only on a single node,
+// where handoffs exist. The callback holds the release's keys and only a weak handle on the
+// node: it must work after the mutex or semaphore is gone (a waiter that gave up often
+// destroys it at once), and must not keep the client alive, whose inbox holds the callback.
 void acquire_run::remember_gave_up() {
   if (nodes_.size() != 1) return;
-  auto until = steady::now() + gave_up_window;
-  std::weak_ptr<lease_owner> weak = owner_;
-  std::string id = engine_.id();
+  auto plan = std::make_shared<const acquisition::late_handoff_give_back>(engine_.give_back_plan());
   access::wake_inbox(nodes_[0], engine_.slot(0))
-      .remember_gave_up(id, until, [weak, id](std::string_view grant) {
-        auto owner = weak.lock();
-        if (!owner) return;
-        auto state = std::make_shared<lease_state>();
-        state->token =
-            owner->kind() == primitive::lock ? acquisition::lock_handoff_value(id, grant) : id;
-        if (!state->token.empty()) owner->start_release(state, [](std::error_code) {});
-      });
+      .remember_gave_up(engine_.id(), steady::now() + plan->window,
+                        [link = access::link_of(nodes_[0]), plan] {
+    auto alive = link.lock();
+    if (!alive) return;
+    auto node = access::client_of(std::move(alive));
+    request give_back{0, 0, plan->code, {plan->keys.begin(), plan->keys.end()}, plan->args,
+                      plan->timeout};
+    // The request's keys point into `plan`, which the handler keeps until the answer.
+    run_request(node, std::move(give_back), [plan](std::error_code, reply) {});
+  });
 }
 
 bool acquire_run::on_handoff(std::string_view grant) {

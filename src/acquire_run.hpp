@@ -59,7 +59,6 @@ class acquire_run : public std::enable_shared_from_this<acquire_run> {
   bool on_handoff(std::string_view grant);
   // After a give-up that queued: a handoff that still comes is given back (inbox.hpp).
   void remember_gave_up();
-  static constexpr std::chrono::seconds gave_up_window{10};
   void stop(std::error_code why);
   void confirm_replicated(acquisition::outcome granted);
   std::string copies_collapsed(const node_results& votes) const;

@@ -37,6 +37,9 @@ struct lease_state {
   bool validity_known = true;  // false for adopted tokens: extend cannot judge a gap
   std::atomic<int> lost_reason{0};  // the errc that fired `lost`
   std::shared_ptr<keep_alive_task> keeper;  // touched on the I/O thread only
+  // keep_alive() was called: only then has stop_keep_alive anything to stop (a release would
+  // otherwise wake the I/O thread for nothing, a third of a blocking cycle's thread switches).
+  std::atomic<bool> keep_alive_asked{false};
 
   // Records why and fires the loss signal (once; later calls change nothing). True for the
   // call that fired it. Use lose() below, which also reports it.

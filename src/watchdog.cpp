@@ -201,6 +201,7 @@ class keep_alive_task : public std::enable_shared_from_this<keep_alive_task> {
 void start_keep_alive(std::shared_ptr<lease_owner> owner, std::shared_ptr<lease_state> state,
                       keep_alive_options options) {
   auto ex = owner->get_executor();
+  state->keep_alive_asked.store(true);  // before the post: a stop_keep_alive after it must post
   asio::post(ex, [owner = std::move(owner), state = std::move(state),
                   options = std::move(options)]() mutable {
     if (state->keeper) state->keeper->stop();
@@ -221,7 +222,7 @@ void replan_keep_alive(const std::shared_ptr<lease_owner>& owner,
 
 void stop_keep_alive(const std::shared_ptr<lease_owner>& owner,
                      const std::shared_ptr<lease_state>& state) {
-  if (!owner || !state) return;
+  if (!owner || !state || !state->keep_alive_asked.load()) return;
   asio::post(owner->get_executor(), [state] {
     if (state->keeper) std::exchange(state->keeper, {})->stop();
   });

@@ -209,6 +209,9 @@ class DLOCK_EXPORT client {
   bool try_exec_direct(const command& cmd, std::chrono::milliseconds timeout, reply& out,
                        std::error_code& ec);
 
+  // Another handle on `link`'s connections (access::client_of).
+  explicit client(std::shared_ptr<detail::node_link> link) : link_(std::move(link)) {}
+
   // The node's connections (requests, wake-ups, spares for blocking calls), shared by the
   // copies: the last copy's destruction closes them all at once, with requests still in flight
   // completing with errc::cancelled.

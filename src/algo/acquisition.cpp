@@ -789,10 +789,24 @@ void acquisition::on_reply(std::uint64_t request_id, steady::time_point now, std
   }
 }
 
-std::string acquisition::lock_handoff_value(std::string_view id, std::string_view grant) {
-  auto space = grant.find(' ');
-  if (space == std::string_view::npos) return {};
-  return handed_over_value(id, grant.substr(space + 1));
+acquisition::late_handoff_give_back acquisition::give_back_plan() const {
+  late_handoff_give_back plan;
+  std::vector<std::string_view> keys;
+  if (impl_->lock) {
+    keys = lock_release_keys(impl_->lock->keys_on(0));
+    plan.code = &release_script;
+    plan.args = {impl_->id, "give-up"};
+  } else {
+    keys = semaphore_release_keys(impl_->sem->keys);
+    plan.code = &sem_release_script;
+    plan.args = {impl_->id, impl_->sem->limit_text};
+  }
+  plan.keys.assign(keys.begin(), keys.end());
+  plan.timeout = impl_->node_timeout();
+  plan.window = std::max<steady::duration>(std::chrono::seconds(10),
+                                           waiter_entry_ttl(impl_->retry_delay()) +
+                                               impl_->node_timeout());
+  return plan;
 }
 
 bool acquisition::on_handoff(steady::time_point now, std::string_view grant) {

@@ -158,9 +158,22 @@ class acquisition {
   // (take_outcome has it); false when it cannot be taken, or not yet: then it counts as a
   // plain wake-up.
   bool on_handoff(steady::time_point now, std::string_view grant);
-  // The lock's owner value that such a message handed acquisition `id` ("<id>.h<round>"), or
-  // "" when `grant` is not one: what a client gives back when the message came too late.
-  static std::string lock_handoff_value(std::string_view id, std::string_view grant);
+  // How to give back what a release hands this acquisition, or pass on the wake-up it sends,
+  // after the acquisition gave up (single node; inbox::remember_gave_up): the release script
+  // with owned keys and arguments, so that the driver can keep it past this acquisition, its
+  // lock or semaphore, and its target. The lock's runs release.lua in give-up mode (leave the
+  // queue, release whatever value of this id the key holds: a handoff, or a late round's own
+  // SET), the semaphore's sem_release.lua for its token; both are idempotent. `window`: how
+  // long such messages may still come (an attempt that ran late may have queued again, and
+  // its queue entry lives waiter_entry_ttl).
+  struct late_handoff_give_back {
+    const script* code = nullptr;
+    std::vector<std::string> keys;
+    std::vector<std::string> args;
+    std::chrono::milliseconds timeout{};
+    steady::duration window{};
+  };
+  late_handoff_give_back give_back_plan() const;
 
   // Before the first attempt (the driver calls it once): a deadline already past makes this
   // one attempt without a deadline, as std::timed_mutex::try_lock_for(0) is try_lock().

@@ -229,12 +229,17 @@ void inbox::on_message(const reply& r) {
   auto it = listeners_.find(std::string(token));
   if (it == listeners_.end()) {
     // A waiter that gave up: a handoff that came before its give-up's cleanup ran is undone
-    // by that cleanup; one that came after is given back here (remember_gave_up).
+    // by that cleanup; one that came after, or a wake-up, is given back or passed on here
+    // (remember_gave_up). The entry stays for its whole window: a late attempt may queue the
+    // token again after a give-back, and the give-back is idempotent.
     auto gone = gave_up_.find(std::string(token));
-    if (gone == gave_up_.end() || rest.empty()) return;
-    auto entry = std::move(gone->second);
-    gave_up_.erase(gone);
-    if (clock::now() < entry.until) entry.give_back(rest);
+    if (gone == gave_up_.end()) return;
+    if (clock::now() >= gone->second.until) {
+      gave_up_.erase(gone);
+      return;
+    }
+    auto give_back = gone->second.give_back;  // it may remember another token meanwhile
+    give_back();
     return;
   }
   auto wake = it->second;  // the listener may forget itself while running
@@ -249,10 +254,13 @@ void inbox::close() {
 }
 
 void inbox::remember_gave_up(const std::string& token, clock::time_point until,
-                             std::function<void(std::string_view)> give_back) {
-  if (gave_up_.size() >= 64) {  // bounded by the rate of give-ups over the window
+                             std::function<void()> give_back) {
+  // Bounded by the rate of give-ups over the window: expired entries go whenever the map has
+  // doubled since the last sweep, so that a long window costs no scan per give-up.
+  if (gave_up_.size() >= std::max<std::size_t>(64, 2 * gave_up_after_sweep_)) {
     auto now = clock::now();
     std::erase_if(gave_up_, [now](const auto& e) { return e.second.until <= now; });
+    gave_up_after_sweep_ = gave_up_.size();
   }
   gave_up_[token] = gave_up{until, std::move(give_back)};
 }

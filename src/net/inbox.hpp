@@ -86,13 +86,14 @@ class inbox : public std::enable_shared_from_this<inbox> {
   void listen(const std::string& token, std::function<void(std::string_view)> on_wake);
   // Also ends the watches (watch_key) named `token`.
   void forget(const std::string& token);
-  // After an acquisition that queued here gave up (forget() came first): a handoff naming
-  // `token` that arrives before `until` runs `give_back` with what followed the token, once,
-  // instead of being dropped. An attempt that ran after the give-up's cleanup (it had timed
-  // out on its way) may have queued the token again, and a release then hands it a lock or
-  // permits nobody will use or release: without this they would be held by nobody for a TTL.
+  // After an acquisition that queued here gave up (forget() came first): a message naming
+  // `token` that arrives before `until` (a handoff or a wake-up) runs `give_back` instead of
+  // being dropped. An attempt that ran after the give-up's cleanup (it had timed out on its
+  // way) may have queued the token again, and a release then hands it a lock or permits nobody
+  // will use or release (without this they would be held by nobody for a TTL), or wakes it
+  // instead of a live waiter. `give_back` must be idempotent: every such message runs it.
   void remember_gave_up(const std::string& token, clock::time_point until,
-                        std::function<void(std::string_view)> give_back);
+                        std::function<void()> give_back);
   // Calls `on_change` once, when `key` is next deleted, overwritten, extended or expires, or at
   // once when `changed_already` (may be null: never) says the value the watch read (a GET's
   // reply) shows a change that came first. For a waiter behind a holder of another library
@@ -142,9 +143,10 @@ class inbox : public std::enable_shared_from_this<inbox> {
   std::unordered_map<std::string, std::function<void(std::string_view)>> listeners_;
   struct gave_up {
     clock::time_point until;
-    std::function<void(std::string_view)> give_back;
+    std::function<void()> give_back;
   };
   std::unordered_map<std::string, gave_up> gave_up_;  // remember_gave_up's
+  std::size_t gave_up_after_sweep_ = 0;
   // watch_key's: the subscriber connection's CLIENT ID, read with each SUBSCRIBE (none when
   // the node refused it, or tracking is off here), and the tokens watching each key.
   bool tracking_possible_ = false;

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <future>
+#include <optional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -409,28 +410,36 @@ TEST_F(SemaphoreHandoffTest, AWaiterIsHandedPermitsOnlyWhenAllItWantsAreFree) {
 // that). The late attempt is written by hand here, as the entry the waiter itself had queued.
 TEST_F(SemaphoreHandoffTest, APermitHandedToAWaiterThatGaveUpIsGivenBack) {
   load_scripts();
-  semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
-  semaphore waiter{client_, test_key(), 1, options({.ttl = 30s, .retry_delay = 4s})};
-  auto held = holder.try_acquire();
-  ASSERT_TRUE(held);
-  auto gave_up = std::async(std::launch::async, [&] { return waiter.try_acquire_for(1s); });
-  wait_for_queue(1);
-  auto entries = client_.exec({"HGETALL", keys().waiter_info}).elements();
-  ASSERT_EQ(entries.size(), 2u);
-  std::string token = entries[0].str(), entry = entries[1].str();
-  ASSERT_NE(entry.find(" h1:30000:"), std::string::npos) << entry;
-  EXPECT_FALSE(gave_up.get());
-  ASSERT_EQ(client_.exec({"ZCARD", keys().waiters}).integer(), 0);  // its cleanup ran
-  client_.exec({"ZADD", keys().waiters, "99", token});  // the late attempt
-  client_.exec({"HSET", keys().waiter_info, token, entry});
-  EXPECT_FALSE(held.release());
-  auto until = steady::now() + 5s;
-  while (client_.exec({"ZCARD", keys().expiries}).integer() != 0 && steady::now() < until) {
-    std::this_thread::sleep_for(5ms);
+  // Also once the waiter's semaphore object is gone, as after a scoped try_acquire_for.
+  for (bool destroyed : {false, true}) {
+    SCOPED_TRACE(destroyed ? "semaphore object destroyed" : "semaphore object alive");
+    client_.exec({"FLUSHALL"});
+    semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
+    std::optional<semaphore> waiter;
+    waiter.emplace(client_, test_key(), 1, options({.ttl = 30s, .retry_delay = 4s}));
+    auto held = holder.try_acquire();
+    ASSERT_TRUE(held);
+    auto gave_up = std::async(std::launch::async, [&] { return waiter->try_acquire_for(1s); });
+    wait_for_queue(1);
+    auto entries = client_.exec({"HGETALL", keys().waiter_info}).elements();
+    ASSERT_EQ(entries.size(), 2u);
+    std::string token = entries[0].str(), entry = entries[1].str();
+    ASSERT_NE(entry.find(" h1:30000:"), std::string::npos) << entry;
+    EXPECT_FALSE(gave_up.get());
+    ASSERT_EQ(client_.exec({"ZCARD", keys().waiters}).integer(), 0);  // its cleanup ran
+    if (destroyed) waiter.reset();
+    client_.exec({"ZADD", keys().waiters, "99", token});  // the late attempt
+    client_.exec({"HSET", keys().waiter_info, token, entry});
+    EXPECT_FALSE(held.release());
+    auto until = steady::now() + 5s;
+    while (client_.exec({"ZCARD", keys().expiries}).integer() != 0 && steady::now() < until) {
+      std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_EQ(client_.exec({"ZCARD", keys().expiries}).integer(), 0) << "held by nobody";
+    semaphore newcomer{client_, test_key(), 1, options()};
+    auto permit = newcomer.try_acquire();
+    EXPECT_TRUE(permit);
   }
-  EXPECT_EQ(client_.exec({"ZCARD", keys().expiries}).integer(), 0) << "held by nobody";
-  semaphore newcomer{client_, test_key(), 1, options()};
-  EXPECT_TRUE(newcomer.try_acquire());
 }
 
 }  // namespace

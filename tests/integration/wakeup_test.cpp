@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <csignal>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "dlock/mutex.hpp"
@@ -317,6 +318,40 @@ TEST_F(WakeupTest, AFlushWakesWaitersOnForeignHolders) {
   auto [ok, at] = acquired.get();
   EXPECT_TRUE(ok);
   EXPECT_LT(at - flushed, 1s);
+}
+
+// A waiter that gave up, whose entry a late attempt queued again (here: put back by hand), is
+// handed the lock by the next release: its client gives the lock back at once, also when the
+// mutex object is already gone, so the lock is not held by nobody for its TTL.
+TEST_F(WakeupTest, ALockHandedToAWaiterThatGaveUpIsGivenBack) {
+  for (bool destroyed : {false, true}) {
+    SCOPED_TRACE(destroyed ? "mutex object destroyed" : "mutex object alive");
+    client_.exec({"FLUSHALL"});
+    mutex holder{client_, test_key(), {.ttl = 30s}};
+    ASSERT_TRUE(holder.try_lock());
+    std::optional<mutex> waiter;
+    waiter.emplace(client_, test_key(), lock_options{.ttl = 30s, .retry_delay = 4s});
+    auto gave_up = std::async(std::launch::async, [&] { return waiter->try_lock_for(1s); });
+    wait_for_queue(1);
+    const std::string waiters = "{" + test_key() + "}:waiters", info = "{" + test_key() + "}:waiter-info";
+    auto entries = client_.exec({"HGETALL", info}).elements();
+    ASSERT_EQ(entries.size(), 2u);
+    std::string id = entries[0].str(), entry = entries[1].str();
+    EXPECT_FALSE(gave_up.get());
+    ASSERT_EQ(client_.exec({"ZCARD", waiters}).integer(), 0);  // its cleanup ran
+    if (destroyed) waiter.reset();
+    client_.exec({"ZADD", waiters, "99", id});  // the late attempt
+    client_.exec({"HSET", info, id, entry});
+    holder.unlock();
+    auto until = steady::now() + 5s;
+    while (client_.exec({"EXISTS", test_key()}).integer() != 0 && steady::now() < until) {
+      std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_EQ(client_.exec({"EXISTS", test_key()}).integer(), 0) << "held by nobody";
+    mutex newcomer{client_, test_key()};
+    EXPECT_TRUE(newcomer.try_lock());
+    newcomer.unlock();
+  }
 }
 
 // The waiter cannot know when the release ran, only that it ran after the round that queued
