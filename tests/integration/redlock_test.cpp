@@ -161,12 +161,15 @@ TEST_F(RedlockTest, AKeptAliveLeaseWatchesItsKeyWithoutRenewingInALoop) {
     for (std::size_t i = 0; i < 3; ++i) {
       admin_[i].exec({"SET", key + ":long", other_owner, "PX", "60000"});
     }
+    // The first node's report may set off a renewal before the others are overwritten; it
+    // still holds a quorum then, and the next check comes a quarter interval (2.5 s) later:
+    // well before the renewal the plan has, 9-11 s away.
     auto taken = std::chrono::steady_clock::now();
-    while (!held.lost().stop_requested() && std::chrono::steady_clock::now() < taken + 5s) {
+    while (!held.lost().stop_requested() && std::chrono::steady_clock::now() < taken + 9s) {
       std::this_thread::sleep_for(5ms);
     }
     EXPECT_TRUE(held.lost().stop_requested());
-    EXPECT_LT(std::chrono::steady_clock::now() - taken, 2s) << "found at a renewal, not at once";
+    EXPECT_LT(std::chrono::steady_clock::now() - taken, 8s) << "found at a renewal, not at once";
   }
   // Node 4 votes "taken" and keeps another's value: its watch must stay quiet.
   lock_by_other(4, key, 60s);
