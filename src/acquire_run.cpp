@@ -19,6 +19,9 @@ lease lease_from(std::shared_ptr<lease_owner> owner, acquisition::outcome& grant
   state->token = std::move(granted.token);
   state->fence = granted.fence;
   state->set_deadline(granted.valid_until);
+  for (std::size_t i = 0; i < granted.votes.size(); ++i) {
+    if (granted.votes[i].outcome == node_result::vote::granted) state->held_on.push_back(i);
+  }
   return make_lease(std::move(owner), std::move(state));
 }
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <stop_token>
 #include <string>
+#include <vector>
 
 #include "dlock/detail/async.hpp"
 #include "dlock/error.hpp"
@@ -35,6 +36,10 @@ struct lease_state {
   // its pointers until it is destroyed, so readers on other threads never see them change.
   std::atomic<bool> let_go{false};
   bool validity_known = true;  // false for adopted tokens: extend cannot judge a gap
+  // The nodes the grant, then the last successful extend, wrote the token on (a lock's key
+  // watch trusts a read there: lock_core::watch_changes). Set before the lease is handed out,
+  // then on the I/O thread only.
+  std::vector<std::size_t> held_on;
   std::atomic<int> lost_reason{0};  // the errc that fired `lost`
   std::shared_ptr<keep_alive_task> keeper;  // touched on the I/O thread only
   // keep_alive() was called: only then has stop_keep_alive anything to stop (a release would

@@ -2,6 +2,8 @@
 // (algo/acquisition.cpp decides; acquire_run and the helpers here carry it out).
 #include "lock_core.hpp"
 
+#include <algorithm>
+
 #include "access.hpp"
 #include "acquire_run.hpp"
 #include "algo/quorum_round.hpp"
@@ -118,6 +120,7 @@ void lock_core::extend_everywhere(const std::shared_ptr<lease_state>& state,
       auto verdict = op->round.take_outcome();
       if (!verdict) return;
       if (verdict->ec) return op->handler(apply_extend(*self, *op->state, verdict->ec, {}));
+      op->state->held_on = verdict->extended;
       // Copies moved onto one master since the grant (a reshard, a failover): the extend took,
       // but the lease cannot be vouched for beyond what it had; it fails and keeps its old
       // validity, and lapses unless a later extend finds the copies apart again.
@@ -145,32 +148,32 @@ std::string lock_core::copies_moved_together(const std::vector<std::size_t>& hol
 
 // Each node's inbox watches the key for a change that is not ours (inbox::watch_key); one
 // that is not subscribed yet (this process never waited there) subscribes first, and then
-// watches if the lease is still held. On one node a read that finds the key gone or another's
-// reports at once (it changed between the renewal and the watch). With N nodes only a later
-// change does: a Redlock lease is held by a quorum, and a node that did not grant (or lost the
-// key in a restart) would otherwise report at every watch, and every renewal would set off
-// the next one.
+// watches if the lease is still held. On a node the last grant or extend wrote our token on, a
+// read that finds the key gone or another's reports at once: it changed since, unseen, for
+// our own write ended the tracking there (NOLOOP). Elsewhere only a later change reports: a
+// Redlock lease is held by a quorum, and a node that did not hold it would otherwise report
+// at every watch, and every renewal would set off the next.
 void lock_core::watch_changes(const std::shared_ptr<lease_state>& state,
                               std::function<void()> on_change) {
   if (!options_.wake_on_release) return;  // no pub/sub wanted: nothing to be told through
-  std::function<bool(const reply&)> changed_already;
-  if (nodes_.size() == 1) {
-    changed_already = [token = state->token](const reply& value) {
-      return value.is_nil() || (value.is_string() && value.str() != token);
-    };
-  }
+  std::function<bool(const reply&)> changed_since_held = [token = state->token](const reply& value) {
+    return value.is_nil() || (value.is_string() && value.str() != token);
+  };
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     auto* requests = access::request_connection(nodes_[i]);
     if (!requests) continue;  // a cluster
     auto& box = access::wake_inbox(nodes_[i], 0);
     if (!box.can_track()) continue;
     const std::string& key = target_.keys_on(i).key;
+    const auto& held = state->held_on;
+    std::function<bool(const reply&)> changed_already;
+    if (std::find(held.begin(), held.end(), i) != held.end()) changed_already = changed_since_held;
     if (box.subscribed()) {
-      box.watch_key(*requests, key, state->token, changed_already, on_change);
+      box.watch_key(*requests, key, state->token, std::move(changed_already), on_change);
       continue;
     }
     std::weak_ptr<lease_state> weak = state;
-    box.subscribe([self = shared_from_this(), i, weak, changed_already,
+    box.subscribe([self = shared_from_this(), i, weak, changed_already = std::move(changed_already),
                    on_change](std::error_code ec) {
       auto held = weak.lock();
       if (ec || !held || held->released.load() || held->lost.stop_requested()) return;
@@ -195,6 +198,9 @@ lease lock_core::adopt(std::string token, std::uint64_t fence) {
   state->fence = fence;
   state->validity_known = false;
   state->set_deadline(steady::now());
+  // Assumed held everywhere until an extend says where: an adopted token's first watch reads
+  // every node, and a renewal sorts out those that do not hold it.
+  for (std::size_t i = 0; i < nodes_.size(); ++i) state->held_on.push_back(i);
   return make_lease(shared_from_this(), std::move(state));
 }
 

@@ -75,11 +75,10 @@ class DLOCK_EXPORT lease {
   std::chrono::milliseconds remaining() const noexcept;
   /// The loss signal: stop is requested when the lease is known lost (an extend found the key
   /// gone or not ours, or validity ran out before an extend succeeded), never by a normal release.
-  /// A lock's lease under keep_alive() also watches its key: on a single node (Redis 6 or
-  /// later; not on a cluster or under Sentinel), another client deleting or overwriting it fires
-  /// the signal within about a round trip, not at the next renewal. On Redlock a change sets
-  /// off an early renewal too, but a majority taken node by node may only be found at a later
-  /// one.
+  /// A lock's lease under keep_alive() also watches its key (Redis 6 or later; not on a
+  /// cluster or under Sentinel): another client deleting or overwriting it fires the signal
+  /// within about a round trip, not at the next renewal. On Redlock, where the key is taken
+  /// node by node, within a quarter of the keep-alive interval after the node that completes a majority.
   std::stop_token lost() const noexcept;
 
   /// Pushes the key's expiry out to at least `ttl` from now (default: the lock's TTL) on a
