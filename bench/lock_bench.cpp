@@ -19,6 +19,8 @@
 //                             with N lockers, nothing else (for perf); prints one line
 //   lock_bench --thread-lockers N [--seconds S]  the same with N threads (lock()+unlock())
 //   lock_bench --foreign [--seconds S]   one server, the "foreign" scenario only; prints its rows
+//   lock_bench --contended [--seconds S] one server, the lock's and the semaphore's handoffs
+//                             (8 and 64 workers, defaults), in PING round trips; a line each
 //
 // Every run is bounded: scenarios by their window, child processes by timeout(1). On SIGINT
 // or SIGTERM the servers are killed before exiting.
@@ -28,7 +30,6 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
-#include <map>
 #include <atomic>
 #include <cstdio>
 #include <ctime>
@@ -80,6 +81,7 @@ struct options {
   int async_lockers = 0;  // > 0: only the async uncontended scenario (profiling)
   int thread_lockers = 0;  // > 0: only the threads uncontended scenario (profiling)
   bool foreign_only = false;  // only the "foreign" scenario
+  bool contended_only = false;  // only the contended lock and semaphore handoffs (defaults)
   std::string command;
 };
 
@@ -105,6 +107,7 @@ options parse(int argc, char** argv) {
     else if (a == "--async-lockers") o.async_lockers = std::stoi(value());
     else if (a == "--thread-lockers") o.thread_lockers = std::stoi(value());
     else if (a == "--foreign") o.foreign_only = true;
+    else if (a == "--contended") o.contended_only = true;
     else throw std::runtime_error("unknown argument " + a + " (see the comment atop lock_bench.cpp)");
   }
   return o;
@@ -282,6 +285,34 @@ int run_single_scenario_mode(const options& o) {
             << " cycles/s, p50 " << r.get("p50_ms") << " ms, p99 " << r.get("p99_ms")
             << " ms, client CPU " << r.get("client_cpu_us_per_op") << " us/cycle, errors "
             << r.get("errors") << ", " << r.get("cycles_total") << " cycles in all\n";
+  server_pids[0] = 0;
+  return 0;
+}
+
+// The handoffs alone, in round trips of PING on the same server: for tuning them.
+int run_contended_mode(const options& o) {
+  redis_server server;
+  server_pids[0] = server.pid();
+  std::vector<dlock::client> set{dlock::client{server.url()}};
+  timing t{std::chrono::milliseconds(o.warm_ms),
+           std::chrono::milliseconds(static_cast<long>(o.seconds * 1000)), std::chrono::milliseconds(1)};
+  double rtt = run_exec_rtt(set[0], std::chrono::milliseconds(500)).get("p50_ms");
+  for (int workers : {8, 64}) {
+    for (bool sem : {false, true}) {
+      flush_all(set);
+      auto r = sem ? run_contended(set, {"semaphore", "limit 4", workers, 4, true}, t,
+                                   semaphore_contenders(set[0], "bench:sem", 4, {}))
+                   : run_contended(set, {"contended", "defaults", workers, 1, true}, t,
+                                   mutex_contenders(set, "bench:contended", {}));
+      std::cout << (sem ? "semaphore" : "mutex    ") << " " << workers << " workers: "
+                << r.get("acquisitions_per_s") << " acq/s, handoff p50 " << r.get("handoff_p50_ms")
+                << " ms = " << r.get("handoff_p50_ms") / rtt << " RTT, p99 "
+                << r.get("handoff_p99_ms") << " ms (RTT " << rtt << " ms); per acquisition: "
+                << r.get("cmds_sent_per_op") << " commands sent, server "
+                << r.get("server_usec_per_op") << " us, client CPU "
+                << r.get("client_cpu_us_per_op") << " us\n";
+    }
+  }
   server_pids[0] = 0;
   return 0;
 }
@@ -471,6 +502,7 @@ int main(int argc, char** argv) {
     if (o.cycles > 0) return run_cycles_mode(o);
     if (o.async_lockers > 0 || o.thread_lockers > 0) return run_single_scenario_mode(o);
     if (o.foreign_only) return run_foreign_mode(o);
+    if (o.contended_only) return run_contended_mode(o);
     return run_all(o);
   } catch (const std::exception& e) {
     std::cerr << "lock_bench: " << e.what() << "\n";
