@@ -594,9 +594,10 @@ void connection::start_write() {
   // answered anything: a server refusing a client ("max number of clients reached") answers
   // and closes at once, and reconnecting for it would loop; the request gets that answer.
   if (inflight_.empty() && !reading_ && idles_without_read() && link_->heard_back &&
-      spoke_while_idle(link_->socket.native_handle())) {
+      spoke_while_idle(link_->fd())) {
     return fail(errc::connection_lost, false);  // nothing of ours lost: pending_ reconnects
   }
+  if (!rejoin_reactor()) return;
   ensure_reading();
   auto& buf = link_->write_buf;
   buf.clear();
@@ -624,6 +625,7 @@ void connection::ensure_reading() {
 }
 
 void connection::start_read() {
+  if (!rejoin_reactor()) return;
   reading_ = true;
   link_->async_read_some([self = shared_from_this(), gen = generation_,
                           link = link_](std::error_code ec, std::size_t n) {
@@ -726,7 +728,7 @@ void connection::fail(std::error_code inflight_error, bool connect_failed,
   writing_ = false;
   reading_ = false;
   std::error_code ignored;
-  if (link_) link_->socket.close(ignored);
+  if (link_) link_->close();
   resolver_.cancel();
   connect_timer_.cancel();
 

@@ -188,6 +188,8 @@ class connection : public std::enable_shared_from_this<connection> {
   claim claim_socket();
   bool take_socket();     // for a write: false when a caller holds it or it had to be failed
   void maybe_release();   // gives the socket to callers if nothing is under way
+  void leave_reactor();   // socket_link::leave_reactor, once callers drive the socket
+  bool rejoin_reactor();  // before an operation of the I/O thread's; false: it failed
   void after_direct();    // posted by a caller that handed the socket back as io or broken
   void hand_back(bool broken);  // caller side
   void on_reply(reply r);
@@ -247,6 +249,8 @@ class connection : public std::enable_shared_from_this<connection> {
   // Published with driver_ = idle (release), read by the caller that took it (acquire).
   int direct_fd_ = -1;
   socket_link* direct_link_ = nullptr;
+  // A caller's exchange ran since the socket last joined the I/O thread's reactor.
+  std::atomic<bool> direct_used_{false};
   // A fail() that came while a caller held the socket: run when it is handed back.
   std::optional<std::error_code> deferred_fail_;
 

@@ -148,9 +148,13 @@ bool connection::try_exchange_direct(std::string_view payload, std::size_t repli
 
 void connection::hand_back(bool broken) {
   if (!broken) {
+    // The first exchange since the socket last joined the I/O thread's reactor asks it to
+    // leave (socket_link::leave_reactor); later ones find it out already.
+    bool asked = direct_used_.exchange(true, std::memory_order_relaxed);
     driver expected = driver::direct;
     if (driver_.compare_exchange_strong(expected, driver::idle, std::memory_order_release,
                                         std::memory_order_relaxed)) {
+      if (!asked) asio::post(executor_, [self = shared_from_this()] { self->leave_reactor(); });
       return;
     }
     // direct_wanted: the I/O thread has work (or a close) waiting for the socket.
@@ -215,11 +219,32 @@ void connection::maybe_release() {
       !idles_without_read() || deferred_fail_) {
     return;
   }
-  direct_fd_ = link_->socket.native_handle();
+  leave_reactor();
+  direct_fd_ = link_->fd();
   direct_link_ = link_.get();
   driver expected = driver::io;
   driver_.compare_exchange_strong(expected, driver::idle, std::memory_order_release,
                                   std::memory_order_relaxed);
+}
+
+// On the I/O thread, with nothing of its own armed on the socket: a caller may be using the
+// descriptor meanwhile, which leaving the epoll set does not disturb.
+void connection::leave_reactor() {
+  if (!link_ || state_ != state::ready || writing_ || reading_ || !idles_without_read()) return;
+  if (direct_used_.load(std::memory_order_relaxed)) link_->leave_reactor();
+}
+
+// Before the I/O thread starts an operation on the socket. False when it failed the connection.
+bool connection::rejoin_reactor() {
+  if (link_->in_reactor) return true;
+  std::error_code ec;
+  link_->rejoin_reactor(ec);
+  if (ec) {
+    fail(errc::connection_lost, false);
+    return false;
+  }
+  direct_used_.store(false, std::memory_order_relaxed);  // the next caller asks to leave again
+  return true;
 }
 
 void connection::after_direct() {

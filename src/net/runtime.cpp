@@ -39,6 +39,7 @@ runtime::runtime() : work_(io_.get_executor()) {
   (void)asio::ssl::error::get_stream_category();
   (void)dlock::category();
   thread_ = std::thread([this] {
+    ::pthread_setname_np(::pthread_self(), "dlock-io");  // for top -H, gdb, perf
     this_thread_runs_io = true;
     io_.run();
     stopped_.store(true);

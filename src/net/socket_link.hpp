@@ -2,6 +2,8 @@
 // connection (net/connection.cpp, and its direct path in net/connection_direct.cpp).
 #pragma once
 
+#include <unistd.h>
+
 #include <asio/generic/stream_protocol.hpp>
 #include <asio/ssl.hpp>
 #include <asio/write.hpp>
@@ -21,6 +23,40 @@ namespace dlock::detail {
 // and stale completions must never touch the next connection's socket or buffers.
 struct socket_link {
   explicit socket_link(const io_executor& ex) : socket(ex) {}
+  socket_link(const socket_link&) = delete;
+  socket_link& operator=(const socket_link&) = delete;
+  ~socket_link() { close(); }
+
+  // A plain socket that callers drive (net/connection_direct.cpp) leaves the I/O thread's
+  // epoll set: every reply a caller reads would otherwise wake the I/O thread for nothing
+  // (edge-triggered EPOLLIN with no operation armed), two wake-ups per blocking lock cycle.
+  // It comes back before the I/O thread starts an operation on it again.
+  void leave_reactor() {
+    if (!in_reactor || tls || !socket.is_open()) return;
+    std::error_code ec;
+    auto protocol = socket.local_endpoint(ec).protocol();
+    if (ec) return;
+    int handle = socket.release(ec);
+    if (ec) return;
+    released_fd = handle;
+    released_protocol = protocol;
+    in_reactor = false;
+  }
+  void rejoin_reactor(std::error_code& ec) {
+    if (in_reactor) return;
+    socket.assign(released_protocol, released_fd, ec);
+    if (ec) return;  // the caller fails the connection; close() still closes the fd
+    released_fd = -1;
+    in_reactor = true;
+  }
+  // The socket's descriptor, in the reactor or not (-1 when closed).
+  int fd() { return in_reactor ? socket.native_handle() : released_fd; }
+  void close() {
+    std::error_code ignored;
+    socket.close(ignored);
+    if (released_fd >= 0) ::close(std::exchange(released_fd, -1));
+    in_reactor = true;
+  }
 
   // One branch per operation, not per byte: the plain path stays a plain socket.
   template <class Handler>
@@ -40,6 +76,9 @@ struct socket_link {
   std::optional<asio::ssl::stream<asio::generic::stream_protocol::socket&>> tls;
   bool tls_established = false;
   bool heard_back = false;  // some bytes arrived on this socket
+  bool in_reactor = true;   // see leave_reactor()
+  int released_fd = -1;     // the descriptor while out of the reactor
+  asio::generic::stream_protocol released_protocol{0, 0};
   std::string write_buf;
   std::array<char, 16384> read_buf{};
 };

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <string>
 #include <thread>
@@ -57,6 +59,25 @@ bool until_direct(client& c, milliseconds limit = 2s) {
   return false;
 }
 
+// How often dlock's I/O thread ("dlock-io") has been switched out so far (voluntary and not:
+// each wake-up ends in one); -1 when it cannot be found.
+long long io_thread_switches() {
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::string name;
+    std::getline(std::ifstream(task.path() / "comm"), name);
+    if (name != "dlock-io") continue;
+    std::ifstream status(task.path() / "status");
+    long long sum = 0;
+    for (std::string line; std::getline(status, line);) {
+      if (line.find("ctxt_switches:") != std::string::npos) {
+        sum += std::stoll(line.substr(line.find(':') + 1));
+      }
+    }
+    return sum;
+  }
+  return -1;
+}
+
 class DirectIoTest : public ::testing::Test {
  protected:
   redis_server server_;
@@ -84,6 +105,36 @@ TEST_F(DirectIoTest, BlockingExecTakesTheDirectPath) {
   EXPECT_EQ(ec, errc::wrong_type);
   EXPECT_NE(r.str().find("WRONGTYPE"), std::string::npos) << r.to_string();
   EXPECT_EQ(c.exec({"ECHO", "still-paired"}).str(), "still-paired");
+}
+
+// A caller reading its reply off the socket must not wake the I/O thread (the socket leaves
+// its epoll set while callers drive it): that was two wake-ups per blocking lock cycle, and
+// a core's worth of thread switches when many threads lock.
+TEST_F(DirectIoTest, BlockingCallsDoNotWakeTheIoThread) {
+  client c{server_.url()};
+  mutex m{c, test_key()};
+  m.lock();  // connects and loads the scripts on the I/O thread
+  m.unlock();
+  ASSERT_TRUE(until_direct(c));
+  auto before_switches = io_thread_switches();
+  ASSERT_GE(before_switches, 0) << "no thread named dlock-io in /proc/self/task";
+  auto before = direct_count();
+  constexpr int cycles = 300;
+  for (int i = 0; i < cycles; ++i) {
+    m.lock();
+    m.unlock();
+  }
+  ASSERT_EQ(direct_count() - before, 2u * cycles) << "the cycles did not all run directly";
+  // A few for timers and the one request to leave the epoll set; not one per exchange.
+  EXPECT_LT(io_thread_switches() - before_switches, cycles / 10);
+  // The I/O thread still takes the socket back when it needs it, and gives it up again.
+  std::promise<std::string> got;
+  c.async_exec({"ECHO", "async"}, [&](std::error_code ec, reply r) {
+    got.set_value(ec ? ec.message() : r.str());
+  });
+  EXPECT_EQ(got.get_future().get(), "async");
+  ASSERT_TRUE(until_direct(c));
+  EXPECT_EQ(c.exec({"ECHO", "direct"}).str(), "direct");
 }
 
 TEST_F(DirectIoTest, LargeReplyCrossesManyReads) {
