@@ -19,7 +19,8 @@ lease lease_from(std::shared_ptr<lease_owner> owner, acquisition::outcome& grant
   state->token = std::move(granted.token);
   state->fence = granted.fence;
   state->set_deadline(granted.valid_until);
-  for (std::size_t i = 0; i < granted.votes.size(); ++i) {
+  // One node: it granted, or there would be no lease (lock_core::watch_changes knows).
+  for (std::size_t i = 0; granted.votes.size() > 1 && i < granted.votes.size(); ++i) {
     if (granted.votes[i].outcome == node_result::vote::granted) state->held_on.push_back(i);
   }
   return make_lease(std::move(owner), std::move(state));
@@ -92,9 +93,10 @@ lease acquire_run::run_blocking(std::error_code& ec) {
       if (more.empty()) {
         if (auto result = engine_.take_outcome()) {
           report(*result);
-          if (out_) *out_ = result->votes;
           ec = result->ec;
-          return result->ec ? lease{} : lease_from(owner_, *result);
+          lease l = result->ec ? lease{} : lease_from(owner_, *result);
+          if (out_) *out_ = std::move(result->votes);
+          return l;
         }
       }
       requests = std::move(more);
@@ -264,8 +266,8 @@ void acquire_run::confirm_replicated(acquisition::outcome granted) {
 
 void acquire_run::deliver(acquisition::outcome result) {
   report(result);
-  if (out_) *out_ = result.votes;
   lease l = result.ec ? lease{} : lease_from(owner_, result);
+  if (out_) *out_ = std::move(result.votes);  // after lease_from, which reads them
   std::exchange(handler_, {})(result.ec, std::move(l));
 }
 
@@ -301,8 +303,8 @@ void acquire_run::remember_gave_up() {
     auto alive = link.lock();
     if (!alive) return;
     auto node = access::client_of(std::move(alive));
-    request give_back{0, 0, plan->code, {plan->keys.begin(), plan->keys.end()}, plan->args,
-                      plan->timeout};
+    request give_back{0, 0, plan->code, {}, plan->args, plan->timeout};
+    for (const auto& key : plan->keys) give_back.keys.push_back(key);
     // The request's keys point into `plan`, which the handler keeps until the answer.
     run_request(node, std::move(give_back), [plan](std::error_code, reply) {});
   });

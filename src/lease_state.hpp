@@ -37,8 +37,9 @@ struct lease_state {
   std::atomic<bool> let_go{false};
   bool validity_known = true;  // false for adopted tokens: extend cannot judge a gap
   // The nodes the grant, then the last successful extend, wrote the token on (a lock's key
-  // watch trusts a read there: lock_core::watch_changes). Set before the lease is handed out,
-  // then on the I/O thread only.
+  // watch trusts a read there: lock_core::watch_changes); left empty for a single node's
+  // grant, which held it or there would be no lease. Set before the lease is handed out, then
+  // on the I/O thread only.
   std::vector<std::size_t> held_on;
   std::atomic<int> lost_reason{0};  // the errc that fired `lost`
   std::shared_ptr<keep_alive_task> keeper;  // touched on the I/O thread only

@@ -52,8 +52,8 @@ bool lock_core::try_release_direct(const std::shared_ptr<lease_state>& state,
   if (state->released.exchange(true)) return false;  // start_release reports not_held
   reply r;
   std::error_code run_ec;
-  if (!run_request_direct(nodes_[0], quorum_release::request_for(target_, 0, state->token), run_ec,
-                          r)) {
+  if (!run_script_direct(nodes_[0], release_script, lock_release_keys(target_.keys_on(0)),
+                         {state->token}, target_.node_timeout, run_ec, r)) {
     state->released.store(false);  // nothing sent: start_release takes over
     return false;
   }
@@ -167,7 +167,9 @@ void lock_core::watch_changes(const std::shared_ptr<lease_state>& state,
     const std::string& key = target_.keys_on(i).key;
     const auto& held = state->held_on;
     std::function<bool(const reply&)> changed_already;
-    if (std::find(held.begin(), held.end(), i) != held.end()) changed_already = changed_since_held;
+    if (nodes_.size() == 1 || std::find(held.begin(), held.end(), i) != held.end()) {
+      changed_already = changed_since_held;
+    }
     if (box.subscribed()) {
       box.watch_key(*requests, key, state->token, std::move(changed_already), on_change);
       continue;

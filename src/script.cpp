@@ -71,13 +71,6 @@ void run_script(client& node, const script& s, std::initializer_list<std::string
       });
 }
 
-bool run_script_direct(client& node, const script& s, std::initializer_list<std::string_view> keys,
-                       std::initializer_list<std::string_view> args,
-                       std::chrono::milliseconds timeout, std::error_code& ec, reply& out) {
-  request r{0, 0, &s, {keys.begin(), keys.end()}, {args.begin(), args.end()}, timeout};
-  return run_request_direct(node, r, ec, out);
-}
-
 void run_request(client& node, request r, unique_function<void(std::error_code, reply)> handler) {
   auto deadline = std::chrono::steady_clock::now() + r.timeout;
   const script* s = r.code;
@@ -96,11 +89,16 @@ void run_request(client& node, request r, unique_function<void(std::error_code, 
       });
 }
 
-bool run_request_direct(client& node, const request& r, std::error_code& ec, reply& out) {
+namespace {
+
+// run_script_direct's body, for keys and arguments in any range of strings.
+template <class Keys, class Args>
+bool exchange_script_direct(client& node, const script& code, const Keys& keys, const Args& args,
+                            std::chrono::milliseconds timeout, std::error_code& ec, reply& out) {
   if (on_io_thread()) return false;
-  auto deadline = std::chrono::steady_clock::now() + r.timeout;
-  if (!access::try_exec_direct_any(node, script_command("EVALSHA", r.code->sha1, r.keys, r.args),
-                                   r.timeout, out, ec)) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (!access::try_exec_direct_any(node, script_command("EVALSHA", code.sha1, keys, args), timeout,
+                                   out, ec)) {
     return false;
   }
   if (!is_noscript(out)) return true;
@@ -110,7 +108,7 @@ bool run_request_direct(client& node, const request& r, std::error_code& ec, rep
     out = reply{};
     return true;
   }
-  command eval = script_command("EVAL", r.code->body, r.keys, r.args);
+  command eval = script_command("EVAL", code.body, keys, args);
   if (access::try_exec_direct(node, eval, left, out, ec)) return true;
   // EVALSHA went out, so this call must finish: another thread's request took the connection
   // in between, and EVAL queues behind it.
@@ -118,6 +116,18 @@ bool run_request_direct(client& node, const request& r, std::error_code& ec, rep
     access::start_exec(node, std::move(eval), left, std::move(handler));
   });
   return true;
+}
+
+}  // namespace
+
+bool run_script_direct(client& node, const script& s, const script_keys& keys,
+                       std::initializer_list<std::string_view> args,
+                       std::chrono::milliseconds timeout, std::error_code& ec, reply& out) {
+  return exchange_script_direct(node, s, keys, args, timeout, ec, out);
+}
+
+bool run_request_direct(client& node, const request& r, std::error_code& ec, reply& out) {
+  return exchange_script_direct(node, *r.code, r.keys, r.args, r.timeout, ec, out);
 }
 
 }  // namespace dlock::detail

@@ -5,9 +5,11 @@
 //   request     one script call the engine asks for; run_request / run_request_direct run it
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +45,30 @@ struct fallback_gate {
   bool (*wanted)(const void* owner, std::uint64_t request_id) = nullptr;
 };
 
+// A script's KEYS, held inline (dlock's scripts take at most 5), so that a request allocates
+// nothing for them: a vector was two allocations per lock cycle.
+class script_keys {
+ public:
+  static constexpr std::size_t capacity = 6;
+  script_keys() = default;
+  script_keys(std::initializer_list<std::string_view> keys) {
+    for (auto k : keys) push_back(k);
+  }
+  void push_back(std::string_view key) {
+    if (size_ == capacity) throw std::logic_error("dlock: a script takes at most 6 keys");
+    keys_[size_++] = key;
+  }
+  const std::string_view* begin() const noexcept { return keys_.data(); }
+  const std::string_view* end() const noexcept { return keys_.data() + size_; }
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  const std::string_view& operator[](std::size_t i) const noexcept { return keys_[i]; }
+
+ private:
+  std::array<std::string_view, capacity> keys_{};
+  std::size_t size_ = 0;
+};
+
 // One script call, as the engine (algo/acquisition.hpp) asks for it: run `code` on node `node`
 // within `timeout`, and hand the answer back under `id`. Requests to one node go out in the
 // order they were made (one connection, FIFO). `keys` point into the target (lock_target,
@@ -51,7 +77,7 @@ struct request {
   std::uint64_t id = 0;
   std::size_t node = 0;
   const script* code = nullptr;
-  std::vector<std::string_view> keys;
+  script_keys keys;
   std::vector<std::string> args;
   std::chrono::milliseconds timeout{};
   fallback_gate gate{};  // set by the driver (acquire_run); empty: always fall back
@@ -69,7 +95,8 @@ void run_script(client& node, const script& s, std::initializer_list<std::string
 // NOSCRIPT) and reads the reply itself, within `timeout` for both, and returns true with the
 // reply in `out` and the error in `ec`. Returns false having sent nothing when the connection
 // is busy, connecting or TLS: then use run_script.
-bool run_script_direct(client& node, const script& s, std::initializer_list<std::string_view> keys,
+// The arguments are views: nothing is copied (a release's direct path allocated three times).
+bool run_script_direct(client& node, const script& s, const script_keys& keys,
                        std::initializer_list<std::string_view> args,
                        std::chrono::milliseconds timeout, std::error_code& ec, reply& out);
 

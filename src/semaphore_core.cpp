@@ -69,9 +69,8 @@ bool semaphore_core::try_release_direct(const std::shared_ptr<lease_state>& stat
   if (state->released.exchange(true)) return false;  // start_release reports not_held
   reply r;
   std::error_code run_ec;
-  request release{0, 0, &sem_release_script, semaphore_release_keys(target_.keys),
-                  {state->token, target_.limit_text}, target_.node_timeout};
-  if (!run_request_direct(nodes_.front(), release, run_ec, r)) {
+  if (!run_script_direct(nodes_.front(), sem_release_script, semaphore_release_keys(target_.keys),
+                         {state->token, target_.limit_text}, target_.node_timeout, run_ec, r)) {
     state->released.store(false);  // nothing sent: start_release takes over
     return false;
   }

@@ -47,11 +47,8 @@ std::uint64_t next_random(std::uint64_t& state) noexcept {
   return z ^ (z >> 31);
 }
 
-std::vector<std::string_view> lock_acquire_keys(const lock_keys& k) {
+script_keys lock_acquire_keys(const lock_keys& k) {
   return {k.key, k.fence, k.waiters, k.waiter_info, k.tickets};
-}
-std::vector<std::string_view> lock_release_keys(const lock_keys& k) {
-  return {k.key, k.waiters, k.waiter_info, k.fence};
 }
 
 // A handoff's owner value: release.lua writes "<id>.h<round>" (round as decimal text).
@@ -62,7 +59,11 @@ std::string handed_over_value(std::string_view id, std::string_view round) {
 
 }  // namespace
 
-std::vector<std::string_view> semaphore_release_keys(const semaphore_keys& k) {
+script_keys lock_release_keys(const lock_keys& k) {
+  return {k.key, k.waiters, k.waiter_info, k.fence};
+}
+
+script_keys semaphore_release_keys(const semaphore_keys& k) {
   return {k.expiries, k.weights, k.waiters, k.waiter_info, k.fence};
 }
 
@@ -271,7 +272,7 @@ struct acquisition::impl {
     return what;
   }
 
-  std::uint64_t emit(std::size_t node, const script& code, std::vector<std::string_view> keys,
+  std::uint64_t emit(std::size_t node, const script& code, script_keys keys,
                      std::vector<std::string> args, std::optional<purpose> awaited_for) {
     if (awaited_for == purpose::cleanup || awaited_for == purpose::final_cleanup) {
       awaited_for = awaited_cleanup(node, *awaited_for);
@@ -439,21 +440,23 @@ struct acquisition::impl {
     auto deferred = std::exchange(deferred_handoff, std::nullopt);
     round_state done_round = std::move(*round);
     round.reset();
-    last_votes = done_round.votes.votes();  // what the cleanups below judge the nodes by
-    if (!ec && stopped) {
-      // Won after the caller stopped waiting: give it back (only this round's value).
-      emit_lock_release(done_round.value, purpose::final_cleanup);
-      return finish_failed(*stopped, done_round.votes.votes());
-    }
-    if (!ec) {
+    if (!ec && !stopped) {
+      // The votes go to the outcome, not copied: after a grant nothing judges the nodes by
+      // them (a single node's grant leaves no queue; lost_touch_with is for single nodes).
+      last_votes.clear();
       granted_round = done_round.index + 1;
       granted_fence = done_round.fence;
       return finish_granted(std::move(done_round.value),
                             static_cast<std::uint64_t>(done_round.fence),
                             done_round.votes.valid_until(), std::move(done_round.votes.votes()));
     }
+    last_votes = done_round.votes.votes();  // what the cleanups below judge the nodes by
+    if (!ec) {
+      // Won after the caller stopped waiting: give it back (only this round's value).
+      emit_lock_release(done_round.value, purpose::final_cleanup);
+      return finish_failed(*stopped, done_round.votes.votes());
+    }
     last_error = ec;
-    last_votes = done_round.votes.votes();
     if (stopped) return finish_failed(*stopped, done_round.votes.votes());
     // The round found the key another's, so it ran before the handoff did and cannot have
     // taken the handed-over key over: the handoff stands.
@@ -791,7 +794,7 @@ void acquisition::on_reply(std::uint64_t request_id, steady::time_point now, std
 
 acquisition::late_handoff_give_back acquisition::give_back_plan() const {
   late_handoff_give_back plan;
-  std::vector<std::string_view> keys;
+  script_keys keys;
   if (impl_->lock) {
     keys = lock_release_keys(impl_->lock->keys_on(0));
     plan.code = &release_script;

@@ -96,9 +96,13 @@ semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limi
                                        std::chrono::milliseconds request_timeout,
                                        bool cluster = false);
 
+// release.lua's keys, for a release and a give-up alike (ARGV: the value, or the id and
+// "give-up").
+script_keys lock_release_keys(const lock_keys& k);
+
 // sem_release.lua's keys, for a release, a leave and a give-up alike (ARGV: the token, the
 // limit).
-std::vector<std::string_view> semaphore_release_keys(const semaphore_keys& k);
+script_keys semaphore_release_keys(const semaphore_keys& k);
 
 // One semaphore acquire script's answer, decoded.
 struct semaphore_reply {

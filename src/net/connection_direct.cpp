@@ -106,16 +106,23 @@ bool connection::try_exchange_direct(std::string_view payload, std::size_t repli
     }
   }
 
+  // One reply (the usual case) goes straight to `out`: no vector to allocate per exchange.
   std::vector<reply> got;
+  std::size_t received = 0;
   for (;;) {
     std::error_code perr;
-    while (got.size() < replies) {
+    while (received < replies) {
       auto r = reader.next(perr);
       if (perr) return lost(errc::protocol_error);
       if (!r) break;
-      got.push_back(std::move(*r));
+      if (replies == 1) {
+        out = std::move(*r);
+      } else {
+        got.push_back(std::move(*r));
+      }
+      ++received;
     }
-    if (got.size() == replies) break;
+    if (received == replies) break;
     if (!wait_for(fd, POLLIN, deadline)) return lost(errc::timeout);
     ssize_t n = ::recv(fd, link.read_buf.data(), link.read_buf.size(), MSG_DONTWAIT);
     if (n > 0) {
@@ -133,10 +140,9 @@ bool connection::try_exchange_direct(std::string_view payload, std::size_t repli
   bool unasked = reader.next(perr).has_value() || perr;
   // With Sentinel, READONLY means the node was demoted: end the socket, so that the next
   // request votes again, as on the async path (connection::on_reply).
-  bool demoted = false;
+  bool demoted = sentinel_ && replies == 1 && is_demoted_reply(out);
   for (const auto& r : got) demoted |= sentinel_ && is_demoted_reply(r);
   if (replies == 1) {
-    out = std::move(got.front());
     ec = out.is_error() ? error_from_reply(out) : std::error_code{};
   } else {
     out = reply::make_array(std::move(got));

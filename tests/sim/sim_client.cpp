@@ -470,7 +470,10 @@ void sim_client::refresh_permit(milliseconds by) {
   r.id = serial;
   r.code = &detail::sem_refresh_script;
   r.keys = {k.expiries, k.weights};
-  if (sem_->fair) r.keys.insert(r.keys.end(), {k.owners, k.waiter_info});
+  if (sem_->fair) {
+    r.keys.push_back(k.owners);
+    r.keys.push_back(k.waiter_info);
+  }
   r.args = {token_, std::to_string(by.count()), ""};
   r.timeout = sem_->node_timeout;
   w_.call(c_, r, [this, cycle = cycle_, serial, by, start](std::error_code ec,
