@@ -153,8 +153,13 @@ void lease::start_extend(std::chrono::milliseconds ttl,
   if (!held(state_)) return handler(errc::not_held);
   owner_->start_extend(state_, ttl, [owner = owner_, state = state_, h = std::move(handler)](
                                         std::error_code ec) mutable {
-    // The deadline moved, maybe earlier than the watchdog's next renewal: it plans anew.
-    if (!ec) detail::replan_keep_alive(owner, state);
+    // The deadline moved, maybe earlier than the watchdog's next renewal: it plans anew. A
+    // failed extend may still have landed on some nodes, which ended the watch there.
+    if (!ec) {
+      detail::replan_keep_alive(owner, state);
+    } else if (!state->lost.stop_requested()) {
+      detail::replan_keep_alive(owner, state, false);
+    }
     h(ec);
   });
 }

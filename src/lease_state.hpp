@@ -150,12 +150,14 @@ inline std::string settled_token(const std::string& token) { return token + ":se
 lease make_lease(std::shared_ptr<lease_owner> owner, std::shared_ptr<lease_state> state) noexcept;
 
 // The watchdog (src/watchdog.cpp): starts or replaces the renewal of `state`, replans it after
-// a manual extend moved the deadline, and stops it. All may be called from any thread; the
-// work happens on the I/O thread (replan_keep_alive's at once when called there).
+// a manual extend (`deadline_moved`: it succeeded; either way the extend's writes ended the
+// key's watch where they landed, so it watches again), and stops it. All may be called from
+// any thread; the work happens on the I/O thread (replan_keep_alive's at once when called
+// there).
 void start_keep_alive(std::shared_ptr<lease_owner> owner, std::shared_ptr<lease_state> state,
                       keep_alive_options options);
 void replan_keep_alive(const std::shared_ptr<lease_owner>& owner,
-                       const std::shared_ptr<lease_state>& state);
+                       const std::shared_ptr<lease_state>& state, bool deadline_moved = true);
 void stop_keep_alive(const std::shared_ptr<lease_owner>& owner,
                      const std::shared_ptr<lease_state>& state);
 

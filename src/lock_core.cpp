@@ -120,7 +120,7 @@ void lock_core::extend_everywhere(const std::shared_ptr<lease_state>& state,
       auto verdict = op->round.take_outcome();
       if (!verdict) return;
       if (verdict->ec) return op->handler(apply_extend(*self, *op->state, verdict->ec, {}));
-      op->state->held_on = verdict->extended;
+      if (self->nodes_.size() > 1) op->state->held_on = verdict->extended;
       // Copies moved onto one master since the grant (a reshard, a failover): the extend took,
       // but the lease cannot be vouched for beyond what it had; it fails and keeps its old
       // validity, and lapses unless a later extend finds the copies apart again.

@@ -58,14 +58,16 @@ class keep_alive_task : public std::enable_shared_from_this<keep_alive_task> {
     if (!watcher_.empty()) owner_->forget_changes(watcher_);
   }
 
-  // The deadline moved (a manual extend): plan the next renewal from it, and watch the new end
-  // of validity, which may be earlier than the one the timer waits for.
-  void replan() {
+  // After a manual extend. When it moved the deadline: plan the next renewal from it, and
+  // watch the new end of validity, which may be earlier than the one the timer waits for.
+  // Either way the key is watched again: the extend ended the tracking where it landed.
+  void replan(bool deadline_moved) {
     auto state = state_.lock();
-    if (stopped_ || !state) return;
+    if (stopped_ || !state || state->lost.stop_requested()) return;
+    watch(state);
+    if (!deadline_moved) return;
     next_renewal_ = plan(steady::now(), jittered(options_.interval), *state);
     timer_.cancel();
-    watch(state);  // the extend ended the tracking
     schedule();
   }
 
@@ -212,11 +214,11 @@ void start_keep_alive(std::shared_ptr<lease_owner> owner, std::shared_ptr<lease_
 }
 
 void replan_keep_alive(const std::shared_ptr<lease_owner>& owner,
-                       const std::shared_ptr<lease_state>& state) {
+                       const std::shared_ptr<lease_state>& state, bool deadline_moved) {
   // Inline on the I/O thread (where an extend completes), so the plan is new before the
   // extend's caller hears of it.
-  asio::dispatch(owner->get_executor(), [state] {
-    if (state->keeper) state->keeper->replan();
+  asio::dispatch(owner->get_executor(), [state, deadline_moved] {
+    if (state->keeper) state->keeper->replan(deadline_moved);
   });
 }
 

@@ -78,7 +78,8 @@ class DLOCK_EXPORT lease {
   /// A lock's lease under keep_alive() also watches its key (Redis 6 or later; not on a
   /// cluster or under Sentinel): another client deleting or overwriting it fires the signal
   /// within about a round trip, not at the next renewal. On Redlock, where the key is taken
-  /// node by node, within a quarter of the keep-alive interval after the node that completes a majority.
+  /// node by node, within a quarter of the keep-alive interval after the node that completes a
+  /// majority. A connection that dropped meanwhile ends its watch until the next renewal.
   std::stop_token lost() const noexcept;
 
   /// Pushes the key's expiry out to at least `ttl` from now (default: the lock's TTL) on a

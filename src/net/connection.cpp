@@ -311,7 +311,8 @@ void connection::try_endpoint(std::size_t index) {
   auto& socket = link_->socket;
   std::error_code ignored;
   socket.close(ignored);
-  socket.open(targets_[index].protocol(), last_connect_error_);
+  link_->protocol = targets_[index].protocol();
+  socket.open(link_->protocol, last_connect_error_);
   if (last_connect_error_) return try_endpoint(index + 1);
   // Asio does not open sockets close-on-exec: a program that forks and execs (`dlock run`)
   // would hand its Redis connections to the child.
@@ -727,7 +728,6 @@ void connection::fail(std::error_code inflight_error, bool connect_failed,
   state_ = state::idle;
   writing_ = false;
   reading_ = false;
-  std::error_code ignored;
   if (link_) link_->close();
   resolver_.cancel();
   connect_timer_.cancel();

@@ -191,7 +191,8 @@ class connection : public std::enable_shared_from_this<connection> {
   void leave_reactor();   // socket_link::leave_reactor, once callers drive the socket
   bool rejoin_reactor();  // before an operation of the I/O thread's; false: it failed
   void after_direct();    // posted by a caller that handed the socket back as io or broken
-  void hand_back(bool broken);  // caller side
+  // Caller side. `exchanged`: a request and its reply went through (not a refusal to start).
+  void hand_back(bool broken, bool exchanged = false);
   void on_reply(reply r);
   static bool is_push(const reply& r);
   // READONLY: with Sentinel, the node we took for the master was demoted.

@@ -148,19 +148,21 @@ bool connection::try_exchange_direct(std::string_view payload, std::size_t repli
     out = reply::make_array(std::move(got));
     ec = {};
   }
-  hand_back(unasked || demoted);
+  hand_back(unasked || demoted, true);
   return true;
 }
 
-void connection::hand_back(bool broken) {
+void connection::hand_back(bool broken, bool exchanged) {
   if (!broken) {
     // The first exchange since the socket last joined the I/O thread's reactor asks it to
     // leave (socket_link::leave_reactor); later ones find it out already.
-    bool asked = direct_used_.exchange(true, std::memory_order_relaxed);
+    bool ask_to_leave = exchanged && !direct_used_.exchange(true, std::memory_order_relaxed);
     driver expected = driver::direct;
     if (driver_.compare_exchange_strong(expected, driver::idle, std::memory_order_release,
                                         std::memory_order_relaxed)) {
-      if (!asked) asio::post(executor_, [self = shared_from_this()] { self->leave_reactor(); });
+      if (ask_to_leave) {
+        asio::post(executor_, [self = shared_from_this()] { self->leave_reactor(); });
+      }
       return;
     }
     // direct_wanted: the I/O thread has work (or a close) waiting for the socket.

@@ -34,17 +34,14 @@ struct socket_link {
   void leave_reactor() {
     if (!in_reactor || tls || !socket.is_open()) return;
     std::error_code ec;
-    auto protocol = socket.local_endpoint(ec).protocol();
-    if (ec) return;
     int handle = socket.release(ec);
     if (ec) return;
     released_fd = handle;
-    released_protocol = protocol;
     in_reactor = false;
   }
   void rejoin_reactor(std::error_code& ec) {
     if (in_reactor) return;
-    socket.assign(released_protocol, released_fd, ec);
+    socket.assign(protocol, released_fd, ec);
     if (ec) return;  // the caller fails the connection; close() still closes the fd
     released_fd = -1;
     in_reactor = true;
@@ -78,7 +75,7 @@ struct socket_link {
   bool heard_back = false;  // some bytes arrived on this socket
   bool in_reactor = true;   // see leave_reactor()
   int released_fd = -1;     // the descriptor while out of the reactor
-  asio::generic::stream_protocol released_protocol{0, 0};
+  asio::generic::stream_protocol protocol{0, 0};  // set at connect: what rejoin_reactor assigns
   std::string write_buf;
   std::array<char, 16384> read_buf{};
 };
