@@ -234,6 +234,12 @@ int run_cycles_mode(const options& o) {
   return 0;
 }
 
+// The warm-up, window and hold the options ask for.
+timing timing_of(const options& o) {
+  return {std::chrono::milliseconds(o.warm_ms),
+          std::chrono::milliseconds(static_cast<long>(o.seconds * 1000)), std::chrono::milliseconds(1)};
+}
+
 // A dlock waiter behind node-redlock's holder: woken by the key's invalidation (CLIENT
 // TRACKING), and, for comparison, polling at the default retry_delay.
 std::vector<row> run_foreign(const peers& p, unsigned short port, std::vector<dlock::client>& set,
@@ -259,8 +265,7 @@ int run_foreign_mode(const options& o) {
   redis_server server;
   server_pids[0] = server.pid();
   std::vector<dlock::client> set{dlock::client{server.url()}};
-  timing t{std::chrono::milliseconds(o.warm_ms),
-           std::chrono::milliseconds(static_cast<long>(o.seconds * 1000)), std::chrono::milliseconds(1)};
+  timing t = timing_of(o);
   for (const auto& r : run_foreign(p, server.port(), set, t)) {
     std::cout << r.variant << ": " << r.get("samples") << " samples, p50 " << r.get("p50_ms")
               << " ms, p99 " << r.get("p99_ms") << " ms (" << r.get("foreign_releases")
@@ -274,8 +279,7 @@ int run_single_scenario_mode(const options& o) {
   redis_server server;
   server_pids[0] = server.pid();
   std::vector<dlock::client> nodes{dlock::client{server.url()}};
-  timing t{std::chrono::milliseconds(o.warm_ms),
-           std::chrono::milliseconds(static_cast<long>(o.seconds * 1000)), std::chrono::milliseconds(1)};
+  timing t = timing_of(o);
   bool async = o.async_lockers > 0;
   int lockers = async ? o.async_lockers : o.thread_lockers;
   auto r = async ? run_uncontended_async(nodes, lockers, t, "bench:a:")
@@ -294,8 +298,7 @@ int run_contended_mode(const options& o) {
   redis_server server;
   server_pids[0] = server.pid();
   std::vector<dlock::client> set{dlock::client{server.url()}};
-  timing t{std::chrono::milliseconds(o.warm_ms),
-           std::chrono::milliseconds(static_cast<long>(o.seconds * 1000)), std::chrono::milliseconds(1)};
+  timing t = timing_of(o);
   double rtt = run_exec_rtt(set[0], std::chrono::milliseconds(500)).get("p50_ms");
   for (int workers : {8, 64}) {
     for (bool sem : {false, true}) {
@@ -319,8 +322,7 @@ int run_contended_mode(const options& o) {
 
 int run_all(const options& o) {
   std::filesystem::create_directories(o.out);
-  timing t{std::chrono::milliseconds(o.warm_ms),
-           std::chrono::milliseconds(static_cast<long>(o.seconds * 1000)), std::chrono::milliseconds(1)};
+  timing t = timing_of(o);
   timing contended_t = t;
   contended_t.measure = t.measure * 2;  // handoffs are rarer than cycles: more samples
 
