@@ -267,10 +267,13 @@ void inbox::remember_gave_up(const std::string& token, clock::time_point until,
 
 void inbox::on_drop() {
   tracking_id_.reset();
-  // Their invalidations are lost with the connection: waiters are woken below (or were never
-  // confirmed); kept-alive leases fall back to their renewals, which watch again.
-  watchers_.clear();
-  if (!std::exchange(subscribed_, false)) return;
+  bool was_subscribed = std::exchange(subscribed_, false);
+  // Their invalidations are lost with the connection: every watch is told now, as if its key
+  // had changed, so that its owner looks (a waiter tries again, a kept-alive lease renews) and
+  // watches anew. Cleared silently, a lease learned of another's takeover only at its next
+  // planned renewal.
+  on_invalidated(nullptr, nullptr);
+  if (!was_subscribed) return;
   std::vector<std::function<void(std::string_view)>> all;
   for (auto& [token, wake] : listeners_) all.push_back(wake);
   for (auto& wake : all) wake("");

@@ -116,6 +116,28 @@ TEST_F(LeaseTest, KeepAliveReportsAnotherClientTakingTheKeyAtOnce) {
   }
 }
 
+// The invalidations come on the inbox's subscriber connection. When it drops, the watches
+// it carried are told at once (the lease renews and watches anew), so that a takeover after
+// the drop is still found at once rather than at the next renewal, 10 s away here.
+TEST_F(LeaseTest, KeepAliveWatchesAgainAfterTheInboxConnectionDrops) {
+  client other{server_.url()};
+  auto watches = [&] { return test::command_calls(other)["client|tracking"]; };
+  mutex m{client_, test_key(), {.ttl = 30s}};
+  auto l = m.acquire();
+  auto before = watches();
+  ASSERT_FALSE(l.keep_alive());
+  ASSERT_TRUE(eventually([&] { return watches() > before; })) << "the lease is not watched";
+  auto watched = watches();
+  other.exec({"CLIENT", "KILL", "TYPE", "pubsub"});
+  ASSERT_TRUE(eventually([&] { return watches() > watched; }, 5s))
+      << "the lease did not watch again after its inbox connection dropped";
+  auto taken = std::chrono::steady_clock::now();
+  other.exec({"SET", test_key(), "another-library", "PX", "30000"});
+  ASSERT_TRUE(eventually([&] { return l.lost().stop_requested(); }, 9s));
+  EXPECT_LT(std::chrono::steady_clock::now() - taken, 5s) << "found at a renewal, not at once";
+  other.exec({"DEL", test_key()});
+}
+
 // The renewals change the key too; they must not read as someone else's change (which would
 // renew again at once, and again): about one extend per interval.
 TEST_F(LeaseTest, KeepAliveRenewalsDoNotSetOffTheirOwnWatch) {
