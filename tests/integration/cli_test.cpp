@@ -1580,7 +1580,7 @@ TEST_F(CliTest, DlockSleepsWhileCmdRuns) {
 TEST_F(CliTest, AStoppedGuardDoesNotKeepCmdRunningAfterTheLeaseIsLost) {
   strays left;
   const std::string key = test_key(), ticks = path("ticks");
-  auto d = start({"-r", server_.url(), "run", "--ttl", "3s", key, "--", "sh", "-c",
+  auto d = start({"-v", "-r", server_.url(), "run", "--ttl", "3s", key, "--", "sh", "-c",
                   "echo $PPID > " + path("guard") + "; echo $$ > " + path("cmd") +
                       "; while :; do echo >> " + ticks + "; sleep 0.05; done"});
   pid_t cmd = left.add(read_pid(path("cmd")));
@@ -1593,7 +1593,8 @@ TEST_F(CliTest, AStoppedGuardDoesNotKeepCmdRunningAfterTheLeaseIsLost) {
   ASSERT_TRUE(eventually([&] { return process_state(guard) == 'T'; }, 3s));
   auto lost_at = steady::now();
   test::raw_command(server_.port(), "DEL " + key);
-  ASSERT_TRUE(eventually([&] { return !running(cmd); }, 5s)) << "CMD runs on under a stopped guard";
+  ASSERT_TRUE(eventually([&] { return !running(cmd); }, 5s))
+      << "CMD runs on under a stopped guard; dlock said: " << d->err();
   EXPECT_LT(steady::now() - lost_at, 3s) << "CMD outlived the lease's validity";
   auto a = fs::file_size(ticks);
   std::this_thread::sleep_for(300ms);

@@ -473,7 +473,7 @@ std::unique_ptr<command_guard> command_guard::start(const std::string& path,
                                                     const std::vector<std::string>& env,
                                                     bool own_group,
                                                     std::chrono::steady_clock::time_point deadline,
-                                                    start_failure& failure) {
+                                                    int stop_fd, start_failure& failure) {
   std::vector<char*> args, envp;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -524,13 +524,34 @@ std::unique_ptr<command_guard> command_guard::start(const std::string& path,
   guard->guard_pid_ = pid;
   guard->control_fd_ = control[1];
   guard->news_fd_ = news[0];
-  // The first news: CMD runs, or why not.
+  // The first news: CMD runs, or why not. A guard that sends none by the deadline, or before
+  // `stop_fd` turns readable (the lease was lost), is not acting (stopped, say): waiting on
+  // could let CMD outlive the lease, so it is killed, and CMD with it (PR_SET_PDEATHSIG).
+  bool gave_up = false;
   while (guard->cmd_pid_ < 0 && !guard->guard_died_ && guard->failure_errno_ == 0) {
-    pollfd p{guard->news_fd_, POLLIN, 0};
-    if (::poll(&p, 1, -1) < 0 && errno != EINTR) break;
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline -
+                                                             std::chrono::steady_clock::now());
+    pollfd p[2] = {{guard->news_fd_, POLLIN, 0}, {stop_fd, POLLIN, 0}};
+    int ready = ::poll(p, stop_fd >= 0 ? 2 : 1,
+                       static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60'000)));
+    if (ready < 0 && errno != EINTR) break;
     guard->take_news();
+    if (guard->cmd_pid_ >= 0 || guard->guard_died_ || guard->failure_errno_ != 0) break;
+    if ((stop_fd >= 0 && (p[1].revents & POLLIN) != 0) ||
+        std::chrono::steady_clock::now() >= deadline) {
+      gave_up = true;
+      break;
+    }
   }
-  if (guard->cmd_pid_ > 0) return guard;
+  if (guard->cmd_pid_ > 0) return guard;  // the supervisor deals with a lost lease
+  if (gave_up) {
+    guard->kill_guard();
+    guard->end_orphans();
+    failure.message = "CMD's guard did not report CMD's start before the lease ended (stopped?); "
+                      "it was killed, and CMD with it";
+    failure.lease_ended = true;
+    return nullptr;
+  }
   if (guard->failure_kind_ == news_exec_failed) {
     failure.message = "cannot run " + path + ": " + std::strerror(guard->failure_errno_);
     failure.exec_errno = guard->failure_errno_;

@@ -86,18 +86,20 @@ class command_guard {
   struct start_failure {
     std::string message;
     int exec_errno = 0;  // why exec failed (ENOENT, EACCES ...), 0 for other failures
+    bool lease_ended = false;  // the guard did not report by `deadline` or before `stop_fd`
   };
   // Starts the guard and, under it, `path` with `argv` and `env` (KEY=VALUE), in a process
   // group of its own (own_group), else in dlock's (--foreground). CMD gets a clean signal mask
   // and only the descriptors dlock inherited. `deadline` is the first last safe moment (see
   // set_deadline). Blocks until CMD's exec succeeded or failed; on failure returns nullptr
-  // with `failure` filled in.
+  // with `failure` filled in. A guard that has not said by `deadline`, or by the time
+  // `stop_fd` (-1: none) is readable, is killed with CMD (failure.lease_ended).
   static std::unique_ptr<command_guard> start(const std::string& path,
                                               const std::vector<std::string>& argv,
                                               const std::vector<std::string>& env,
                                               bool own_group,
                                               std::chrono::steady_clock::time_point deadline,
-                                              start_failure& failure);
+                                              int stop_fd, start_failure& failure);
   // Ends what is left of CMD's tree (SIGKILL) and waits for the guard to exit.
   ~command_guard();
   command_guard(const command_guard&) = delete;

@@ -169,9 +169,13 @@ class supervisor {
     command_guard::start_failure failure;
     deadline_sent_ = last_safe_moment();
     guard_ = command_guard::start(path, o_.cmd, child_environment(o_, held_), !o_.foreground,
-                                  deadline_sent_, failure);
+                                  deadline_sent_, alarm->fd, failure);
     if (!guard_) {
       say("%s", failure.message.c_str());
+      if (failure.lease_ended) {
+        finish(held_.lost().stop_requested(), /*cmd_ran=*/true);
+        return exit_lease_lost;
+      }
       finish(false, /*cmd_ran=*/false);
       if (failure.exec_errno == 0) return exit_software;
       return failure.exec_errno == ENOENT ? 127 : 126;  // as the shell reports them
