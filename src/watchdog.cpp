@@ -166,7 +166,9 @@ class keep_alive_task : public std::enable_shared_from_this<keep_alive_task> {
         after = std::max(steady::duration::zero(), earliest - now);
         self->last_check_ = now + after;
       }
-      if (!ec) self->watch(state);
+      // A renewal that failed may still have landed on some nodes, and ended the watch there
+      // as a successful one does: watch again unless the lease is gone.
+      if (!self->stopped_ && !state->lost.stop_requested()) self->watch(state);
       self->next_renewal_ = plan(steady::now(), after, *state);
       self->timer_.cancel();
       self->schedule();
