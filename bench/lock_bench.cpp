@@ -10,6 +10,7 @@
 //                    lockers, contended 64 workers (library "dlock (cluster)")
 //   peers            node-redlock and redis-semaphore (npm, bench/peers) in the same scenarios
 //   foreign          one dlock waiter behind node-redlock's holder: release -> dlock holds
+//   election         dlock::election, 4 candidates, the leader crashes 20 times: failover time
 //   client CPU       with --callgrind: instructions per cycle, counted by valgrind's callgrind
 // and writes bench/results/latest.{json,md} plus plot data, then prints the Markdown.
 //
@@ -21,6 +22,7 @@
 //   lock_bench --foreign [--seconds S]   one server, the "foreign" scenario only; prints its rows
 //   lock_bench --contended [--seconds S] one server, the lock's and the semaphore's handoffs
 //                             (8 and 64 workers, defaults), in PING round trips; a line each
+//   lock_bench --election     the election scenario only, on 1 and 3 servers; a line each
 //
 // Every run is bounded: scenarios by their window, child processes by timeout(1). On SIGINT
 // or SIGTERM the servers are killed before exiting.
@@ -46,6 +48,7 @@
 #include "dlock/client.hpp"
 #include "dlock/options.hpp"
 #include "harness/ceiling.hpp"
+#include "harness/election.hpp"
 #include "harness/measure.hpp"
 #include "harness/peers.hpp"
 #include "harness/report.hpp"
@@ -82,6 +85,7 @@ struct options {
   int thread_lockers = 0;  // > 0: only the threads uncontended scenario (profiling)
   bool foreign_only = false;  // only the "foreign" scenario
   bool contended_only = false;  // only the contended lock and semaphore handoffs (defaults)
+  bool election_only = false;   // only the election's failover
   std::string command;
 };
 
@@ -108,6 +112,7 @@ options parse(int argc, char** argv) {
     else if (a == "--thread-lockers") o.thread_lockers = std::stoi(value());
     else if (a == "--foreign") o.foreign_only = true;
     else if (a == "--contended") o.contended_only = true;
+    else if (a == "--election") o.election_only = true;
     else throw std::runtime_error("unknown argument " + a + " (see the comment atop lock_bench.cpp)");
   }
   return o;
@@ -272,6 +277,36 @@ int run_foreign_mode(const options& o) {
               << " foreign releases)\n";
   }
   server_pids[0] = 0;
+  return 0;
+}
+
+// The election rows: 4 candidates, TTL 500 ms, 20 crashes, on 1 and on 3 servers.
+std::vector<row> election_rows(std::vector<dlock::client> servers) {
+  std::vector<row> rows;
+  for (std::size_t n : {1u, 3u}) {
+    std::vector<dlock::client> set(servers.begin(), servers.begin() + static_cast<std::ptrdiff_t>(n));
+    flush_all(set);
+    rows.push_back(run_election_failover(set, 4, std::chrono::milliseconds(500), 20));
+  }
+  return rows;
+}
+
+int run_election_mode() {
+  std::vector<std::unique_ptr<redis_server>> servers;
+  std::vector<dlock::client> clients;
+  for (std::size_t i = 0; i < 3; ++i) {
+    servers.push_back(std::make_unique<redis_server>());
+    server_pids[i] = servers.back()->pid();
+    clients.emplace_back(servers.back()->url());
+  }
+  for (const auto& r : election_rows(clients)) {
+    std::cout << "election, " << r.nodes << " node(s), " << r.variant << ": failover p50 "
+              << r.get("failover_p50_ms") << " ms, max " << r.get("failover_max_ms")
+              << " ms; beyond the crashed lease's PTTL p50 " << r.get("added_p50_ms") << " ms = "
+              << r.get("added_p50_rtts") << " RTT, p99 " << r.get("added_p99_ms") << " ms ("
+              << r.get("samples") << " crashes)\n";
+  }
+  for (auto& pid : server_pids) pid = 0;
   return 0;
 }
 
@@ -478,6 +513,9 @@ int run_all(const options& o) {
     }
   }
 
+  progress("dlock election, leader crashes, 1 and 3 nodes ...");
+  for (auto& r : election_rows(first(3))) rows.push_back(std::move(r));
+
   if (o.callgrind) {
     if (auto r = client_cpu(o)) rows.push_back(*r);
   }
@@ -507,6 +545,7 @@ int main(int argc, char** argv) {
     if (o.async_lockers > 0 || o.thread_lockers > 0) return run_single_scenario_mode(o);
     if (o.foreign_only) return run_foreign_mode(o);
     if (o.contended_only) return run_contended_mode(o);
+    if (o.election_only) return run_election_mode();
     return run_all(o);
   } catch (const std::exception& e) {
     std::cerr << "lock_bench: " << e.what() << "\n";

@@ -52,6 +52,8 @@ struct access {
   // A transaction's own connection, shared with no one: it may WATCH and MULTI.
   static void make_dedicated(client& c) noexcept { c.dedicated_ = true; }
 
+  // The mutex's core (an election sets what its extends carry along).
+  static std::shared_ptr<lock_core> core_of(const mutex& m) noexcept { return m.core_; }
   // mutex::async_acquire's core: up to `attempts` rounds until `deadline`.
   static void start_acquire(mutex& m, mutex::clock::time_point deadline, int attempts,
                             unique_function<void(std::error_code, lease)> handler,

@@ -39,6 +39,8 @@ class dlock_category final : public std::error_category {
       case errc::cluster_error:
         return "Redis Cluster could not route the request: not a cluster node, a slot that no "
                "node serves, or redirects in a loop";
+      case errc::not_found:
+        return "not found on the server: never created, or expired";
     }
     return "unknown dlock error";
   }
@@ -81,6 +83,7 @@ std::string_view to_string(errc e) noexcept {
     case errc::forked_process: return "forked_process";
     case errc::replication_not_confirmed: return "replication_not_confirmed";
     case errc::cluster_error: return "cluster_error";
+    case errc::not_found: return "not_found";
   }
   return "unknown";
 }

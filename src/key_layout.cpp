@@ -23,7 +23,8 @@ namespace {
 // Every companion suffix, each written once; none may contain '}'.
 constexpr std::string_view fence_suffix = ":fence", waiters_suffix = ":waiters",
                            waiter_info_suffix = ":waiter-info", tickets_suffix = ":tickets";
-constexpr std::string_view holder_suffix = ":holder", high_fence_suffix = ":high-fence";
+constexpr std::string_view holder_suffix = ":holder", high_fence_suffix = ":high-fence",
+                           election_suffix = ":election", latch_suffix = ":latch";
 constexpr std::string_view sem_holders = ":sem:holders", sem_weights = ":sem:weights",
                            sem_fence = ":sem:fence", sem_waiters = ":sem:waiters",
                            sem_waiter_info = ":sem:waiter-info", sem_tickets = ":sem:tickets";
@@ -32,11 +33,12 @@ constexpr std::string_view fair_timeouts = ":fairsem:timeouts", fair_owners = ":
                            fair_weights = ":fairsem:weights", fair_fence = ":fairsem:fence",
                            fair_waiter_info = ":fairsem:waiter-info",
                            fair_tickets = ":fairsem:counter";
-constexpr std::array<std::string_view, 18> suffixes{
+constexpr std::array<std::string_view, 20> suffixes{
     fence_suffix,      waiters_suffix,   waiter_info_suffix, tickets_suffix, holder_suffix,
     high_fence_suffix, sem_holders,      sem_weights,        sem_fence,      sem_waiters,
     sem_waiter_info,   sem_tickets,      fair_timeouts,      fair_owners,    fair_weights,
-    fair_fence,        fair_waiter_info, fair_tickets};
+    fair_fence,        fair_waiter_info, fair_tickets,       election_suffix,
+    latch_suffix};
 
 constexpr std::array<std::uint16_t, 256> crc_table = [] {
   std::array<std::uint16_t, 256> table{};
@@ -162,6 +164,12 @@ std::string high_fence_key(std::string_view data_key) {
 }
 
 std::string holder_key(std::string_view lock_key) { return companion(lock_key, holder_suffix); }
+
+std::string election_record_key(std::string_view lock_key) {
+  return companion(lock_key, election_suffix);
+}
+
+std::string latch_channel(std::string_view latch_key) { return companion(latch_key, latch_suffix); }
 
 // Exact: splits off a suffix, undoes each form of E that could have made the rest, and checks
 // that encoding the result gives the rest back.

@@ -55,6 +55,9 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
                      std::function<void()> on_change) override;
   void forget_changes(const std::string& token) override;
   lease adopt(std::string token, std::uint64_t fence);
+  // A key that each extend gives the lock's remaining life (lock_target::lives_with_lock). Set
+  // before the first acquisition; not thread-safe.
+  void set_lives_with_lock(std::string key) { target_.lives_with_lock = std::move(key); }
 
  private:
   std::shared_ptr<acquire_run> make_run(steady::time_point deadline, int attempts,

@@ -35,6 +35,9 @@ inline constexpr script sem_fair_acquire_script{scripts::sem_fair_acquire_body,
                                                 scripts::sem_fair_acquire_sha1};
 inline constexpr script sem_release_script{scripts::sem_release_body, scripts::sem_release_sha1};
 inline constexpr script sem_refresh_script{scripts::sem_refresh_body, scripts::sem_refresh_sha1};
+inline constexpr script elect_announce_script{scripts::elect_announce_body,
+                                              scripts::elect_announce_sha1};
+inline constexpr script latch_script{scripts::latch_body, scripts::latch_sha1};
 
 // Asked when an EVALSHA comes back NOSCRIPT, before the EVAL fallback goes out: the fallback
 // is sent after every request pipelined behind the EVALSHA, so an attempt whose answer is no

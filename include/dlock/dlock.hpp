@@ -4,10 +4,12 @@
 
 #include "dlock/client.hpp"
 #include "dlock/diagnostics.hpp"
+#include "dlock/election.hpp"
 #include "dlock/endpoint.hpp"
 #include "dlock/error.hpp"
 #include "dlock/fencing.hpp"
 #include "dlock/key_layout.hpp"
+#include "dlock/latch.hpp"
 #include "dlock/lease.hpp"
 #include "dlock/mutex.hpp"
 #include "dlock/observer.hpp"

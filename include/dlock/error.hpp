@@ -42,6 +42,7 @@ enum class errc {
   forked_process,      ///< called in a child after fork(): dlock works in the parent only
   replication_not_confirmed,  ///< the replication guard: too few replicas acknowledged in time
   cluster_error,       ///< Redis Cluster: not a cluster node, a slot no node serves, a redirect loop
+  not_found,           ///< the object is not on the server: a latch never set, or expired
 };
 
 /// The category of errc values; name() is "dlock".

@@ -6,6 +6,8 @@
 /// - semaphore_keys:     a semaphore's keys, for either variant (it has no key of its own)
 /// - high_fence_key:     where dlock::fenced_set keeps the highest token of a data key
 /// - holder_key:         the `dlock` CLI's note of who holds a lock
+/// - election_record_key: a leader election's record of its terms (dlock::election)
+/// - latch_channel:      the Pub/Sub channel on which a latch's opening is published
 /// - is_companion_key:   whether a key is one of those companions (no lock may use one)
 /// - node_identity_key, node_quarantine_key, node_fence_floor_key: a node's own keys
 ///                       (client_options::restart_quarantine)
@@ -111,6 +113,16 @@ inline constexpr std::string_view node_quarantine_key = "dlock:node:quarantine";
 /// clock (ms x 1024) when the node's identity changed, because a promoted replica or a restore
 /// from disk may hold counters that lag behind tokens already given. It never expires.
 inline constexpr std::string_view node_fence_floor_key = "dlock:node:fence-floor";
+
+/// The record of the leader election whose lock key is `lock_key` (dlock::election): a stream
+/// of its last terms, entry id "<term>-0" when a leader is elected and "<term>-1" when it
+/// resigns, fields owner, value and event. The same name is the Pub/Sub channel on which each
+/// entry's id is published. It expires with the leader's lease.
+DLOCK_EXPORT std::string election_record_key(std::string_view lock_key);
+
+/// The Pub/Sub channel on which the latch whose key is `latch_key` (dlock::latch) announces
+/// that it opened. Named like a companion key, so that it is in the latch's slot.
+DLOCK_EXPORT std::string latch_channel(std::string_view latch_key);
 
 /// True when `key` is a companion key of some name: a key that the functions above return,
 /// other than a lock's own key (a copy's key from lock_copy_key counts as a companion), or one

@@ -970,7 +970,9 @@ quorum_extend::quorum_extend(const lock_target& target, std::string token, milli
     : round_(target.nodes, now, ttl, target.drift_factor) {
   std::string ttl_text = std::to_string(ttl.count());
   for (std::size_t i = 0; i < target.nodes; ++i) {
-    requests_.push_back(request{i + 1, i, &extend_script, {target.keys_on(i).key},
+    script_keys keys{target.keys_on(i).key};
+    if (!target.lives_with_lock.empty()) keys.push_back(target.lives_with_lock);
+    requests_.push_back(request{i + 1, i, &extend_script, keys,
                                 {token, ttl_text, successor}, target.node_timeout});
   }
 }

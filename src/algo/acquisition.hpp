@@ -55,6 +55,9 @@ struct lock_target {
   }
   std::string ttl_text;                 // ttl in ms, as the scripts take it
   std::vector<std::string> node_names;  // label the votes (may be empty)
+  // A key that each extend gives the lock's remaining life too (extend.lua's KEYS[2]): a
+  // leader election's record. Empty: none.
+  std::string lives_with_lock;
   std::chrono::milliseconds ttl{10'000};
   std::chrono::milliseconds retry_delay{50};
   std::chrono::milliseconds node_timeout{1'000};

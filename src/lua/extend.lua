@@ -1,5 +1,7 @@
 -- Extend a lock only if this owner holds it (compare-and-pexpire).
--- KEYS[1]: the lock key; ARGV[1]: the owner value; ARGV[2]: the TTL in milliseconds;
+-- KEYS[1]: the lock key; KEYS[2], optional: a key that lives as long as the lock (a leader
+-- election's record, dlock::election), whose expiry follows the lock's where it has one;
+-- ARGV[1]: the owner value; ARGV[2]: the TTL in milliseconds;
 -- ARGV[3]: "" to extend, or a successor value to settle:
 --   extend  the key's remaining life becomes at least the TTL; it is never shortened, so an
 --           extend delayed in the network (sent on a connection given up after a timeout) that
@@ -15,5 +17,9 @@ if successor ~= '' then
   redis.call('SET', key, successor, 'PX', ttl_ms)
 elseif redis.call('PTTL', key) < tonumber(ttl_ms) then
   redis.call('PEXPIRE', key, ttl_ms)
+end
+local companion = KEYS[2]
+if companion and redis.call('PTTL', companion) >= 0 then
+  redis.call('PEXPIRE', companion, redis.call('PTTL', key))
 end
 return 1

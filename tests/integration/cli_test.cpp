@@ -697,6 +697,37 @@ TEST_F(CliTest, FenceStrictlyIncreasesAcrossRunsAndCmdSeesItsEnvironment) {
   EXPECT_NE(status.out.find("\"fence\":" + std::to_string(last)), std::string::npos) << status.out;
 }
 
+// `dlock elect` runs CMD only while leader, with the term in DLOCK_TERM; `dlock leader` names
+// the leader, and --watch prints each change; a second candidate waits, or exits 75 with -n.
+TEST_F(CliTest, ElectRunsCmdWhileLeaderAndLeaderNamesIt) {
+  const std::string name = test_key();
+  EXPECT_EQ(run({"-r", server_.url(), "leader", name}).status, 1);  // nobody leads
+  auto watch = start({"-r", server_.url(), "leader", "--watch", name});
+  auto a = start({"-r", server_.url(), "elect", "--value", "alpha", name, "--", "sh", "-c",
+                  "echo $DLOCK_TERM > " + path("term") + "; exec sleep 30"});
+  ASSERT_TRUE(eventually([&] { return !read_file(path("term")).empty(); }));
+  auto term = read_file(path("term"));
+  term.pop_back();  // the newline
+  auto now = run({"-r", server_.url(), "leader", name});
+  EXPECT_EQ(now.status, 0) << now.err;
+  EXPECT_EQ(now.out, term + " alpha\n");
+  EXPECT_EQ(run({"-r", server_.url(), "elect", "-n", name, "--", "touch", path("never")}).status,
+            75);
+  a->signal(SIGTERM);  // CMD ends; dlock resigns
+  EXPECT_EQ(a->wait(), 128 + SIGTERM);
+  auto b = run({"-r", server_.url(), "elect", "--value", "beta", name, "--", "sh", "-c",
+                "echo $DLOCK_TERM"});
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_GT(std::stoull(b.out), std::stoull(term));
+  ASSERT_TRUE(eventually([&] { return lines(watch->out()) == 4; })) << watch->out();
+  watch->signal(SIGINT);
+  EXPECT_EQ(watch->wait(), 0);
+  b.out.pop_back();
+  EXPECT_EQ(watch->out(), "elected " + term + " alpha\nended " + term + " alpha\nelected " +
+                              b.out + " beta\nended " + b.out + " beta\n");
+  EXPECT_FALSE(fs::exists(path("never")));
+}
+
 TEST_F(CliTest, BadInputExits64WithAOneLineMessage) {
   const std::string key = test_key();
   const std::vector<std::vector<std::string>> cases{

@@ -15,6 +15,14 @@
 //       K:data with fenced_set every 10 ms; counts K:worker:accepted / K:worker:rejected and
 //       sets K:worker:lost when its loss signal fires. Exits 0 once it saw both the loss and a
 //       rejected write, 1 after 20 s.
+//   lock_worker elect --lock URL [--lock URL ...] --resource URL --key K --value V --log PATH
+//                     [--ttl MS] [--resign-after N]
+//       a candidate of the election K (dlock::election) that, while leader, writes K:data with
+//       fenced_set every 10 ms, its term as the token, until its lease's lost() fires; after N
+//       writes (if given) it resigns. Then it campaigns again, forever. Appends to PATH, one
+//       line per event, steady_clock (CLOCK_MONOTONIC) nanoseconds:
+//         elected <term> <ns>, write <term> accepted|refused <start ns> <end ns>,
+//         lost <term> <ns>, resigned <term> <ns>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -41,6 +49,8 @@ struct args {
   bool fair = false;
   long retry_delay_ms = 5;
   int keys = 1;
+  std::string value, log;
+  int resign_after = 0;
 };
 
 args parse(int argc, char** argv) {
@@ -63,6 +73,9 @@ args parse(int argc, char** argv) {
     else if (flag == "--fair") a.fair = true;
     else if (flag == "--retry-delay") a.retry_delay_ms = std::stol(value());
     else if (flag == "--keys") a.keys = std::stoi(value());
+    else if (flag == "--value") a.value = value();
+    else if (flag == "--log") a.log = value();
+    else if (flag == "--resign-after") a.resign_after = std::stoi(value());
     else std::exit(64);
   }
   return a;
@@ -101,6 +114,47 @@ int run_fenced(const args& a, const dlock::lock_options& options) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return 1;
+}
+
+long long now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int run_elect(const args& a, const dlock::lock_options& options) {
+  dlock::client resource{a.resource};
+  dlock::election candidate{clients(a.locks), a.key, a.value, {.lock = options}};
+  std::FILE* log = std::fopen(a.log.c_str(), "a");
+  if (!log) return 66;
+  auto note = [&](const std::string& line) {
+    std::fprintf(log, "%s\n", line.c_str());
+    std::fflush(log);
+  };
+  for (;;) {
+    auto held = candidate.campaign();
+    auto term = std::to_string(held.fencing_token());
+    note("elected " + term + " " + std::to_string(now_ns()));
+    // A careless leader on purpose: it trusts lost() alone, so that a paused or cut-off one
+    // writes late, and the fence must refuse it.
+    for (int writes = 0; !held.lost().stop_requested(); ++writes) {
+      if (a.resign_after > 0 && writes == a.resign_after) {
+        candidate.resign(held);
+        note("resigned " + term + " " + std::to_string(now_ns()));
+        break;
+      }
+      auto start = now_ns();
+      std::error_code ec;
+      bool accepted = dlock::fenced_set(resource, a.key + ":data", a.value + " " + term,
+                                        std::stoull(term), ec);
+      if (!ec) {
+        note("write " + term + (accepted ? " accepted " : " refused ") + std::to_string(start) +
+             " " + std::to_string(now_ns()));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (held) note("lost " + term + " " + std::to_string(now_ns()));
+  }
 }
 
 // One thread of `counter` mode: increments under the lock, then records its longest wait.
@@ -148,6 +202,7 @@ int run(int argc, char** argv) {
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
   }
   if (a.mode == "fenced") return run_fenced(a, options);
+  if (a.mode == "elect") return run_elect(a, options);
   if (a.mode == "queue") {
     dlock::mutex lock{clients(a.locks), a.key, options};
     lock.lock();

@@ -27,7 +27,8 @@ std::vector<std::string> companions(const std::string& name) {
   auto u = semaphore_keys_for(name, false), f = semaphore_keys_for(name, true);
   return {l.fence,   l.waiters, l.waiter_info, l.tickets, u.expiries,           u.weights,
           u.fence,   u.waiters, u.waiter_info, u.tickets, f.expiries,           f.owners,
-          f.weights, f.fence,   f.waiter_info, f.tickets, high_fence_key(name), holder_key(name)};
+          f.weights, f.fence,   f.waiter_info, f.tickets, high_fence_key(name), holder_key(name),
+          election_record_key(name), latch_channel(name)};
 }
 
 const std::string brace_alphabet = "{}xa:";
@@ -215,7 +216,7 @@ RC_GTEST_PROP(KeyLayoutProperty, CompanionKeysAreRecognizedExactly, ()) {
 // Exhaustive where collisions would hide: all 19531 names of length 0..6 over "{}xa:".
 TEST(KeyLayoutTest, NoTwoShortNamesShareAKeyAndEachKeyIsInItsSlot) {
   std::unordered_map<std::string, std::string> owner;
-  owner.reserve(20000 * 18);
+  owner.reserve(20000 * 20);
   for (const auto& name : all_names(6)) {
     auto slot = hash_slot(name);
     for (const auto& key : companions(name)) {

@@ -50,6 +50,7 @@
 #include <memory>
 
 #include "cli.hpp"
+#include "dlock/election.hpp"
 #include "dlock/mutex.hpp"
 #include "dlock/semaphore.hpp"
 #include "duration.hpp"
@@ -90,6 +91,8 @@ struct run_options : wait_flags {
   orphan_policy orphans = orphan_policy::wait;
   bool foreground = false;
   std::optional<int> semaphore_limit;
+  // `dlock elect`: KEY is an election and this candidate's value; CMD runs while it leads.
+  std::optional<std::string> elect_value;
 };
 
 // Where the watchdog's loss callback (dlock's I/O thread) wakes the main thread. Owned jointly
@@ -110,7 +113,8 @@ struct loss_alarm {
 // dlock's own settings, which CMD does not get: its lease's names (set anew below) and the
 // Redis credentials.
 bool hidden_from_cmd(std::string_view entry) {
-  for (std::string_view name : {"DLOCK_KEY=", "DLOCK_TOKEN=", "DLOCK_FENCE=", "DLOCK_PASSWORD=",
+  for (std::string_view name : {"DLOCK_KEY=", "DLOCK_TOKEN=", "DLOCK_FENCE=", "DLOCK_TERM=",
+                                "DLOCK_PASSWORD=",
                                 "DLOCK_USER=", "DLOCK_SENTINEL_PASSWORD=", "DLOCK_SENTINEL_USER="}) {
     if (entry.starts_with(name)) return true;
   }
@@ -125,6 +129,7 @@ std::vector<std::string> child_environment(const run_options& o, const lease& he
   env.push_back("DLOCK_KEY=" + o.key);
   env.push_back("DLOCK_TOKEN=" + held.value());
   env.push_back("DLOCK_FENCE=" + std::to_string(held.fencing_token()));
+  if (o.elect_value) env.push_back("DLOCK_TERM=" + std::to_string(held.fencing_token()));
   return env;
 }
 
@@ -148,8 +153,9 @@ enum class ending {
 class supervisor {
  public:
   supervisor(const run_options& o, signal_inbox& signals, lease& held,
-             std::vector<client>& nodes, const holder_info& holder)
+             std::vector<client>& nodes, const holder_info& holder, election* elected)
       : o_(o), signals_(signals), held_(held), nodes_(nodes), holder_(holder),
+        election_(elected),
         acquired_at_(steady::now()),
         grace_(std::min(o.lost_grace, o.ttl / 3)),
         kill_margin_(kill_margin(o.ttl)) {}
@@ -403,7 +409,8 @@ class supervisor {
   void finish(bool lost, bool cmd_ran) {
     if (!lost && cmd_ran && o_.min_hold && keep_for_min_hold()) return;
     if (!lost && !o_.semaphore_limit) clear_holder(nodes_, o_.key, held_.value());
-    std::error_code ec = held_.release();
+    // A leader resigns, so that observers learn of it at once.
+    std::error_code ec = election_ ? election_->resign(held_) : held_.release();
     if (ec && !lost) {
       say("releasing '%s' failed (%s); it expires within %s", o_.key.c_str(), ec.message().c_str(),
           format_duration(o_.ttl).c_str());
@@ -432,6 +439,7 @@ class supervisor {
   lease& held_;
   std::vector<client>& nodes_;
   const holder_info& holder_;
+  election* election_;  // `dlock elect`'s, else null
   steady::time_point acquired_at_;
   const milliseconds grace_;        // SIGTERM this long before the last safe moment
   const milliseconds kill_margin_;  // the last safe moment: this long before validity ends
@@ -469,8 +477,20 @@ int run_command(const global_options& g, const run_options& o) {
   auto nodes = make_clients(g);
   std::optional<mutex> lock;
   std::optional<semaphore> permits;
+  std::optional<election> elected;
   lock_calls calls;
-  if (o.semaphore_limit) {
+  if (o.elect_value) {
+    if (g.copies > 1) throw usage_error("elect does not take --copies (no Redis Cluster)");
+    elected.emplace(nodes, o.key, *o.elect_value,
+                    election_options{.lock = {.ttl = o.ttl, .retry_delay = 50ms}});
+    calls.try_once = [&](std::error_code& ec, node_results*) {
+      return elected->try_campaign(ec);
+    };
+    calls.wait_until = [&](steady::time_point deadline, std::error_code& ec, node_results*,
+                           const wait_control& control) {
+      return elected->campaign_until(deadline, control, ec);
+    };
+  } else if (o.semaphore_limit) {
     if (nodes.size() != 1) {
       throw usage_error("--semaphore needs exactly one Redis node: a quorum of independent "
                         "nodes cannot bound a semaphore's holders");
@@ -541,7 +561,7 @@ int run_command(const global_options& g, const run_options& o) {
   auto holder = make_holder_info(held.value(), static_cast<long>(::getpid()), command_text(o.cmd));
   // The holder annotation names one holder: it fits a lock, not a semaphore's LIMIT holders.
   if (!o.semaphore_limit) publish_holder(nodes, o.key, holder, o.ttl, /*wait=*/false);
-  supervisor s{o, signals, held, nodes, holder};
+  supervisor s{o, signals, held, nodes, holder, elected ? &*elected : nullptr};
   return s.run(*path);
 }
 
@@ -565,39 +585,73 @@ constexpr const char* supervision_rules =
 
 }  // namespace
 
-subcommand add_run_command(CLI::App& parent, const global_options& g) {
-  auto o = std::make_shared<run_options>();
-  auto* app = parent.add_subcommand(
-      "run", "Run CMD while holding the lock KEY (waits for it, like flock), then release it");
-  app->fallthrough();
-  duration_option(*app, "--ttl", o->ttl,
-                  "Lock TTL, at least 200ms; renewed every TTL/3 while CMD runs (default 10s)");
-  add_wait_flags(*app, *o);
-  duration_option(*app, "--lost-grace", o->lost_grace,
+namespace {
+
+// The flags that `run` and `elect` share: how CMD is supervised.
+void add_supervision_flags(CLI::App& app, run_options& o) {
+  app.fallthrough();
+  duration_option(app, "--ttl", o.ttl,
+                  "Lease TTL, at least 200ms; renewed every TTL/3 while CMD runs (default 10s)");
+  add_wait_flags(app, o);
+  duration_option(app, "--lost-grace", o.lost_grace,
                   "When dlock ends CMD (lease lost or not renewed in time, --orphans kill): time "
                   "between SIGTERM and SIGKILL, never past the lease's validity (default 5s)");
-  duration_option(*app, "--min-hold", o->min_hold,
-                  "Keep the lock at least this long after acquiring it, even when CMD ends "
-                  "sooner: it then expires by itself (for a job scheduled on several hosts)");
-  app->add_option("--orphans", o->orphans,
-                  "Processes CMD leaves running when it exits: wait (default: the lock stays "
-                  "held and renewed until the last one ends) or kill (SIGTERM, SIGKILL after "
-                  "--lost-grace, before the release)")
+  app.add_option("--orphans", o.orphans,
+                 "Processes CMD leaves running when it exits: wait (default: the lease stays "
+                 "held and renewed until the last one ends) or kill (SIGTERM, SIGKILL after "
+                 "--lost-grace, before the release)")
       ->option_text("wait|kill")
       ->transform(CLI::CheckedTransformer(
           std::map<std::string, orphan_policy>{{"wait", orphan_policy::wait},
                                                {"kill", orphan_policy::kill}}));
-  app->add_flag("--foreground", o->foreground,
-                "Keep CMD in dlock's process group (for interactive CMDs reading the terminal); "
-                "the terminal's signals then reach CMD directly");
+  app.add_flag("--foreground", o.foreground,
+               "Keep CMD in dlock's process group (for interactive CMDs reading the terminal); "
+               "the terminal's signals then reach CMD directly");
+  app.footer(supervision_rules);
+}
+
+// This host's name and dlock's pid: who leads, for `dlock leader`.
+std::string default_candidate_value() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "unknown");
+  return std::string(host) + " pid " + std::to_string(::getpid());
+}
+
+}  // namespace
+
+subcommand add_run_command(CLI::App& parent, const global_options& g) {
+  auto o = std::make_shared<run_options>();
+  auto* app = parent.add_subcommand(
+      "run", "Run CMD while holding the lock KEY (waits for it, like flock), then release it");
+  add_supervision_flags(*app, *o);
+  duration_option(*app, "--min-hold", o->min_hold,
+                  "Keep the lock at least this long after acquiring it, even when CMD ends "
+                  "sooner: it then expires by itself (for a job scheduled on several hosts)");
   app->add_option("--semaphore", o->semaphore_limit,
                   "KEY is a semaphore: up to LIMIT CMDs at once (one Redis node only)")
       ->type_name("LIMIT")
       ->check(CLI::Range(1, 1'000'000));
   app->add_option("KEY", o->key, "The lock's name (its Redis key)")->required();
   app->add_option("CMD", o->cmd, "The command and its arguments, after --")->required();
-  app->footer(supervision_rules);
   return {app, [&g, o] { return run_command(g, *o); }};
+}
+
+subcommand add_elect_command(CLI::App& parent, const global_options& g) {
+  auto o = std::make_shared<run_options>();
+  auto value = std::make_shared<std::string>();
+  auto* app = parent.add_subcommand(
+      "elect", "Campaign in the election NAME and run CMD only while leader (DLOCK_TERM in its "
+               "environment, SIGTERM when leadership is lost); resign when CMD ends");
+  add_supervision_flags(*app, *o);
+  app->add_option("--value", *value,
+                  "What `dlock leader NAME` shows while this candidate leads (default: "
+                  "\"HOST pid PID\")");
+  app->add_option("NAME", o->key, "The election's name (its lock's Redis key)")->required();
+  app->add_option("CMD", o->cmd, "The command and its arguments, after --")->required();
+  return {app, [&g, o, value] {
+            o->elect_value = value->empty() ? default_candidate_value() : *value;
+            return run_command(g, *o);
+          }};
 }
 
 }  // namespace dlock::cli

@@ -1,0 +1,267 @@
+// dlock::election: leadership is a mutex lease; what observers see is the election's record.
+//
+// Why a record and not just the lock key: the lock's value is an owner id that the scripts
+// compare, so the leader's value lives beside it, in a stream whose entry ids are the terms
+// ("<term>-0" elected, "<term>-1" resigned). Ids that are terms let an observer of N nodes merge
+// the nodes' records, and let it resume after a drop from the last id it reported. A leader
+// announces only while its lock key still holds its own value (elect_announce.lua), so an
+// entry never comes from a deposed leader, and terms, being fencing tokens, only grow.
+#include "dlock/election.hpp"
+
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <algorithm>
+#include <climits>
+#include <mutex>
+#include <optional>
+
+#include "access.hpp"
+#include "algo/quorum_round.hpp"
+#include "algo/retry.hpp"
+#include "dlock/key_layout.hpp"
+#include "election_record.hpp"
+#include "lock_core.hpp"
+#include "net/subscriber.hpp"
+#include "option_checks.hpp"
+#include "script.hpp"
+
+namespace dlock {
+namespace detail {
+namespace {
+
+using steady = std::chrono::steady_clock;
+constexpr std::size_t max_value_bytes = 64 * 1024;
+
+std::vector<client> checked_nodes(std::vector<client> nodes, const election_options& o,
+                                  const std::string& value) {
+  for (const auto& n : nodes) {
+    if (n.where().is_cluster()) reject_argument("an election does not run on Redis Cluster");
+  }
+  if (o.lock.copies > 1) reject_argument("an election does not run on Redis Cluster (copies)");
+  if (value.size() > max_value_bytes) reject_argument("an election's value is over 64 KiB");
+  return nodes;
+}
+
+}  // namespace
+
+// What a campaign needs after the election object may be gone (async_campaign's callbacks).
+struct campaign_context {
+  std::shared_ptr<lock_core> core;
+  std::vector<client> nodes;
+  std::string record;
+  std::string value;
+  keep_alive_options keep_alive;
+
+  std::chrono::milliseconds node_timeout() const {
+    return effective_node_timeout(core->options().node_timeout, core->options().ttl,
+                                  nodes.front().options().request_timeout);
+  }
+
+  // elect_announce.lua on every node. Done: success once one node recorded it (observers merge
+  // the nodes' records) and the lease still holds; else the first node error, or lease_lost
+  // when the nodes that answered all said the lease is not (or no longer) the leader's.
+  void announce(const lease& leadership, std::string_view event,
+                unique_function<void(std::error_code)> done) const {
+    struct tally {
+      std::size_t pending;
+      std::size_t recorded = 0, refused = 0;
+      std::error_code first_error;
+      unique_function<void(std::error_code)> done;
+    };
+    auto t = std::make_shared<tally>(tally{nodes.size(), 0, 0, {}, std::move(done)});
+    std::string term = std::to_string(leadership.fencing_token());
+    for (auto node : nodes) {
+      run_script(node, elect_announce_script, {core->key(), record},
+                 {leadership.value(), term, value, event}, node_timeout(),
+                 [t](std::error_code ec, reply r) {
+                   if (!ec && r.is_error()) ec = error_from_reply(r);
+                   if (ec) {
+                     if (!t->first_error) t->first_error = ec;
+                   } else if (r.is_integer() && r.integer() == 1) {
+                     ++t->recorded;
+                   } else {
+                     ++t->refused;
+                   }
+                   if (--t->pending > 0) return;
+                   if (t->recorded > 0) return t->done({});
+                   t->done(t->first_error ? t->first_error : std::error_code(errc::lease_lost));
+                 });
+    }
+  }
+
+  // After the grant: the announcement, and a lease that still holds once it is made (on N
+  // nodes one node can record a term whose lease has lost its quorum meanwhile).
+  void announce_leadership(const lease& leadership, unique_function<void(std::error_code)> done) const {
+    announce(leadership, "elected",
+             [&leadership, done = std::move(done)](std::error_code ec) mutable {
+               if (!ec && (leadership.lost().stop_requested() ||
+                           leadership.remaining() == std::chrono::milliseconds(0))) {
+                 ec = errc::lease_lost;
+               }
+               done(ec);
+             });
+  }
+
+  std::error_code announce_blocking(const lease& leadership, std::string_view event) const {
+    std::error_code ec;
+    wait<int>(ec, [&](unique_function<void(std::error_code, int)> h) {
+      auto done = [h = std::move(h)](std::error_code e) mutable { h(e, 0); };
+      if (event == "elected") return announce_leadership(leadership, std::move(done));
+      announce(leadership, event, std::move(done));
+    });
+    return ec;
+  }
+};
+
+// A campaign whose announcement failed tries again when that may heal: the nodes, or a race
+// lost between the grant and the announcement (lease_lost: another candidate leads now).
+bool campaign_again(std::error_code ec) {
+  return is_retryable(ec) || ec == errc::lease_lost;
+}
+
+}  // namespace detail
+
+election::election(client node, std::string name, std::string value, election_options options)
+    : election(std::vector<client>{std::move(node)}, std::move(name), std::move(value),
+               std::move(options)) {}
+
+election::election(std::vector<client> nodes, std::string name, std::string value,
+                   election_options options)
+    : lock_(detail::checked_nodes(nodes, options, value), std::move(name), options.lock),
+      nodes_(std::move(nodes)),
+      value_(std::move(value)),
+      options_(std::move(options)) {
+  auto core = detail::access::core_of(lock_);
+  core->set_lives_with_lock(election_record_key(lock_.key()));
+  context_ = std::make_shared<detail::campaign_context>(detail::campaign_context{
+      std::move(core), nodes_, election_record_key(lock_.key()), value_, options_.keep_alive});
+}
+
+election::~election() = default;
+
+lease election::campaign(std::error_code& ec) {
+  return campaign_until(clock::time_point::max(), {}, ec);
+}
+
+lease election::campaign() {
+  std::error_code ec;
+  lease l = campaign(ec);
+  if (ec) throw std::system_error(ec, "dlock: cannot campaign in " + key());
+  return l;
+}
+
+lease election::campaign_until(clock::time_point deadline, std::error_code& ec) {
+  return campaign_until(deadline, {}, ec);
+}
+
+// Renewals start before the announcement, so that a slow node cannot let the lease run out
+// meanwhile. An announcement that no node took (the lease was lost between the grant and it,
+// or the nodes went away) gives the lease back and campaigns again: a leader nobody can see
+// would not be one.
+lease election::campaign_until(clock::time_point deadline, const wait_control& control,
+                               std::error_code& ec) {
+  for (;;) {
+    lease l = lock_.acquire_until(deadline, control, nullptr, ec);
+    if (ec) return {};
+    if (lease won = take_office(std::move(l), ec)) return won;
+    bool again = detail::campaign_again(ec) && clock::now() < deadline &&
+                 !control.stop.stop_requested();
+    if (!again) return {};
+  }
+}
+
+lease election::try_campaign(std::error_code& ec) {
+  lease l = lock_.try_acquire(ec);
+  if (ec) return {};
+  lease won = take_office(std::move(l), ec);
+  if (ec == errc::lease_lost) ec = errc::not_acquired;  // another candidate won the race
+  return won;
+}
+
+lease election::take_office(lease granted, std::error_code& ec) {
+  granted.keep_alive(options_.keep_alive);
+  ec = context_->announce_blocking(granted, "elected");
+  if (!ec) return granted;
+  granted.release();
+  return {};
+}
+
+void election::start_campaign(detail::unique_function<void(std::error_code, lease)> handler) {
+  struct attempt {
+    static void run(std::shared_ptr<detail::campaign_context> ctx,
+                    detail::unique_function<void(std::error_code, lease)> handler) {
+      auto core = ctx->core;
+      core->start_acquire(
+          clock::time_point::max(), INT_MAX,
+          [ctx = std::move(ctx), handler = std::move(handler)](std::error_code ec,
+                                                               lease l) mutable {
+            if (ec) return handler(ec, {});
+            l.keep_alive(ctx->keep_alive);
+            auto held = std::make_shared<lease>(std::move(l));
+            ctx->announce_leadership(
+                *held, [ctx, held, handler = std::move(handler)](std::error_code ec) mutable {
+                  if (!ec) return handler({}, std::move(*held));
+                  held->async_release([](std::error_code) {});
+                  if (!detail::campaign_again(ec)) return handler(ec, {});
+                  run(std::move(ctx), std::move(handler));
+                });
+          },
+          nullptr);
+    }
+  };
+  attempt::run(context_, std::move(handler));
+}
+
+std::error_code election::resign(lease& leadership) noexcept {
+  if (!leadership) return errc::not_held;
+  // Before the release, while the key is still ours: afterwards a successor may have been
+  // recorded, and our entry would follow its.
+  (void)context_->announce_blocking(leadership, "resigned");
+  return leadership.release();
+}
+
+leader_info election::leader() const {
+  std::error_code ec;
+  auto info = leader(ec);
+  if (ec) throw std::system_error(ec, "dlock: cannot read the leader of " + key());
+  return info;
+}
+
+leader_info election::leader(std::error_code& ec) const {
+  auto views = detail::wait<std::vector<detail::record_view>>(
+      ec, [&](detail::unique_function<void(std::error_code, std::vector<detail::record_view>)> h) {
+        detail::read_records(nodes_, key(), context_->record, "-", context_->node_timeout(),
+                             [h = std::move(h)](std::vector<detail::record_view> v) mutable {
+                               h({}, std::move(v));
+                             });
+      });
+  if (ec) return {};
+  auto verdict = detail::current_leader(views);
+  ec = verdict.ec;
+  return verdict.leader;
+}
+
+observation election::observe(std::function<void(const election_event&)> on_change) {
+  auto w = std::make_shared<detail::election_watch>(nodes_, key(), context_->record,
+                                                    context_->node_timeout(),
+                                                    std::move(on_change));
+  w->start();
+  return observation(std::move(w));
+}
+
+observation& observation::operator=(observation&& other) noexcept {
+  if (this != &other) {
+    stop();
+    watch_ = std::move(other.watch_);
+  }
+  return *this;
+}
+
+observation::~observation() { stop(); }
+
+void observation::stop() noexcept {
+  if (auto w = std::exchange(watch_, nullptr)) w->stop();
+}
+
+}  // namespace dlock

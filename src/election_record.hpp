@@ -1,0 +1,106 @@
+// election_record.hpp: reading and following an election's record (dlock/election.hpp). Private.
+//   record_entry     one entry of the record: a term that began (elected) or ended (resigned)
+//   record_view      one node's answer to a read: the lock key's value and PTTL, the entries
+//   read_records     reads every node at once (GET, PTTL, XRANGE in one round trip each)
+//   current_leader   who leads, by the views of a quorum of nodes
+//   record_follower  sans-io: turns successive reads into the events observers get, in term
+//                    order, and says when to read again although no news came
+//   election_watch   an observe() at work: a subscriber per node, reads, the callback
+#pragma once
+
+#include <asio/steady_timer.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dlock/client.hpp"
+#include "dlock/election.hpp"
+
+namespace dlock::detail {
+
+class channel_subscriber;
+
+struct record_entry {
+  std::uint64_t term = 0;
+  int seq = 0;  // 0: elected, 1: resigned (the id is "<term>-<seq>")
+  std::string owner, value;
+  std::pair<std::uint64_t, int> id() const noexcept { return {term, seq}; }
+};
+
+struct record_view {
+  std::error_code ec;                 // the node did not answer (or answered an error)
+  std::optional<std::string> holder;  // the lock key's value; none when it is free
+  long long pttl = -2;                // the lock key's PTTL
+  std::vector<record_entry> entries;  // ascending ids, from the read's start
+};
+
+// `from`: XRANGE's inclusive start, "-" for the whole record. `done` gets one view per node,
+// on the I/O thread.
+void read_records(const std::vector<client>& nodes, const std::string& key,
+                  const std::string& record, const std::string& from,
+                  std::chrono::milliseconds timeout,
+                  unique_function<void(std::vector<record_view>)> done);
+
+struct leader_verdict {
+  leader_info leader;
+  std::error_code ec;  // fewer than a quorum answered
+};
+// The latest entry of all views, when it is an election whose owner holds the lock key on a
+// quorum of the nodes.
+leader_verdict current_leader(const std::vector<record_view>& views);
+
+class record_follower {
+ public:
+  explicit record_follower(std::size_t nodes) : nodes_(nodes) {}
+  // The start of the next read: "-" before anything was seen, else the last id taken.
+  std::string next_from() const;
+  // One read's views: the events to report, in order. The first read that a quorum answers
+  // reports only the current leader's elected, if there is one.
+  std::vector<election_event> on_read(const std::vector<record_view>& views);
+  // When to read again without news: as the current leader's key expires (its PTTL on the
+  // nodes that hold it), or soon when too few nodes answered to judge; none: no leader.
+  std::optional<std::chrono::milliseconds> recheck_after() const noexcept { return recheck_; }
+
+ private:
+  std::size_t nodes_;
+  bool judged_once_ = false;
+  std::optional<std::pair<std::uint64_t, int>> last_id_;
+  std::optional<record_entry> open_;  // the term that began and has not been seen to end
+  std::optional<std::chrono::milliseconds> recheck_;
+};
+
+class election_watch : public std::enable_shared_from_this<election_watch> {
+ public:
+  election_watch(std::vector<client> nodes, std::string key, std::string record,
+                 std::chrono::milliseconds timeout,
+                 std::function<void(const election_event&)> on_change);
+  void start();
+  void stop() noexcept;
+
+ private:
+  void read();  // I/O thread, as everything below
+  void on_views(const std::vector<record_view>& views);
+
+  std::vector<client> nodes_;
+  std::string key_, record_;
+  std::chrono::milliseconds timeout_;
+  std::function<void(const election_event&)> on_change_;
+  std::vector<std::shared_ptr<channel_subscriber>> subscribers_;
+  record_follower follower_;
+  asio::steady_timer recheck_timer_;
+  bool reading_ = false;
+  bool read_again_ = false;  // news came during a read
+  // Held while the callback runs: stop() from another thread waits for it; recursive, so that
+  // a callback may stop its own observation.
+  std::recursive_mutex deliver_mutex_;
+  bool stopped_ = false;  // under deliver_mutex_
+};
+
+}  // namespace dlock::detail

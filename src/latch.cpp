@@ -1,0 +1,200 @@
+// dlock::latch: a count in one key (latch.lua), and waits that subscribe to its channel.
+//
+// A wait reads the count after each confirmed subscription and each message, so an opening
+// published before the SUBSCRIBE took effect is still seen; and once more when the key would
+// expire, which is how a latch abandoned while waited for is told apart from an open one.
+#include "dlock/latch.hpp"
+
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+
+#include "access.hpp"
+#include "algo/retry.hpp"
+#include "dlock/key_layout.hpp"
+#include "dlock/options.hpp"
+#include "net/subscriber.hpp"
+#include "option_checks.hpp"
+#include "script.hpp"
+
+namespace dlock {
+namespace detail {
+namespace {
+
+using steady = std::chrono::steady_clock;
+constexpr std::int64_t max_latch_count = std::int64_t{1} << 53;  // exact in Lua's doubles
+
+// One wait: until the count reads 0, the key is gone, or the deadline passes.
+class latch_wait : public std::enable_shared_from_this<latch_wait> {
+ public:
+  latch_wait(client node, std::string key, std::string channel, steady::time_point deadline,
+             unique_function<void(std::error_code)> done)
+      : node_(std::move(node)),
+        key_(std::move(key)),
+        channel_(std::move(channel)),
+        deadline_(deadline),
+        done_(std::move(done)),
+        timer_(node_.get_executor()) {}
+
+  void start() {
+    self_ = shared_from_this();  // until finish(): timers and the subscriber hold it weakly
+    std::weak_ptr<latch_wait> weak = self_;
+    subscriber_ = std::make_shared<channel_subscriber>(node_.where(), node_.options(), channel_,
+                                                       [weak] {
+                                                         if (auto self = weak.lock()) self->read();
+                                                       });
+    subscriber_->start();
+    asio::post(node_.get_executor(), [self = shared_from_this()] {
+      self->read();  // without waiting for the subscription (an ACL may refuse it)
+      self->arm_timer();
+    });
+  }
+
+ private:
+  // The next wake-up without news: the deadline, or the key's expiry if sooner.
+  void arm_timer() {
+    if (finished_) return;
+    auto at = deadline_;
+    if (expires_in_ >= 0) at = std::min(at, steady::now() + std::chrono::milliseconds(expires_in_ + 2));
+    if (at == steady::time_point::max()) return;
+    timer_.expires_at(at);
+    timer_.async_wait([weak = weak_from_this()](std::error_code ec) {
+      auto self = weak.lock();
+      if (ec || !self) return;
+      if (steady::now() >= self->deadline_) return self->finish(errc::timeout);
+      self->read();
+    });
+  }
+
+  void read() {
+    if (finished_) return;
+    if (reading_) {
+      read_again_ = true;
+      return;
+    }
+    reading_ = true;
+    command cmd{"GET", key_};
+    cmd.then({"PTTL", key_});
+    access::start_exec(node_, std::move(cmd), node_.options().request_timeout,
+                       [self = shared_from_this()](std::error_code ec, reply r) {
+                         self->reading_ = false;
+                         self->on_read(ec, r);
+                         if (std::exchange(self->read_again_, false)) self->read();
+                       });
+  }
+
+  void on_read(std::error_code ec, const reply& r) {
+    if (finished_) return;
+    if (!ec && (!r.is_array() || r.elements().size() != 2)) ec = errc::protocol_error;
+    if (!ec && r.elements()[0].is_error()) ec = error_from_reply(r.elements()[0]);
+    if (ec) {
+      // Nodes down, timeouts: the subscriber reconnects and reads again; so does the timer.
+      if (!is_retryable(ec)) return finish(ec);
+      expires_in_ = 250;
+      return arm_timer();
+    }
+    const auto& count = r.elements()[0];
+    if (count.is_nil()) return finish(errc::not_found);
+    if (count.str() == "0") return finish({});
+    expires_in_ = r.elements()[1].is_integer() ? r.elements()[1].integer() : -1;
+    arm_timer();
+  }
+
+  void finish(std::error_code ec) {
+    if (std::exchange(finished_, true)) return;
+    timer_.cancel();
+    subscriber_->stop();
+    auto keep = std::exchange(self_, nullptr);  // destroyed after the handler, not during it
+    done_(ec);
+  }
+
+  client node_;
+  std::string key_, channel_;
+  steady::time_point deadline_;
+  unique_function<void(std::error_code)> done_;
+  asio::steady_timer timer_;
+  std::shared_ptr<channel_subscriber> subscriber_;
+  std::shared_ptr<latch_wait> self_;
+  long long expires_in_ = -1;  // the key's PTTL at the last read
+  bool reading_ = false, read_again_ = false, finished_ = false;
+};
+
+reply run_latch(client& node, const std::string& key, const std::string& channel,
+                std::string_view op, std::int64_t n, std::chrono::milliseconds ttl,
+                std::error_code& ec) {
+  std::string n_text = std::to_string(n), ttl_text = std::to_string(ttl.count());
+  reply r = wait<reply>(ec, [&](auto handler) {
+    run_script(node, latch_script, {key, channel}, {op, n_text, ttl_text},
+               node.options().request_timeout, std::move(handler));
+  });
+  if (!ec && r.is_error()) ec = error_from_reply(r);
+  if (!ec && !r.is_integer()) ec = errc::protocol_error;
+  return r;
+}
+
+}  // namespace
+}  // namespace detail
+
+latch::latch(client node, std::string name, latch_options options)
+    : node_(std::move(node)), key_(options.key_prefix + name), options_(std::move(options)) {
+  using detail::reject_argument;
+  if (name.empty()) reject_argument("the latch name is empty");
+  if (key_.size() > max_key_bytes) reject_argument("the latch key is longer than dlock::max_key_bytes");
+  if (is_companion_key(key_)) reject_argument("the latch key is one of dlock's companion keys");
+  if (options_.ttl < std::chrono::milliseconds(1) || options_.ttl > max_ttl) {
+    reject_argument("TTL must be 1 ms to 30 days");
+  }
+  if (node_.where().is_cluster()) reject_argument("a latch does not run on Redis Cluster yet");
+  channel_ = latch_channel(key_);
+}
+
+bool latch::try_set_count(std::int64_t count, std::error_code& ec) {
+  if (count < 1 || count > detail::max_latch_count) {
+    ec = errc::invalid_argument;
+    return false;
+  }
+  auto r = detail::run_latch(node_, key_, channel_, "set", count, options_.ttl, ec);
+  return !ec && r.integer() == 1;
+}
+
+std::int64_t latch::count_down(std::int64_t n, std::error_code& ec) {
+  if (n < 1 || n > detail::max_latch_count) {
+    ec = errc::invalid_argument;
+    return -1;
+  }
+  auto r = detail::run_latch(node_, key_, channel_, "down", n, options_.ttl, ec);
+  if (ec) return -1;
+  if (r.integer() < 0) ec = errc::not_found;
+  return r.integer();
+}
+
+std::int64_t latch::count(std::error_code& ec) {
+  reply r = node_.exec({"GET", key_}, ec);
+  if (ec) return -1;
+  if (r.is_nil()) {
+    ec = errc::not_found;
+    return -1;
+  }
+  if (!r.is_string()) {
+    ec = errc::protocol_error;
+    return -1;
+  }
+  try {
+    return std::stoll(r.str());
+  } catch (const std::exception&) {
+    ec = errc::wrong_type;  // not a latch's count
+    return -1;
+  }
+}
+
+bool latch::wait_until(clock::time_point deadline, std::error_code& ec) {
+  detail::wait<int>(ec, [&](detail::unique_function<void(std::error_code, int)> h) {
+    start_wait(deadline, [h = std::move(h)](std::error_code e) mutable { h(e, 0); });
+  });
+  return !ec;
+}
+
+void latch::start_wait(clock::time_point deadline, detail::unique_function<void(std::error_code)> h) {
+  std::make_shared<detail::latch_wait>(node_, key_, channel_, deadline, std::move(h))->start();
+}
+
+}  // namespace dlock

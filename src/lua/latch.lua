@@ -1,0 +1,28 @@
+-- A count-down latch (dlock::latch): one key holding the count, which each change keeps alive
+-- for another TTL.
+-- KEYS[1]: the latch; KEYS[2]: the channel its opening is published on (key_layout.hpp:
+--          latch_channel), named as a key so that it hashes to the latch's slot.
+-- ARGV[1]: "set" or "down"; ARGV[2]: the count to set, or how much to subtract; ARGV[3]: the TTL
+--          in ms.
+-- set:  creates the latch unless it exists; returns 1 when created, 0 when it existed.
+-- down: returns what is left, not below 0 (0: open, and the waiters are told), or -1 when the
+--       latch does not exist. An open latch stays as it is.
+-- A key that holds no count answers WRONGTYPE.
+local key, channel = KEYS[1], KEYS[2]
+local op, n, ttl = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+
+if op == 'set' then
+  if redis.call('SET', key, ARGV[2], 'NX', 'PX', ttl) then return 1 end
+  return 0
+end
+local held = redis.call('GET', key)
+if not held then return -1 end
+local left = tonumber(held)
+if not left or left < 0 or left ~= math.floor(left) then
+  return redis.error_reply('WRONGTYPE the key holds no latch count')
+end
+if left == 0 then return 0 end
+left = math.max(0, left - n)
+redis.call('SET', key, string.format('%d', left), 'PX', ttl)
+if left == 0 then redis.call('PUBLISH', channel, 'open') end
+return left

@@ -1,0 +1,73 @@
+#include "net/subscriber.hpp"
+
+#include <asio/post.hpp>
+
+namespace dlock::detail {
+namespace {
+constexpr std::chrono::milliseconds min_backoff{250}, max_backoff{10'000};
+}
+
+channel_subscriber::channel_subscriber(endpoint where, client_options options,
+                                       std::string channel, std::function<void()> on_news)
+    : conn_(std::make_shared<connection>(std::move(where), std::move(options))),
+      channel_(std::move(channel)),
+      on_news_(std::move(on_news)),
+      retry_timer_(conn_->get_executor()),
+      backoff_(min_backoff) {}
+
+void channel_subscriber::start() {
+  // Weak: the connection and the timer must not keep their subscriber alive.
+  std::weak_ptr<channel_subscriber> weak = shared_from_this();
+  conn_->set_push_handlers(
+      [weak](const reply& r) {
+        auto self = weak.lock();
+        if (!self || self->stopped_) return;
+        const auto& e = r.elements();
+        if (e.size() == 3 && e[0].str() == "message" && e[1].str() == self->channel_) {
+          self->on_news_();
+        }
+      },
+      [weak] {
+        if (auto self = weak.lock()) self->retry_later();
+      });
+  asio::post(conn_->get_executor(), [self = shared_from_this()] { self->subscribe(); });
+}
+
+void channel_subscriber::stop() {
+  stopped_ = true;
+  asio::post(conn_->get_executor(), [self = shared_from_this()] {
+    self->retry_timer_.cancel();
+    self->conn_->close(errc::cancelled);
+  });
+}
+
+void channel_subscriber::subscribe() {
+  if (stopped_ || subscribing_) return;
+  subscribing_ = true;
+  conn_->submit(subscribe_payload(channel_), 1,
+                clock::now() + conn_->options().request_timeout,
+                [self = shared_from_this()](std::error_code ec, reply r) {
+                  self->subscribing_ = false;
+                  if (self->stopped_) return;
+                  bool confirmed = !ec && r.is_array() && !r.elements().empty() &&
+                                   r.elements()[0].str() == "subscribe";
+                  if (!confirmed) return self->retry_later();
+                  self->backoff_ = min_backoff;
+                  self->on_news_();  // what was published before the subscription
+                });
+}
+
+// After a drop (the subscription died with the socket) or a failed SUBSCRIBE. A drop during a
+// SUBSCRIBE in flight fails that request too, which comes here again: the timer is simply
+// set anew.
+void channel_subscriber::retry_later() {
+  if (stopped_) return;
+  retry_timer_.expires_after(backoff_);
+  backoff_ = std::min(2 * backoff_, max_backoff);
+  retry_timer_.async_wait([weak = weak_from_this()](std::error_code ec) {
+    auto self = weak.lock();
+    if (!ec && self) self->subscribe();
+  });
+}
+
+}  // namespace dlock::detail

@@ -1,0 +1,44 @@
+// net/subscriber.hpp: a Pub/Sub subscription on a connection of its own. Private.
+//   channel_subscriber  SUBSCRIBEs one channel and calls on_news for each message on it, and
+//                       once after each confirmed (re)subscription, since messages published
+//                       before it were not seen; after a drop or a failed SUBSCRIBE it tries
+//                       again after a backoff (250 ms, doubling to 10 s). For observers that
+//                       re-read what changed rather than trust the message (dlock::election's).
+// start() and stop() may be called from any thread; on_news runs on the I/O thread, never
+// after stop() has returned there (stop() from another thread may race one last call).
+#pragma once
+
+#include <asio/steady_timer.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "net/connection.hpp"
+
+namespace dlock::detail {
+
+class channel_subscriber : public std::enable_shared_from_this<channel_subscriber> {
+ public:
+  // Throws as connection's constructor does (TLS files that cannot be loaded).
+  channel_subscriber(endpoint where, client_options options, std::string channel,
+                     std::function<void()> on_news);
+  void start();
+  void stop();
+
+ private:
+  void subscribe();  // I/O thread
+  void retry_later();
+
+  std::shared_ptr<connection> conn_;
+  std::string channel_;
+  std::function<void()> on_news_;
+  asio::steady_timer retry_timer_;
+  std::chrono::milliseconds backoff_;
+  std::atomic<bool> stopped_{false};
+  bool subscribing_ = false;  // I/O thread
+};
+
+}  // namespace dlock::detail

@@ -1,0 +1,293 @@
+// Leader election against real redis-server processes: one leader at a time, terms that grow,
+// observers that see each change in order, and leadership that ends when its lease does.
+#include "dlock/election.hpp"
+
+#include <gtest/gtest.h>
+
+#include <asio/use_future.hpp>
+
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "dlock/key_layout.hpp"
+#include "support/redis_server.hpp"
+#include "support/test_keys.hpp"
+
+namespace dlock {
+namespace {
+
+using namespace std::chrono_literals;
+using test::redis_server;
+using test::test_key;
+using change = election_event::change;
+
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = 5s) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+
+// What an observer saw, for the test thread to look at.
+struct seen_events {
+  std::mutex mu;
+  std::vector<election_event> events;
+  std::function<void(const election_event&)> sink() {
+    return [this](const election_event& e) {
+      std::lock_guard lock(mu);
+      events.push_back(e);
+    };
+  }
+  std::size_t size() {
+    std::lock_guard lock(mu);
+    return events.size();
+  }
+  std::vector<election_event> copy() {
+    std::lock_guard lock(mu);
+    return events;
+  }
+};
+
+std::string describe(const std::vector<election_event>& events) {
+  std::string out;
+  for (const auto& e : events) {
+    out += (e.what == change::elected ? " elected(" : " ended(") + std::to_string(e.term) + "," +
+           e.value + ")";
+  }
+  return out;
+}
+
+class ElectionTest : public ::testing::Test {
+ protected:
+  election_options fast() {
+    return election_options{.lock = {.ttl = 400ms, .retry_delay = 50ms}};
+  }
+  redis_server server_;
+  client client_{server_.url()};
+};
+
+TEST_F(ElectionTest, ACandidateLeadsAndOthersReadItsValueAndTerm) {
+  election a{client_, test_key(), "host-a:8080", fast()};
+  election reader{client_, test_key(), "", fast()};
+  EXPECT_FALSE(reader.leader());  // nobody campaigned yet
+  auto held = a.campaign();
+  ASSERT_TRUE(held);
+  auto now = reader.leader();
+  EXPECT_EQ(now.term, held.fencing_token());
+  EXPECT_EQ(now.value, "host-a:8080");
+  EXPECT_EQ(now.owner, held.value());
+  // The record expires with the lease.
+  auto record_ttl = client_.exec({"PTTL", election_record_key(a.key())}).integer();
+  EXPECT_GT(record_ttl, 0);
+  EXPECT_LE(record_ttl, 400);
+}
+
+TEST_F(ElectionTest, OneLeaderAtATimeAndTheNextTermIsLater) {
+  election a{client_, test_key(), "a", fast()};
+  election b{client_, test_key(), "b", fast()};
+  auto first = a.campaign();
+  auto second = std::async(std::launch::async, [&] { return b.campaign(); });
+  EXPECT_EQ(second.wait_for(300ms), std::future_status::timeout);  // a leads, kept alive
+  EXPECT_EQ(a.leader().value, "a");
+  auto term = first.fencing_token();
+  EXPECT_FALSE(a.resign(first));
+  EXPECT_FALSE(first);
+  ASSERT_EQ(second.wait_for(5s), std::future_status::ready);
+  auto next = second.get();
+  EXPECT_GT(next.fencing_token(), term);
+  EXPECT_EQ(a.leader().value, "b");
+  EXPECT_EQ(a.leader().term, next.fencing_token());
+}
+
+TEST_F(ElectionTest, LeadershipOutlivesItsTtlThroughTheWatchdog) {
+  election a{client_, test_key(), "a", fast()};
+  auto held = a.campaign();
+  std::this_thread::sleep_for(1200ms);  // three TTLs
+  EXPECT_FALSE(held.lost().stop_requested());
+  EXPECT_EQ(a.leader().term, held.fencing_token());
+  // The record was renewed with the lease.
+  EXPECT_GT(client_.exec({"PTTL", election_record_key(a.key())}).integer(), 0);
+}
+
+TEST_F(ElectionTest, ObserversSeeEveryChangeInOrderWithoutPolling) {
+  election watcher{client_, test_key(), "", fast()};
+  seen_events seen;
+  auto watching = watcher.observe(seen.sink());
+  election a{client_, test_key(), "a", fast()};
+  election b{client_, test_key(), "b", fast()};
+  election c{client_, test_key(), "c", fast()};
+
+  auto la = a.campaign();
+  ASSERT_TRUE(eventually([&] { return seen.size() == 1; }));
+  a.resign(la);
+  ASSERT_TRUE(eventually([&] { return seen.size() == 2; }));
+  auto lb = b.campaign();
+  auto b_term = lb.fencing_token();
+  ASSERT_TRUE(eventually([&] { return seen.size() == 3; }));
+  lb.detach();  // b "crashes": its key expires after the TTL, and nobody resigns
+  ASSERT_TRUE(eventually([&] { return seen.size() == 4; }));
+  auto lc = c.campaign();
+  ASSERT_TRUE(eventually([&] { return seen.size() == 5; }));
+
+  auto events = seen.copy();
+  ASSERT_EQ(events.size(), 5u) << describe(events);
+  std::vector<change> kinds;
+  for (const auto& e : events) kinds.push_back(e.what);
+  EXPECT_EQ(kinds, (std::vector<change>{change::elected, change::ended, change::elected,
+                                        change::ended, change::elected}))
+      << describe(events);
+  EXPECT_EQ(events[0].value, "a");
+  EXPECT_EQ(events[1].term, events[0].term);
+  EXPECT_EQ(events[2].value, "b");
+  EXPECT_EQ(events[2].term, b_term);
+  EXPECT_EQ(events[3].term, b_term);
+  EXPECT_EQ(events[4].value, "c");
+  EXPECT_EQ(events[4].term, lc.fencing_token());
+  EXPECT_LT(events[0].term, events[2].term);
+  EXPECT_LT(events[2].term, events[4].term);
+}
+
+TEST_F(ElectionTest, AnObserverThatStartsLateSeesTheCurrentLeaderFirst) {
+  election a{client_, test_key(), "a", fast()};
+  election old{client_, test_key(), "old", fast()};
+  auto gone = old.campaign();
+  old.resign(gone);
+  auto held = a.campaign();
+  seen_events seen;
+  auto watching = a.observe(seen.sink());
+  ASSERT_TRUE(eventually([&] { return seen.size() >= 1; }));
+  std::this_thread::sleep_for(100ms);
+  auto events = seen.copy();
+  ASSERT_EQ(events.size(), 1u) << describe(events);  // the history before it is not replayed
+  EXPECT_EQ(events[0].what, change::elected);
+  EXPECT_EQ(events[0].term, held.fencing_token());
+  EXPECT_EQ(events[0].value, "a");
+}
+
+TEST_F(ElectionTest, ALeaderWhoseKeyIsTakenLearnsItAndObserversSeeTheEnd) {
+  election a{client_, test_key(), "a", fast()};
+  seen_events seen;
+  auto watching = a.observe(seen.sink());
+  auto held = a.campaign();
+  ASSERT_TRUE(eventually([&] { return seen.size() == 1; }));
+  client_.exec({"DEL", a.key()});  // an operator, or a split brain elsewhere
+  EXPECT_TRUE(eventually([&] { return held.lost().stop_requested(); }));
+  ASSERT_TRUE(eventually([&] { return seen.size() == 2; }));
+  EXPECT_EQ(seen.copy()[1].what, change::ended);
+  EXPECT_FALSE(a.leader());
+}
+
+TEST_F(ElectionTest, AStoppedObservationCallsNoMore) {
+  election a{client_, test_key(), "a", fast()};
+  seen_events seen;
+  auto watching = a.observe(seen.sink());
+  auto first = a.campaign();
+  ASSERT_TRUE(eventually([&] { return seen.size() == 1; }));
+  watching.stop();
+  a.resign(first);
+  auto second = a.campaign();
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(seen.size(), 1u);
+}
+
+TEST_F(ElectionTest, ACallbackMayStopItsOwnObservation) {
+  election a{client_, test_key(), "a", fast()};
+  observation watching;
+  std::atomic<int> calls{0};
+  std::promise<void> stopped;
+  watching = a.observe([&](const election_event&) {
+    ++calls;
+    watching.stop();
+    stopped.set_value();
+  });
+  auto held = a.campaign();
+  ASSERT_EQ(stopped.get_future().wait_for(5s), std::future_status::ready);
+  a.resign(held);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(calls.load(), 1);
+}
+
+TEST_F(ElectionTest, AsyncCampaignCompletesWhenLeader) {
+  election a{client_, test_key(), "a", fast()};
+  election b{client_, test_key(), "b", fast()};
+  auto first = a.campaign();
+  auto pending = b.async_campaign(asio::use_future);
+  EXPECT_EQ(pending.wait_for(200ms), std::future_status::timeout);
+  a.resign(first);
+  ASSERT_EQ(pending.wait_for(5s), std::future_status::ready);
+  auto held = pending.get();
+  ASSERT_TRUE(held);
+  EXPECT_EQ(a.leader().value, "b");
+  EXPECT_EQ(a.leader().term, held.fencing_token());
+}
+
+TEST_F(ElectionTest, CampaignUntilGivesUpAtItsDeadline) {
+  election a{client_, test_key(), "a", fast()};
+  election b{client_, test_key(), "b", fast()};
+  auto held = a.campaign();
+  std::error_code ec;
+  auto none = b.campaign_until(std::chrono::steady_clock::now() + 200ms, ec);
+  EXPECT_FALSE(none);
+  EXPECT_EQ(ec, errc::not_acquired);
+  EXPECT_EQ(a.leader().value, "a");
+}
+
+TEST_F(ElectionTest, BadArgumentsAreRefusedBeforeAnyIo) {
+  auto refused = [](auto make) {
+    try {
+      make();
+    } catch (const std::system_error& e) {
+      return e.code() == errc::invalid_argument;
+    }
+    return false;
+  };
+  EXPECT_TRUE(refused([&] { election{client_, "", "v"}; }));
+  EXPECT_TRUE(refused([&] { election{client_, "x", std::string(64 * 1024 + 1, 'v')}; }));
+  EXPECT_TRUE(refused([&] { election{client_, "x", "v", {.lock = {.ttl = 0ms}}}; }));
+  EXPECT_TRUE(refused([&] { election{client{"redis-cluster://127.0.0.1:1"}, "x", "v"}; }));
+}
+
+TEST_F(ElectionTest, ARecordOfAnotherTypeIsAClearError) {
+  election a{client_, test_key(), "a", fast()};
+  client_.exec({"SET", election_record_key(a.key()), "not a stream"});
+  std::error_code ec;
+  auto held = a.campaign_until(std::chrono::steady_clock::now() + 1s, ec);
+  EXPECT_FALSE(held);
+  EXPECT_EQ(ec, errc::wrong_type);
+}
+
+class ElectionRedlockTest : public ::testing::Test {
+ protected:
+  redis_server s1_, s2_, s3_;
+  std::vector<client> nodes_{client{s1_.url()}, client{s2_.url()}, client{s3_.url()}};
+};
+
+TEST_F(ElectionRedlockTest, AMajorityElectsAndObserversMergeTheNodes) {
+  election_options o{.lock = {.ttl = 500ms, .retry_delay = 50ms}};
+  election a{nodes_, test_key(), "a", o};
+  election b{nodes_, test_key(), "b", o};
+  seen_events seen;
+  auto watching = a.observe(seen.sink());
+  auto la = a.campaign();
+  ASSERT_TRUE(eventually([&] { return seen.size() == 1; }));
+  s3_.kill();  // a minority down: still a leader, still readable
+  EXPECT_EQ(b.leader().value, "a");
+  auto next = std::async(std::launch::async, [&] { return b.campaign(); });
+  a.resign(la);
+  ASSERT_EQ(next.wait_for(10s), std::future_status::ready);
+  auto lb = next.get();
+  ASSERT_TRUE(eventually([&] { return seen.size() == 3; }));
+  auto events = seen.copy();
+  EXPECT_EQ(events[1].what, change::ended) << describe(events);
+  EXPECT_EQ(events[2].value, "b");
+  EXPECT_EQ(events[2].term, lb.fencing_token());
+  EXPECT_GT(events[2].term, events[0].term);
+}
+
+}  // namespace
+}  // namespace dlock

@@ -1,0 +1,161 @@
+// The count-down latch against a real redis-server: waiters released at zero and not before,
+// woken through Pub/Sub, and an abandoned latch that disappears instead of opening.
+#include "dlock/latch.hpp"
+
+#include <gtest/gtest.h>
+
+#include <asio/use_future.hpp>
+
+#include <atomic>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "dlock/key_layout.hpp"
+#include "support/commandstats.hpp"
+#include "support/redis_server.hpp"
+#include "support/test_keys.hpp"
+
+namespace dlock {
+namespace {
+
+using namespace std::chrono_literals;
+using test::redis_server;
+using test::test_key;
+
+class LatchTest : public ::testing::Test {
+ protected:
+  redis_server server_;
+  client client_{server_.url()};
+};
+
+TEST_F(LatchTest, WaitersAreReleasedWhenTheLastWorkerCountsDownAndNotBefore) {
+  latch coordinator{client_, test_key()};
+  std::error_code ec;
+  ASSERT_TRUE(coordinator.try_set_count(8, ec)) << ec.message();
+  std::atomic<int> counted{0};
+  std::atomic<int> seen_at_release{-1};
+  auto waiter = std::async(std::launch::async, [&] {
+    latch mine{client{server_.url()}, test_key()};
+    std::error_code wec;
+    mine.wait(wec);
+    seen_at_release = counted.load();
+    return wec;
+  });
+  std::vector<std::thread> workers;
+  for (int i = 0; i < 8; ++i) {
+    workers.emplace_back([&, i] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30 * i));
+      latch mine{client{server_.url()}, test_key()};
+      ++counted;  // before the count down: the waiter must see all 8
+      std::error_code wec;
+      EXPECT_GE(mine.count_down(wec), 0);
+      EXPECT_FALSE(wec);
+    });
+  }
+  for (auto& w : workers) w.join();
+  ASSERT_EQ(waiter.wait_for(5s), std::future_status::ready);
+  EXPECT_FALSE(waiter.get());
+  EXPECT_EQ(seen_at_release.load(), 8);
+  EXPECT_EQ(coordinator.count(ec), 0);
+}
+
+TEST_F(LatchTest, CountDownSaysWhatIsLeftAndStopsAtZero) {
+  latch l{client_, test_key()};
+  std::error_code ec;
+  ASSERT_TRUE(l.try_set_count(5, ec));
+  EXPECT_FALSE(l.try_set_count(9, ec));  // exists: left as it is
+  EXPECT_EQ(l.count(ec), 5);
+  EXPECT_EQ(l.count_down(2, ec), 3);
+  EXPECT_EQ(l.count_down(ec), 2);
+  EXPECT_EQ(l.count_down(10, ec), 0);
+  EXPECT_EQ(l.count_down(ec), 0);  // open stays open
+  EXPECT_FALSE(ec);
+  EXPECT_TRUE(l.wait_for(1s, ec));  // at once
+}
+
+TEST_F(LatchTest, AWaitEndsAtItsDeadlineAndWaitsByPubSubNotPolling) {
+  latch l{client_, test_key(), {.ttl = 60s}};
+  std::error_code ec;
+  ASSERT_TRUE(l.try_set_count(1, ec));
+  auto before = test::command_calls(client_)["get"];
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(l.wait_for(600ms, ec));
+  EXPECT_EQ(ec, errc::timeout);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 600ms);
+  // One read at the start, one once subscribed: nothing in between.
+  EXPECT_LE(test::command_calls(client_)["get"] - before, 3);
+}
+
+TEST_F(LatchTest, AnAbandonedLatchDisappearsAndItsWaitersAreTold) {
+  latch l{client_, test_key(), {.ttl = 300ms}};
+  std::error_code ec;
+  ASSERT_TRUE(l.try_set_count(3, ec));
+  EXPECT_EQ(l.count_down(ec), 2);  // keeps it alive for another TTL
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(l.wait_for(5s, ec));
+  EXPECT_EQ(ec, errc::not_found) << ec.message();  // abandoned, not opened
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  EXPECT_EQ(l.count_down(ec), -1);
+  EXPECT_EQ(ec, errc::not_found);
+  EXPECT_EQ(l.count(ec), -1);
+  EXPECT_EQ(ec, errc::not_found);
+}
+
+TEST_F(LatchTest, AnOpenLatchStaysOpenForItsTtlThenIsGone) {
+  latch l{client_, test_key(), {.ttl = 300ms}};
+  std::error_code ec;
+  ASSERT_TRUE(l.try_set_count(1, ec));
+  EXPECT_EQ(l.count_down(ec), 0);
+  EXPECT_TRUE(l.wait_for(1s, ec));
+  std::this_thread::sleep_for(400ms);
+  EXPECT_EQ(client_.exec({"EXISTS", l.key()}).integer(), 0);  // nothing left behind
+  EXPECT_FALSE(l.wait_for(1s, ec));
+  EXPECT_EQ(ec, errc::not_found);
+}
+
+TEST_F(LatchTest, AsyncWaitCompletesWhenOpened) {
+  latch l{client_, test_key()};
+  std::error_code ec;
+  ASSERT_TRUE(l.try_set_count(2, ec));
+  auto opened = l.async_wait(asio::use_future);
+  EXPECT_EQ(opened.wait_for(100ms), std::future_status::timeout);
+  l.count_down(2, ec);
+  ASSERT_EQ(opened.wait_for(5s), std::future_status::ready);
+  EXPECT_NO_THROW(opened.get());
+}
+
+TEST_F(LatchTest, BadInputIsRefused) {
+  auto refused = [](auto make) {
+    try {
+      make();
+    } catch (const std::system_error& e) {
+      return e.code() == errc::invalid_argument;
+    }
+    return false;
+  };
+  EXPECT_TRUE(refused([&] { latch{client_, ""}; }));
+  EXPECT_TRUE(refused([&] { latch{client_, "x", {.ttl = 0ms}}; }));
+  EXPECT_TRUE(refused([&] { latch{client_, "{x}:fence"}; }));
+  EXPECT_TRUE(refused([&] { latch{client{"redis-cluster://127.0.0.1:1"}, "x"}; }));
+  latch l{client_, test_key()};
+  std::error_code ec;
+  EXPECT_FALSE(l.try_set_count(0, ec));
+  EXPECT_EQ(ec, errc::invalid_argument);
+  EXPECT_EQ(l.count_down(0, ec), -1);
+  EXPECT_EQ(ec, errc::invalid_argument);
+  // A key that holds something else is not mistaken for a latch.
+  client_.exec({"SET", test_key("text"), "hello"});
+  latch text{client_, test_key("text")};
+  text.count_down(ec);
+  EXPECT_EQ(ec, errc::wrong_type);
+  client_.exec({"HSET", test_key("hash"), "a", "b"});
+  latch hash{client_, test_key("hash")};
+  hash.count_down(ec);
+  EXPECT_EQ(ec, errc::wrong_type);
+  EXPECT_FALSE(hash.wait_for(1s, ec));
+  EXPECT_EQ(ec, errc::wrong_type);
+}
+
+}  // namespace
+}  // namespace dlock
