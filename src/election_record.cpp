@@ -226,7 +226,7 @@ election_watch::election_watch(std::vector<client> nodes, std::string key, std::
 // whose ACL refuses SUBSCRIBE still answers reads).
 void election_watch::start() {
   std::weak_ptr<election_watch> weak = shared_from_this();
-  auto news = [weak] {
+  auto news = [weak](std::string_view) {
     if (auto self = weak.lock()) self->read();
   };
   for (const auto& n : nodes_) {
@@ -234,7 +234,7 @@ void election_watch::start() {
         std::make_shared<channel_subscriber>(n.where(), n.options(), record_, news));
   }
   for (auto& s : subscribers_) s->start();
-  asio::post(recheck_timer_.get_executor(), news);
+  asio::post(recheck_timer_.get_executor(), [news] { news(""); });
 }
 
 void election_watch::stop() noexcept {
@@ -271,7 +271,13 @@ void election_watch::on_views(const std::vector<record_view>& views) {
       on_change_(e);
     }
   }
-  if (auto after = follower_.recheck_after()) {
+  auto after = follower_.recheck_after();
+  // A node that refuses SUBSCRIBE (an ACL) tells us nothing: look every second instead.
+  for (const auto& s : subscribers_) {
+    if (s->refused()) after = std::min(after.value_or(std::chrono::milliseconds(1000)),
+                                       std::chrono::milliseconds(1000));
+  }
+  if (after) {
     recheck_timer_.expires_after(*after);
     recheck_timer_.async_wait([weak = weak_from_this()](std::error_code ec) {
       auto self = weak.lock();

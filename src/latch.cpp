@@ -36,12 +36,17 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
         timer_(node_.get_executor()) {}
 
   void start() {
+    std::weak_ptr<latch_wait> weak = shared_from_this();
+    // The message itself says it opened: a latch with a TTL shorter than a round trip may be
+    // gone by the time a read comes, and must not look abandoned then.
+    subscriber_ = std::make_shared<channel_subscriber>(
+        node_.where(), node_.options(), channel_, [weak](std::string_view payload) {
+          auto self = weak.lock();
+          if (!self) return;
+          if (payload == "open") return self->finish({});
+          self->read();
+        });
     self_ = shared_from_this();  // until finish(): timers and the subscriber hold it weakly
-    std::weak_ptr<latch_wait> weak = self_;
-    subscriber_ = std::make_shared<channel_subscriber>(node_.where(), node_.options(), channel_,
-                                                       [weak] {
-                                                         if (auto self = weak.lock()) self->read();
-                                                       });
     subscriber_->start();
     asio::post(node_.get_executor(), [self = shared_from_this()] {
       self->read();  // without waiting for the subscription (an ACL may refuse it)
@@ -53,6 +58,8 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
   // The next wake-up without news: the deadline, or the key's expiry if sooner.
   void arm_timer() {
     if (finished_) return;
+    // A node that refuses SUBSCRIBE (an ACL) wakes nobody: look four times a second instead.
+    if (subscriber_->refused() && (expires_in_ < 0 || expires_in_ > 250)) expires_in_ = 250;
     auto at = deadline_;
     if (expires_in_ >= 0) at = std::min(at, steady::now() + std::chrono::milliseconds(expires_in_ + 2));
     if (at == steady::time_point::max()) return;
@@ -169,6 +176,7 @@ std::int64_t latch::count_down(std::int64_t n, std::error_code& ec) {
 
 std::int64_t latch::count(std::error_code& ec) {
   reply r = node_.exec({"GET", key_}, ec);
+  if (!ec && r.is_error()) ec = error_from_reply(r);
   if (ec) return -1;
   if (r.is_nil()) {
     ec = errc::not_found;

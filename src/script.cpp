@@ -50,23 +50,25 @@ bool is_noscript(const reply& r) {
 void run_script(client& node, const script& s, std::initializer_list<std::string_view> keys,
                 std::initializer_list<std::string_view> args, std::chrono::milliseconds timeout,
                 unique_function<void(std::error_code, reply)> handler) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
   // The caller's views die with this call, so the rare EVAL fallback needs copies.
-  std::vector<std::string> saved_keys(keys.begin(), keys.end());
-  std::vector<std::string> saved_args(args.begin(), args.end());
+  run_script(node, s, std::vector<std::string>(keys.begin(), keys.end()),
+             std::vector<std::string>(args.begin(), args.end()), timeout, std::move(handler));
+}
+
+void run_script(client& node, const script& s, std::vector<std::string> keys,
+                std::vector<std::string> args, std::chrono::milliseconds timeout,
+                unique_function<void(std::error_code, reply)> handler) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Made before the handler below takes the keys and arguments over.
+  command evalsha = script_command("EVALSHA", s.sha1, keys, args);
   access::start_exec(
-      node, script_command("EVALSHA", s.sha1, keys, args), timeout,
-      [node, s, deadline, saved_keys = std::move(saved_keys), saved_args = std::move(saved_args),
+      node, std::move(evalsha), timeout,
+      [node, s, deadline, keys = std::move(keys), args = std::move(args),
        handler = std::move(handler)](std::error_code ec, reply r) mutable {
         if (!is_noscript(r)) return handler(ec, std::move(r));
-        std::vector<std::string_view> argv{"EVAL", s.body, {}};
-        std::string nkeys = std::to_string(saved_keys.size());
-        argv[2] = nkeys;
-        argv.insert(argv.end(), saved_keys.begin(), saved_keys.end());
-        argv.insert(argv.end(), saved_args.begin(), saved_args.end());
         auto left = time_left(deadline);
         if (left <= std::chrono::milliseconds::zero()) return handler(errc::timeout, {});
-        access::start_exec(node, command(std::span<const std::string_view>(argv)), left,
+        access::start_exec(node, script_command("EVAL", s.body, keys, args), left,
                            std::move(handler));
       });
 }

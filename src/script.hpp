@@ -38,6 +38,7 @@ inline constexpr script sem_refresh_script{scripts::sem_refresh_body, scripts::s
 inline constexpr script elect_announce_script{scripts::elect_announce_body,
                                               scripts::elect_announce_sha1};
 inline constexpr script latch_script{scripts::latch_body, scripts::latch_sha1};
+inline constexpr script acquire_all_script{scripts::acquire_all_body, scripts::acquire_all_sha1};
 
 // Asked when an EVALSHA comes back NOSCRIPT, before the EVAL fallback goes out: the fallback
 // is sent after every request pipelined behind the EVALSHA, so an attempt whose answer is no
@@ -91,6 +92,11 @@ struct request {
 // share the one `timeout`. The handler gets the script's reply or the error.
 void run_script(client& node, const script& s, std::initializer_list<std::string_view> keys,
                 std::initializer_list<std::string_view> args, std::chrono::milliseconds timeout,
+                unique_function<void(std::error_code, reply)> handler);
+
+// The same for keys and arguments made at run time (any number of them).
+void run_script(client& node, const script& s, std::vector<std::string> keys,
+                std::vector<std::string> args, std::chrono::milliseconds timeout,
                 unique_function<void(std::error_code, reply)> handler);
 
 // The blocking form of run_script for a thread that is not the I/O thread: when the node's

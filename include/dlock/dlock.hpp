@@ -11,6 +11,7 @@
 #include "dlock/key_layout.hpp"
 #include "dlock/latch.hpp"
 #include "dlock/lease.hpp"
+#include "dlock/lock_set.hpp"
 #include "dlock/mutex.hpp"
 #include "dlock/observer.hpp"
 #include "dlock/options.hpp"

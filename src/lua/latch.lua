@@ -7,15 +7,17 @@
 -- set:  creates the latch unless it exists; returns 1 when created, 0 when it existed.
 -- down: returns what is left, not below 0 (0: open, and the waiters are told), or -1 when the
 --       latch does not exist. An open latch stays as it is.
--- A key that holds no count answers WRONGTYPE.
+-- A key that holds no count answers WRONGTYPE (one of another type, for set and down; a string
+-- that is no count, for down).
 local key, channel = KEYS[1], KEYS[2]
 local op, n, ttl = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
+local held = redis.call('GET', key)  -- raises WRONGTYPE for a key of another type
 if op == 'set' then
-  if redis.call('SET', key, ARGV[2], 'NX', 'PX', ttl) then return 1 end
-  return 0
+  if held then return 0 end
+  redis.call('SET', key, ARGV[2], 'PX', ttl)
+  return 1
 end
-local held = redis.call('GET', key)
 if not held then return -1 end
 local left = tonumber(held)
 if not left or left < 0 or left ~= math.floor(left) then
@@ -23,6 +25,6 @@ if not left or left < 0 or left ~= math.floor(left) then
 end
 if left == 0 then return 0 end
 left = math.max(0, left - n)
-redis.call('SET', key, string.format('%d', left), 'PX', ttl)
+redis.call('SET', key, string.format('%.0f', left), 'PX', ttl)
 if left == 0 then redis.call('PUBLISH', channel, 'open') end
 return left

@@ -8,7 +8,8 @@ constexpr std::chrono::milliseconds min_backoff{250}, max_backoff{10'000};
 }
 
 channel_subscriber::channel_subscriber(endpoint where, client_options options,
-                                       std::string channel, std::function<void()> on_news)
+                                       std::string channel,
+                                       std::function<void(std::string_view)> on_news)
     : conn_(std::make_shared<connection>(std::move(where), std::move(options))),
       channel_(std::move(channel)),
       on_news_(std::move(on_news)),
@@ -24,7 +25,7 @@ void channel_subscriber::start() {
         if (!self || self->stopped_) return;
         const auto& e = r.elements();
         if (e.size() == 3 && e[0].str() == "message" && e[1].str() == self->channel_) {
-          self->on_news_();
+          self->on_news_(e[2].str());
         }
       },
       [weak] {
@@ -51,9 +52,10 @@ void channel_subscriber::subscribe() {
                   if (self->stopped_) return;
                   bool confirmed = !ec && r.is_array() && !r.elements().empty() &&
                                    r.elements()[0].str() == "subscribe";
+                  self->refused_ = !ec && r.is_error();
                   if (!confirmed) return self->retry_later();
                   self->backoff_ = min_backoff;
-                  self->on_news_();  // what was published before the subscription
+                  self->on_news_("");  // what was published before the subscription
                 });
 }
 

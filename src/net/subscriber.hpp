@@ -1,9 +1,11 @@
 // net/subscriber.hpp: a Pub/Sub subscription on a connection of its own. Private.
-//   channel_subscriber  SUBSCRIBEs one channel and calls on_news for each message on it, and
-//                       once after each confirmed (re)subscription, since messages published
-//                       before it were not seen; after a drop or a failed SUBSCRIBE it tries
-//                       again after a backoff (250 ms, doubling to 10 s). For observers that
-//                       re-read what changed rather than trust the message (dlock::election's).
+//   channel_subscriber  SUBSCRIBEs one channel and calls on_news with each message's payload,
+//                       and with "" after each confirmed (re)subscription, since messages
+//                       published before it were not seen; after a drop or a failed SUBSCRIBE it
+//                       tries again after a backoff (250 ms, doubling to 10 s). refused() says
+//                       the node answered SUBSCRIBE with an error (an ACL): the owner must then
+//                       look by itself, more often. For observers that re-read what changed
+//                       (dlock::election's, dlock::latch's).
 // start() and stop() may be called from any thread; on_news runs on the I/O thread, never
 // after stop() has returned there (stop() from another thread may race one last call).
 #pragma once
@@ -15,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "net/connection.hpp"
 
@@ -24,9 +27,10 @@ class channel_subscriber : public std::enable_shared_from_this<channel_subscribe
  public:
   // Throws as connection's constructor does (TLS files that cannot be loaded).
   channel_subscriber(endpoint where, client_options options, std::string channel,
-                     std::function<void()> on_news);
+                     std::function<void(std::string_view payload)> on_news);
   void start();
   void stop();
+  bool refused() const noexcept { return refused_; }
 
  private:
   void subscribe();  // I/O thread
@@ -34,10 +38,11 @@ class channel_subscriber : public std::enable_shared_from_this<channel_subscribe
 
   std::shared_ptr<connection> conn_;
   std::string channel_;
-  std::function<void()> on_news_;
+  std::function<void(std::string_view)> on_news_;
   asio::steady_timer retry_timer_;
   std::chrono::milliseconds backoff_;
   std::atomic<bool> stopped_{false};
+  std::atomic<bool> refused_{false};
   bool subscribing_ = false;  // I/O thread
 };
 

@@ -155,6 +155,10 @@ TEST_F(LatchTest, BadInputIsRefused) {
   EXPECT_EQ(ec, errc::wrong_type);
   EXPECT_FALSE(hash.wait_for(1s, ec));
   EXPECT_EQ(ec, errc::wrong_type);
+  EXPECT_FALSE(hash.try_set_count(3, ec));
+  EXPECT_EQ(ec, errc::wrong_type);  // not "it exists"
+  EXPECT_EQ(hash.count(ec), -1);
+  EXPECT_EQ(ec, errc::wrong_type);
 }
 
 }  // namespace

@@ -230,6 +230,11 @@ TEST_P(SemaphoreWakeupTest, AWaiterThatGivesUpLeavesTheQueue) {
   auto gave_up = std::async(std::launch::async, [&] { return !waiter.try_acquire_for(1s); });
   wait_for_queue(1);
   EXPECT_TRUE(gave_up.get());
+  // The give-up's cleanup may still be on its way when the call returns (under load): poll.
+  auto until = steady::now() + 5s;
+  while (steady::now() < until && client_.exec({"HLEN", keys().waiter_info}).integer() != 0) {
+    std::this_thread::sleep_for(5ms);
+  }
   EXPECT_EQ(client_.exec({"HLEN", keys().waiter_info}).integer(), 0);
   EXPECT_EQ(client_.exec({"ZCARD", keys().waiters}).integer(), fair() ? 1 : 0);  // the holder
   EXPECT_FALSE(held.release());

@@ -1,0 +1,83 @@
+/// @file
+/// dlock/lock_set.hpp: several locks taken together, all or none, under one lease.
+/// - lock_set:  a fixed set of lock names on one Redis node; acquire, try_acquire,
+///              acquire_until, each returning one lease for the whole set
+/// - lock_all:  the same as a function: waits until every name is held, returns the lease
+///
+/// The set is taken by one script on the node, which sets every key or none: no client ever
+/// holds part of a set, so clients locking overlapping sets, in any order, cannot deadlock
+/// (no hold-and-wait). The keys are the names' ordinary lock keys, so a set excludes and is
+/// excluded by a single-node dlock::mutex of any of its names on the same node (not a Redlock
+/// mutex over several nodes, which could win a quorum elsewhere); releasing the set hands each
+/// key to that key's first queued mutex waiter, as a mutex's release does. A set does not
+/// queue, so it may take a free name ahead of a fair mutex's waiters.
+/// One fencing token serves the whole set: every name's counter is raised to it, so it is
+/// larger than any token drawn before for any of the names, and every later one is larger.
+/// Thread-safety: a lock_set may be shared by the threads of a process; each acquisition
+/// returns its own lease.
+///
+/// |        | try_acquire()               | lease.release()            | validity ends / lost      |
+/// |--------|-----------------------------|----------------------------|---------------------------|
+/// | Free   | Held (every name), or empty | -                          | -                         |
+/// | Held   | empty (not reentrant)       | Free: each name is freed   | Lost: lost() fires (1)    |
+/// (1) A renewal that finds any of the names gone or another's loses the lease. An acquisition
+/// waits by polling (retry_delay, or sooner when the holder's key expires sooner), not in the
+/// names' wait queues: a set would otherwise queue in several, holding places in some while
+/// waiting in others. Redis Cluster and the replication guard are refused (invalid_argument);
+/// retry_count is not used (acquire waits until it holds the set or its deadline passes).
+/// The lease's key() is the keys joined by ',' (a label, not a key).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dlock/client.hpp"
+#include "dlock/error.hpp"
+#include "dlock/export.hpp"
+#include "dlock/lease.hpp"
+#include "dlock/options.hpp"
+
+namespace dlock {
+
+namespace detail {
+class lock_set_core;
+}
+
+/// A fixed set of lock names on one node, acquired all or none. lock_set.hpp has the rest.
+class DLOCK_EXPORT lock_set {
+ public:
+  using clock = std::chrono::steady_clock;  ///< the clock of deadlines and validity
+
+  /// The locks `names` (keys key_prefix + name; duplicates count once) on `node`. Throws
+  /// std::system_error(errc::invalid_argument), before any I/O, for no names or more than
+  /// 1000, any name a dlock::mutex refuses, options a mutex refuses, `fair` or `copies`, a
+  /// redis-cluster:// client, and a client with the replication guard.
+  lock_set(client node, std::vector<std::string> names, lock_options options = {});
+  ~lock_set();
+  lock_set(const lock_set&) = delete;
+  lock_set& operator=(const lock_set&) = delete;
+
+  /// One attempt: a lease holding every name, or an empty lease with not_acquired when any is
+  /// held (by another set or mutex), or the node's error. Blocks for one round trip.
+  lease try_acquire(std::error_code& ec);
+  /// Attempts until every name is held or `deadline` (steady_clock) passes (not_acquired, or
+  /// the last error). Between two attempts it sleeps retry_delay (jittered), or until the key
+  /// that was in the way expires, when sooner. Errors that retrying cannot cure end it at once.
+  lease acquire_until(clock::time_point deadline, std::error_code& ec);
+  /// Attempts until every name is held.
+  lease acquire(std::error_code& ec) { return acquire_until(clock::time_point::max(), ec); }
+
+  /// The keys, sorted, without duplicates.
+  const std::vector<std::string>& keys() const noexcept;
+
+ private:
+  std::shared_ptr<detail::lock_set_core> core_;
+};
+
+/// Waits until every lock in `names` is held on `node` and returns one lease for them all
+/// (lock_set::acquire). Throws std::system_error on failure.
+DLOCK_EXPORT lease lock_all(client node, std::vector<std::string> names, lock_options options = {});
+
+}  // namespace dlock

@@ -1,0 +1,44 @@
+-- Acquire several locks at once, all or none (dlock::lock_set), and draw one fencing token for
+-- them all. Atomic, so a client never holds part of a set: no hold-and-wait, no deadlock.
+-- KEYS: for each lock, its key then its fencing counter (2 per lock; key_layout.hpp).
+-- ARGV[1]: the owner value written to every key; ARGV[2]: the TTL in ms. A key that already
+-- holds the owner value counts as free: an earlier attempt of the same acquisition that ran
+-- late (its client had given up on it) must not block the next one for a TTL.
+-- Returns {1, fence} when every key was free and now holds the owner value. The fence is the
+-- highest of the keys' next tokens, and every counter is raised to it: it is above any token
+-- drawn before for any of these names, and each name's next token will be above it.
+-- Returns {0, i, PTTL} when lock i (1-based) is held (by anyone), {0, 0, ms} while the node is
+-- quarantined, and WRONGTYPE when a key holds something that is not a lock (GET raises it).
+local owner, ttl_ms = ARGV[1], ARGV[2]
+local count = #KEYS / 2
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- #include node_state.lua
+
+local quarantined = quarantine_left()
+if quarantined > 0 then return {0, 0, quarantined} end
+-- Everything that could fail is read before anything is written: a script is not rolled back.
+for i = 1, count do
+  local holder = redis.call('GET', KEYS[2 * i - 1])
+  if holder and holder ~= owner then return {0, i, redis.call('PTTL', KEYS[2 * i - 1])} end
+  local counter = redis.call('GET', KEYS[2 * i])
+  if counter and not tonumber(counter) then
+    return redis.error_reply('WRONGTYPE a fencing counter holds no number: ' .. KEYS[2 * i])
+  end
+end
+local top = 0
+for i = 1, count do
+  redis.call('SET', KEYS[2 * i - 1], owner, 'PX', ttl_ms)
+  top = math.max(top, next_fence(KEYS[2 * i], now_ms, ttl_ms))
+end
+local fence = string.format('%.0f', top)
+for i = 1, count do
+  if tonumber(redis.call('GET', KEYS[2 * i])) < top then
+    redis.call('SET', KEYS[2 * i], fence, 'PX', ttl_ms)
+  end
+end
+return {1, top}

@@ -1,0 +1,212 @@
+// Several locks at once, all or none, against a real redis-server: no client ever holds part
+// of a set, overlapping sets in any order never deadlock, and the per-key counters they guard
+// come out exact.
+#include "dlock/lock_set.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <future>
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "dlock/key_layout.hpp"
+#include "dlock/mutex.hpp"
+#include "support/redis_server.hpp"
+#include "support/test_keys.hpp"
+
+namespace dlock {
+namespace {
+
+using namespace std::chrono_literals;
+using test::redis_server;
+using test::test_key;
+
+class LockSetTest : public ::testing::Test {
+ protected:
+  std::string name(int i) { return test_key("r" + std::to_string(i)); }
+  redis_server server_;
+  client client_{server_.url()};
+};
+
+TEST_F(LockSetTest, AllOrNothing) {
+  lock_set ab{client_, {name(1), name(2)}, {.ttl = 5s}};
+  mutex b{client_, name(2)};
+  auto held_b = b.acquire();
+  std::error_code ec;
+  auto none = ab.try_acquire(ec);
+  EXPECT_FALSE(none);
+  EXPECT_EQ(ec, errc::not_acquired);
+  EXPECT_EQ(client_.exec({"EXISTS", name(1)}).integer(), 0) << "part of the set was taken";
+  held_b.release();
+  auto both = ab.try_acquire(ec);
+  ASSERT_TRUE(both) << ec.message();
+  EXPECT_EQ(client_.exec({"GET", name(1)}).str(), both.value());
+  EXPECT_EQ(client_.exec({"GET", name(2)}).str(), both.value());
+  // A mutex of any name in the set is excluded while the set is held.
+  EXPECT_FALSE(b.try_acquire(ec));
+  EXPECT_FALSE(both.release());
+  EXPECT_EQ(client_.exec({"EXISTS", name(1), name(2)}).integer(), 0);
+}
+
+TEST_F(LockSetTest, OneFenceAboveEveryNamesTokensBeforeAndBelowAfter) {
+  mutex a{client_, name(1)}, b{client_, name(2)};
+  std::uint64_t before = 0;
+  for (int i = 0; i < 3; ++i) before = std::max(before, a.acquire().fencing_token());
+  before = std::max(before, b.acquire().fencing_token());
+  auto set = lock_all(client_, {name(1), name(2)});
+  EXPECT_GT(set.fencing_token(), before);
+  auto fence = set.fencing_token();
+  set.release();
+  EXPECT_GT(a.acquire().fencing_token(), fence);
+  EXPECT_GT(b.acquire().fencing_token(), fence);
+}
+
+TEST_F(LockSetTest, OverlappingSetsInRandomOrderNeverDeadlockAndCountersAreExact) {
+  constexpr int threads = 8, rounds = 60, names = 5;
+  std::vector<std::atomic<int>> expected(names);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937 random(static_cast<unsigned>(t));
+      client mine{server_.url()};
+      for (int r = 0; r < rounds; ++r) {
+        std::vector<int> picked(names);
+        for (int i = 0; i < names; ++i) picked[static_cast<std::size_t>(i)] = i;
+        std::shuffle(picked.begin(), picked.end(), random);
+        picked.resize(1 + random() % 3);  // 1 to 3 names, in a random order
+        std::vector<std::string> set;
+        for (int i : picked) set.push_back(name(i));
+        lock_set locks{mine, set, {.ttl = 5s, .retry_delay = 5ms}};
+        std::error_code ec;
+        auto held = locks.acquire_until(std::chrono::steady_clock::now() + 20s, ec);
+        ASSERT_TRUE(held) << ec.message();
+        for (int i : picked) {  // read-modify-write, not atomic: the set must exclude
+          auto key = name(i) + ":count";
+          auto now = mine.exec({"GET", key});
+          long long v = now.is_nil() ? 0 : std::stoll(now.str());
+          std::this_thread::yield();
+          mine.exec({"SET", key, std::to_string(v + 1)});
+          ++expected[static_cast<std::size_t>(i)];
+        }
+        EXPECT_FALSE(held.release());
+      }
+    });
+  }
+  // Mutex users of single names take part too.
+  std::thread single([&] {
+    client mine{server_.url()};
+    mutex m{mine, name(0), {.retry_delay = 5ms}};
+    for (int r = 0; r < rounds; ++r) {
+      std::unique_lock guard{m};
+      auto now = mine.exec({"GET", name(0) + ":count"});
+      long long v = now.is_nil() ? 0 : std::stoll(now.str());
+      mine.exec({"SET", name(0) + ":count", std::to_string(v + 1)});
+      ++expected[0];
+    }
+  });
+  for (auto& w : workers) w.join();
+  single.join();
+  for (int i = 0; i < names; ++i) {
+    auto got = client_.exec({"GET", name(i) + ":count"});
+    EXPECT_EQ(got.is_nil() ? 0 : std::stoll(got.str()), expected[static_cast<std::size_t>(i)].load())
+        << name(i);
+  }
+}
+
+TEST_F(LockSetTest, KeepAliveRenewsEveryKeyAndLossOfAnyFiresLost) {
+  lock_set set{client_, {name(1), name(2), name(3)}, {.ttl = 300ms}};
+  std::error_code ec;
+  auto held = set.try_acquire(ec);
+  ASSERT_TRUE(held);
+  held.keep_alive();
+  std::this_thread::sleep_for(900ms);
+  EXPECT_FALSE(held.lost().stop_requested());
+  for (int i = 1; i <= 3; ++i) EXPECT_EQ(client_.exec({"GET", name(i)}).str(), held.value());
+  client_.exec({"DEL", name(2)});  // one of them is taken away
+  auto until = std::chrono::steady_clock::now() + 2s;
+  while (!held.lost().stop_requested() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_TRUE(held.lost().stop_requested());
+}
+
+TEST_F(LockSetTest, ReleaseHandsEachKeyToItsQueuedMutexWaiter) {
+  auto set = lock_all(client_, {name(1), name(2)});
+  mutex waiter{client{server_.url()}, name(2), {.retry_delay = 10s}};  // only a handoff is quick
+  auto waiting = std::async(std::launch::async, [&] {
+    std::error_code ec;
+    return waiter.acquire_until(std::chrono::steady_clock::now() + 5s, ec);
+  });
+  std::this_thread::sleep_for(200ms);  // queued
+  auto t0 = std::chrono::steady_clock::now();
+  set.release();
+  ASSERT_EQ(waiting.wait_for(3s), std::future_status::ready);
+  EXPECT_TRUE(waiting.get());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+}
+
+TEST_F(LockSetTest, AcquireUntilWaitsForTheKeyInTheWayAndGivesUpAtItsDeadline) {
+  mutex b{client_, name(2), {.ttl = 400ms}};
+  auto held_b = b.acquire();
+  held_b.detach();  // expires by itself in 400 ms
+  lock_set ab{client_, {name(1), name(2)}, {.retry_delay = 10s}};
+  std::error_code ec;
+  EXPECT_FALSE(ab.acquire_until(std::chrono::steady_clock::now() + 100ms, ec));
+  EXPECT_EQ(ec, errc::not_acquired);
+  // It sleeps until the holder's key expires, not the 10 s retry_delay.
+  auto both = ab.acquire_until(std::chrono::steady_clock::now() + 5s, ec);
+  EXPECT_TRUE(both) << ec.message();
+}
+
+TEST_F(LockSetTest, BadInputIsRefusedBeforeAnyIo) {
+  auto refused = [](auto make) {
+    try {
+      make();
+    } catch (const std::system_error& e) {
+      return e.code() == errc::invalid_argument;
+    }
+    return false;
+  };
+  EXPECT_TRUE(refused([&] { lock_set{client_, {}}; }));
+  EXPECT_TRUE(refused([&] { lock_set{client_, {"a", ""}}; }));
+  EXPECT_TRUE(refused([&] { lock_set{client_, {"a", "{x}:fence"}}; }));
+  EXPECT_TRUE(refused([&] { lock_set{client_, {"a"}, {.ttl = 0ms}}; }));
+  EXPECT_TRUE(refused([&] { lock_set{client_, {"a"}, {.fair = true}}; }));
+  EXPECT_TRUE(refused([&] { lock_set{client{"redis-cluster://127.0.0.1:1"}, {"a"}}; }));
+  lock_set dup{client_, {"b", "a", "b"}};
+  EXPECT_EQ(dup.keys(), (std::vector<std::string>{"a", "b"}));
+  // A key of another type is a clear error, and nothing of the set is taken.
+  client_.exec({"HSET", name(5), "x", "y"});
+  lock_set typed{client_, {name(4), name(5)}};
+  std::error_code ec;
+  EXPECT_FALSE(typed.try_acquire(ec));
+  EXPECT_EQ(ec, errc::wrong_type);
+  EXPECT_EQ(client_.exec({"EXISTS", name(4)}).integer(), 0);
+  // So is a fencing counter that holds no number: checked before any key is set.
+  client_.exec({"SET", lock_keys_for(name(7)).fence, "not a number"});
+  lock_set counted{client_, {name(6), name(7)}};
+  EXPECT_FALSE(counted.try_acquire(ec));
+  EXPECT_EQ(ec, errc::wrong_type);
+  EXPECT_EQ(client_.exec({"EXISTS", name(6), name(7)}).integer(), 0);
+  EXPECT_TRUE(refused([&] {
+    lock_set{client{server_.url(), {.replication_guard = {.enabled = true}}}, {"a"}};
+  }));
+}
+
+TEST_F(LockSetTest, AReleaseAfterPartOfTheSetWasLostSaysSo) {
+  lock_set set{client_, {name(1), name(2)}};
+  std::error_code ec;
+  auto held = set.try_acquire(ec);
+  ASSERT_TRUE(held);
+  client_.exec({"SET", name(2), "someone else"});
+  EXPECT_EQ(held.release(), errc::not_held);
+  EXPECT_EQ(client_.exec({"EXISTS", name(1)}).integer(), 0);            // ours: freed
+  EXPECT_EQ(client_.exec({"GET", name(2)}).str(), "someone else");       // theirs: untouched
+}
+
+}  // namespace
+}  // namespace dlock
