@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dlock/key_layout.hpp"
+#include "support/checks.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
@@ -23,15 +24,7 @@ using test::redis_server;
 using test::test_key;
 using change = election_event::change;
 
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 5s) {
-  auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
+using test::eventually;
 
 // What an observer saw, for the test thread to look at.
 struct seen_events {
@@ -238,14 +231,7 @@ TEST_F(ElectionTest, CampaignUntilGivesUpAtItsDeadline) {
 }
 
 TEST_F(ElectionTest, BadArgumentsAreRefusedBeforeAnyIo) {
-  auto refused = [](auto make) {
-    try {
-      make();
-    } catch (const std::system_error& e) {
-      return e.code() == errc::invalid_argument;
-    }
-    return false;
-  };
+  auto refused = [](auto make) { return test::is_invalid_argument(make); };
   EXPECT_TRUE(refused([&] { election{client_, "", "v"}; }));
   EXPECT_TRUE(refused([&] { election{client_, "x", std::string(64 * 1024 + 1, 'v')}; }));
   EXPECT_TRUE(refused([&] { election{client_, "x", "v", {.lock = {.ttl = 0ms}}}; }));
