@@ -8,13 +8,7 @@
 // entry never comes from a deposed leader, and terms, being fencing tokens, only grow.
 #include "dlock/election.hpp"
 
-#include <asio/post.hpp>
-#include <asio/steady_timer.hpp>
-
-#include <algorithm>
 #include <climits>
-#include <mutex>
-#include <optional>
 
 #include "access.hpp"
 #include "algo/quorum_round.hpp"
@@ -22,7 +16,6 @@
 #include "dlock/key_layout.hpp"
 #include "election_record.hpp"
 #include "lock_core.hpp"
-#include "net/subscriber.hpp"
 #include "option_checks.hpp"
 #include "script.hpp"
 
@@ -128,15 +121,16 @@ election::election(client node, std::string name, std::string value, election_op
 
 election::election(std::vector<client> nodes, std::string name, std::string value,
                    election_options options)
-    : lock_(detail::checked_nodes(nodes, options, value), std::move(name), options.lock),
-      nodes_(std::move(nodes)),
-      value_(std::move(value)),
-      options_(std::move(options)) {
+    : lock_(detail::checked_nodes(nodes, options, value), std::move(name), options.lock) {
   auto core = detail::access::core_of(lock_);
-  core->set_lives_with_lock(election_record_key(lock_.key()));
-  context_ = std::make_shared<detail::campaign_context>(detail::campaign_context{
-      std::move(core), nodes_, election_record_key(lock_.key()), value_, options_.keep_alive});
+  std::string record = election_record_key(lock_.key());
+  core->set_lives_with_lock(record);
+  context_ = std::make_shared<detail::campaign_context>(
+      detail::campaign_context{std::move(core), std::move(nodes), std::move(record),
+                               std::move(value), std::move(options.keep_alive)});
 }
+
+const std::string& election::value() const noexcept { return context_->value; }
 
 election::~election() = default;
 
@@ -180,7 +174,7 @@ lease election::try_campaign(std::error_code& ec) {
 }
 
 lease election::take_office(lease granted, std::error_code& ec) {
-  granted.keep_alive(options_.keep_alive);
+  granted.keep_alive(context_->keep_alive);
   ec = context_->announce_blocking(granted, "elected");
   if (!ec) return granted;
   granted.release();
@@ -231,7 +225,8 @@ leader_info election::leader() const {
 leader_info election::leader(std::error_code& ec) const {
   auto views = detail::wait<std::vector<detail::record_view>>(
       ec, [&](detail::unique_function<void(std::error_code, std::vector<detail::record_view>)> h) {
-        detail::read_records(nodes_, key(), context_->record, "-", context_->node_timeout(),
+        detail::read_records(context_->nodes, key(), context_->record, "-",
+                             context_->node_timeout(),
                              [h = std::move(h)](std::vector<detail::record_view> v) mutable {
                                h({}, std::move(v));
                              });
@@ -243,7 +238,7 @@ leader_info election::leader(std::error_code& ec) const {
 }
 
 observation election::observe(std::function<void(const election_event&)> on_change) {
-  auto w = std::make_shared<detail::election_watch>(nodes_, key(), context_->record,
+  auto w = std::make_shared<detail::election_watch>(context_->nodes, key(), context_->record,
                                                     context_->node_timeout(),
                                                     std::move(on_change));
   w->start();

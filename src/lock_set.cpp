@@ -11,7 +11,6 @@
 #include "algo/retry.hpp"
 #include "dlock/key_layout.hpp"
 #include "lease_state.hpp"
-#include "observe.hpp"
 #include "option_checks.hpp"
 #include "script.hpp"
 #include "token.hpp"

@@ -166,7 +166,7 @@ class DLOCK_EXPORT election {
   observation observe(std::function<void(const election_event&)> on_change);
 
   const std::string& key() const noexcept { return lock_.key(); }  ///< the lock's key
-  const std::string& value() const noexcept { return value_; }     ///< this candidate's value
+  const std::string& value() const noexcept;  ///< this candidate's value
 
  private:
   void start_campaign(detail::unique_function<void(std::error_code, lease)> handler);
@@ -174,10 +174,8 @@ class DLOCK_EXPORT election {
   lease take_office(lease granted, std::error_code& ec);
 
   mutex lock_;
-  std::vector<client> nodes_;
-  std::string value_;
-  election_options options_;
-  std::shared_ptr<detail::campaign_context> context_;  // what campaigns in flight share
+  // The nodes, the record, the value and the keep-alive: what campaigns in flight share.
+  std::shared_ptr<detail::campaign_context> context_;
 };
 
 }  // namespace dlock
