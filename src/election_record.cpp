@@ -165,9 +165,14 @@ std::vector<election_event> record_follower::on_read(const std::vector<record_vi
   };
   for (const auto& [id, e] : fresh) {
     bool ends_open = open_ && open_->term == e->term;
+    // A term already over (its key was seen gone, then its resignation arrives): nothing new.
+    if (e->term <= ended_through_ && !ends_open) {
+      last_id_ = id;
+      continue;
+    }
     if (open_ && open_->term < e->term) {
       report(change::ended, *open_);
-      open_.reset();
+      end_open();
     }
     if (e->seq == 0) {
       open_ = *e;
@@ -175,6 +180,7 @@ std::vector<election_event> record_follower::on_read(const std::vector<record_vi
     } else {
       if (!ends_open) report(change::elected, *e);
       report(change::ended, *e);
+      ended_through_ = std::max(ended_through_, e->term);
       open_.reset();
     }
     last_id_ = id;
@@ -188,7 +194,7 @@ std::vector<election_event> record_follower::on_read(const std::vector<record_vi
   auto holds = open_ ? judge_holding(views, open_->owner) : held::no;
   if (open_ && holds == held::no) {
     report(change::ended, *open_);
-    open_.reset();
+    end_open();
   }
   if (open_ && holds == held::yes) {
     long long soonest = -1;

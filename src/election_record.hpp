@@ -10,6 +10,7 @@
 
 #include <asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -73,6 +74,11 @@ class record_follower {
   bool judged_once_ = false;
   std::optional<std::pair<std::uint64_t, int>> last_id_;
   std::optional<record_entry> open_;  // the term that began and has not been seen to end
+  std::uint64_t ended_through_ = 0;   // the latest term seen to end: its entries are old news
+  void end_open() {
+    ended_through_ = std::max(ended_through_, open_->term);
+    open_.reset();
+  }
   std::optional<std::chrono::milliseconds> recheck_;
 };
 

@@ -41,12 +41,15 @@ class lock_set_core final : public lease_owner,
   std::chrono::milliseconds retry_delay() const noexcept { return options_.retry_delay; }
   io_executor get_executor() const noexcept override { return node_.get_executor(); }
 
-  // One attempt for the acquisition `token` (one per acquire call, shared by its attempts).
-  // `wait_hint`: on not_acquired, the PTTL of the key in the way (-1: unknown).
-  lease attempt(const std::string& token, std::error_code& ec, long long& wait_hint) {
+  // One attempt, under a token of its own: the cleanup of a failed attempt is not awaited and
+  // may run late (behind an EVAL fallback after NOSCRIPT, or on a connection given up after a
+  // timeout), so a token shared with the next attempt could delete the keys that one took.
+  // The price: a failed attempt that lands after its cleanup leaves its keys held by nobody
+  // until they expire. `wait_hint`: on not_acquired, the PTTL of the key in the way (-1: unknown).
+  lease attempt(std::error_code& ec, long long& wait_hint) {
     wait_hint = -1;
     auto state = std::make_shared<lease_state>();
-    state->token = token;
+    state->token = random_token() + ".0";
     auto start = steady::now();
     std::vector<std::string> args{state->token, std::to_string(options_.ttl.count())};
     reply r = wait<reply>(ec, [&](auto handler) {
@@ -206,16 +209,15 @@ const std::vector<std::string>& lock_set::keys() const noexcept { return core_->
 
 lease lock_set::try_acquire(std::error_code& ec) {
   long long hint = -1;
-  return core_->attempt(detail::random_token() + ".0", ec, hint);
+  return core_->attempt(ec, hint);
 }
 
 // The retry policy is the lock's (algo/retry.hpp): jittered retry_delay, cut short to the
 // expiry of the key that was in the way.
 lease lock_set::acquire_until(clock::time_point deadline, std::error_code& ec) {
-  const std::string token = detail::random_token() + ".0";
   for (;;) {
     long long hint = -1;
-    lease l = core_->attempt(token, ec, hint);
+    lease l = core_->attempt(ec, hint);
     if (l || !detail::is_retryable(ec)) return l;
     auto now = clock::now();
     if (now >= deadline) return {};

@@ -1,9 +1,9 @@
 -- Acquire several locks at once, all or none (dlock::lock_set), and draw one fencing token for
 -- them all. Atomic, so a client never holds part of a set: no hold-and-wait, no deadlock.
 -- KEYS: for each lock, its key then its fencing counter (2 per lock; key_layout.hpp).
--- ARGV[1]: the owner value written to every key; ARGV[2]: the TTL in ms. A key that already
--- holds the owner value counts as free: an earlier attempt of the same acquisition that ran
--- late (its client had given up on it) must not block the next one for a TTL.
+-- ARGV[1]: the owner value written to every key, a fresh one per attempt (so that the cleanup
+-- of a failed attempt, which may run late, never deletes what a later attempt took); ARGV[2]:
+-- the TTL in ms.
 -- Returns {1, fence} when every key was free and now holds the owner value. The fence is the
 -- highest of the keys' next tokens, and every counter is raised to it: it is above any token
 -- drawn before for any of these names, and each name's next token will be above it.
@@ -24,7 +24,7 @@ if quarantined > 0 then return {0, 0, quarantined} end
 -- Everything that could fail is read before anything is written: a script is not rolled back.
 for i = 1, count do
   local holder = redis.call('GET', KEYS[2 * i - 1])
-  if holder and holder ~= owner then return {0, i, redis.call('PTTL', KEYS[2 * i - 1])} end
+  if holder then return {0, i, redis.call('PTTL', KEYS[2 * i - 1])} end
   local counter = redis.call('GET', KEYS[2 * i])
   if counter and not tonumber(counter) then
     return redis.error_reply('WRONGTYPE a fencing counter holds no number: ' .. KEYS[2 * i])

@@ -96,6 +96,15 @@ TEST(RecordFollowerTest, AResignationWhoseElectionWasNeverSeenReportsBoth) {
   EXPECT_EQ(text(f.on_read({node(std::nullopt, -2, {resigned(5, "b")})})), "-3a +5b -5b ");
 }
 
+TEST(RecordFollowerTest, AResignationOfATermAlreadySeenToEndIsNotReportedAgain) {
+  record_follower f(1);
+  f.on_read({node("a", 300, {elected(3, "a")})});
+  EXPECT_EQ(text(f.on_read({node(std::nullopt, -2, {})})), "-3a ");  // its key expired
+  // The lost leader resigns anyway (its lease object still reads as held): old news.
+  EXPECT_EQ(text(f.on_read({node(std::nullopt, -2, {resigned(3, "a")})})), "");
+  EXPECT_EQ(text(f.on_read({node("b", 300, {resigned(3, "a"), elected(4, "b")})})), "+4b ");
+}
+
 TEST(RecordFollowerTest, AReadThatMissedANodeIsRepeatedSoon) {
   record_follower f(3);
   f.on_read({node(std::nullopt, -2, {}), node(std::nullopt, -2, {}), down()});
