@@ -11,6 +11,8 @@
 //   peers            node-redlock and redis-semaphore (npm, bench/peers) in the same scenarios
 //   foreign          one dlock waiter behind node-redlock's holder: release -> dlock holds
 //   election         dlock::election, 4 candidates, the leader crashes 20 times: failover time
+//   rwlock           16 workers, 90 % reads holding ~1 ms: dlock::shared_mutex against a
+//                    dlock::mutex taking every cycle exclusively
 //   client CPU       with --callgrind: instructions per cycle, counted by valgrind's callgrind
 // and writes bench/results/latest.{json,md} plus plot data, then prints the Markdown.
 //
@@ -23,6 +25,7 @@
 //   lock_bench --contended [--seconds S] one server, the lock's and the semaphore's handoffs
 //                             (8 and 64 workers, defaults), in PING round trips; a line each
 //   lock_bench --election     the election scenario only, on 1 and 3 servers; a line each
+//   lock_bench --rwlock [--seconds S]   one server, the rwlock scenario only; a line each
 //
 // Every run is bounded: scenarios by their window, child processes by timeout(1). On SIGINT
 // or SIGTERM the servers are killed before exiting.
@@ -49,6 +52,7 @@
 #include "dlock/options.hpp"
 #include "harness/ceiling.hpp"
 #include "harness/election.hpp"
+#include "harness/rwlock.hpp"
 #include "harness/measure.hpp"
 #include "harness/peers.hpp"
 #include "harness/report.hpp"
@@ -86,6 +90,7 @@ struct options {
   bool foreign_only = false;  // only the "foreign" scenario
   bool contended_only = false;  // only the contended lock and semaphore handoffs (defaults)
   bool election_only = false;   // only the election's failover
+  bool rwlock_only = false;     // only the read-write lock's mixed load
   std::string command;
 };
 
@@ -113,6 +118,7 @@ options parse(int argc, char** argv) {
     else if (a == "--foreign") o.foreign_only = true;
     else if (a == "--contended") o.contended_only = true;
     else if (a == "--election") o.election_only = true;
+    else if (a == "--rwlock") o.rwlock_only = true;
     else throw std::runtime_error("unknown argument " + a + " (see the comment atop lock_bench.cpp)");
   }
   return o;
@@ -307,6 +313,34 @@ int run_election_mode() {
               << r.get("samples") << " crashes)\n";
   }
   for (auto& pid : server_pids) pid = 0;
+  return 0;
+}
+
+// The read-write lock rows: 16 workers, 90 % reads, hold 1 ms; shared_mutex, then the same
+// load on a mutex.
+std::vector<row> rwlock_rows(dlock::client node, const timing& t) {
+  std::vector<row> rows;
+  std::vector<dlock::client> set{node};
+  for (bool exclusive_only : {false, true}) {
+    flush_all(set);
+    rows.push_back(run_rwlock_mix(node, 16, 90, exclusive_only, t));
+  }
+  return rows;
+}
+
+int run_rwlock_mode(const options& o) {
+  redis_server server;
+  server_pids[0] = server.pid();
+  for (const auto& r : rwlock_rows(dlock::client{server.url()}, timing_of(o))) {
+    std::cout << r.variant << ", " << r.concurrency << " workers: " << r.get("cycles_per_s")
+              << " cycles/s (" << r.get("reads_per_s") << " reads/s), most readers at once "
+              << r.get("most_readers") << ", read wait p50/p99 " << r.get("read_wait_p50_ms")
+              << "/" << r.get("read_wait_p99_ms") << " ms, write wait p50/p99/max "
+              << r.get("write_wait_p50_ms") << "/" << r.get("write_wait_p99_ms") << "/"
+              << r.get("write_wait_max_ms") << " ms, overlaps " << r.get("overlaps")
+              << ", errors " << r.get("errors") << "\n";
+  }
+  server_pids[0] = 0;
   return 0;
 }
 
@@ -515,6 +549,8 @@ int run_all(const options& o) {
 
   progress("dlock election, leader crashes, 1 and 3 nodes ...");
   for (auto& r : election_rows(first(3))) rows.push_back(std::move(r));
+  progress("dlock read-write lock, 90 % reads, 16 workers ...");
+  for (auto& r : rwlock_rows(clients[0], contended_t)) rows.push_back(std::move(r));
 
   if (o.callgrind) {
     if (auto r = client_cpu(o)) rows.push_back(*r);
@@ -546,6 +582,7 @@ int main(int argc, char** argv) {
     if (o.foreign_only) return run_foreign_mode(o);
     if (o.contended_only) return run_contended_mode(o);
     if (o.election_only) return run_election_mode();
+    if (o.rwlock_only) return run_rwlock_mode(o);
     return run_all(o);
   } catch (const std::exception& e) {
     std::cerr << "lock_bench: " << e.what() << "\n";

@@ -32,6 +32,7 @@ std::vector<client> checked_nodes(std::vector<client> nodes, const election_opti
     if (n.where().is_cluster()) reject_argument("an election does not run on Redis Cluster");
   }
   if (o.lock.copies > 1) reject_argument("an election does not run on Redis Cluster (copies)");
+  if (!o.lock.reentrant.empty()) reject_argument("an election is not reentrant");
   if (value.size() > max_value_bytes) reject_argument("an election's value is over 64 KiB");
   return nodes;
 }

@@ -33,12 +33,16 @@ constexpr std::string_view fair_timeouts = ":fairsem:timeouts", fair_owners = ":
                            fair_weights = ":fairsem:weights", fair_fence = ":fairsem:fence",
                            fair_waiter_info = ":fairsem:waiter-info",
                            fair_tickets = ":fairsem:counter";
-constexpr std::array<std::string_view, 20> suffixes{
+constexpr std::string_view rw_timeouts = ":rw:timeouts", rw_owners = ":rw:owners",
+                           rw_weights = ":rw:weights", rw_fence = ":rw:fence",
+                           rw_waiter_info = ":rw:waiter-info", rw_tickets = ":rw:counter";
+constexpr std::array<std::string_view, 26> suffixes{
     fence_suffix,      waiters_suffix,   waiter_info_suffix, tickets_suffix, holder_suffix,
     high_fence_suffix, sem_holders,      sem_weights,        sem_fence,      sem_waiters,
     sem_waiter_info,   sem_tickets,      fair_timeouts,      fair_owners,    fair_weights,
     fair_fence,        fair_waiter_info, fair_tickets,       election_suffix,
-    latch_suffix};
+    latch_suffix,      rw_timeouts,      rw_owners,          rw_weights,     rw_fence,
+    rw_waiter_info,    rw_tickets};
 
 constexpr std::array<std::uint16_t, 256> crc_table = [] {
   std::array<std::uint16_t, 256> table{};
@@ -142,6 +146,20 @@ semaphore_keys semaphore_keys_for(std::string_view key, bool fair) {
     keys.waiter_info = with(sem_waiter_info);
     keys.tickets = with(sem_tickets);
   }
+  return keys;
+}
+
+semaphore_keys shared_mutex_keys_for(std::string_view key) {
+  std::string base = encode(key);
+  auto with = [&](std::string_view suffix) { return base + std::string(suffix); };
+  semaphore_keys keys;
+  keys.expiries = with(rw_timeouts);
+  keys.owners = with(rw_owners);
+  keys.weights = with(rw_weights);
+  keys.fence = with(rw_fence);
+  keys.waiters = keys.owners;  // as a fair semaphore's: holders and waiters rank in one set
+  keys.waiter_info = with(rw_waiter_info);
+  keys.tickets = with(rw_tickets);
   return keys;
 }
 

@@ -52,6 +52,12 @@ lease detail::make_lease(std::shared_ptr<lease_owner> owner,
   return lease(std::move(owner), std::move(state));
 }
 
+void detail::split_lease(lease& l, std::shared_ptr<lease_owner>& owner,
+                         std::shared_ptr<lease_state>& state) noexcept {
+  owner = std::move(l.owner_);
+  state = std::move(l.state_);
+}
+
 lease& lease::operator=(lease&& other) noexcept {
   if (this != &other) {
     (void)release();
@@ -188,6 +194,7 @@ std::error_code lease::release_after(std::chrono::milliseconds ttl) noexcept {
 std::string lease::detach() noexcept {
   if (!state_ || state_->let_go.exchange(true)) return {};
   detail::stop_keep_alive(owner_, state_);
+  owner_->on_detach(state_);
   state_->released.store(true);  // the owner neither renews nor releases it from now on
   return state_->token;
 }

@@ -95,6 +95,8 @@ class lease_owner {
   virtual void watch_changes(const std::shared_ptr<lease_state>&, std::function<void()>) {}
   // Ends the watches of the lease whose token is `token`.
   virtual void forget_changes(const std::string& /*token*/) {}
+  // The lease gave `state` up without a release (lease::detach), before it is marked released.
+  virtual void on_detach(const std::shared_ptr<lease_state>&) {}
 };
 
 // Marks `state` lost (lease_state::mark_lost) and, the first time, tells the observer and the

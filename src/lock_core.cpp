@@ -4,11 +4,14 @@
 
 #include <algorithm>
 
+#include <asio/post.hpp>
+
 #include "access.hpp"
 #include "acquire_run.hpp"
 #include "algo/quorum_round.hpp"
 #include "algo/retry.hpp"
 #include "observe.hpp"
+#include "reentry.hpp"
 #include "replication_guard.hpp"
 #include "token.hpp"
 
@@ -25,6 +28,14 @@ lock_core::lock_core(std::vector<client> nodes, std::string key, lock_options op
     if (!target_.copies.empty()) name += " copy " + std::to_string(i);
     target_.node_names.push_back(std::move(name));
   }
+  if (!options_.reentrant.empty()) {
+    // The lock is its key on these nodes (and databases), whichever mutex object names it.
+    std::vector<std::string> where{key_};
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      where.push_back(target_.node_names[i] + " db " + std::to_string(nodes_[i].where().db));
+    }
+    reentry_slot_ = reentry_slot(where, options_.reentrant);
+  }
 }
 
 std::shared_ptr<acquire_run> lock_core::make_run(steady::time_point deadline, int attempts,
@@ -35,14 +46,33 @@ std::shared_ptr<acquire_run> lock_core::make_run(steady::time_point deadline, in
                                        options_.wake_on_release, out, control);
 }
 
+// With lock_options::reentrant, an owner that holds the lock in this process re-enters at once,
+// without a round (reentry.hpp), and a grant becomes the first of the owner's nested leases.
 void lock_core::start_acquire(steady::time_point deadline, int attempts, acquire_handler handler,
                               node_results* out) {
+  if (!reentry_slot_.empty()) {
+    if (lease nested = reentry_enter(reentry_slot_)) {
+      // Never inside the initiating call (Asio's rule for completions).
+      return asio::post(get_executor(), [h = std::move(handler), l = std::move(nested)]() mutable {
+        h({}, std::move(l));
+      });
+    }
+    handler = [slot = reentry_slot_, h = std::move(handler)](std::error_code ec,
+                                                             lease granted) mutable {
+      h(ec, reentry_hold_first(slot, std::move(granted)));
+    };
+  }
   make_run(deadline, attempts, out, {})->start(std::move(handler));
 }
 
 lease lock_core::acquire_blocking(steady::time_point deadline, int attempts, std::error_code& ec,
                                   node_results* out, const wait_control& control) {
-  return make_run(deadline, attempts, out, control)->run_blocking(ec);
+  if (reentry_slot_.empty()) return make_run(deadline, attempts, out, control)->run_blocking(ec);
+  if (lease nested = reentry_enter(reentry_slot_)) {
+    ec = {};
+    return nested;
+  }
+  return reentry_hold_first(reentry_slot_, make_run(deadline, attempts, out, control)->run_blocking(ec));
 }
 
 bool lock_core::try_release_direct(const std::shared_ptr<lease_state>& state,

@@ -71,6 +71,7 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
   std::string key_;
   lock_options options_;
   lock_target target_;
+  std::string reentry_slot_;  // lock_options::reentrant: where the owner's holding is filed
 };
 
 }  // namespace dlock::detail

@@ -179,7 +179,9 @@ std::vector<std::string> checked_keys(const client& node, std::vector<std::strin
   if (names.empty()) reject_argument("a lock set needs at least one name");
   if (names.size() > 1000) reject_argument("a lock set takes at most 1000 names");
   if (node.where().is_cluster()) reject_argument("a lock set does not run on Redis Cluster yet");
-  if (o.fair || o.copies > 1) reject_argument("a lock set takes neither fair nor copies");
+  if (o.fair || o.copies > 1 || !o.reentrant.empty()) {
+    reject_argument("a lock set takes neither fair, copies nor reentrant");
+  }
   // Its grants and extends are not confirmed on replicas (as a mutex's are): refused rather
   // than silently unguarded.
   if (node.options().replication_guard.enabled) {

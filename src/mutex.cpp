@@ -4,6 +4,7 @@
 
 #include "dlock/key_layout.hpp"
 #include "lock_core.hpp"
+#include "lockable.hpp"
 #include "option_checks.hpp"
 
 namespace dlock {
@@ -117,10 +118,17 @@ lease mutex::adopt(std::string token, std::uint64_t fencing_token) {
 
 void mutex::remember(lease l, std::error_code ec, node_results results) noexcept {
   lease replaced;  // released outside the lock (it may block)
+  std::vector<lease> replaced_nested;
   {
     std::lock_guard guard(state_mutex_);
     auto& mine = by_thread_[std::this_thread::get_id()];
-    if (l) replaced = std::exchange(mine.held, std::move(l));
+    if (l && mine.held && l.value() == mine.held.value()) {
+      mine.nested.push_back(std::move(l));  // a re-entry (lock_options::reentrant)
+    } else if (l) {
+      replaced = std::exchange(mine.held, std::move(l));
+      replaced_nested = std::move(mine.nested);
+      mine.nested.clear();
+    }
     mine.last_error = ec;
     mine.last_results = std::move(results);
   }
@@ -159,18 +167,14 @@ void mutex::unlock() noexcept {
   {
     std::lock_guard guard(state_mutex_);
     auto mine = by_thread_.find(std::this_thread::get_id());
-    if (mine != by_thread_.end()) held = std::move(mine->second.held);
+    if (mine != by_thread_.end() && !mine->second.nested.empty()) {
+      held = std::move(mine->second.nested.back());
+      mine->second.nested.pop_back();
+    } else if (mine != by_thread_.end()) {
+      held = std::move(mine->second.held);
+    }
   }
-  std::error_code ec = errc::not_held;
-  if (held) {
-    // Judged before the release: once it has run, "not ours" could not tell a lease that ran
-    // out (another owner may have held the lock meanwhile) from one released twice.
-    bool lost = held.lost().stop_requested();
-    bool expired = held.remaining() == std::chrono::milliseconds::zero();
-    ec = held.release();
-    if (ec == errc::not_held && lost) ec = errc::lease_lost;
-    if (ec == errc::not_held && expired) ec = errc::lease_expired;
-  }
+  std::error_code ec = detail::release_for_unlock(held);
   std::lock_guard guard(state_mutex_);
   by_thread_[std::this_thread::get_id()].last_error = ec;
 }

@@ -60,7 +60,12 @@ void set_log_sink(log_sink sink) {
 }
 
 std::string_view to_string(primitive p) noexcept {
-  return p == primitive::semaphore ? "semaphore" : "lock";
+  switch (p) {
+    case primitive::lock: return "lock";
+    case primitive::semaphore: return "semaphore";
+    case primitive::shared_mutex: return "shared_mutex";
+  }
+  return "lock";
 }
 
 std::string_view to_string(connection_event::change c) noexcept {

@@ -27,6 +27,13 @@ semaphore_core::semaphore_core(client node, std::string key, std::ptrdiff_t limi
   target_.node_names.push_back(nodes_.front().where().to_string());
 }
 
+semaphore_core::semaphore_core(client node, std::string key, std::ptrdiff_t limit,
+                               semaphore_options options, semaphore_keys keys, primitive kind)
+    : semaphore_core(std::move(node), std::move(key), limit, std::move(options)) {
+  target_.keys = std::move(keys);
+  kind_ = kind;
+}
+
 std::shared_ptr<acquire_run> semaphore_core::make_run(steady::time_point deadline, int attempts,
                                                       std::ptrdiff_t permits,
                                                       const wait_control& control) {

@@ -26,9 +26,13 @@ class semaphore_core final : public lease_owner,
   using acquire_handler = unique_function<void(std::error_code, lease)>;
 
   semaphore_core(client node, std::string key, std::ptrdiff_t limit, semaphore_options options);
+  // The same under other keys, for a primitive built on the semaphore's scripts (a
+  // shared_mutex: fair, a writer takes every permit).
+  semaphore_core(client node, std::string key, std::ptrdiff_t limit, semaphore_options options,
+                 semaphore_keys keys, primitive kind);
 
   const std::string& key() const noexcept override { return key_; }
-  primitive kind() const noexcept override { return primitive::semaphore; }
+  primitive kind() const noexcept override { return kind_; }
   std::chrono::milliseconds default_ttl() const noexcept override { return options_.ttl; }
   io_executor get_executor() const noexcept override { return nodes_.front().get_executor(); }
   const semaphore_options& options() const noexcept { return options_; }
@@ -72,6 +76,7 @@ class semaphore_core final : public lease_owner,
   std::ptrdiff_t limit_;
   semaphore_options options_;
   semaphore_target target_;
+  primitive kind_ = primitive::semaphore;
 };
 
 }  // namespace dlock::detail

@@ -18,6 +18,7 @@
 #include "dlock/prometheus.hpp"
 #include "dlock/reply.hpp"
 #include "dlock/semaphore.hpp"
+#include "dlock/shared_mutex.hpp"
 #include "dlock/transaction.hpp"
 #include "dlock/watchdog.hpp"
 #include "dlock/with_lock.hpp"

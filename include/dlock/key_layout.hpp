@@ -3,7 +3,8 @@
 /// - hash_slot:          the Redis Cluster slot of a key
 /// - lock_keys:          a lock's own key (its name, unchanged) and its companion keys
 /// - lock_copy_key:      the keys of a cluster lock's copies (lock_options::copies)
-/// - semaphore_keys:     a semaphore's keys, for either variant (it has no key of its own)
+/// - semaphore_keys:     a semaphore's keys, for either variant (it has no key of its own);
+///                       shared_mutex_keys_for: a read-write lock's, the same set under :rw:
 /// - high_fence_key:     where dlock::fenced_set keeps the highest token of a data key
 /// - holder_key:         the `dlock` CLI's note of who holds a lock
 /// - election_record_key: a leader election's record of its terms (dlock::election)
@@ -87,6 +88,12 @@ struct semaphore_keys {
 
 /// The keys of the semaphore whose key (key_prefix + name) is `key`.
 DLOCK_EXPORT semaphore_keys semaphore_keys_for(std::string_view key, bool fair);
+
+/// The keys of the read-write lock (dlock::shared_mutex) whose key is `key`: a fair semaphore's
+/// set under suffixes of its own, so that a semaphore of the same name is another object:
+/// :rw:timeouts, :rw:owners (also the waiters), :rw:weights, :rw:fence, :rw:waiter-info,
+/// :rw:counter.
+DLOCK_EXPORT semaphore_keys shared_mutex_keys_for(std::string_view key);
 
 /// Copy `copy` (0 .. copies-1) of the lock whose key is `key`, for a Redis Cluster lock kept
 /// in `copies` copies (lock_options::copies): "{T}dlock-copy:<copy>/<copies>:" + key, where T is

@@ -38,6 +38,9 @@ namespace detail {
 class lease_owner;
 struct lease_state;
 lease make_lease(std::shared_ptr<lease_owner> owner, std::shared_ptr<lease_state> state) noexcept;
+// Takes the owner and state out of `l`, which is left empty (nothing is released).
+void split_lease(lease& l, std::shared_ptr<lease_owner>& owner,
+                 std::shared_ptr<lease_state>& state) noexcept;
 }  // namespace detail
 
 /// Proof of holding a lock, or a semaphore's permits: a move-only value with the owner token,
@@ -152,6 +155,8 @@ class DLOCK_EXPORT lease {
  private:
   friend lease detail::make_lease(std::shared_ptr<detail::lease_owner>,
                                   std::shared_ptr<detail::lease_state>) noexcept;
+  friend void detail::split_lease(lease&, std::shared_ptr<detail::lease_owner>&,
+                                  std::shared_ptr<detail::lease_state>&) noexcept;
   lease(std::shared_ptr<detail::lease_owner> owner,
         std::shared_ptr<detail::lease_state> state) noexcept;
 

@@ -6,7 +6,11 @@
 /// One concept for both deployments: with one client it is the classic single-instance lock
 /// (SET NX PX + compare-and-delete), with N it runs Redlock's quorum round over all N at once.
 /// Thread-safety: a mutex object may be shared by threads of one process; like std::mutex it is
-/// not reentrant (a second lock() from the holder's process waits for the first unlock()). The
+/// not reentrant (a second lock() from the holder's process waits for the first unlock()),
+/// unless lock_options::reentrant names an owner: then every acquisition through the object is
+/// that owner's and re-enters (threads that share one such object do not exclude each other:
+/// give each request or task an object, or an id, of its own); a thread's lock() calls nest and
+/// each unlock() undoes one. The
 /// Lockable calls keep one lease per thread: unlock() releases the calling thread's own
 /// acquisition only, never one another thread made after the caller's lease ran out; as with
 /// std::mutex, the thread that locked must be the one that unlocks.
@@ -14,7 +18,9 @@
 /// |      | try_lock()               | unlock()                 | validity ends / lease lost  |
 /// |------|--------------------------|--------------------------|-----------------------------|
 /// | Free | Held, or false if taken  | no-op                    | -                           |
-/// | Held | false (not reentrant)    | Free (best effort)       | Lost: the lease's lost()    |
+/// | Held | false (1)                | Free (best effort)       | Lost: the lease's lost()    |
+///
+/// (1) With lock_options::reentrant, true for the owner that holds it (re-entered).
 #pragma once
 
 #include <chrono>
@@ -159,6 +165,7 @@ class DLOCK_EXPORT mutex {
   // What one thread holds through the Lockable API, and how its last call went.
   struct holding {
     lease held;
+    std::vector<lease> nested;  // lock_options::reentrant: re-entries on `held`, innermost last
     std::error_code last_error;
     node_results last_results;
   };

@@ -32,9 +32,10 @@ namespace dlock {
 enum class primitive {
   lock,       ///< a dlock::mutex (one node, or a Redlock over several)
   semaphore,  ///< a dlock::semaphore (its permits)
+  shared_mutex,  ///< a dlock::shared_mutex (its readers' and writers' holds)
 };
 
-/// "lock" or "semaphore".
+/// "lock", "semaphore" or "shared_mutex".
 DLOCK_EXPORT std::string_view to_string(primitive p) noexcept;
 
 /// One acquisition ended: acquire(), try_lock(), try_acquire_for() and friends, sync or

@@ -53,6 +53,20 @@ struct lock_options {
   /// with errc::cluster_error (after it is released). 0 or 1: one copy on the master of the
   /// key's slot. Waiters are woken, not handed the lock, as with any Redlock.
   int copies = 0;
+  /// Opt-in reentrancy: the owner id under which this mutex's acquisitions re-enter (empty:
+  /// not reentrant). While an acquisition made with owner id X holds the lock in this process,
+  /// any further acquisition of the same lock (same key, same nodes: through any mutex object)
+  /// with owner id X is granted at once, without a round trip, as a lease of its own on the
+  /// same holding: the same owner value and fencing token, one validity (an extend through any
+  /// of them extends it), lost() firing for all. The lock is released when the last of them is
+  /// released. An id, not a thread: pass a request's or a task's id, so that re-entry works in
+  /// async code that hops threads (and threads that share the id are one owner). Only within
+  /// one process, and for the same key on the same nodes named the same way (URL, database):
+  /// another process with the same id waits as anyone else. Re-entry skips the queue (fair mode
+  /// too), since the owner already holds; a release hands the lock to a waiter only once the
+  /// count is back at zero. release_after() and detach() on a lease that others still share
+  /// only count it out (detach's token is the holding's: releasing it ends the holding for all).
+  std::string reentrant;
 };
 
 /// Limits checked before any I/O: the longest key (key_prefix + name), in bytes.

@@ -13,7 +13,8 @@
 --          (next_fence, in node_state.lua).
 -- ARGV[1]: the owner token; ARGV[2]: the limit; ARGV[3]: permits wanted (1..limit);
 -- ARGV[4]: the TTL in milliseconds; ARGV[5]: how long to keep a place in the queue when not
---          granted, in milliseconds (0: leave at once, as a non-blocking try does);
+--          granted, in milliseconds (0: leave at once, as a non-blocking try does, or keep
+--          the place an earlier attempt queued for, as it stands, for the give-up to remove);
 -- ARGV[6]: the wake channel a release may PUBLISH our token on while we queue, or "".
 -- Returns {1, fence, rank} when granted (also when this token already holds: a retried attempt
 -- whose reply was lost, which draws a new fence), {0, ticket, rank} when queued, {0, 0, rank}
@@ -124,6 +125,14 @@ if queue_ms > 0 then
   redis.call('HSET', info, owner, entry)
   keep(now + queue_ms)
   return {0, ticket, rank}
+end
+-- Not queueing (a try, or an acquisition's last attempt). A live place that an earlier attempt
+-- of this acquisition queued for with a wake channel stays until the give-up that follows
+-- (sem_release.lua, which the engine sends after any attempt queued with a channel), so that
+-- its leaving wakes those it kept waiting. Any other entry of this token goes now.
+local place = redis.call('HGET', info, owner)
+if place and string.find(place, ' ', 1, true) and redis.call('ZSCORE', timeouts, owner) then
+  return {0, 0, rank}
 end
 redis.call('ZREM', owners, owner)
 redis.call('ZREM', timeouts, owner)

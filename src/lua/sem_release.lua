@@ -9,9 +9,10 @@
 -- Returns 1 when the token had an unexpired entry in KEYS[1], 0 when it was gone or already
 -- expired (an expired entry is removed too: it was ours, and no one else's entry is touched).
 -- Passing on: a live holder frees its weight in permits (1 unless weights says more); a waiter
--- that leaves frees none, but hands on a wake-up it got and will not use. The first live
--- waiters in ticket order that have a channel and were not woken yet are served until that many
--- permits are passed on. One whose entry accepts a handoff (the unfair variant's "h" field) and
+-- that leaves frees none, but hands on a wake-up it got and will not use, and a fair one also
+-- lets those behind it move up (as if it freed what it wanted). The first live waiters in ticket
+-- order that have a channel and were not woken yet are served until that many permits are
+-- passed on, each counting what it wants (weights; 1 for an unfair waiter). One whose entry accepts a handoff (the unfair variant's "h" field) and
 -- whose permits fit in the limit now is made a holder right here, with a fencing token, and
 -- sent "<token> <fence> <attempt>" (as release.lua hands a lock over); any other is sent its
 -- token, a wake-up, and its entry is marked "woken", so that another release serves the next
@@ -34,10 +35,16 @@ local expiry = redis.call('ZSCORE', expiries, owner)
 local live = expiry and tonumber(expiry) > now
 local entry = redis.call('HGET', info, owner)
 local to_wake = 0
+-- What the token's entry weighs: its permits, held or (fair) wanted.
+local weight = tonumber(redis.call('HGET', weights, owner)) or 1
 if entry then
   if string.match(entry, ' woken$') then to_wake = 1 end
+  -- A fair waiter (its place in line has a live entry in the expiry set too) may be all that
+  -- kept those behind it waiting (a read-write lock's writer, ahead of readers): they are
+  -- woken as if it had freed what it wanted. The unfair variant's waiters block nobody.
+  if live then to_wake = math.max(to_wake, weight) end
 elseif live then
-  to_wake = tonumber(redis.call('HGET', weights, owner)) or 1
+  to_wake = weight
 end
 redis.call('ZREM', expiries, owner)
 redis.call('HDEL', weights, owner)
@@ -132,7 +139,10 @@ while to_wake > 0 do
           -- version reads (three fields; four would make it drop the waiter).
           publish_wake(channel, member)
           redis.call('HSET', info, member, deadline .. ' ' .. channel .. ' woken')
-          to_wake = to_wake - 1
+          -- A woken waiter takes what it wants of the permits passed on (the fair variant
+          -- keeps waiters' wants in weights; 1 otherwise): a read-write lock's writer that
+          -- releases wakes the readers behind it up to and including the next writer.
+          to_wake = to_wake - (tonumber(redis.call('HGET', weights, member)) or 1)
         end
         if to_wake <= 0 then break end
       end

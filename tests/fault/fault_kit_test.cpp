@@ -158,6 +158,18 @@ TEST(kit_history, overlap_detector_counts_holdings_beyond_the_limit) {
   EXPECT_EQ(count_overlaps({held("s", 2, 0, 10), held("s", 2, 1, 10), held("s", 2, 2, 10),
                             held("s", 2, 10, 20)}),
             1u);
+  // A read-write lock: readers (weight 1) together are fine; a writer (weight = limit) beside
+  // anyone is an overlap, whichever began first.
+  auto writer = [](stamp from_ms, stamp to_ms) {
+    interval i = held("rw", 1 << 20, from_ms, to_ms);
+    i.weight = 1 << 20;
+    return i;
+  };
+  EXPECT_EQ(count_overlaps({held("rw", 1 << 20, 0, 10), held("rw", 1 << 20, 1, 10),
+                            writer(10, 20), held("rw", 1 << 20, 20, 30)}),
+            0u);
+  EXPECT_EQ(count_overlaps({held("rw", 1 << 20, 0, 10), writer(5, 20)}), 1u);
+  EXPECT_EQ(count_overlaps({writer(0, 10), held("rw", 1 << 20, 5, 20)}), 1u);
   auto by_lock =
       count_overlaps_by_lock({held("a", 1, 0, 10), held("a", 1, 1, 2), held("b", 1, 0, 1)});
   EXPECT_EQ(by_lock["a"], 1u);
@@ -183,6 +195,7 @@ TEST(kit_history, fence_audit_flags_an_older_token_accepted_after_a_newer_one) {
 TEST(kit_history, reports_round_trip_through_files) {
   report r;
   r.intervals.push_back(held("single", 1, 1, 2));
+  r.intervals.back().weight = 5;
   r.writes.push_back(wrote(7, 1, 2, true));
   r.counters["acquired.single"] = 3;
   std::string path = "/tmp/dlock-fault-report-" + std::to_string(::getpid());
@@ -192,6 +205,7 @@ TEST(kit_history, reports_round_trip_through_files) {
   std::remove(path.c_str());
   ASSERT_EQ(back.intervals.size(), 1u);
   EXPECT_EQ(back.intervals[0].end, 2 * ms);
+  EXPECT_EQ(back.intervals[0].weight, 5);
   ASSERT_EQ(back.writes.size(), 1u);
   EXPECT_EQ(back.writes[0].token, 7u);
   EXPECT_EQ(back.counters["acquired.single"], 3);

@@ -37,6 +37,12 @@ void expect_safe(const outcome& o) {
   EXPECT_EQ(o.overlaps, 0u) << o.line;
 }
 
+// Scenarios run with the read-write lock too: its readers and writers got in.
+void expect_rwlock_ran(const outcome& o) {
+  auto got = o.acquisitions_by_lock.count("rw") ? o.acquisitions_by_lock.at("rw") : 0;
+  EXPECT_GT(got, 2) << "the read-write lock was hardly held. " << o.line;
+}
+
 // Rows that need fencing: the fault did break mutual exclusion (so the suite can tell), and the
 // fenced resource refused the stale holders.
 void expect_bites(const outcome& o, const std::string& lock) {
@@ -94,7 +100,7 @@ TEST(fault, handoff_to_a_waiter_that_gave_up) {
 }
 
 TEST(fault, hang_minority) {
-  scenario s{"hang_minority"};
+  scenario s{"hang_minority", {.rwlock = true}};
   auto o = s.run([](scenario& s) {
     for (int i = 0; s.running(); ++i) {
       auto& node = s.node(i % 3);
@@ -105,12 +111,13 @@ TEST(fault, hang_minority) {
     }
   });
   expect_safe(o);
+  expect_rwlock_ran(o);
 }
 
 // Nodes crash (kill -9) in turn and stay down a while (a minority down), then restart with their
 // fsync'd AOF: keys come back with their absolute expiry.
 TEST(fault, crash_restart_aof) {
-  scenario s{"crash_restart_aof", {.persistence = true}};
+  scenario s{"crash_restart_aof", {.persistence = true, .rwlock = true}};
   auto o = s.run([](scenario& s) {
     for (int i = 0; s.running(); ++i) {
       auto& node = s.node(i % 3);
@@ -121,6 +128,7 @@ TEST(fault, crash_restart_aof) {
     }
   });
   expect_safe(o);
+  expect_rwlock_ran(o);
 }
 
 // Nodes restart at once without persistence, forgetting every lock and fencing counter: node 0
@@ -145,7 +153,7 @@ TEST(fault, restart_without_persistence) {
 // start again above the tokens they gave, so the resource refuses no later holder.
 TEST(fault, restart_without_persistence_quarantined) {
   scenario s{"restart_without_persistence_quarantined",
-             {.duration = 7000ms, .worker_flags = {"--quarantine", "1000"}}};
+             {.rwlock = true, .duration = 7000ms, .worker_flags = {"--quarantine", "1000"}}};
   auto o = s.run([](scenario& s) {
     for (int i = 0; s.running(); ++i) {
       for (int tries = 0; tries < 100 && s.holder_of("single") < 0; ++tries) s.sleep(10ms);
@@ -155,6 +163,7 @@ TEST(fault, restart_without_persistence_quarantined) {
     }
   });
   expect_safe(o);
+  expect_rwlock_ran(o);
   EXPECT_EQ(o.fence.rejected, 0u) << "a holder after a restart was refused as stale. " << o.line;
 }
 
@@ -252,7 +261,7 @@ TEST(fault, sentinel_failover_lagging_replica_quarantined) {
 // A slow node: DEBUG SLEEP blocks one node for 0.5 s, then CLIENT PAUSE WRITE holds another's
 // writes (and its key expiry) for 0.6 s, in turn.
 TEST(fault, slow_node) {
-  scenario s{"slow_node"};
+  scenario s{"slow_node", {.rwlock = true}};
   auto o = s.run([](scenario& s) {
     for (int i = 0; s.running(); ++i) {
       test::raw_command(s.node(i % 3).port(),
@@ -262,12 +271,13 @@ TEST(fault, slow_node) {
     }
   });
   expect_safe(o);
+  expect_rwlock_ran(o);
 }
 
 // Latency through the proxies: every 300 ms each worker-node link gets a new one-way delay of 0-50
 // ms each way, so round trips range around the node timeout (TTL / 10 = 80 ms).
 TEST(fault, latency) {
-  scenario s{"latency", {.proxied = true}};
+  scenario s{"latency", {.proxied = true, .rwlock = true}};
   auto o = s.run([](scenario& s) {
     std::mt19937 rng{42};
     std::uniform_int_distribution<int> delay(0, 50);
@@ -282,6 +292,7 @@ TEST(fault, latency) {
     }
   });
   expect_safe(o);
+  expect_rwlock_ran(o);
 }
 
 // Partitions through the proxies, in turn: one client cut off from every node while it holds the
@@ -289,7 +300,7 @@ TEST(fault, latency) {
 // fires), a node cut off from every client (stall, as iptables DROP does), one client whose replies
 // are dropped and one whose requests are dropped (one-way), a node refusing connections.
 TEST(fault, partition) {
-  scenario s{"partition", {.proxied = true, .duration = 6500ms}};
+  scenario s{"partition", {.proxied = true, .rwlock = true, .duration = 6500ms}};
   auto o = s.run([](scenario& s) {
     const int procs = s.options().processes, nodes = s.options().nodes;
     auto all_nodes = [&](int p, proxy_mode m) {
@@ -325,6 +336,7 @@ TEST(fault, partition) {
     }
   });
   expect_safe(o);
+  expect_rwlock_ran(o);
   EXPECT_GT(o.lost, 0) << "no lease was lost to a partitioned client. " << o.line;
 }
 

@@ -1,6 +1,7 @@
 // fault_worker: one client process of a fault scenario; one thread per lock it contends for.
 //   fault_worker --out FILE --resource URL --prefix P --seconds S
-//                --lock KIND:NAME:LIMIT:URL[,URL...]   (repeat; KIND = mutex | semaphore)
+//                --lock KIND:NAME:LIMIT:URL[,URL...]   (repeat; KIND = mutex | semaphore |
+//                                                       rwlock, whose LIMIT is ignored)
 //                [--ttl MS] [--retry-delay MS] [--node-timeout MS] [--hold MIN-MAX]
 //                [--write-every MS] [--stale-check] [--no-keep-alive] [--mixed] [--seed N]
 //                [--quarantine MS]    (client_options::restart_quarantine)
@@ -9,7 +10,8 @@
 // commas of its own) stands alone.
 // Each thread loops until S seconds have passed: acquire, hold for a random time (in --hold's
 // range, or one time in four for 1-2 TTLs) while writing to the fenced resource every
-// --write-every ms (mutexes only: dlock::fenced_set on P:NAME:data), release. It records each
+// --write-every ms (mutexes and a read-write lock's writers: dlock::fenced_set on P:NAME:data),
+// release; a read-write lock's thread takes it shared three times in four. It records each
 // holding as [acquired, last moment it believed it held] and each write with its verdict, and
 // saves a report (history.hpp) to FILE at the end.
 //   default        "careful": work, then check lost() and valid_until() right before each
@@ -169,6 +171,12 @@ dlock::fault::stamp stamp_of(steady::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
+// How a holding is recorded: the lock's limit and the holding's weight (history.hpp).
+struct share {
+  int limit = 0;  // 0: the lock spec's
+  int weight = 1;
+};
+
 class contender {
  public:
   contender(const args& a, const lock_spec& spec, recorder& rec, unsigned seed)
@@ -184,6 +192,31 @@ class contender {
   }
 
   void run(steady::time_point end) {
+    if (spec_.kind == "rwlock") {
+      dlock::shared_mutex rw{nodes_.front(),
+                             spec_.name,
+                             {.ttl = a_.ttl,
+                              .retry_delay = a_.retry_delay,
+                              .node_timeout = a_.node_timeout,
+                              .key_prefix = a_.prefix + ":"}};
+      constexpr int all = static_cast<int>(dlock::shared_mutex::max_readers);
+      while (steady::now() < end) {
+        bool writer = pick(4) == 0;
+        bool once = pick(4) == 0;
+        std::error_code ec;
+        dlock::lease held = writer ? (once ? rw.try_acquire(ec) : rw.acquire_until(deadline(end), ec))
+                                   : (once ? rw.try_acquire_shared(ec)
+                                           : rw.acquire_shared_until(deadline(end), ec));
+        if (!held) {
+          failed(ec);
+          continue;
+        }
+        // Writers write through the fence; readers hold, each on its own lease.
+        hold(held, end, writer, false, {all, writer ? all : 1});
+        let_go(held);
+      }
+      return;
+    }
     if (spec_.kind == "semaphore") {
       dlock::semaphore sem{nodes_.front(),
                            spec_.name,
@@ -281,7 +314,8 @@ class contender {
 
   // Holds `l` for a random time, writing through the fence every write_every; records the holding.
   // `manual`: renew with extend() instead of keep_alive().
-  void hold(dlock::lease& l, steady::time_point end, bool fenced, bool manual = false) {
+  void hold(dlock::lease& l, steady::time_point end, bool fenced, bool manual = false,
+            share recorded = {}) {
     auto acquired = steady::now();
     rec_.count("acquired." + spec_.name);
     bool kept = a_.keep_alive && !manual;
@@ -317,8 +351,9 @@ class contender {
       if (fenced) write(l.fencing_token());
       if (steady::now() >= until) break;
     }
-    rec_.add(dlock::fault::interval{spec_.name, spec_.limit, stamp_of(acquired), stamp_of(believed),
-                                    l.fencing_token()});
+    rec_.add(dlock::fault::interval{spec_.name, recorded.limit ? recorded.limit : spec_.limit,
+                                    stamp_of(acquired), stamp_of(believed), l.fencing_token(),
+                                    recorded.weight});
     // A kept-alive lease whose validity ran out must say so: lost() fires at the end of validity
     // (the watchdog's timer), give or take the I/O thread's scheduling.
     if (kept && !l.lost().stop_requested() && steady::now() >= l.valid_until()) {

@@ -20,14 +20,14 @@ void report::merge(const report& other) {
 }
 
 // One record per line; names never contain spaces (the workers choose them).
-//   I <lock> <limit> <start> <end> <token>
+//   I <lock> <limit> <start> <end> <token> <weight>
 //   W <resource> <token> <sent> <answered> <accepted>
 //   C <name> <value>
 bool report::save(const std::string& path) const {
   std::ofstream out(path + ".tmp");
   for (const auto& i : intervals) {
     out << "I " << i.lock << ' ' << i.limit << ' ' << i.start << ' ' << i.end << ' ' << i.token
-        << '\n';
+        << ' ' << i.weight << '\n';
   }
   for (const auto& w : writes) {
     out << "W " << w.resource << ' ' << w.token << ' ' << w.sent << ' ' << w.answered << ' '
@@ -50,7 +50,7 @@ bool report::load(const std::string& path) {
     fields >> kind;
     if (kind == 'I') {
       interval i;
-      fields >> i.lock >> i.limit >> i.start >> i.end >> i.token;
+      fields >> i.lock >> i.limit >> i.start >> i.end >> i.token >> i.weight;
       intervals.push_back(i);
     } else if (kind == 'W') {
       write_record w;
@@ -74,14 +74,17 @@ std::map<std::string, std::size_t> count_overlaps_by_lock(const std::vector<inte
   std::map<std::string, std::size_t> out;
   for (auto& [lock, list] : by_lock) {
     std::sort(list.begin(), list.end(), [](auto* a, auto* b) { return a->start < b->start; });
-    // Ends of the intervals begun so far that are still open, smallest first.
-    std::vector<stamp> open;
+    // The intervals begun so far that are still open: end and weight.
+    std::vector<std::pair<stamp, long long>> open;
     std::size_t overlaps = 0;
     for (const interval* i : list) {
-      open.erase(std::remove_if(open.begin(), open.end(), [&](stamp e) { return e <= i->start; }),
+      open.erase(std::remove_if(open.begin(), open.end(),
+                                [&](const auto& o) { return o.first <= i->start; }),
                  open.end());
-      if (static_cast<int>(open.size()) >= i->limit) ++overlaps;
-      open.push_back(i->end);
+      long long held = 0;
+      for (const auto& o : open) held += o.second;
+      if (held + i->weight > i->limit) ++overlaps;
+      open.emplace_back(i->end, i->weight);
     }
     out[lock] = overlaps;
   }

@@ -7,6 +7,7 @@
 //   write_record     one write to the fenced resource: token, when sent, when answered, verdict
 //   report           a worker's intervals, writes and counters; saved to / loaded from a file
 //   count_overlaps   the overlap detector: holdings that began while `limit` others were held
+//                    (weighed: a read-write lock's writer counts as all of its readers)
 //   check_writes     the fenced resource's audit: accepted, rejected (stale), wrongly accepted
 // Plain values and pure functions; a report is filled by one thread at a time (workers lock).
 #pragma once
@@ -26,6 +27,9 @@ struct interval {
   int limit = 1;     // holders allowed at once: 1 for a mutex, L for a semaphore
   stamp start = 0, end = 0;
   std::uint64_t token = 0;
+  // How much of the limit the holding takes: 1, or for a read-write lock's writer all of it
+  // (limit = max_readers, a reader 1).
+  int weight = 1;
 };
 
 struct write_record {
@@ -46,8 +50,9 @@ struct report {
   bool load(const std::string& path);
 };
 
-// Sorted by start per lock, an interval overlaps when, at its start, `limit` intervals of the same
-// lock were still believed held (end > start). Touching ends (end == start) do not count.
+// Sorted by start per lock, an interval overlaps when, at its start, the intervals of the same
+// lock still believed held (end > start) weigh so much that its own weight passes the limit
+// (for weights of 1: `limit` of them were held). Touching ends (end == start) do not count.
 std::size_t count_overlaps(const std::vector<interval>& intervals);
 // Per lock name.
 std::map<std::string, std::size_t> count_overlaps_by_lock(const std::vector<interval>& intervals);

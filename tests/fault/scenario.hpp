@@ -5,7 +5,8 @@
 //                     that contend for three locks, lets the test inject faults meanwhile, then
 //                     heals everything, collects the workers' reports and judges them
 // The locks: "single", a dlock::mutex on node 0; "redlock", a dlock::mutex over all nodes; and
-// "sem", a dlock::semaphore with 2 permits on node 0. The fenced resource is the separate
+// "sem", a dlock::semaphore with 2 permits on node 0; with rwlock, "rw", a dlock::shared_mutex
+// on node 0 (its writers write through the fence). The fenced resource is the separate
 // resource server (never faulted), written with dlock::fenced_set.
 // Not thread-safe: one test thread drives a scenario.
 #pragma once
@@ -32,6 +33,7 @@ struct scenario_options {
   bool proxied = false;      // each worker reaches each node through a tcp_proxy of its own
   std::vector<int> shimmed;  // nodes started under fault_clock_shim (set_clock moves them)
   bool semaphore = true;     // also contend for the semaphore "sem"
+  bool rwlock = false;       // also for the read-write lock "rw" on node 0 (readers and writers)
   int processes = 3;         // worker processes, one thread per lock in each
   std::chrono::milliseconds duration{5000};  // how long the workers contend
   std::chrono::milliseconds ttl{800};

@@ -1038,6 +1038,44 @@ TEST_F(CliTest, SemaphoreRunsUpToLimitCmdsAtOnce) {
   EXPECT_EQ(run({"-r", server_.url(), "run", "--semaphore", "0", key, "--", "true"}).status, 64);
 }
 
+TEST_F(CliTest, ReadersRunTogetherAndAWriterRunsAlone) {
+  const std::string key = test_key("rw");
+  auto reader = [&](const std::string& marker) {
+    return start({"-r", server_.url(), "run", "--read", key, "--", "sh", "-c",
+                  "touch " + path(marker) + "; exec sleep 30"});
+  };
+  auto a = reader("r1");
+  auto b = reader("r2");
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("r1")) && fs::exists(path("r2")); }))
+      << a->err() << b->err();
+  auto writer_now = run({"-r", server_.url(), "run", "-n", "--write", key, "--", "true"});
+  EXPECT_EQ(writer_now.status, 75) << writer_now.err;
+  // A writer that waits keeps later readers out, and runs once both readers are gone.
+  auto writer = start({"-r", server_.url(), "run", "-w", "20s", "--write", key, "--", "sh", "-c",
+                       "touch " + path("w") + "; exec sleep 30"});
+  client node{server_.url()};
+  ASSERT_TRUE(eventually([&] {
+    return node.exec({"HLEN", shared_mutex_keys_for(key).weights}).integer() == 1;
+  })) << writer->err();
+  auto late_reader = run({"-r", server_.url(), "run", "-n", "--read", key, "--", "true"});
+  EXPECT_EQ(late_reader.status, 75) << late_reader.err;
+  a->signal(SIGTERM);
+  EXPECT_EQ(a->wait(), 128 + SIGTERM);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(fs::exists(path("w"))) << "the writer ran beside a reader";
+  b->signal(SIGTERM);
+  EXPECT_EQ(b->wait(), 128 + SIGTERM);
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("w")); })) << writer->err();
+  writer->signal(SIGTERM);
+  EXPECT_EQ(writer->wait(), 128 + SIGTERM);
+  auto both = run({"-r", server_.url(), "run", "--read", "--write", key, "--", "true"});
+  EXPECT_EQ(both.status, 64);
+  redis_server other;
+  auto two_nodes = run({"-r", server_.url(), "-r", other.url(), "run", "--read", key, "--", "true"});
+  EXPECT_EQ(two_nodes.status, 64);
+  expect_one_line_message(two_nodes);
+}
+
 }  // namespace
 }  // namespace dlock
 

@@ -94,7 +94,8 @@ void sim_client::next_cycle() {
   if (lock_) {
     acq_ = &engines_.emplace_back(*lock_, id, deadline, attempts, rnd.next());
   } else {
-    permits_ = static_cast<std::ptrdiff_t>(rnd.between(1, max_permits_));
+    permits_ = all_or_one_ ? (rnd.chance(0.3) ? max_permits_ : 1)
+                           : static_cast<std::ptrdiff_t>(rnd.between(1, max_permits_));
     acq_ = &engines_.emplace_back(*sem_, id, permits_, deadline, attempts, rnd.next());
   }
   acquire_began_ = w_.now();

@@ -65,7 +65,11 @@ class sim_client {
   // Every acquisition waits without bound (lock()), for liveness repros.
   void set_unbounded_only(bool on) { unbounded_only_ = on; }
   // Semaphore: each acquisition asks for 1..this many permits.
-  void set_max_permits(std::ptrdiff_t n) { max_permits_ = n; }
+  // Each acquisition asks for 1..n permits; or, `all_or_one`, for 1 (a reader) or n (a writer).
+  void set_max_permits(std::ptrdiff_t n, bool all_or_one = false) {
+    max_permits_ = n;
+    all_or_one_ = all_or_one;
+  }
   void start(sim_time at);
   // From the world: a message on the client's wake channel, a lost subscription.
   void on_message(std::size_t node, std::string_view payload);
@@ -122,6 +126,7 @@ class sim_client {
   std::optional<detail::lock_target> lock_;
   std::optional<detail::semaphore_target> sem_;
   std::ptrdiff_t max_permits_ = 1, permits_ = 1;
+  bool all_or_one_ = false;
   std::size_t c_;
   int cycles_left_;
   liveness_rule liveness_;

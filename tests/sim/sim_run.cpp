@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <memory>
 
+#include "dlock/shared_mutex.hpp"
+
 namespace dlock::sim {
 namespace {
 
@@ -30,6 +32,8 @@ const char* name(topology t) {
       return "semaphore";
     case topology::semaphore_fair:
       return "semaphore_fair";
+    case topology::rwlock:
+      return "rwlock";
   }
   return "?";
 }
@@ -70,7 +74,8 @@ run_config make_config(std::uint64_t seed, topology t) {
   // alone decide it.
   rng r(seed * 4 + static_cast<std::uint64_t>(t) + 0x5eed);
   c.nodes = t == topology::redlock3 ? 3 : t == topology::redlock5 ? 5 : 1;
-  c.lock.fair = t == topology::single_fair || t == topology::semaphore_fair;
+  c.lock.fair =
+      t == topology::single_fair || t == topology::semaphore_fair || t == topology::rwlock;
   // A fair lock's queue needs wake-ups (a poll would find the head's handoff gone); a fair
   // semaphore's ticket keeps the place across polls.
   c.lock.wake_on_release = (c.lock.fair && !is_semaphore(t)) ||
@@ -115,7 +120,11 @@ run_config make_config(std::uint64_t seed, topology t) {
     c.far_node = r.below(c.nodes);
     c.far_factor = r.between(3, 20);
   }
-  if (is_semaphore(t)) {  // drawn last: the lock families' seeds keep their configurations
+  if (t == topology::rwlock) {
+    c.limit = c.max_permits = shared_mutex::max_readers;
+    c.readers_and_writers = true;
+    c.clients = static_cast<std::size_t>(r.between(2, 5));
+  } else if (is_semaphore(t)) {  // drawn last: the lock families' seeds keep their configurations
     c.limit = r.between(1, 3);
     c.max_permits = r.chance(0.5) ? c.limit : 1;
     c.clients = static_cast<std::size_t>(r.between(2, c.limit + 2));
@@ -147,9 +156,11 @@ std::string run_config::describe() const {
       " node(s), ttl " + std::to_string(lock.ttl.count()) + "ms, retry_delay " +
       std::to_string(lock.retry_delay.count()) + "ms, node_timeout " +
       std::to_string(lock.node_timeout.count()) + "ms" + (lock.fair ? ", fair" : "") +
-      (limit > 0 ? ", limit " + std::to_string(limit) + ", up to " +
-                       std::to_string(max_permits) + " permit(s) per acquisition"
-                 : "") +
+      (readers_and_writers ? ", readers (1 permit) and writers (all " +
+                                 std::to_string(limit) + ")"
+       : limit > 0     ? ", limit " + std::to_string(limit) + ", up to " +
+                         std::to_string(max_permits) + " permit(s) per acquisition"
+                       : "") +
       (lock.wake_on_release ? ", wake_on_release" : ", polling") + "; " + std::to_string(clients) +
       " clients x " + std::to_string(cycles) + " cycles; network " + format_time(net.min_delay) +
       "-" + format_time(net.max_delay) + ", slow messages " + std::to_string(net.spike_chance) +
@@ -248,7 +259,7 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
     if (semaphore) {
       clients.push_back(std::make_unique<sim_client>(w, check, sem_target, index, c.cycles,
                                                      liveness, c.bug));
-      clients.back()->set_max_permits(c.max_permits);
+      clients.back()->set_max_permits(c.max_permits, c.readers_and_writers);
     } else {
       clients.push_back(
           std::make_unique<sim_client>(w, check, target, index, c.cycles, liveness, c.bug));

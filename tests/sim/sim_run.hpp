@@ -23,9 +23,11 @@
 
 namespace dlock::sim {
 
-enum class topology { single, single_fair, redlock3, redlock5, semaphore, semaphore_fair };
+// rwlock: dlock::shared_mutex, a fair semaphore of shared_mutex::max_readers permits where an
+// acquisition takes 1 (a reader) or all of them (a writer).
+enum class topology { single, single_fair, redlock3, redlock5, semaphore, semaphore_fair, rwlock };
 inline bool is_semaphore(topology t) {
-  return t == topology::semaphore || t == topology::semaphore_fair;
+  return t == topology::semaphore || t == topology::semaphore_fair || t == topology::rwlock;
 }
 
 struct fault_mix {  // relative weights; 0 disables a kind for this seed
@@ -42,6 +44,7 @@ struct run_config {
   lock_options lock;  // a semaphore takes the same settings (semaphore_options())
   std::ptrdiff_t limit = 0;        // > 0: a semaphore of this many permits
   std::ptrdiff_t max_permits = 1;  // semaphore: an acquisition asks for 1..this many
+  bool readers_and_writers = false;  // ... or for 1 or max_permits, nothing between (rwlock)
 
   std::chrono::milliseconds request_timeout{1000};
   std::size_t clients = 2;

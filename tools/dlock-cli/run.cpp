@@ -1,8 +1,10 @@
 // dlock run [--ttl D] [-w D | -n] [-E N] [--lost-grace D] [--min-hold D] [--orphans wait|kill]
-//           [--foreground] [--semaphore LIMIT] KEY -- CMD [ARGS...]
+//           [--foreground] [--semaphore LIMIT | --read | --write] KEY -- CMD [ARGS...]
 //
 // With --semaphore LIMIT, KEY is a counting semaphore (dlock::semaphore, one node only) and
 // up to LIMIT CMDs run at once; everything else is the same, the permit being a lease too.
+// With --read or --write, KEY is a read-write lock (dlock::shared_mutex, one node only): CMDs
+// run with --read run together, one run with --write runs alone.
 //
 // The rule: no process CMD started runs without the lease. CMD runs below a guard process
 // (process.hpp) that SIGKILLs everything CMD started, whatever left CMD's process group
@@ -53,6 +55,7 @@
 #include "dlock/election.hpp"
 #include "dlock/mutex.hpp"
 #include "dlock/semaphore.hpp"
+#include "dlock/shared_mutex.hpp"
 #include "duration.hpp"
 #include "lock_view.hpp"
 #include "lock_wait.hpp"
@@ -91,6 +94,11 @@ struct run_options : wait_flags {
   orphan_policy orphans = orphan_policy::wait;
   bool foreground = false;
   std::optional<int> semaphore_limit;
+  // --read / --write: KEY is a read-write lock, held shared or exclusively.
+  bool read = false, write = false;
+  // Whether the lease is the one holder of a mutex (or a leadership), which the advisory
+  // holder note (holder_key) names; a permit or a read-write lock's hold is not.
+  bool notes_holder() const { return !semaphore_limit && !read && !write; }
   // `dlock elect`: KEY is an election and this candidate's value; CMD runs while it leads.
   std::optional<std::string> elect_value;
 };
@@ -261,7 +269,7 @@ class supervisor {
       // refresh_at moves on even when nothing is published (--semaphore, a lost lease): it is
       // one of the loop's wake-ups, and one in the past would make it spin.
       if (now >= refresh_at) {
-        if (!lost_ && !o_.semaphore_limit) {
+        if (!lost_ && o_.notes_holder()) {
           publish_holder(nodes_, o_.key, holder_, o_.ttl, /*wait=*/false);
         }
         refresh_at = now + refresh_every;
@@ -408,7 +416,7 @@ class supervisor {
 
   void finish(bool lost, bool cmd_ran) {
     if (!lost && cmd_ran && o_.min_hold && keep_for_min_hold()) return;
-    if (!lost && !o_.semaphore_limit) clear_holder(nodes_, o_.key, held_.value());
+    if (!lost && o_.notes_holder()) clear_holder(nodes_, o_.key, held_.value());
     // A leader resigns, so that observers learn of it at once.
     std::error_code ec = election_ ? election_->resign(held_) : held_.release();
     if (ec && !lost) {
@@ -477,6 +485,7 @@ int run_command(const global_options& g, const run_options& o) {
   auto nodes = make_clients(g);
   std::optional<mutex> lock;
   std::optional<semaphore> permits;
+  std::optional<shared_mutex> read_write;
   std::optional<election> elected;
   lock_calls calls;
   if (o.elect_value) {
@@ -501,6 +510,21 @@ int run_command(const global_options& g, const run_options& o) {
     calls.wait_until = [&](steady::time_point deadline, std::error_code& ec, node_results*,
                            const wait_control& control) {
       return permits->acquire_until(deadline, 1, control, ec);
+    };
+  } else if (o.read || o.write) {
+    if (nodes.size() != 1) {
+      throw usage_error("--read and --write need exactly one Redis node: a quorum of "
+                        "independent nodes cannot bound a read-write lock's holders");
+    }
+    read_write.emplace(nodes.front(), o.key,
+                       shared_mutex_options{.ttl = o.ttl, .retry_delay = 50ms});
+    calls.try_once = [&](std::error_code& ec, node_results*) {
+      return o.read ? read_write->try_acquire_shared(ec) : read_write->try_acquire(ec);
+    };
+    calls.wait_until = [&](steady::time_point deadline, std::error_code& ec, node_results*,
+                           const wait_control& control) {
+      return o.read ? read_write->acquire_shared_until(deadline, ec, control)
+                    : read_write->acquire_until(deadline, ec, control);
     };
   } else {
     lock.emplace(nodes, o.key,
@@ -533,6 +557,7 @@ int run_command(const global_options& g, const run_options& o) {
   w.show_status = !o.quiet;
   w.describe_holder = [&] {
     if (o.semaphore_limit) return semaphore_holder_status(nodes.front(), o.key, *o.semaphore_limit);
+    if (o.read || o.write) return holder_status{};  // not shown yet
     return lock_holder_status(nodes, o.key, g.copies);
   };
   auto started = steady::now();
@@ -560,7 +585,7 @@ int run_command(const global_options& g, const run_options& o) {
               format_duration(held.remaining()).c_str());
   auto holder = make_holder_info(held.value(), static_cast<long>(::getpid()), command_text(o.cmd));
   // The holder annotation names one holder: it fits a lock, not a semaphore's LIMIT holders.
-  if (!o.semaphore_limit) publish_holder(nodes, o.key, holder, o.ttl, /*wait=*/false);
+  if (o.notes_holder()) publish_holder(nodes, o.key, holder, o.ttl, /*wait=*/false);
   supervisor s{o, signals, held, nodes, holder, elected ? &*elected : nullptr};
   return s.run(*path);
 }
@@ -631,6 +656,15 @@ subcommand add_run_command(CLI::App& parent, const global_options& g) {
                   "KEY is a semaphore: up to LIMIT CMDs at once (one Redis node only)")
       ->type_name("LIMIT")
       ->check(CLI::Range(1, 1'000'000));
+  auto* read = app->add_flag("--read", o->read,
+                             "KEY is a read-write lock (one Redis node only), held shared: CMDs "
+                             "run with --read run together, never beside one with --write");
+  auto* write = app->add_flag("--write", o->write,
+                              "KEY is a read-write lock (one Redis node only), held alone: never "
+                              "beside another --read or --write of KEY; readers that come after "
+                              "a waiting writer wait for it");
+  read->excludes(write)->excludes("--semaphore");
+  write->excludes("--semaphore");
   app->add_option("KEY", o->key, "The lock's name (its Redis key)")->required();
   app->add_option("CMD", o->cmd, "The command and its arguments, after --")->required();
   return {app, [&g, o] { return run_command(g, *o); }};
