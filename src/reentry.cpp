@@ -92,35 +92,39 @@ class reentry_hold final : public lease_owner,
   void start_settle(const std::shared_ptr<lease_state>& state, std::chrono::milliseconds ttl,
                     done_handler handler) override {
     if (auto refused = extend_refused(*state, ttl)) return handler(refused);
-    bool last = false;
+    enum class step { already, others_hold, settle } what;
     {
-      std::lock_guard guard(registry_mutex);
-      last = count_ <= 1 && !state->released.load();
-      if (last) closing_ = true;
+      std::lock_guard guard(registry_mutex);  // one decision: nobody leaves in between
+      if (state->released.load()) {
+        what = step::already;
+      } else if (count_ <= 1) {
+        closing_ = true;
+        what = step::settle;
+      } else {
+        state->released.store(true);
+        --count_;
+        what = step::others_hold;
+      }
     }
-    if (last) {
-      return lock_->start_settle(
-          held_, ttl,
-          [self = shared_from_this(), state,
-           handler = std::move(handler)](std::error_code ec) mutable {
-            if (!ec) (void)self->leave(*state);
-            handler(ec);
-          });
-    }
-    switch (leave(*state)) {
-      case left::already: return handler(errc::not_held);
-      case left::others_hold: return handler(inner_verdict());
-      case left::last: return handler(errc::not_held);  // not reached: closing_ covers it
-    }
+    if (what == step::already) return handler(errc::not_held);
+    if (what == step::others_hold) return handler(inner_verdict());
+    lock_->start_settle(held_, ttl,
+                        [self = shared_from_this(), state,
+                         handler = std::move(handler)](std::error_code ec) mutable {
+                          if (!ec) (void)self->leave(*state);
+                          handler(ec);
+                        });
   }
   void watch_changes(const std::shared_ptr<lease_state>&, std::function<void()> on_change) override {
     lock_->watch_changes(held_, std::move(on_change));
   }
-  // The watch is the holding's (one token): it ends when the last nested lease stops renewing.
+  // The watch is the holding's (one token, one watch, whichever nested keeper set it last): it
+  // is forgotten only once the holding is over. Until then a stopping keeper leaves it be; the
+  // key's deletion at the release ends it anyway.
   void forget_changes(const std::string& token) override {
     {
       std::lock_guard guard(registry_mutex);
-      if (count_ > 1) return;
+      if (count_ > 0) return;
     }
     lock_->forget_changes(token);
   }
@@ -146,7 +150,9 @@ class reentry_hold final : public lease_owner,
   // What an inner lease's release reports: it deleted nothing, and the holding it was part of
   // may have been lost meanwhile, which its critical section must hear of.
   std::error_code inner_verdict() const {
-    return held_->lost.stop_requested() ? std::error_code(errc::lease_lost) : std::error_code();
+    if (held_->lost.stop_requested()) return errc::lease_lost;
+    if (held_->validity_known && held_->deadline() <= steady::now()) return errc::lease_expired;
+    return {};
   }
 
   // Under registry_mutex.

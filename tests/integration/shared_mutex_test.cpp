@@ -29,6 +29,14 @@ using test::eventually;
 using test::redis_server;
 using test::test_key;
 
+// Raises `most` to `value` if it is lower, whatever other threads do meanwhile.
+template <class T>
+void raise_to(std::atomic<T>& most, T value) {
+  T seen = most.load();
+  while (value > seen && !most.compare_exchange_weak(seen, value)) {
+  }
+}
+
 class SharedMutexTest : public ::testing::Test {
  protected:
   // How many writers hold or wait: only a writer has an entry in the weights hash (a reader's
@@ -68,10 +76,7 @@ TEST_F(SharedMutexTest, ReadersOverlapAWriterOverlapsNobodyAndFencesGrow) {
           if (w != 1 || readers.load() != 0) ++overlaps;
           std::this_thread::sleep_for(2ms);
           last_writer_fence = held.fencing_token();
-          std::uint64_t seen = highest_fence.load();
-          while (seen < held.fencing_token() &&
-                 !highest_fence.compare_exchange_weak(seen, held.fencing_token())) {
-          }
+          raise_to(highest_fence, held.fencing_token());
           ++writes;
           --writers;
           EXPECT_FALSE(held.release());
@@ -84,14 +89,9 @@ TEST_F(SharedMutexTest, ReadersOverlapAWriterOverlapsNobodyAndFencesGrow) {
           if (held.fencing_token() <= last_writer_fence.load()) ++fence_faults;
           int r = ++readers;
           if (writers.load() != 0) ++overlaps;
-          int most = most_readers.load();
-          while (r > most && !most_readers.compare_exchange_weak(most, r)) {
-          }
+          raise_to(most_readers, r);
           std::this_thread::sleep_for(3ms);
-          std::uint64_t seen = highest_fence.load();
-          while (seen < held.fencing_token() &&
-                 !highest_fence.compare_exchange_weak(seen, held.fencing_token())) {
-          }
+          raise_to(highest_fence, held.fencing_token());
           --readers;
           EXPECT_FALSE(held.release());
         }
