@@ -55,7 +55,7 @@ lease semaphore_core::acquire_blocking(steady::time_point deadline, int attempts
 void semaphore_core::release_entry(const std::string& token,
                                    unique_function<void(std::error_code, reply)> handler) {
   request r{0, 0, &sem_release_script, semaphore_release_keys(target_.keys),
-            {token, target_.limit_text}, target_.node_timeout};
+            {token, target_.limit_text, target_.variant_text}, target_.node_timeout};
   run_request(nodes_.front(), std::move(r), std::move(handler));
 }
 
@@ -77,7 +77,8 @@ bool semaphore_core::try_release_direct(const std::shared_ptr<lease_state>& stat
   reply r;
   std::error_code run_ec;
   if (!run_script_direct(nodes_.front(), sem_release_script, semaphore_release_keys(target_.keys),
-                         {state->token, target_.limit_text}, target_.node_timeout, run_ec, r)) {
+                         {state->token, target_.limit_text, target_.variant_text},
+                         target_.node_timeout, run_ec, r)) {
     state->released.store(false);  // nothing sent: start_release takes over
     return false;
   }

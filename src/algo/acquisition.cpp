@@ -64,7 +64,7 @@ script_keys lock_release_keys(const lock_keys& k) {
 }
 
 script_keys semaphore_release_keys(const semaphore_keys& k) {
-  return {k.expiries, k.weights, k.waiters, k.waiter_info, k.fence};
+  return {k.expiries, k.weights, k.waiters, k.waiter_info, k.fence, k.tickets};
 }
 
 }  // namespace dlock::detail
@@ -154,6 +154,7 @@ semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limi
   t.limit_text = std::to_string(limit);
   t.ttl_text = std::to_string(o.ttl.count());
   t.fair = o.fair;
+  t.variant_text = o.fair ? "fair" : "";
   t.wake_on_release = o.wake_on_release;
   t.ttl = o.ttl;
   t.retry_delay = o.retry_delay;
@@ -208,6 +209,8 @@ struct acquisition::impl {
   std::optional<outcome> result;
   bool finished = false;
   bool queued = false;
+  // Semaphore: an attempt's answer was lost, so it may have left a permit or a place behind.
+  bool attempt_lost = false;
   // Lock: when each round began, by index.
   std::vector<steady::time_point> round_started;
   std::optional<round_state> round;
@@ -627,6 +630,10 @@ struct acquisition::impl {
     if (sem->fair) {
       // Queued (queue_ms > 0) even without a channel: its ticket keeps its place in the queue.
       auto queue_ms = last ? milliseconds::zero() : sem->queue_ttl;
+      // "<channel> <attempt>": sem_release.lua may make this token a holder (see on_handoff).
+      if (!channel.empty() && accepts_handoff()) {
+        channel.append(" ").append(std::to_string(made - 1));
+      }
       emit(0, sem_fair_acquire_script,
            {k.owners, k.expiries, k.weights, k.tickets, k.waiter_info, k.fence},
            {id, limit, permits, ttl, std::to_string(queue_ms.count()), channel},
@@ -666,7 +673,9 @@ struct acquisition::impl {
     auto delay = retry_delay_after(done_round.votes.votes());
     if (ec) {
       // The script may have run before the answer was lost: the next attempt (same token)
-      // finds what it left, and giving up must remove it.
+      // finds what it left, and giving up must remove it (also after later attempts that
+      // neither were granted nor queued: in quarantine they leave a held permit be).
+      attempt_lost = true;
       return retry_or_give_up(now, delay, ec, true, done_round.votes.votes());
     }
     if (parsed.granted && stopped) {
@@ -701,10 +710,10 @@ struct acquisition::impl {
     // queue place behind, and report only after the removal answered, so that a caller who
     // retries at once does not meet our own leftover. A wake-up we got and will not use is
     // handed on to the next waiter by the same script.
-    if (!cleanup && !queued) return finish_failed(ec, std::move(votes));
+    if (!cleanup && !queued && !attempt_lost) return finish_failed(ec, std::move(votes));
     const auto& k = sem->keys;
-    emit(0, sem_release_script, semaphore_release_keys(k), {id, sem->limit_text},
-         purpose::final_cleanup);
+    emit(0, sem_release_script, semaphore_release_keys(k),
+         {id, sem->limit_text, sem->variant_text}, purpose::final_cleanup);
     finish_failed(ec, std::move(votes));
   }
 };
@@ -802,13 +811,15 @@ acquisition::late_handoff_give_back acquisition::give_back_plan() const {
   } else {
     keys = semaphore_release_keys(impl_->sem->keys);
     plan.code = &sem_release_script;
-    plan.args = {impl_->id, impl_->sem->limit_text};
+    plan.args = {impl_->id, impl_->sem->limit_text, impl_->sem->variant_text};
   }
   plan.keys.assign(keys.begin(), keys.end());
   plan.timeout = impl_->node_timeout();
+  // As long as a queued place that may still be handed over lives: a fair one lives queue_ttl.
+  auto place = waiter_entry_ttl(impl_->retry_delay());
+  if (impl_->sem && impl_->sem->fair) place = std::max(place, impl_->sem->queue_ttl);
   plan.window = std::max<steady::duration>(std::chrono::seconds(10),
-                                           waiter_entry_ttl(impl_->retry_delay()) +
-                                               impl_->node_timeout());
+                                           place + impl_->node_timeout());
   return plan;
 }
 

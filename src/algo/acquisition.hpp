@@ -78,6 +78,7 @@ lock_target make_lock_target(std::size_t nodes, std::string_view key, const lock
 struct semaphore_target {
   semaphore_keys keys;
   std::string ttl_text, limit_text;     // as the scripts take them
+  std::string variant_text;             // sem_release.lua's ARGV[3]: "fair" or ""
   std::vector<std::string> node_names;  // label the votes (may be empty)
   std::ptrdiff_t limit = 1;
   bool fair = false;
@@ -89,10 +90,9 @@ struct semaphore_target {
   double drift_factor = 0.01;
   // Fair: how long the server keeps a waiter's place between two polls.
   std::chrono::milliseconds queue_ttl{0};
-  // Whether a release may make a queued waiter a holder (sem_release.lua): unfair only (the
-  // fair variant grants by rank), and not on a cluster (whose wake-up count may miss the
-  // waiter: docs/guarantees.md).
-  bool accepts_handoff() const noexcept { return wake_on_release && !fair && !cluster; }
+  // Whether a release may make a queued waiter a holder (sem_release.lua): not on a cluster
+  // (whose wake-up count may miss the waiter: docs/guarantees.md).
+  bool accepts_handoff() const noexcept { return wake_on_release && !cluster; }
 };
 semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limit,
                                        const semaphore_options& o,
@@ -104,7 +104,7 @@ semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limi
 script_keys lock_release_keys(const lock_keys& k);
 
 // sem_release.lua's keys, for a release, a leave and a give-up alike (ARGV: the token, the
-// limit).
+// target's limit_text and variant_text).
 script_keys semaphore_release_keys(const semaphore_keys& k);
 
 // One semaphore acquire script's answer, decoded.

@@ -7,22 +7,30 @@
 -- KEYS[3]: weights, a hash: owner token -> permits wanted, only for more than one.
 -- KEYS[4]: the ticket counter; it expires with the last member, and a ticket it gives that
 --          is not above the highest still in line is moved above it.
--- KEYS[5]: waiter info, a hash: owner token -> "<deadline ms>[ <wake channel>]" for every
---          queued waiter (" woken" appended by sem_release.lua); holders have none.
+-- KEYS[5]: waiter info, a hash: owner token -> "<deadline ms>[ <wake channel>[ <offer>]]" for
+--          every queued waiter (ARGV[6]; " woken" replaces the offer once sem_release.lua woke
+--          it); holders have none.
 -- KEYS[6]: the fencing counter, drawn at each grant; it expires one TTL after it was set
 --          (next_fence, in node_state.lua).
 -- ARGV[1]: the owner token; ARGV[2]: the limit; ARGV[3]: permits wanted (1..limit);
 -- ARGV[4]: the TTL in milliseconds; ARGV[5]: how long to keep a place in the queue when not
 --          granted, in milliseconds (0: leave at once, as a non-blocking try does, or keep
 --          the place an earlier attempt queued for, as it stands, for the give-up to remove);
--- ARGV[6]: the wake channel a release may PUBLISH our token on while we queue, or "".
+-- ARGV[6]: the wake channel a release may PUBLISH our token on while we queue, or "";
+--          "<wake channel> <attempt>" to queue and accept a handoff: a release whose walk down
+--          the line finds our permits fit makes us a holder itself (sem_release.lua) and sends
+--          "<token> <fence> <attempt>". The entry then carries " f<permits>:<ttl ms>:<attempt>:
+--          <limit>" ("f", not the unfair variant's "h": a release of an earlier version, which
+--          would hand over as to an unfair waiter, only wakes such an entry).
 -- Returns {1, fence, rank} when granted (also when this token already holds: a retried attempt
 -- whose reply was lost, which draws a new fence), {0, ticket, rank} when queued, {0, 0, rank}
 -- when not granted and not queued. Time comes from TIME.
 local owners, timeouts, weights, counter, info = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local fence_key = KEYS[6]
 local owner, limit, want = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local ttl_ms, queue_ms, channel = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] or ''
+local ttl_ms, queue_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
+local channel, attempt = string.match(ARGV[6] or '', '^(%S*) ?(%d*)$')
+channel, attempt = channel or '', attempt or ''
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -121,7 +129,12 @@ end
 if queue_ms > 0 then
   -- Rewriting the entry clears a " woken" mark: this poll was the wake-up's answer.
   local entry = tostring(now + queue_ms)
-  if channel ~= '' then entry = entry .. ' ' .. channel end
+  if channel ~= '' then
+    entry = entry .. ' ' .. channel
+    if attempt ~= '' then
+      entry = entry .. ' f' .. want .. ':' .. ttl_ms .. ':' .. attempt .. ':' .. limit
+    end
+  end
   redis.call('HSET', info, owner, entry)
   keep(now + queue_ms)
   return {0, ticket, rank}
@@ -129,9 +142,14 @@ end
 -- Not queueing (a try, or an acquisition's last attempt). A live place that an earlier attempt
 -- of this acquisition queued for with a wake channel stays until the give-up that follows
 -- (sem_release.lua, which the engine sends after any attempt queued with a channel), so that
--- its leaving wakes those it kept waiting. Any other entry of this token goes now.
+-- its leaving wakes those it kept waiting. Nor is a permit this token holds dropped here (a
+-- live expiry and no waiter entry: a release handed it over, or an earlier attempt's answer was
+-- lost): such a token is refused only in quarantine, where it keeps its entries as
+-- sem_acquire.lua keeps them, for the give-up (an engine that accepted the handoff meanwhile
+-- holds the permit; one that did not gives it back). Any other entry of this token goes now.
 local place = redis.call('HGET', info, owner)
-if place and string.find(place, ' ', 1, true) and redis.call('ZSCORE', timeouts, owner) then
+local expiry = redis.call('ZSCORE', timeouts, owner)
+if expiry and (not place or string.find(place, ' ', 1, true)) then
   return {0, 0, rank}
 end
 redis.call('ZREM', owners, owner)
@@ -141,6 +159,10 @@ redis.call('HDEL', info, owner)
 -- A ticket this attempt drew may have made the counter, without an expiry: nobody else in line
 -- holds a ticket then, so it goes.
 if redis.call('PTTL', counter) == -1 then
-  if redis.call('EXISTS', timeouts) == 1 then expire_with_last_member() else redis.call('DEL', counter) end
+  if redis.call('EXISTS', timeouts) == 1 then
+    expire_with_last_member()
+  else
+    redis.call('DEL', counter)
+  end
 end
 return {0, 0, rank}

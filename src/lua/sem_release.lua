@@ -3,17 +3,21 @@
 -- KEYS[1]: the expiry set (holders, or the fair variant's timeouts); KEYS[2]: weights;
 -- KEYS[3]: the queue in ticket order (unfair: the waiter queue; fair: owners, where holders
 --          rank too); KEYS[4]: waiter info: token -> "<deadline ms>[ <wake channel>[ h<permits>:
---          <ttl ms>:<attempt>:<limit>| woken]]", present for queued waiters only (sem_acquire.lua,
---          sem_fair_acquire.lua); KEYS[5]: the fencing counter (the unfair variant's handoff).
--- ARGV[1]: the owner token; ARGV[2]: the limit (the unfair variant's handoff; "" for none).
+--          <ttl ms>:<attempt>:<limit>| f...| woken]]" ("h" unfair, "f" fair: a handoff offer),
+--          present for queued waiters only (sem_acquire.lua, sem_fair_acquire.lua); KEYS[5]: the
+--          fencing counter (for handoffs); KEYS[6]: the fair variant's ticket counter, which
+--          expires with its last member.
+-- ARGV[1]: the owner token; ARGV[2]: the limit (for handoffs; "" for none); ARGV[3]: "fair" for
+--          the fair variant, whose waiters serve_fair_line (below) serves.
 -- Returns 1 when the token had an unexpired entry in KEYS[1], 0 when it was gone or already
 -- expired (an expired entry is removed too: it was ours, and no one else's entry is touched).
 -- Passing on: a live holder frees its weight in permits (1 unless weights says more); a waiter
 -- that leaves frees none, but hands on a wake-up it got and will not use, and a fair one also
 -- lets those behind it move up (as if it freed what it wanted). The first live waiters in ticket
 -- order that have a channel and were not woken yet are served until that many permits are
--- passed on, each counting what it wants (weights; 1 for an unfair waiter). One whose entry accepts a handoff (the unfair variant's "h" field) and
--- whose permits fit in the limit now is made a holder right here, with a fencing token, and
+-- passed on, each counting what it wants (weights; 1 for an unfair waiter): the fair variant's
+-- differently (serve_fair_line). One whose entry accepts a handoff (the unfair variant's "h"
+-- field) and whose permits fit in the limit now is made a holder right here, with a fence, and
 -- sent "<token> <fence> <attempt>" (as release.lua hands a lock over); any other is sent its
 -- token, a wake-up, and its entry is marked "woken", so that another release serves the next
 -- waiter instead (its next attempt rewrites the entry, clearing the mark). The publish's count
@@ -22,7 +26,8 @@
 -- (they crashed) are dropped. An expired entry frees nothing here: its permits came back at its
 -- expiry.
 local expiries, weights, queue, info, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local owner, limit = ARGV[1], tonumber(ARGV[2] or '')
+local tickets = KEYS[6]
+local owner, limit, fair = ARGV[1], tonumber(ARGV[2] or ''), ARGV[3] == 'fair'
 
 -- #include wake.lua
 -- #include node_state.lua
@@ -84,9 +89,95 @@ local function hand_over(member, channel, want, ttl_ms, attempt)
   return type(receivers) == 'number' and 'gone' or 'refused'
 end
 
+-- The fair variant. A waiter is granted when the permits of everyone live in line up to and
+-- including it, holders and waiters alike, fit in the limit (sem_fair_acquire.lua). So the
+-- walk goes down the line in ticket order adding up what each wants, and ends where the sum
+-- passes the limit: nobody behind that point can be granted now. Each waiter before it that
+-- offers a handoff (" f<permits>:<ttl ms>:<attempt>:<limit>") is made a holder right here and
+-- sent "<token> <fence> <attempt>", so that a writer's release lets the whole batch of readers
+-- behind it in with this one script; one that offers none (woken already, or of an earlier
+-- version) is woken; one without a channel finds its permit at its next poll. Members whose
+-- expiry passed are dropped, as sem_fair_acquire.lua drops them.
+local function drop_from_line(member)
+  redis.call('ZREM', queue, member)
+  redis.call('ZREM', expiries, member)
+  redis.call('HDEL', weights, member)
+  redis.call('HDEL', info, member)
+end
+local function serve_fair_line()
+  local handed = false
+  local quarantined = quarantine_left() > 0
+  local in_line = 0  -- the permits wanted by the live members walked so far
+  local start = 0
+  while true do
+    local batch = redis.call('ZRANGE', queue, start, start + 99)
+    if #batch == 0 then return handed end
+    local wants = redis.call('HMGET', weights, unpack(batch))
+    local entries = redis.call('HMGET', info, unpack(batch))
+    local dropped = 0
+    for i, member in ipairs(batch) do
+      local expiry = tonumber(redis.call('ZSCORE', expiries, member))
+      if not expiry or expiry <= now then
+        drop_from_line(member)
+        dropped = dropped + 1
+      else
+        local want = tonumber(wants[i]) or 1
+        in_line = in_line + want
+        if in_line > limit then return handed end
+        local place, channel, rest
+        if entries[i] then
+          place, channel, rest = string.match(entries[i], '^(%d+ (%S+)) ?(.*)$')
+        end
+        if channel then  -- a waiter that listens (holders have no entry)
+          local ttl_ms, attempt, their_limit = string.match(rest, '^f%d+:(%d+):(%d+):(%d+)$')
+          -- No handoff in quarantine, which grants nothing; within the smaller limit, as in
+          -- the unfair variant.
+          if ttl_ms and not quarantined and in_line <= tonumber(their_limit) then
+            ttl_ms = tonumber(ttl_ms)
+            -- The place in line becomes a holder's permit: same ticket, the TTL as its expiry.
+            -- Every write comes before the publish, as in hand_over.
+            redis.call('ZADD', expiries, math.max(expiry, now + ttl_ms), member)
+            local fence = string.format('%.0f', next_fence(fence_key, now, ttl_ms))
+            local receivers = publish_wake(channel, member .. ' ' .. fence .. ' ' .. attempt)
+            if type(receivers) ~= 'number' then
+              -- Refused (an ACL without the channel): undone; the waiters find their permits
+              -- at their next poll.
+              redis.call('ZADD', expiries, expiry, member)
+              return handed
+            elseif receivers > 0 then
+              redis.call('HDEL', info, member)
+              handed = true
+            else
+              -- Nobody listens: the waiter's process is gone, and so is its place.
+              drop_from_line(member)
+              in_line = in_line - want
+              dropped = dropped + 1
+            end
+          elseif rest ~= 'woken' then
+            publish_wake(channel, member)
+            redis.call('HSET', info, member, place .. ' woken')
+          end
+        end
+      end
+    end
+    start = start + #batch - dropped
+  end
+end
+
 local used  -- read once a handoff is weighed
 local quarantined = nil
 local start = 0
+if fair and limit and fence_key then
+  -- (Nobody to serve without a waiter's entry.) The keys live as long as their last member,
+  -- which a handoff may have become.
+  if to_wake > 0 and redis.call('EXISTS', info) == 1 and serve_fair_line() then
+    local last = redis.call('ZRANGE', expiries, -1, -1, 'WITHSCORES')
+    for _, key in ipairs({queue, expiries, weights, info, tickets}) do
+      if redis.call('EXISTS', key) == 1 then redis.call('PEXPIREAT', key, last[2]) end
+    end
+  end
+  to_wake = 0
+end
 while to_wake > 0 do
   local batch = redis.call('ZRANGE', queue, start, start + 99)
   if #batch == 0 then break end

@@ -588,6 +588,27 @@ TEST_F(SemaphoreTest, FairRetryThatFindsItsTicketButNoWeightCountsItsWeight) {
   EXPECT_EQ(attempt("light", "1").elements().at(0).integer(), 0);  // none left
 }
 
+// A holder's attempt that does not queue (an acquisition's last one) and is refused, as only
+// quarantine refuses a holder, leaves its permit be: a release may have handed it over, and the
+// engine that accepted that handoff while the attempt was on its way holds it (a review found
+// the permit deleted under such a holder). A newcomer's refused attempt still leaves nothing.
+TEST_F(SemaphoreTest, FairLastAttemptInQuarantineKeepsAHeldPermit) {
+  auto keys = semaphore_keys_for(test_key(), true);
+  ASSERT_EQ(fair_attempt(client_, test_key(), "holder", "1", "1", "10000", "0")
+                .elements().at(0).integer(), 1);
+  client_.exec({"SET", std::string(node_quarantine_key), "1", "PX", "5000"});
+  EXPECT_EQ(fair_attempt(client_, test_key(), "holder", "1", "1", "10000", "0")
+                .elements().at(0).integer(), 0);
+  EXPECT_EQ(fair_attempt(client_, test_key(), "newcomer", "1", "1", "10000", "0")
+                .elements().at(0).integer(), 0);
+  client_.exec({"DEL", std::string(node_quarantine_key)});
+  EXPECT_FALSE(client_.exec({"ZSCORE", keys.expiries, "holder"}).is_nil());
+  EXPECT_FALSE(client_.exec({"ZSCORE", keys.owners, "holder"}).is_nil());
+  EXPECT_TRUE(client_.exec({"ZSCORE", keys.owners, "newcomer"}).is_nil());
+  EXPECT_EQ(fair_attempt(client_, test_key(), "late", "1", "1", "10000", "0")
+                .elements().at(0).integer(), 0) << "the held permit was not counted";
+}
+
 // A refresh sets the expiry of the fair semaphore's keys to its last member's: the waiter info
 // too, or it outlived owners after the waiter with the latest deadline left, keeping the
 // entries of waiters that were gone (each later arrival then carried them on).

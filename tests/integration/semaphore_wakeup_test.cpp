@@ -452,5 +452,108 @@ TEST_F(SemaphoreHandoffTest, APermitHandedToAWaiterThatGaveUpIsGivenBack) {
   }
 }
 
+// The fair variant's handoff: a release walks the line in ticket order and makes every waiter
+// whose permits fit, counting everyone ahead of it, a holder itself (sem_release.lua).
+class SemaphoreFairHandoffTest : public SemaphoreWakeupBase {
+ protected:
+  bool fair() const override { return true; }
+  // Entries of waiter info that offer a handoff.
+  std::size_t offering() {
+    std::size_t count = 0;
+    reply entries = client_.exec({"HVALS", keys().waiter_info});
+    for (const auto& e : entries.elements()) {
+      if (e.str().find(" f") != std::string::npos) ++count;
+    }
+    return count;
+  }
+};
+
+TEST_F(SemaphoreFairHandoffTest, AReleaseMakesTheWaiterAHolderWithoutAnotherAttempt) {
+  load_scripts();
+  semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
+  semaphore waiter{client_, test_key(), 1, options({.ttl = 30s, .retry_delay = 4s})};
+  auto held = holder.try_acquire();
+  ASSERT_TRUE(held);
+  auto acquired = std::async(std::launch::async, [&] { return waiter.try_acquire_for(20s); });
+  wait_for_queue(1);
+  ASSERT_EQ(offering(), 1u);
+  auto before = scripts_run();
+  auto released = steady::now();
+  EXPECT_FALSE(held.release());
+  auto got = acquired.get();
+  auto waited = steady::now() - released;
+  ASSERT_TRUE(got);
+  EXPECT_LT(waited, 1s) << ms(waited) << " ms";
+  EXPECT_EQ(scripts_run() - before, 1) << "the waiter ran an attempt after the release";
+  EXPECT_GT(got.fencing_token(), held.fencing_token());
+  // A holder now: its place in line kept, its expiry the TTL, no waiter entry.
+  EXPECT_FALSE(client_.exec({"ZSCORE", keys().expiries, got.value()}).is_nil());
+  EXPECT_FALSE(client_.exec({"ZSCORE", keys().owners, got.value()}).is_nil());
+  EXPECT_EQ(client_.exec({"HLEN", keys().waiter_info}).integer(), 0);
+  EXPECT_GT(client_.exec({"PTTL", keys().expiries}).integer(), 25'000);
+  EXPECT_GT(got.remaining(), 25s);
+  semaphore late{client_, test_key(), 1, options()};
+  EXPECT_FALSE(late.try_acquire()) << "the handed-over permit was not counted";
+  EXPECT_FALSE(got.release());
+  EXPECT_EQ(client_.exec({"ZCARD", keys().expiries}).integer(), 0);
+}
+
+// A waiter for 2 permits of 2 behind two holders of 1: the first release leaves it neither
+// handed over nor woken (what is in line up to it does not fit), the second hands it both.
+TEST_F(SemaphoreFairHandoffTest, AWaiterIsHandedItsPermitsOnlyWhenAllAheadOfItFit) {
+  load_scripts();
+  semaphore a{client_, test_key(), 2, options({.ttl = 30s})};
+  semaphore b{client_, test_key(), 2, options({.ttl = 30s})};
+  semaphore w{client_, test_key(), 2, options({.ttl = 30s, .retry_delay = 4s})};
+  auto held_a = a.try_acquire();
+  auto held_b = b.try_acquire();
+  ASSERT_TRUE(held_a && held_b);
+  auto acquired = std::async(std::launch::async, [&] { return w.try_acquire_for(20s, 2); });
+  wait_for_queue(1);
+  auto before = scripts_run();
+  EXPECT_FALSE(held_a.release());
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(scripts_run() - before, 1) << "the waiter was woken for permits that do not fit";
+  EXPECT_EQ(offering(), 1u);
+  EXPECT_EQ(acquired.wait_for(0s), std::future_status::timeout);
+  before = scripts_run();
+  EXPECT_FALSE(held_b.release());
+  auto got = acquired.get();
+  ASSERT_TRUE(got);
+  EXPECT_EQ(scripts_run() - before, 1);
+  EXPECT_EQ(client_.exec({"HGET", keys().weights, got.value()}).str(), "2");
+  semaphore late{client_, test_key(), 2, options()};
+  EXPECT_FALSE(late.try_acquire());
+  EXPECT_FALSE(got.release());
+}
+
+// A waiter whose process is gone (nobody listens on its channel) loses its place at the
+// release that would have handed it the permit, and the one behind it is served instead.
+TEST_F(SemaphoreFairHandoffTest, AWaiterThatNoLongerListensIsDroppedAndTheNextServed) {
+  load_scripts();
+  semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
+  semaphore waiter{client_, test_key(), 1, options({.ttl = 30s, .retry_delay = 4s})};
+  auto held = holder.try_acquire();
+  ASSERT_TRUE(held);
+  // Ahead of the real waiter: an entry offering a handoff on a channel nobody listens on.
+  auto now_s = std::stoll(client_.exec({"TIME"}).elements()[0].str());
+  auto live_until = std::to_string(now_s * 1000 + 20'000);
+  client_.exec({"ZADD", keys().owners, "2", "ghost"});
+  client_.exec({"ZADD", keys().expiries, live_until, "ghost"});
+  client_.exec({"HSET", keys().waiter_info, "ghost",
+                live_until + " dlock:wake:nobody f1:30000:0:1"});
+  auto acquired = std::async(std::launch::async, [&] { return waiter.try_acquire_for(20s); });
+  wait_for_queue(2);
+  auto before = scripts_run();
+  EXPECT_FALSE(held.release());
+  auto got = acquired.get();
+  ASSERT_TRUE(got);
+  // Handed over by that release, not found by a poll of its own (after its 2-4 s backstop).
+  EXPECT_EQ(scripts_run() - before, 1);
+  EXPECT_TRUE(client_.exec({"ZSCORE", keys().owners, "ghost"}).is_nil());
+  EXPECT_TRUE(client_.exec({"ZSCORE", keys().expiries, "ghost"}).is_nil());
+  EXPECT_FALSE(got.release());
+}
+
 }  // namespace
 }  // namespace dlock

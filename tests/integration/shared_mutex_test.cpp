@@ -1,6 +1,7 @@
 // The read-write lock against a real redis-server: readers overlap, a writer overlaps nobody,
 // fences grow across both kinds, a waiting writer is overtaken by no reader that came after it,
-// one release wakes a whole batch of readers, and each reader's hold expires on its own.
+// one release hands the lock to a whole batch of readers, and each reader's hold expires on its
+// own.
 #include "dlock/shared_mutex.hpp"
 
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include "dlock/key_layout.hpp"
 #include "dlock/semaphore.hpp"
 #include "support/checks.hpp"
+#include "support/commandstats.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
@@ -206,6 +208,59 @@ TEST_F(SharedMutexTest, AWritersReleaseWakesTheWholeBatchOfReadersBehindIt) {
   let_go = true;
   EXPECT_TRUE(eventually([&] { return last_reader_holds.load(); }, 4s))
       << "the reader behind the second writer was not woken after it";
+}
+
+// The handoff: a writer's release makes the readers queued behind it holders itself, up to the
+// next writer, in that one script; none of them runs an attempt of its own after it. The next
+// writer's place is left as it was: its turn comes with the last of those readers' releases.
+TEST_F(SharedMutexTest, AWritersReleaseHandsTheLockToTheBatchOfReadersInOneScript) {
+  shared_mutex_options slow_polls{.retry_delay = 10s};
+  shared_mutex rw{client_, test_key(), slow_polls};
+  lease writer = rw.acquire();
+  auto keys = shared_mutex_keys_for(test_key());
+  // Queued and offering a handoff (with a wake channel): n entries of waiter info with " f".
+  auto offering = [&](std::size_t n) {
+    return eventually([&] {
+      std::size_t count = 0;
+      reply entries = client_.exec({"HVALS", keys.waiter_info});
+      for (const auto& e : entries.elements()) {
+        if (e.str().find(" f") != std::string::npos) ++count;
+      }
+      return count == n;
+    });
+  };
+  std::vector<std::future<lease>> readers;
+  for (int i = 0; i < 3; ++i) {
+    readers.push_back(std::async(std::launch::async, [&] {
+      shared_mutex mine{client{server_.url()}, test_key(), slow_polls};
+      std::error_code ec;
+      return mine.acquire_shared_until(std::chrono::steady_clock::now() + 30s, ec);
+    }));
+  }
+  ASSERT_TRUE(offering(3)) << "the readers did not queue behind the writer";
+  auto next_writer = std::async(std::launch::async, [&] {
+    shared_mutex mine{client{server_.url()}, test_key(), slow_polls};
+    std::error_code ec;
+    return mine.acquire_until(std::chrono::steady_clock::now() + 30s, ec);
+  });
+  ASSERT_TRUE(offering(4));
+  auto before = test::scripts_run(client_);
+  EXPECT_FALSE(writer.release());
+  std::vector<lease> held;
+  for (auto& r : readers) {
+    ASSERT_EQ(r.wait_for(4s), std::future_status::ready) << "a reader was not handed the lock";
+    held.push_back(r.get());
+    ASSERT_TRUE(held.back());
+    EXPECT_GT(held.back().fencing_token(), writer.fencing_token());
+  }
+  EXPECT_EQ(test::scripts_run(client_) - before, 1) << "a reader ran an attempt of its own";
+  EXPECT_EQ(next_writer.wait_for(100ms), std::future_status::timeout);
+  EXPECT_TRUE(offering(1)) << "the next writer's place changed";
+  for (auto& l : held) EXPECT_FALSE(l.release());
+  ASSERT_EQ(next_writer.wait_for(4s), std::future_status::ready);
+  lease second = next_writer.get();
+  ASSERT_TRUE(second);
+  for (auto& l : held) EXPECT_GT(second.fencing_token(), l.fencing_token());
 }
 
 // A queued writer that gives up lets the readers it kept waiting in at once: its leaving wakes

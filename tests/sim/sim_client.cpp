@@ -552,7 +552,7 @@ void sim_client::release_permit() {
   r.id = ++release_serial_;
   r.code = &detail::sem_release_script;
   r.keys = detail::semaphore_release_keys(k);
-  r.args = {token_, sem_->limit_text};
+  r.args = {token_, sem_->limit_text, sem_->variant_text};
   r.timeout = sem_->node_timeout;
   w_.call(c_, r, [this, cycle = cycle_](std::error_code ec, const reply& answer) {
     if (cycle != cycle_ || phase_ != phase::releasing) return;

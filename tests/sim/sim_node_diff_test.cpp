@@ -168,9 +168,10 @@ class step_generator {
       }
       case 13: case 14: case 15: semaphore_acquire(s); break;
       case 16: case 17: case 18: {
-        const auto& k = semaphore();
-        script(s, sem_release, {k.expiries, k.weights, k.waiters, k.waiter_info, k.fence},
-               {token(), std::to_string(1 + below(3))});
+        bool fair = below(2) == 0;
+        const auto& k = semaphore(fair);
+        script(s, sem_release, {k.expiries, k.weights, k.waiters, k.waiter_info, k.fence, k.tickets},
+               {token(), std::to_string(1 + below(3)), fair ? "fair" : ""});
         break;
       }
       case 19: {
@@ -270,9 +271,12 @@ class step_generator {
     std::size_t limit = 1 + below(3);
     std::string permits = std::to_string(1 + below(limit));
     if (fair) {
+      std::string waiter = below(3) ? channel() : "";
+      // Some accept a handoff from the release ("<attempt>").
+      if (!waiter.empty() && below(2)) waiter += " " + std::to_string(below(3));
       script(s, sem_fair_acquire, {k.owners, k.expiries, k.weights, k.tickets, k.waiter_info, k.fence},
              {token(), std::to_string(limit), permits, ttl(),
-              pick<std::string>({"0", "100", "1000"}), below(3) ? channel() : ""});
+              pick<std::string>({"0", "100", "1000"}), waiter});
     } else {
       std::string waiter = below(3) ? pick<std::string>({"1000", "5000"}) + " " + channel() : "";
       // Some accept a handoff from the release ("<attempt>").

@@ -233,8 +233,8 @@ TEST(SemaphoreAcquisitionTest, QueuesForWakeUpsOnlyWhenAnotherAttemptCanFollow) 
     acquisition a(t, "tok", 1, no_deadline, 2, 0);
     EXPECT_TRUE(a.queues_next(t0)) << fair;
     auto r = attempt(a, t0, "dlock:wake:c");
-    // The unfair variant's entry also offers a handoff for attempt 0 (sem_release.lua).
-    EXPECT_EQ(r.args.back(), fair ? "dlock:wake:c" : "1000 dlock:wake:c 0") << fair;
+    // The entry also offers a handoff for attempt 0 (sem_release.lua).
+    EXPECT_EQ(r.args.back(), fair ? "dlock:wake:c 0" : "1000 dlock:wake:c 0") << fair;
     answer(a, r, t0, fair ? ints({0, 4, 1}) : ints({0, 9}));
     ASSERT_TRUE(a.take_sleep()) << fair;
     EXPECT_FALSE(a.queues_next(t0 + 40ms)) << fair;  // out of attempts
@@ -272,34 +272,40 @@ TEST(SemaphoreAcquisitionTest, AHandoffWhileAsleepGrantsFromTheQueuingAttemptsSt
 
 // With an attempt in flight the handoff waits for its answer: that attempt could otherwise
 // run after our release and take a permit that nobody holds.
+// Both variants: the fair one's answers carry the rank too.
 TEST(SemaphoreAcquisitionTest, AHandoffDuringAnAttemptWaitsForItsAnswer) {
-  auto t = base_semaphore();
-  for (int answer_kind : {0, 1, 2}) {  // not granted, granted, transport error
-    acquisition a(t, "tok", 1, no_deadline, INT_MAX, 0);
-    answer(a, attempt(a, t0, "dlock:wake:c"), t0, ints({0, 500}));
-    ASSERT_TRUE(a.take_sleep());
-    auto second = attempt(a, t0 + 40ms, "dlock:wake:c");
-    EXPECT_FALSE(a.on_handoff(t0 + 41ms, "77 0")) << answer_kind;
-    EXPECT_FALSE(a.take_outcome()) << answer_kind;
-    if (answer_kind == 0) {
-      // It ran before the release (else it would have found itself holding): the handoff
-      // stands.
-      answer(a, second, t0 + 42ms, ints({0, 500}));
-      auto o = a.take_outcome();
-      ASSERT_TRUE(o);
-      EXPECT_FALSE(o->ec);
-      EXPECT_EQ(o->fence, 77u);
-      EXPECT_EQ(o->valid_until, t0 + 988ms);  // from attempt 0's start
-    } else if (answer_kind == 1) {
-      answer(a, second, t0 + 42ms, ints({1, 78}));  // ran after it: its own grant
-      auto o = a.take_outcome();
-      ASSERT_TRUE(o);
-      EXPECT_EQ(o->fence, 78u);
-      EXPECT_EQ(o->valid_until, t0 + 40ms + 988ms);
-    } else {
-      answer(a, second, t0 + 42ms, reply{}, errc::timeout);  // may still run: a wake-up only
-      EXPECT_FALSE(a.take_outcome());
-      EXPECT_TRUE(a.take_sleep());
+  for (bool fair : {false, true}) {
+    SCOPED_TRACE(fair ? "fair" : "unfair");
+    auto t = fair ? fair_semaphore() : base_semaphore();
+    auto not_granted = fair ? ints({0, 4, 1}) : ints({0, 500});
+    auto granted = fair ? ints({1, 78, 0}) : ints({1, 78});
+    for (int answer_kind : {0, 1, 2}) {  // not granted, granted, transport error
+      acquisition a(t, "tok", 1, no_deadline, INT_MAX, 0);
+      answer(a, attempt(a, t0, "dlock:wake:c"), t0, not_granted);
+      ASSERT_TRUE(a.take_sleep());
+      auto second = attempt(a, t0 + 40ms, "dlock:wake:c");
+      EXPECT_FALSE(a.on_handoff(t0 + 41ms, "77 0")) << answer_kind;
+      EXPECT_FALSE(a.take_outcome()) << answer_kind;
+      if (answer_kind == 0) {
+        // It ran before the release (else it would have found itself holding): the handoff
+        // stands.
+        answer(a, second, t0 + 42ms, not_granted);
+        auto o = a.take_outcome();
+        ASSERT_TRUE(o);
+        EXPECT_FALSE(o->ec);
+        EXPECT_EQ(o->fence, 77u);
+        EXPECT_EQ(o->valid_until, t0 + 988ms);  // from attempt 0's start
+      } else if (answer_kind == 1) {
+        answer(a, second, t0 + 42ms, granted);  // ran after it: its own grant
+        auto o = a.take_outcome();
+        ASSERT_TRUE(o);
+        EXPECT_EQ(o->fence, 78u);
+        EXPECT_EQ(o->valid_until, t0 + 40ms + 988ms);
+      } else {
+        answer(a, second, t0 + 42ms, reply{}, errc::timeout);  // may still run: a wake-up only
+        EXPECT_FALSE(a.take_outcome());
+        EXPECT_TRUE(a.take_sleep());
+      }
     }
   }
 }
@@ -321,14 +327,42 @@ TEST(SemaphoreAcquisitionTest, AHandoffThatCameTooLateIsAWakeUp) {
   EXPECT_EQ(o->fence, 80u);
 }
 
-// The fair variant grants by rank: its entries offer no handoff, and a message is a wake-up.
-TEST(SemaphoreAcquisitionTest, TheFairVariantTakesNoHandoff) {
+// The fair variant takes a handoff between attempts as the unfair one does; on a cluster
+// neither offers one (the wake-up count may miss the waiter), and a message is a wake-up.
+TEST(SemaphoreAcquisitionTest, TheFairVariantTakesAHandoffButNotOnACluster) {
   auto t = fair_semaphore();
   acquisition a(t, "tok", 1, no_deadline, INT_MAX, 0);
   answer(a, attempt(a, t0, "dlock:wake:c"), t0, ints({0, 4, 1}));
   ASSERT_TRUE(a.take_sleep());
-  EXPECT_FALSE(a.on_handoff(t0 + 5ms, "77 0"));
-  EXPECT_FALSE(a.take_outcome());
+  EXPECT_TRUE(a.on_handoff(t0 + 5ms, "77 0"));
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_FALSE(o->ec);
+  EXPECT_EQ(o->fence, 77u);
+  EXPECT_TRUE(a.take_requests().empty());  // the release dequeued it: nothing to clean up
+
+  t.cluster = true;
+  acquisition on_cluster(t, "tok2", 1, no_deadline, INT_MAX, 0);
+  auto r = attempt(on_cluster, t0, "dlock:wake:c");
+  EXPECT_EQ(r.args.back(), "dlock:wake:c");
+  answer(on_cluster, r, t0, ints({0, 4, 1}));
+  ASSERT_TRUE(on_cluster.take_sleep());
+  EXPECT_FALSE(on_cluster.on_handoff(t0 + 5ms, "77 0"));
+  EXPECT_FALSE(on_cluster.take_outcome());
+}
+
+// An attempt whose answer was lost may have left a permit: a give-up after it cleans up even
+// when the last attempt neither was granted nor queued (in quarantine it leaves a held permit).
+TEST(SemaphoreAcquisitionTest, AGiveUpAfterALostAnswerCleansUp) {
+  auto t = fair_semaphore();
+  acquisition a(t, "tok", 1, no_deadline, 2, 0);
+  answer(a, attempt(a, t0, ""), t0, reply{}, errc::timeout);
+  ASSERT_TRUE(a.take_sleep());
+  answer(a, attempt(a, t0 + 40ms, ""), t0 + 40ms, ints({0, 0, 1}));
+  auto cleanup = a.take_requests();
+  ASSERT_EQ(cleanup.size(), 1u);
+  EXPECT_EQ(cleanup[0].code, &sem_release_script);
+  EXPECT_EQ(cleanup[0].args, (std::vector<std::string>{"tok", "2", "fair"}));
 }
 
 TEST(SemaphoreAcquisitionTest, TransportErrorsRetryButCleanUpWhenGivingUp) {
