@@ -81,7 +81,8 @@ struct semaphore_keys {
   std::string fence;        ///< fencing counter, drawn at each grant; expires a TTL after set
   std::string waiters;      ///< who a release wakes, in ticket order
   /// queued waiters: token -> "<deadline ms>[ <channel>[ woken]]", or for one that takes a
-  /// handoff (unfair) "<deadline ms> <channel> h<permits>:<ttl ms>:<attempt>:<limit>"
+  /// handoff "<deadline ms> <channel> h<permits>:<ttl ms>:<attempt>:<limit>" (unfair; the
+  /// fair variant's offer starts with "f")
   std::string waiter_info;
   std::string tickets;      ///< the counter that hands out the queue's tickets
 };

@@ -209,7 +209,8 @@ struct acquisition::impl {
   std::optional<outcome> result;
   bool finished = false;
   bool queued = false;
-  // Semaphore: an attempt's answer was lost, so it may have left a permit or a place behind.
+  // Semaphore: an attempt's answer was lost or came too late, so it may have left a permit or
+  // a place behind.
   bool attempt_lost = false;
   // Lock: when each round began, by index.
   std::vector<steady::time_point> round_started;
@@ -690,7 +691,8 @@ struct acquisition::impl {
                               std::move(done_round.votes.votes()));
       }
       // Granted too late to be of use. The entry is ours: a retry renews it, giving up drops
-      // it.
+      // it (also after a later attempt that a quarantine refused, which leaves it be).
+      attempt_lost = true;
       return retry_or_give_up(now, delay, errc::lease_expired, true, done_round.votes.votes());
     }
     retry_or_give_up(now, delay, errc::not_acquired, parsed.queued, done_round.votes.votes());

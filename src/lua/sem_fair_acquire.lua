@@ -126,6 +126,15 @@ if rank < limit and quarantine_left() == 0 then
   end
 end
 
+-- A token that holds a permit (a live expiry and no waiter entry: a release handed it over, or
+-- an earlier attempt's answer was lost) and is refused, which only quarantine does, neither
+-- queues nor leaves: its entries stay for the give-up, as sem_acquire.lua keeps them in
+-- quarantine (an engine that accepted a handoff meanwhile holds the permit; one that did not
+-- gives it back). An offer queued onto a holder would be handed over again after quarantine.
+local place = redis.call('HGET', info, owner)
+local expiry = redis.call('ZSCORE', timeouts, owner)
+if expiry and not place then return {0, 0, rank} end
+
 if queue_ms > 0 then
   -- Rewriting the entry clears a " woken" mark: this poll was the wake-up's answer.
   local entry = tostring(now + queue_ms)
@@ -142,16 +151,8 @@ end
 -- Not queueing (a try, or an acquisition's last attempt). A live place that an earlier attempt
 -- of this acquisition queued for with a wake channel stays until the give-up that follows
 -- (sem_release.lua, which the engine sends after any attempt queued with a channel), so that
--- its leaving wakes those it kept waiting. Nor is a permit this token holds dropped here (a
--- live expiry and no waiter entry: a release handed it over, or an earlier attempt's answer was
--- lost): such a token is refused only in quarantine, where it keeps its entries as
--- sem_acquire.lua keeps them, for the give-up (an engine that accepted the handoff meanwhile
--- holds the permit; one that did not gives it back). Any other entry of this token goes now.
-local place = redis.call('HGET', info, owner)
-local expiry = redis.call('ZSCORE', timeouts, owner)
-if expiry and (not place or string.find(place, ' ', 1, true)) then
-  return {0, 0, rank}
-end
+-- its leaving wakes those it kept waiting. Any other entry of this token goes now.
+if expiry and string.find(place, ' ', 1, true) then return {0, 0, rank} end
 redis.call('ZREM', owners, owner)
 redis.call('ZREM', timeouts, owner)
 redis.call('HDEL', weights, owner)

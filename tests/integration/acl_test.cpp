@@ -10,6 +10,7 @@
 #include <fstream>
 #include <future>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -18,10 +19,15 @@
 
 #include "access.hpp"
 #include "dlock/client.hpp"
+#include "dlock/election.hpp"
 #include "dlock/error.hpp"
+#include "dlock/key_layout.hpp"
+#include "dlock/latch.hpp"
 #include "dlock/mutex.hpp"
 #include "dlock/semaphore.hpp"
+#include "dlock/shared_mutex.hpp"
 #include "net/inbox.hpp"
+#include "support/checks.hpp"
 #include "support/commandstats.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
@@ -31,6 +37,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
+using test::eventually;
 using test::redis_server;
 
 // The rules exactly as docs/security.md gives them: the words of the ``` block that follows
@@ -243,6 +250,85 @@ TEST_F(AclTest, SemaphoresNeedTheirAdditions) {
   lease denied = s.acquire(ec);
   EXPECT_FALSE(denied);
   EXPECT_EQ(ec, errc::no_permission) << ec.message();
+}
+
+// A read-write lock needs what a semaphore needs: a writer's release hands the lock to the
+// readers queued behind it.
+TEST_F(AclTest, ReadWriteLocksNeedWhatSemaphoresNeed) {
+  client u = user("rw", lock_rule() + semaphore_rule());
+  shared_mutex_options slow_polls{.retry_delay = 10s, .key_prefix = "locks:"};
+  shared_mutex rw{u, name_, slow_polls};
+  lease writer = rw.acquire();
+  auto reader = std::async(std::launch::async, [&] {
+    shared_mutex mine{u, name_, slow_polls};
+    std::error_code ec;
+    return bool(mine.acquire_shared_until(std::chrono::steady_clock::now() + 30s, ec));
+  });
+  // Queued, offering a handoff on its wake channel.
+  auto info = shared_mutex_keys_for("locks:" + name_).waiter_info;
+  ASSERT_TRUE(eventually([&] {
+    reply entries = admin_.exec({"HVALS", info});
+    return entries.elements().size() == 1 && contains(entries.elements()[0].str(), " f");
+  }));
+  EXPECT_FALSE(writer.release());
+  // Handed over by the release: its next poll is 5-10 s away.
+  ASSERT_EQ(reader.wait_for(4s), std::future_status::ready);
+  EXPECT_TRUE(reader.get());
+  expect_no_denials();
+}
+
+// Elections and latches with the additions docs/security.md names: a least-privilege user
+// campaigns, is seen by an observer (subscribed, not reading every second), resigns, and counts
+// a latch down to a waiter, and nothing is refused.
+TEST_F(AclTest, ElectionsAndLatchesNeedTheirAdditions) {
+  client u = user("elector", lock_rule() + documented_rule("elections") +
+                                 documented_rule("latches"));
+  election_options under_prefix;
+  under_prefix.lock.key_prefix = "locks:";
+  election candidate{u, name_, "host-a", under_prefix};
+  std::mutex seen_mutex;
+  std::vector<election_event> seen;
+  auto watching = candidate.observe([&](const election_event& e) {
+    std::lock_guard guard(seen_mutex);
+    seen.push_back(e);
+  });
+  lease leadership = candidate.campaign();
+  auto term = leadership.fencing_token();
+  EXPECT_EQ(candidate.leader().value, "host-a");
+  EXPECT_FALSE(candidate.resign(leadership));
+  auto saw_both = [&] {
+    std::lock_guard guard(seen_mutex);
+    return seen.size() >= 2;
+  };
+  EXPECT_TRUE(eventually(saw_both, 5s));
+  {
+    std::lock_guard guard(seen_mutex);
+    ASSERT_GE(seen.size(), 2u);
+    EXPECT_EQ(seen[0].what, election_event::change::elected);
+    EXPECT_EQ(seen[0].term, term);
+    EXPECT_EQ(seen[1].what, election_event::change::ended);
+    EXPECT_EQ(seen[1].term, term);
+  }
+  watching.stop();
+
+  latch gate{u, name_ + ":gate", {.key_prefix = "locks:"}};
+  std::error_code ec;
+  ASSERT_TRUE(gate.try_set_count(2, ec)) << ec.message();
+  auto opened = std::async(std::launch::async, [&] {
+    std::error_code wait_ec;
+    return gate.wait_for(10s, wait_ec);
+  });
+  EXPECT_EQ(gate.count_down(ec), 1);
+  EXPECT_EQ(gate.count_down(ec), 0);
+  ASSERT_EQ(opened.wait_for(15s), std::future_status::ready);
+  EXPECT_TRUE(opened.get());
+  expect_no_denials();
+
+  // Without them: the lock rule alone records refusals.
+  client l = user("no-additions", lock_rule());
+  election refused{l, name_ + ":other", "host-b", under_prefix};
+  lease denied = refused.try_campaign(ec);
+  EXPECT_FALSE(acl_log().empty());
 }
 
 TEST_F(AclTest, WithoutEvalshaTheErrorNamesIt) {

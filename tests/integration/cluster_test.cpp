@@ -12,6 +12,7 @@
 #include "access.hpp"
 #include "dlock/diagnostics.hpp"
 #include "dlock/dlock.hpp"
+#include "support/checks.hpp"
 #include "support/fake_peer.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/test_keys.hpp"
@@ -163,6 +164,54 @@ TEST_F(ClusterTest, LockNamesOfEveryShapeKeepTheirKeysInOneSlot) {
   std::error_code ec;
   EXPECT_FALSE(s.try_acquire(ec));
   EXPECT_EQ(ec, errc::not_acquired);
+}
+
+// The read-write lock on a cluster: its keys stay in the name's slot (CROSSSLOT would fail its
+// scripts), readers share it, a writer excludes them, and a writer's release wakes a reader
+// queued on another master's client through the slot's master (no handoff on a cluster: the
+// reader's own attempt follows the wake-up, well before its 5-10 s backstop).
+TEST_F(ClusterTest, AReadWriteLockKeepsItsKeysInOneSlotAndWakesItsReaders) {
+  for (std::string name : {"plain", "a{b}c", "a}b"}) {
+    SCOPED_TRACE(name);
+    auto key = test::test_key() + name;
+    shared_mutex rw{client_, key, {.retry_delay = 10s}};
+    lease first = rw.acquire_shared();
+    lease second = rw.acquire_shared();
+    ASSERT_TRUE(first && second);
+    std::error_code ec;
+    EXPECT_FALSE(rw.try_acquire(ec));
+    EXPECT_EQ(ec, errc::not_acquired) << ec.message();
+    EXPECT_FALSE(first.release());
+    EXPECT_FALSE(second.release());
+    lease writer = rw.acquire();
+    ASSERT_TRUE(writer);
+    EXPECT_FALSE(rw.try_acquire_shared(ec));
+    EXPECT_EQ(ec, errc::not_acquired) << ec.message();
+
+    int master = cluster_.owner_of(hash_slot(key));
+    client other{cluster_.seed_url((master + 1) % 3)};
+    lease got;
+    std::thread reader([&] {
+      shared_mutex mine{other, key, {.retry_delay = 10s}};
+      std::error_code wait_ec;
+      got = mine.acquire_shared_until(std::chrono::steady_clock::now() + 20s, wait_ec);
+    });
+    // Queued and subscribed: its entry names its wake channel.
+    auto info = shared_mutex_keys_for(key).waiter_info;
+    EXPECT_TRUE(test::eventually([&] {
+      reply entries = client_.exec({"HVALS", info});
+      return entries.elements().size() == 1 &&
+             entries.elements()[0].str().find(' ') != std::string::npos;
+    }));
+    auto writer_fence = writer.fencing_token();
+    auto released_at = std::chrono::steady_clock::now();
+    EXPECT_FALSE(writer.release());
+    reader.join();
+    ASSERT_TRUE(got);
+    EXPECT_LT(std::chrono::steady_clock::now() - released_at, 4s) << "found by its own poll";
+    EXPECT_GT(got.fencing_token(), writer_fence);
+    EXPECT_FALSE(got.release());
+  }
 }
 
 TEST_F(ClusterTest, AReleaseWakesItsWaiterThroughTheSlotsMasterOnly) {

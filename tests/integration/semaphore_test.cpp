@@ -599,6 +599,10 @@ TEST_F(SemaphoreTest, FairLastAttemptInQuarantineKeepsAHeldPermit) {
   client_.exec({"SET", std::string(node_quarantine_key), "1", "PX", "5000"});
   EXPECT_EQ(fair_attempt(client_, test_key(), "holder", "1", "1", "10000", "0")
                 .elements().at(0).integer(), 0);
+  // Nor does one that would queue put a waiter's entry onto the holder.
+  EXPECT_EQ(fair_attempt(client_, test_key(), "holder", "1", "1", "10000", "300")
+                .elements().at(0).integer(), 0);
+  EXPECT_TRUE(client_.exec({"HGET", keys.waiter_info, "holder"}).is_nil());
   EXPECT_EQ(fair_attempt(client_, test_key(), "newcomer", "1", "1", "10000", "0")
                 .elements().at(0).integer(), 0);
   client_.exec({"DEL", std::string(node_quarantine_key)});

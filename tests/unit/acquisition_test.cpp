@@ -353,16 +353,27 @@ TEST(SemaphoreAcquisitionTest, TheFairVariantTakesAHandoffButNotOnACluster) {
 
 // An attempt whose answer was lost may have left a permit: a give-up after it cleans up even
 // when the last attempt neither was granted nor queued (in quarantine it leaves a held permit).
-TEST(SemaphoreAcquisitionTest, AGiveUpAfterALostAnswerCleansUp) {
+// So does one after a grant that came too late to be of use.
+TEST(SemaphoreAcquisitionTest, AGiveUpAfterALostOrLateAnswerCleansUp) {
   auto t = fair_semaphore();
-  acquisition a(t, "tok", 1, no_deadline, 2, 0);
-  answer(a, attempt(a, t0, ""), t0, reply{}, errc::timeout);
-  ASSERT_TRUE(a.take_sleep());
-  answer(a, attempt(a, t0 + 40ms, ""), t0 + 40ms, ints({0, 0, 1}));
-  auto cleanup = a.take_requests();
-  ASSERT_EQ(cleanup.size(), 1u);
-  EXPECT_EQ(cleanup[0].code, &sem_release_script);
-  EXPECT_EQ(cleanup[0].args, (std::vector<std::string>{"tok", "2", "fair"}));
+  for (bool lost : {true, false}) {
+    SCOPED_TRACE(lost ? "lost" : "too late");
+    acquisition a(t, "tok", 1, no_deadline, 2, 0);
+    auto first = attempt(a, t0, "");
+    if (lost) {
+      answer(a, first, t0, reply{}, errc::timeout);
+    } else {
+      answer(a, first, t0 + 2s, ints({1, 80, 0}));  // past the TTL (1 s)
+    }
+    ASSERT_TRUE(a.take_sleep());
+    auto next = a.take_requests();
+    ASSERT_TRUE(next.empty());
+    answer(a, attempt(a, t0 + 2s, ""), t0 + 2s, ints({0, 0, 1}));
+    auto cleanup = a.take_requests();
+    ASSERT_EQ(cleanup.size(), 1u);
+    EXPECT_EQ(cleanup[0].code, &sem_release_script);
+    EXPECT_EQ(cleanup[0].args, (std::vector<std::string>{"tok", "2", "fair"}));
+  }
 }
 
 TEST(SemaphoreAcquisitionTest, TransportErrorsRetryButCleanUpWhenGivingUp) {
