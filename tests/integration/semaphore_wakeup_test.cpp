@@ -62,6 +62,54 @@ class SemaphoreWakeupBase : public ::testing::Test {
 
   long long scripts_run() { return test::scripts_run(client_); }
 
+  // Entries of waiter info that offer a handoff (" h..." unfair, " f..." fair).
+  std::size_t offering() {
+    std::size_t count = 0;
+    reply entries = client_.exec({"HVALS", keys().waiter_info});
+    for (const auto& e : entries.elements()) {
+      if (e.str().find(fair() ? " f" : " h") != std::string::npos) ++count;
+    }
+    return count;
+  }
+
+  // A holder of the only permit releases while a waiter is queued, asleep in its 2-4 s
+  // backstop: the release alone makes the waiter a holder, which runs no attempt after it.
+  void expect_the_release_makes_the_waiter_a_holder() {
+    load_scripts();
+    semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
+    semaphore waiter{client_, test_key(), 1, options({.ttl = 30s, .retry_delay = 4s})};
+    auto held = holder.try_acquire();
+    ASSERT_TRUE(held);
+    auto acquired = std::async(std::launch::async, [&] { return waiter.try_acquire_for(20s); });
+    wait_for_queue(1);
+    ASSERT_EQ(offering(), 1u);
+    std::this_thread::sleep_for(50ms);
+    auto before = scripts_run();
+    auto released = steady::now();
+    EXPECT_FALSE(held.release());
+    auto got = acquired.get();
+    auto waited = steady::now() - released;
+    ASSERT_TRUE(got);
+    EXPECT_LT(waited, 1s) << ms(waited) << " ms";
+    EXPECT_EQ(scripts_run() - before, 1) << "the waiter ran an attempt after the release";
+    EXPECT_GT(got.fencing_token(), held.fencing_token());
+    // A holder now, with the TTL as its expiry and no waiter entry; the fair variant's keeps
+    // its place in line (holders rank there too), the unfair one's leaves the queue.
+    EXPECT_FALSE(client_.exec({"ZSCORE", keys().expiries, got.value()}).is_nil());
+    if (fair()) {
+      EXPECT_FALSE(client_.exec({"ZSCORE", keys().owners, got.value()}).is_nil());
+    } else {
+      EXPECT_EQ(client_.exec({"ZCARD", keys().waiters}).integer(), 0);
+    }
+    EXPECT_EQ(client_.exec({"HLEN", keys().waiter_info}).integer(), 0);
+    EXPECT_GT(client_.exec({"PTTL", keys().expiries}).integer(), 25'000);
+    EXPECT_GT(got.remaining(), 25s);
+    semaphore late{client_, test_key(), 1, options()};
+    EXPECT_FALSE(late.try_acquire()) << "the handed-over permit was not counted";
+    EXPECT_FALSE(got.release());  // the permit is the waiter's own
+    EXPECT_EQ(client_.exec({"ZCARD", keys().expiries}).integer(), 0);
+  }
+
   // Loads every semaphore script, so that no NOSCRIPT round trip is counted later.
   void load_scripts() {
     semaphore warm{client_, test_key("warm"), 1, options()};
@@ -349,28 +397,7 @@ class SemaphoreHandoffTest : public SemaphoreWakeupBase {
 };
 
 TEST_F(SemaphoreHandoffTest, AReleaseMakesTheWaiterAHolderWithoutAnotherAttempt) {
-  load_scripts();
-  semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
-  semaphore waiter{client_, test_key(), 1, options({.ttl = 30s, .retry_delay = 4s})};
-  auto held = holder.try_acquire();
-  ASSERT_TRUE(held);
-  auto acquired = std::async(std::launch::async, [&] { return waiter.try_acquire_for(20s); });
-  wait_for_queue(1);
-  std::this_thread::sleep_for(50ms);  // asleep in its 4-8 s backstop
-  auto before = scripts_run();
-  auto released = steady::now();
-  EXPECT_FALSE(held.release());
-  auto got = acquired.get();
-  auto waited = steady::now() - released;
-  ASSERT_TRUE(got);
-  EXPECT_LT(waited, 1s) << ms(waited) << " ms";
-  EXPECT_EQ(scripts_run() - before, 1) << "the waiter ran an attempt after the release";
-  EXPECT_GT(got.fencing_token(), held.fencing_token());
-  EXPECT_FALSE(client_.exec({"ZSCORE", keys().expiries, got.value()}).is_nil());
-  EXPECT_EQ(client_.exec({"ZCARD", keys().waiters}).integer(), 0);
-  EXPECT_GT(got.remaining(), 25s);
-  EXPECT_FALSE(got.release());  // the permit is the waiter's own
-  EXPECT_EQ(client_.exec({"ZCARD", keys().expiries}).integer(), 0);
+  expect_the_release_makes_the_waiter_a_holder();
 }
 
 // A waiter for 2 permits of 2 while two holders have 1 each: the first release frees one,
@@ -457,45 +484,10 @@ TEST_F(SemaphoreHandoffTest, APermitHandedToAWaiterThatGaveUpIsGivenBack) {
 class SemaphoreFairHandoffTest : public SemaphoreWakeupBase {
  protected:
   bool fair() const override { return true; }
-  // Entries of waiter info that offer a handoff.
-  std::size_t offering() {
-    std::size_t count = 0;
-    reply entries = client_.exec({"HVALS", keys().waiter_info});
-    for (const auto& e : entries.elements()) {
-      if (e.str().find(" f") != std::string::npos) ++count;
-    }
-    return count;
-  }
 };
 
 TEST_F(SemaphoreFairHandoffTest, AReleaseMakesTheWaiterAHolderWithoutAnotherAttempt) {
-  load_scripts();
-  semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
-  semaphore waiter{client_, test_key(), 1, options({.ttl = 30s, .retry_delay = 4s})};
-  auto held = holder.try_acquire();
-  ASSERT_TRUE(held);
-  auto acquired = std::async(std::launch::async, [&] { return waiter.try_acquire_for(20s); });
-  wait_for_queue(1);
-  ASSERT_EQ(offering(), 1u);
-  auto before = scripts_run();
-  auto released = steady::now();
-  EXPECT_FALSE(held.release());
-  auto got = acquired.get();
-  auto waited = steady::now() - released;
-  ASSERT_TRUE(got);
-  EXPECT_LT(waited, 1s) << ms(waited) << " ms";
-  EXPECT_EQ(scripts_run() - before, 1) << "the waiter ran an attempt after the release";
-  EXPECT_GT(got.fencing_token(), held.fencing_token());
-  // A holder now: its place in line kept, its expiry the TTL, no waiter entry.
-  EXPECT_FALSE(client_.exec({"ZSCORE", keys().expiries, got.value()}).is_nil());
-  EXPECT_FALSE(client_.exec({"ZSCORE", keys().owners, got.value()}).is_nil());
-  EXPECT_EQ(client_.exec({"HLEN", keys().waiter_info}).integer(), 0);
-  EXPECT_GT(client_.exec({"PTTL", keys().expiries}).integer(), 25'000);
-  EXPECT_GT(got.remaining(), 25s);
-  semaphore late{client_, test_key(), 1, options()};
-  EXPECT_FALSE(late.try_acquire()) << "the handed-over permit was not counted";
-  EXPECT_FALSE(got.release());
-  EXPECT_EQ(client_.exec({"ZCARD", keys().expiries}).integer(), 0);
+  expect_the_release_makes_the_waiter_a_holder();
 }
 
 // A waiter for 2 permits of 2 behind two holders of 1: the first release leaves it neither
