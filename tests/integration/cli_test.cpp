@@ -1000,6 +1000,12 @@ TEST_F(CliTest, StatusOfASemaphoreShowsHoldersPermitsAndWaiters) {
   EXPECT_NE(fair_json.out.find("\"waiters\":[{\"token\":"), std::string::npos) << fair_json.out;
   EXPECT_EQ(fair_json.out.find("\"waiters\":[{\"token\":\"" + held.value()), std::string::npos)
       << "the holder is no waiter: " << fair_json.out;
+  // A fair waiter that waits for wake-ups takes a handoff too (once it is subscribed).
+  EXPECT_TRUE(eventually([&] {
+    fair_json =
+        run({"-r", server_.url(), "status", "--json", "--semaphore", "1", "--fair", fair_key});
+    return fair_json.out.find("\"takes_handoff\":true}") != std::string::npos;
+  }, 5s)) << fair_json.out;
   EXPECT_FALSE(held.release());
   EXPECT_TRUE(queued_waiter.get());
   // A semaphore lives on one node; --fair alone is a usage error.

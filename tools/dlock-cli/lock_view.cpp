@@ -398,12 +398,13 @@ semaphore_view inspect_semaphore(client& node, const std::string& key, bool fair
   }
   if (with_queue) {
     // "<deadline ms>[ <channel>[ woken]]": " woken" until the waiter's next attempt; or
-    // "<deadline ms> <channel> h<permits>:<ttl ms>:<attempt>:<limit>" (unfair): a release may
-    // make it a holder (sem_release.lua).
+    // "<deadline ms> <channel> h<permits>:<ttl ms>:<attempt>:<limit>" (unfair; "f..." fair): a
+    // release may make it a holder (sem_release.lua).
     view.waiters = live_waiters(e[5], info, now,
                                 [](waiter_view& w, const std::vector<std::string_view>& f) {
                                   w.woken = f.size() >= 3 && f.back() == "woken";
-                                  w.takes_handoff = f.size() >= 3 && f[2].starts_with('h');
+                                  w.takes_handoff = f.size() >= 3 && (f[2].starts_with('h') ||
+                                                                      f[2].starts_with('f'));
                                 });
   }
   return view;
