@@ -15,6 +15,7 @@
 #include <array>
 #include <charconv>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 namespace dlock {
@@ -106,6 +107,18 @@ std::string tag_for_slot(std::uint16_t slot) {
   }();
   if (first[slot] > 0xffff) throw std::logic_error("dlock: no hash tag for a slot");  // unreachable
   return four_chars(first[slot]);
+}
+
+std::vector<std::vector<std::size_t>> slot_groups(const std::vector<std::string>& keys) {
+  std::vector<std::pair<std::uint16_t, std::size_t>> by_slot;
+  for (std::size_t i = 0; i < keys.size(); ++i) by_slot.emplace_back(hash_slot(keys[i]), i);
+  std::sort(by_slot.begin(), by_slot.end());
+  std::vector<std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < by_slot.size(); ++i) {
+    if (i == 0 || by_slot[i].first != by_slot[i - 1].first) groups.emplace_back();
+    groups.back().push_back(by_slot[i].second);
+  }
+  return groups;
 }
 
 }  // namespace detail

@@ -3,13 +3,15 @@
 // that each name's queued mutex waiter is handed its key as after a mutex's release.
 #include "dlock/lock_set.hpp"
 
+#include <asio/steady_timer.hpp>
+
 #include <algorithm>
-#include <thread>
 
 #include "algo/acquisition.hpp"
 #include "algo/quorum_round.hpp"
 #include "algo/retry.hpp"
 #include "dlock/key_layout.hpp"
+#include "key_layout_internal.hpp"
 #include "lease_state.hpp"
 #include "option_checks.hpp"
 #include "script.hpp"
@@ -23,11 +25,23 @@ class lock_set_core final : public lease_owner,
  public:
   lock_set_core(client node, std::vector<std::string> keys, lock_options options)
       : node_(std::move(node)), keys_(std::move(keys)), options_(std::move(options)) {
-    for (const auto& k : keys_) {
-      auto companions = lock_keys_for(k);
-      script_keys_.push_back(k);
-      script_keys_.push_back(companions.fence);
-      companions_.push_back(std::move(companions));
+    for (const auto& k : keys_) companions_.push_back(lock_keys_for(k));
+    // On a single node every key is the node's: one group, one script.
+    std::vector<std::vector<std::size_t>> members;
+    if (node_.where().is_cluster()) {
+      members = slot_groups(keys_);
+    } else {
+      members.emplace_back(keys_.size());
+      for (std::size_t i = 0; i < keys_.size(); ++i) members.back()[i] = i;
+    }
+    for (auto& m : members) {
+      key_group group;
+      for (auto i : m) {
+        group.script_keys.push_back(keys_[i]);
+        group.script_keys.push_back(companions_[i].fence);
+      }
+      group.members = std::move(m);
+      groups_.push_back(std::move(group));
     }
     for (const auto& k : keys_) label_ += (label_.empty() ? "" : ",") + k;
     node_timeout_ = effective_node_timeout(options_.node_timeout, options_.ttl,
@@ -41,46 +55,30 @@ class lock_set_core final : public lease_owner,
   std::chrono::milliseconds retry_delay() const noexcept { return options_.retry_delay; }
   io_executor get_executor() const noexcept override { return node_.get_executor(); }
 
+  using attempt_handler = unique_function<void(std::error_code, lease, long long wait_hint)>;
+
   // One attempt, under a token of its own: the cleanup of a failed attempt is not awaited and
   // may run late (behind an EVAL fallback after NOSCRIPT, or on a connection given up after a
   // timeout), so a token shared with the next attempt could delete the keys that one took.
   // The price: a failed attempt that lands after its cleanup leaves its keys held by nobody
   // until they expire. `wait_hint`: on not_acquired, the PTTL of the key in the way (-1: unknown).
-  lease attempt(std::error_code& ec, long long& wait_hint) {
-    wait_hint = -1;
-    auto state = std::make_shared<lease_state>();
-    state->token = random_token() + ".0";
-    auto start = steady::now();
-    std::vector<std::string> args{state->token, std::to_string(options_.ttl.count())};
-    reply r = wait<reply>(ec, [&](auto handler) {
-      run_script(node_, acquire_all_script, script_keys_, std::move(args), node_timeout_,
-                 std::move(handler));
-    });
-    if (!ec && r.is_error()) ec = error_from_reply(r);
-    const auto& e = r.elements();
-    if (!ec && (!r.is_array() || e.size() < 2 || !e[0].is_integer() || !e[1].is_integer())) {
-      ec = errc::protocol_error;
-    }
-    if (ec) {
-      // A timeout may have taken the keys, an error midway part of them (a script is not
-      // rolled back): give back whatever holds this token. Harmless where nothing does.
-      release_keys(state->token, {});
-      return {};
-    }
-    if (e[0].integer() != 1) {
-      ec = errc::not_acquired;
-      if (e.size() == 3 && e[2].is_integer()) wait_hint = e[2].integer();
-      return {};
-    }
-    state->fence = static_cast<std::uint64_t>(e[1].integer());
-    auto until = start + options_.ttl - drift_allowance(options_.ttl, options_.drift_factor);
-    if (steady::now() >= until) {
-      release_keys(state->token, {});
-      ec = errc::lease_expired;
-      return {};
-    }
-    state->set_deadline(until);
-    return make_lease(shared_from_this(), std::move(state));
+  // The slots are taken one script each, in slot order (slot_groups); a refusal or an error in
+  // one gives back those taken before, so the attempt never waits while holding part of the set.
+  void start_attempt(attempt_handler done) {
+    auto run = std::make_shared<attempt_run>();
+    run->state->token = random_token() + ".0";
+    run->start = steady::now();
+    run->fences.assign(groups_.size(), 0);
+    run->done = std::move(done);
+    take_group(shared_from_this(), std::move(run));
+  }
+
+  // Attempts until the set is held, an error that retrying cannot cure, or `deadline`. Between
+  // two it sleeps retry_delay (jittered), or until the key that was in the way expires, when
+  // sooner (the lock's retry policy, algo/retry.hpp).
+  void start_acquire(steady::time_point deadline, unique_function<void(std::error_code, lease)> done) {
+    auto loop = std::make_shared<acquire_loop>(shared_from_this(), deadline, std::move(done));
+    acquire_loop::attempt(std::move(loop));
   }
 
   void start_release(const std::shared_ptr<lease_state>& state, done_handler handler) override {
@@ -99,6 +97,122 @@ class lock_set_core final : public lease_owner,
   }
 
  private:
+  struct attempt_run {
+    std::shared_ptr<lease_state> state = std::make_shared<lease_state>();
+    steady::time_point start;
+    std::size_t next_group = 0;
+    std::uint64_t top_fence = 0;
+    std::vector<std::uint64_t> fences;  // each group's, as its script drew it
+    attempt_handler done;
+  };
+
+  struct acquire_loop {
+    acquire_loop(std::shared_ptr<lock_set_core> c, steady::time_point d,
+                 unique_function<void(std::error_code, lease)> h)
+        : core(std::move(c)), deadline(d), timer(core->get_executor()), done(std::move(h)) {}
+
+    static void attempt(std::shared_ptr<acquire_loop> self) {
+      auto* core = self->core.get();
+      core->start_attempt([self = std::move(self)](std::error_code ec, lease l,
+                                                   long long hint) mutable {
+        if (l || !is_retryable(ec)) return self->done(ec, std::move(l));
+        auto now = steady::now();
+        if (now >= self->deadline) return self->done(ec, {});
+        auto sleep = jittered_delay(self->core->retry_delay(), jitter_random());
+        if (hint >= 0) sleep = std::min<steady::duration>(sleep, std::chrono::milliseconds(hint + 1));
+        sleep = std::max<steady::duration>(sleep, std::chrono::milliseconds(1));  // retry_delay 0
+        if (self->deadline != steady::time_point::max()) sleep = std::min(sleep, self->deadline - now);
+        self->timer.expires_after(sleep);
+        auto* timer = &self->timer;
+        timer->async_wait([self = std::move(self)](std::error_code) mutable {
+          attempt(std::move(self));
+        });
+      });
+    }
+
+    std::shared_ptr<lock_set_core> core;
+    steady::time_point deadline;
+    asio::steady_timer timer;
+    unique_function<void(std::error_code, lease)> done;
+  };
+
+  static void take_group(std::shared_ptr<lock_set_core> self, std::shared_ptr<attempt_run> run) {
+    if (run->next_group == self->groups_.size()) return raise_fences(std::move(self), std::move(run));
+    auto& group = self->groups_[run->next_group];
+    std::vector<std::string> args{run->state->token, std::to_string(self->options_.ttl.count())};
+    auto* core = self.get();
+    run_script(core->node_, acquire_all_script, group.script_keys, std::move(args),
+               core->node_timeout_,
+               [self = std::move(self), run = std::move(run)](std::error_code ec, reply r) mutable {
+                 if (!ec && r.is_error()) ec = error_from_reply(r);
+                 const auto& e = r.elements();
+                 if (!ec && (!r.is_array() || e.size() < 2 || !e[0].is_integer() ||
+                             !e[1].is_integer())) {
+                   ec = errc::protocol_error;
+                 }
+                 // A timeout may have taken the group's keys, an error midway part of them (a
+                 // script is not rolled back): give_up releases whatever holds this token.
+                 if (ec) return give_up(*self, *run, ec, -1);
+                 if (e[0].integer() != 1) {
+                   long long hint = e.size() == 3 && e[2].is_integer() ? e[2].integer() : -1;
+                   return give_up(*self, *run, errc::not_acquired, hint);
+                 }
+                 auto fence = static_cast<std::uint64_t>(e[1].integer());
+                 run->fences[run->next_group++] = fence;
+                 run->top_fence = std::max(run->top_fence, fence);
+                 take_group(std::move(self), std::move(run));
+               });
+  }
+
+  // One token for the set: each slot drew its own, so the counters of the slots that drew less
+  // are raised to the highest (fence_raise.lua), which every name's next token will exceed.
+  // Nobody draws on these names meanwhile: the set holds them.
+  static void raise_fences(std::shared_ptr<lock_set_core> self, std::shared_ptr<attempt_run> run) {
+    struct tally {
+      std::size_t pending = 1;  // one for the loop below, so that no answer finishes early
+      std::error_code first_error;
+    };
+    auto t = std::make_shared<tally>();
+    auto finish = [self, run, t]() {
+      if (--t->pending > 0) return;
+      if (t->first_error) return give_up(*self, *run, t->first_error, -1);
+      grant(*self, *run);
+    };
+    std::string top = std::to_string(run->top_fence);
+    std::string ttl_ms = std::to_string(self->options_.ttl.count());
+    for (std::size_t g = 0; g < self->groups_.size(); ++g) {
+      if (run->fences[g] == run->top_fence) continue;
+      for (auto i : self->groups_[g].members) {
+        ++t->pending;
+        run_script(self->node_, fence_raise_script, {self->companions_[i].fence}, {top, ttl_ms},
+                   self->node_timeout_, [t, finish](std::error_code ec, reply r) mutable {
+                     if (!ec && r.is_error()) ec = error_from_reply(r);
+                     if (!ec && !r.is_integer()) ec = errc::protocol_error;
+                     if (ec && !t->first_error) t->first_error = ec;
+                     finish();
+                   });
+      }
+    }
+    finish();
+  }
+
+  static void grant(lock_set_core& self, attempt_run& run) {
+    auto& o = self.options_;
+    auto until = run.start + o.ttl - drift_allowance(o.ttl, o.drift_factor);
+    if (steady::now() >= until) return give_up(self, run, errc::lease_expired, -1);
+    run.state->fence = run.top_fence;
+    run.state->set_deadline(until);
+    auto done = std::move(run.done);
+    done({}, make_lease(self.shared_from_this(), std::move(run.state)), -1);
+  }
+
+  // Gives back whatever holds the attempt's token (harmless where nothing does), not awaited.
+  static void give_up(lock_set_core& self, attempt_run& run, std::error_code ec, long long hint) {
+    self.release_keys(run.state->token, {});
+    auto done = std::move(run.done);
+    done(ec, {}, hint);
+  }
+
   // Each key's release.lua, together: success when every key was still ours, not_held when
   // some were not (gone, or taken after they expired), else the first error. `done` may be
   // empty.
@@ -163,7 +277,11 @@ class lock_set_core final : public lease_owner,
   client node_;
   std::vector<std::string> keys_;
   std::vector<lock_keys> companions_;
-  std::vector<std::string> script_keys_;  // acquire_all.lua's: key, fence, key, fence ...
+  struct key_group {
+    std::vector<std::size_t> members;      // indices into keys_, all in one slot
+    std::vector<std::string> script_keys;  // acquire_all.lua's: key, fence, key, fence ...
+  };
+  std::vector<key_group> groups_;  // in the order they are taken
   std::string label_;
   lock_options options_;
   std::chrono::milliseconds node_timeout_{};
@@ -178,7 +296,6 @@ std::vector<std::string> checked_keys(const client& node, std::vector<std::strin
   using detail::reject_argument;
   if (names.empty()) reject_argument("a lock set needs at least one name");
   if (names.size() > 1000) reject_argument("a lock set takes at most 1000 names");
-  if (node.where().is_cluster()) reject_argument("a lock set does not run on Redis Cluster yet");
   if (o.fair || o.copies > 1 || !o.reentrant.empty()) {
     reject_argument("a lock set takes neither fair, copies nor reentrant");
   }
@@ -210,25 +327,24 @@ lock_set::~lock_set() = default;
 const std::vector<std::string>& lock_set::keys() const noexcept { return core_->keys(); }
 
 lease lock_set::try_acquire(std::error_code& ec) {
-  long long hint = -1;
-  return core_->attempt(ec, hint);
+  return detail::wait<lease>(ec, [this](auto handler) { start_try_acquire(std::move(handler)); });
 }
 
-// The retry policy is the lock's (algo/retry.hpp): jittered retry_delay, cut short to the
-// expiry of the key that was in the way.
 lease lock_set::acquire_until(clock::time_point deadline, std::error_code& ec) {
-  for (;;) {
-    long long hint = -1;
-    lease l = core_->attempt(ec, hint);
-    if (l || !detail::is_retryable(ec)) return l;
-    auto now = clock::now();
-    if (now >= deadline) return {};
-    auto sleep = detail::jittered_delay(core_->retry_delay(), detail::jitter_random());
-    if (hint >= 0) sleep = std::min<clock::duration>(sleep, std::chrono::milliseconds(hint + 1));
-    sleep = std::max<clock::duration>(sleep, std::chrono::milliseconds(1));  // retry_delay 0
-    if (deadline != clock::time_point::max()) sleep = std::min(sleep, deadline - now);
-    std::this_thread::sleep_for(sleep);
-  }
+  return detail::wait<lease>(ec, [&](auto handler) { start_acquire(deadline, std::move(handler)); });
+}
+
+detail::io_executor lock_set::get_executor() const noexcept { return core_->get_executor(); }
+
+void lock_set::start_try_acquire(detail::unique_function<void(std::error_code, lease)> handler) {
+  core_->start_attempt([h = std::move(handler)](std::error_code ec, lease l, long long) mutable {
+    h(ec, std::move(l));
+  });
+}
+
+void lock_set::start_acquire(clock::time_point deadline,
+                             detail::unique_function<void(std::error_code, lease)> handler) {
+  core_->start_acquire(deadline, std::move(handler));
 }
 
 lease lock_all(client node, std::vector<std::string> names, lock_options options) {

@@ -1,12 +1,16 @@
 /// @file
 /// dlock/lock_set.hpp: several locks taken together, all or none, under one lease.
-/// - lock_set:  a fixed set of lock names on one Redis node; acquire, try_acquire,
-///              acquire_until, each returning one lease for the whole set
+/// - lock_set:  a fixed set of lock names on one Redis node or a Redis Cluster; acquire,
+///              try_acquire, acquire_until and their async forms, each giving one lease for the
+///              whole set
 /// - lock_all:  the same as a function: waits until every name is held, returns the lease
 ///
-/// The set is taken by one script on the node, which sets every key or none: no client ever
-/// holds part of a set, so clients locking overlapping sets, in any order, cannot deadlock
-/// (no hold-and-wait). The keys are the names' ordinary lock keys, so a set excludes and is
+/// On one node the set is taken by one script, which sets every key or none. On a Redis
+/// Cluster the names are grouped by slot and each slot's are taken by one script, slot after
+/// slot in ascending slot order (the same global order for every client); when a slot's names
+/// are held by another, the slots already taken are released before the attempt ends. No
+/// attempt ever waits while holding part of a set, so clients locking overlapping sets, in any
+/// order, cannot deadlock (no hold-and-wait). The keys are the names' ordinary lock keys, so a set excludes and is
 /// excluded by a single-node dlock::mutex of any of its names on the same node (not a Redlock
 /// mutex over several nodes, which could win a quorum elsewhere); releasing the set hands each
 /// key to that key's first queued mutex waiter, as a mutex's release does. A set does not
@@ -23,17 +27,20 @@
 /// (1) A renewal that finds any of the names gone or another's loses the lease. An acquisition
 /// waits by polling (retry_delay, or sooner when the holder's key expires sooner), not in the
 /// names' wait queues: a set would otherwise queue in several, holding places in some while
-/// waiting in others. Redis Cluster and the replication guard are refused (invalid_argument);
-/// retry_count is not used (acquire waits until it holds the set or its deadline passes).
+/// waiting in others. N independent nodes (Redlock) are not offered, and the replication
+/// guard is refused (invalid_argument); retry_count is not used (acquire waits until it holds the set or its deadline passes).
 /// The lease's key() is the keys joined by ',' (a label, not a key).
 #pragma once
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dlock/client.hpp"
+#include "dlock/detail/async.hpp"
+#include "dlock/detail/unique_function.hpp"
 #include "dlock/error.hpp"
 #include "dlock/export.hpp"
 #include "dlock/lease.hpp"
@@ -45,22 +52,24 @@ namespace detail {
 class lock_set_core;
 }
 
-/// A fixed set of lock names on one node, acquired all or none. lock_set.hpp has the rest.
+/// A fixed set of lock names on one node or cluster, acquired all or none. lock_set.hpp has the
+/// rest.
 class DLOCK_EXPORT lock_set {
  public:
   using clock = std::chrono::steady_clock;  ///< the clock of deadlines and validity
 
   /// The locks `names` (keys key_prefix + name; duplicates count once) on `node`. Throws
   /// std::system_error(errc::invalid_argument), before any I/O, for no names or more than
-  /// 1000, any name a dlock::mutex refuses, options a mutex refuses, `fair` or `copies`, a
-  /// redis-cluster:// client, and a client with the replication guard.
+  /// 1000, any name a dlock::mutex refuses, options a mutex refuses, `fair`, `copies` or
+  /// `reentrant`, and a client with the replication guard.
   lock_set(client node, std::vector<std::string> names, lock_options options = {});
   ~lock_set();
   lock_set(const lock_set&) = delete;
   lock_set& operator=(const lock_set&) = delete;
 
   /// One attempt: a lease holding every name, or an empty lease with not_acquired when any is
-  /// held (by another set or mutex), or the node's error. Blocks for one round trip.
+  /// held (by another set or mutex), or the node's error. Blocks for one round trip (on a
+  /// cluster, one per slot of the set's names).
   lease try_acquire(std::error_code& ec);
   /// Attempts until every name is held or `deadline` (steady_clock) passes (not_acquired, or
   /// the last error). Between two attempts it sleeps retry_delay (jittered), or until the key
@@ -69,10 +78,41 @@ class DLOCK_EXPORT lock_set {
   /// Attempts until every name is held.
   lease acquire(std::error_code& ec) { return acquire_until(clock::time_point::max(), ec); }
 
+  /// Asynchronous try_acquire(): signature void(std::error_code, lease).
+  template <class CompletionToken>
+  auto async_try_acquire(CompletionToken&& token) {
+    return detail::initiate<void(std::error_code, lease)>(
+        std::forward<CompletionToken>(token), get_executor(),
+        [this](detail::unique_function<void(std::error_code, lease)> h) {
+          start_try_acquire(std::move(h));
+        });
+  }
+  /// Asynchronous acquire_until(): signature void(std::error_code, lease). It goes on when the
+  /// lock_set object is gone.
+  template <class CompletionToken>
+  auto async_acquire_until(clock::time_point deadline, CompletionToken&& token) {
+    return detail::initiate<void(std::error_code, lease)>(
+        std::forward<CompletionToken>(token), get_executor(),
+        [this, deadline](detail::unique_function<void(std::error_code, lease)> h) {
+          start_acquire(deadline, std::move(h));
+        });
+  }
+  /// Asynchronous acquire(): signature void(std::error_code, lease).
+  template <class CompletionToken>
+  auto async_acquire(CompletionToken&& token) {
+    return async_acquire_until(clock::time_point::max(), std::forward<CompletionToken>(token));
+  }
+
   /// The keys, sorted, without duplicates.
   const std::vector<std::string>& keys() const noexcept;
+  /// dlock's I/O executor, where async completions run unless the handler names another.
+  detail::io_executor get_executor() const noexcept;
 
  private:
+  void start_try_acquire(detail::unique_function<void(std::error_code, lease)> handler);
+  void start_acquire(clock::time_point deadline,
+                     detail::unique_function<void(std::error_code, lease)> handler);
+
   std::shared_ptr<detail::lock_set_core> core_;
 };
 

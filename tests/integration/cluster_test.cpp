@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <random>
+#include <set>
 #include <thread>
 
 #include "access.hpp"
@@ -735,6 +737,89 @@ TEST(ClusterCopiesTest, AFailoverThatLosesTheGrantGivesTwoHoldersInModeOneButNot
   EXPECT_FALSE(second_three) << "3 copies gave the lock to a second client";
   EXPECT_EQ(ec, errc::not_acquired) << ec.message();
   EXPECT_FALSE(held_three.extend()) << "the holder keeps a quorum of its copies";
+}
+
+// Names in three slots: one script per slot, in slot order. A name held in the last slot sends
+// the attempt back with nothing kept; one fence serves the set, above every name's tokens
+// before it, and every name's next token is above it (the slots that drew less are raised).
+TEST_F(ClusterTest, ALockSetAcrossSlotsIsAllOrNothingWithOneFence) {
+  auto base = test::test_key();
+  std::vector<std::string> names{base + "a", base + "b", base + "c"};
+  std::sort(names.begin(), names.end(),
+            [](const auto& x, const auto& y) { return hash_slot(x) < hash_slot(y); });
+  ASSERT_LT(hash_slot(names[0]), hash_slot(names[1]));
+  ASSERT_LT(hash_slot(names[1]), hash_slot(names[2]));
+  mutex first{client_, names[0]}, last{client_, names[2]};
+  std::uint64_t before = 0;
+  for (int i = 0; i < 5; ++i) before = std::max(before, first.acquire().fencing_token());
+  auto held_last = last.acquire();
+  before = std::max(before, held_last.fencing_token());
+
+  lock_set set{client_, names, {.ttl = 30s}};  // outlives the wait below
+  std::error_code ec;
+  EXPECT_FALSE(set.try_acquire(ec));
+  EXPECT_EQ(ec, errc::not_acquired);
+  EXPECT_TRUE(test::eventually([&] {
+    return client_.exec({"EXISTS", names[0]}).integer() == 0 &&
+           client_.exec({"EXISTS", names[1]}).integer() == 0;
+  })) << "the slots taken before the refusal were kept";
+
+  held_last.release();
+  auto held = set.try_acquire(ec);
+  ASSERT_TRUE(held) << ec.message();
+  for (const auto& n : names) EXPECT_EQ(client_.exec({"GET", n}).str(), held.value()) << n;
+  auto fence = held.fencing_token();
+  EXPECT_GT(fence, before);
+  mutex middle{client_, names[1]};
+  EXPECT_FALSE(middle.try_acquire(ec)) << "a name of a held set is excluded";
+  held.keep_alive();
+  EXPECT_FALSE(held.release());
+  for (const auto& n : names) {
+    EXPECT_GT(mutex(client_, n).acquire().fencing_token(), fence) << n;
+  }
+}
+
+TEST_F(ClusterTest, OverlappingLockSetsAcrossSlotsNeverDeadlockAndCountersAreExact) {
+  constexpr int threads = 4, rounds = 25, names = 5;
+  auto base = test::test_key();
+  auto name = [&](int i) { return base + "n" + std::to_string(i); };
+  std::vector<std::atomic<int>> expected(names);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937 random(static_cast<unsigned>(t));
+      client mine{cluster_.seed_url()};
+      for (int r = 0; r < rounds; ++r) {
+        std::vector<int> picked(names);
+        for (int i = 0; i < names; ++i) picked[static_cast<std::size_t>(i)] = i;
+        std::shuffle(picked.begin(), picked.end(), random);
+        picked.resize(1 + random() % 3);  // 1 to 3 names, in a random order
+        std::vector<std::string> set;
+        for (int i : picked) set.push_back(name(i));
+        lock_set locks{mine, set, {.ttl = 5s, .retry_delay = 5ms}};
+        std::error_code ec;
+        auto held = locks.acquire_until(std::chrono::steady_clock::now() + 30s, ec);
+        ASSERT_TRUE(held) << ec.message();
+        for (int i : picked) {  // read-modify-write, not atomic: the set must exclude
+          auto key = name(i) + ":count";
+          auto now = mine.exec({"GET", key});
+          long long v = now.is_nil() ? 0 : std::stoll(now.str());
+          mine.exec({"SET", key, std::to_string(v + 1)});
+          ++expected[static_cast<std::size_t>(i)];
+        }
+        EXPECT_FALSE(held.release());
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  std::set<std::uint16_t> slots;
+  for (int i = 0; i < names; ++i) {
+    slots.insert(hash_slot(name(i)));
+    auto got = client_.exec({"GET", name(i) + ":count"});
+    EXPECT_EQ(got.is_nil() ? 0 : std::stoll(got.str()), expected[static_cast<std::size_t>(i)].load())
+        << name(i);
+  }
+  EXPECT_GT(slots.size(), 1u) << "the names should span slots";
 }
 
 }  // namespace

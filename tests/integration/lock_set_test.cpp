@@ -170,7 +170,7 @@ TEST_F(LockSetTest, BadInputIsRefusedBeforeAnyIo) {
   EXPECT_TRUE(refused([&] { lock_set{client_, {"a", "{x}:fence"}}; }));
   EXPECT_TRUE(refused([&] { lock_set{client_, {"a"}, {.ttl = 0ms}}; }));
   EXPECT_TRUE(refused([&] { lock_set{client_, {"a"}, {.fair = true}}; }));
-  EXPECT_TRUE(refused([&] { lock_set{client{"redis-cluster://127.0.0.1:1"}, {"a"}}; }));
+  EXPECT_TRUE(refused([&] { lock_set{client_, {"a"}, {.reentrant = "me"}}; }));
   lock_set dup{client_, {"b", "a", "b"}};
   EXPECT_EQ(dup.keys(), (std::vector<std::string>{"a", "b"}));
   // A key of another type is a clear error, and nothing of the set is taken.
@@ -200,6 +200,30 @@ TEST_F(LockSetTest, AReleaseAfterPartOfTheSetWasLostSaysSo) {
   EXPECT_EQ(held.release(), errc::not_held);
   EXPECT_EQ(client_.exec({"EXISTS", name(1)}).integer(), 0);            // ours: freed
   EXPECT_EQ(client_.exec({"GET", name(2)}).str(), "someone else");       // theirs: untouched
+}
+
+TEST_F(LockSetTest, AsyncAcquireWaitsForTheNameInTheWayAndGoesOnWhenTheSetIsGone) {
+  using outcome = std::pair<std::error_code, lease>;
+  mutex b{client_, name(2)};
+  auto held_b = b.acquire();
+  std::promise<outcome> tried, acquired;
+  {
+    lock_set ab{client_, {name(1), name(2)}, {.retry_delay = 20ms}};
+    ab.async_try_acquire([&](std::error_code ec, lease l) { tried.set_value({ec, std::move(l)}); });
+    auto [tried_ec, tried_lease] = tried.get_future().get();
+    EXPECT_FALSE(tried_lease);
+    EXPECT_EQ(tried_ec, errc::not_acquired);
+    ab.async_acquire([&](std::error_code ec, lease l) { acquired.set_value({ec, std::move(l)}); });
+  }
+  auto waiting = acquired.get_future();
+  EXPECT_EQ(waiting.wait_for(300ms), std::future_status::timeout) << "took a held name";
+  held_b.release();
+  ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready);
+  auto [ec, both] = waiting.get();
+  ASSERT_TRUE(both) << ec.message();
+  EXPECT_EQ(client_.exec({"GET", name(1)}).str(), both.value());
+  EXPECT_EQ(client_.exec({"GET", name(2)}).str(), both.value());
+  EXPECT_FALSE(both.release());
 }
 
 }  // namespace

@@ -6,10 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <rapidcheck/gtest.h>
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -144,6 +146,31 @@ TEST(KeyLayoutTest, ReviewExamplesAreInTheirSlotAndDistinct) {
     }
     EXPECT_FALSE(is_companion_key(name)) << name;
   }
+}
+
+// A lock set's order across slots: every key once, groups by ascending slot, one slot each.
+RC_GTEST_PROP(KeyLayoutProperty, SlotGroupsPartitionTheKeysInSlotOrder,
+              (std::vector<std::string> keys)) {
+  keys.push_back("{t}a");
+  keys.push_back("{t}b");  // two that share a slot
+  auto groups = detail::slot_groups(keys);
+  std::vector<std::size_t> seen;
+  std::optional<std::uint16_t> previous;
+  for (const auto& group : groups) {
+    RC_ASSERT(!group.empty());
+    auto slot = hash_slot(keys[group.front()]);
+    if (previous) RC_ASSERT(*previous < slot);
+    previous = slot;
+    for (std::size_t i = 0; i < group.size(); ++i) {
+      RC_ASSERT(hash_slot(keys[group[i]]) == slot);
+      if (i > 0) RC_ASSERT(group[i - 1] < group[i]);
+      seen.push_back(group[i]);
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  std::vector<std::size_t> all(keys.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  RC_ASSERT(seen == all);
 }
 
 RC_GTEST_PROP(KeyLayoutProperty, EveryKeyIsInTheNamesSlot, ()) {
