@@ -28,10 +28,7 @@ constexpr std::size_t max_value_bytes = 64 * 1024;
 
 std::vector<client> checked_nodes(std::vector<client> nodes, const election_options& o,
                                   const std::string& value) {
-  for (const auto& n : nodes) {
-    if (n.where().is_cluster()) reject_argument("an election does not run on Redis Cluster");
-  }
-  if (o.lock.copies > 1) reject_argument("an election does not run on Redis Cluster (copies)");
+  if (o.lock.copies > 1) reject_argument("an election does not take copies");
   if (!o.lock.reentrant.empty()) reject_argument("an election is not reentrant");
   if (value.size() > max_value_bytes) reject_argument("an election's value is over 64 KiB");
   return nodes;

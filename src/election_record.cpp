@@ -237,7 +237,7 @@ void election_watch::start() {
   };
   for (const auto& n : nodes_) {
     subscribers_.push_back(
-        std::make_shared<channel_subscriber>(n.where(), n.options(), record_, news));
+        std::make_shared<channel_subscriber>(n, record_, news));
   }
   for (auto& s : subscribers_) s->start();
   asio::post(recheck_timer_.get_executor(), [news] { news(""); });

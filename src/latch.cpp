@@ -40,7 +40,7 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
     // The message itself says it opened: a latch with a TTL shorter than a round trip may be
     // gone by the time a read comes, and must not look abandoned then.
     subscriber_ = std::make_shared<channel_subscriber>(
-        node_.where(), node_.options(), channel_, [weak](std::string_view payload) {
+        node_, channel_, [weak](std::string_view payload) {
           auto self = weak.lock();
           if (!self) return;
           if (payload == "open") return self->finish({});
@@ -150,7 +150,6 @@ latch::latch(client node, std::string name, latch_options options)
   if (options_.ttl < std::chrono::milliseconds(1) || options_.ttl > max_ttl) {
     reject_argument("TTL must be 1 ms to 30 days");
   }
-  if (node_.where().is_cluster()) reject_argument("a latch does not run on Redis Cluster yet");
   channel_ = latch_channel(key_);
 }
 

@@ -15,7 +15,8 @@
 /// long as its lease, and publishes it; observers subscribe and read the record.
 ///
 /// Thread-safety: an election may be shared by the threads of a process; each campaign returns
-/// its own lease. Redis Cluster is not supported (errc::invalid_argument).
+/// its own lease. On a Redis Cluster the lock key and the record share the name's slot, and
+/// observers subscribe on that slot's master.
 ///
 /// |           | campaign()                   | resign(lease)               | lease lost / expired   |
 /// |-----------|------------------------------|-----------------------------|------------------------|
@@ -106,7 +107,7 @@ class DLOCK_EXPORT election {
   /// The election `name` (its lock key is options.lock.key_prefix + name) as seen by a
   /// candidate whose leadership shows `value` to observers (at most 64 KiB; may be empty).
   /// Throws std::system_error(errc::invalid_argument), before any I/O, for what dlock::mutex
-  /// refuses, a value over 64 KiB, copies, and a redis-cluster:// client.
+  /// refuses, a value over 64 KiB, copies, and reentrant.
   election(client node, std::string name, std::string value, election_options options = {});
   /// The same over N independent nodes (Redlock): leadership needs a majority.
   election(std::vector<client> nodes, std::string name, std::string value,

@@ -46,7 +46,8 @@ class DLOCK_EXPORT latch {
 
   /// The latch `name` (key key_prefix + name). Throws std::system_error(errc::invalid_argument),
   /// before any I/O, for an empty name, a key over max_key_bytes or one of dlock's companion
-  /// keys, a TTL outside 1 ms..30 days, and a redis-cluster:// client.
+  /// keys, and a TTL outside 1 ms..30 days. On a Redis Cluster the count and its channel
+  /// share the name's slot, and waiters subscribe on that slot's master.
   latch(client node, std::string name, latch_options options = {});
 
   /// Creates the latch with `count` (1 .. 2^53) if it does not exist: true; false when it

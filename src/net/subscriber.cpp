@@ -2,48 +2,80 @@
 
 #include <asio/post.hpp>
 
+#include "access.hpp"
+#include "dlock/key_layout.hpp"
+#include "net/cluster.hpp"
+
 namespace dlock::detail {
 namespace {
 constexpr std::chrono::milliseconds min_backoff{250}, max_backoff{10'000};
 }
 
-channel_subscriber::channel_subscriber(endpoint where, client_options options,
-                                       std::string channel,
+channel_subscriber::channel_subscriber(client node, std::string channel,
                                        std::function<void(std::string_view)> on_news)
-    : conn_(std::make_shared<connection>(std::move(where), std::move(options))),
+    : node_(std::move(node)),
       channel_(std::move(channel)),
       on_news_(std::move(on_news)),
-      retry_timer_(conn_->get_executor()),
+      retry_timer_(node_.get_executor()),
       backoff_(min_backoff) {}
 
 void channel_subscriber::start() {
+  asio::post(retry_timer_.get_executor(), [self = shared_from_this()] { self->subscribe(); });
+}
+
+void channel_subscriber::stop() {
+  stopped_ = true;
+  asio::post(retry_timer_.get_executor(), [self = shared_from_this()] {
+    self->retry_timer_.cancel();
+    if (self->conn_) self->conn_->close(errc::cancelled);
+  });
+}
+
+// The connection to subscribe on: the node's, or the current master of the channel's slot.
+// A connection left behind is closed; its handlers know it is no longer the one.
+bool channel_subscriber::connect() {
+  endpoint where = node_.where();
+  if (auto* router = access::cluster(node_)) {
+    auto owner = router->known_owner(hash_slot(channel_), true);  // unknown: a map read starts
+    if (!owner) return false;
+    if (conn_ && conn_->where().host == owner->host && conn_->where().port == owner->port) {
+      return true;
+    }
+    where.cluster = false;
+    where.seeds.clear();
+    where.host = owner->host;
+    where.port = owner->port;
+  } else if (conn_) {
+    return true;
+  }
+  if (conn_) conn_->close(errc::cancelled);
+  try {
+    conn_ = std::make_shared<connection>(std::move(where), node_.options());
+  } catch (const std::system_error&) {
+    return false;  // TLS files that cannot be loaded: the client's own requests say so
+  }
   // Weak: the connection and the timer must not keep their subscriber alive.
   std::weak_ptr<channel_subscriber> weak = shared_from_this();
+  const connection* mine = conn_.get();
   conn_->set_push_handlers(
-      [weak](const reply& r) {
+      [weak, mine](const reply& r) {
         auto self = weak.lock();
-        if (!self || self->stopped_) return;
+        if (!self || self->stopped_ || self->conn_.get() != mine) return;
         const auto& e = r.elements();
         if (e.size() == 3 && e[0].str() == "message" && e[1].str() == self->channel_) {
           self->on_news_(e[2].str());
         }
       },
-      [weak] {
-        if (auto self = weak.lock()) self->retry_later();
+      [weak, mine] {
+        auto self = weak.lock();
+        if (self && self->conn_.get() == mine) self->retry_later();
       });
-  asio::post(conn_->get_executor(), [self = shared_from_this()] { self->subscribe(); });
-}
-
-void channel_subscriber::stop() {
-  stopped_ = true;
-  asio::post(conn_->get_executor(), [self = shared_from_this()] {
-    self->retry_timer_.cancel();
-    self->conn_->close(errc::cancelled);
-  });
+  return true;
 }
 
 void channel_subscriber::subscribe() {
   if (stopped_ || subscribing_) return;
+  if (!connect()) return retry_later();
   subscribing_ = true;
   conn_->submit(subscribe_payload(channel_), 1,
                 clock::now() + conn_->options().request_timeout,

@@ -5,7 +5,10 @@
 //                       tries again after a backoff (250 ms, doubling to 10 s). refused() says
 //                       the node answered SUBSCRIBE with an error (an ACL): the owner must then
 //                       look by itself, more often. For observers that re-read what changed
-//                       (dlock::election's, dlock::latch's).
+//                       (dlock::election's, dlock::latch's). On a Redis Cluster it subscribes
+//                       on the master of the channel's slot (the channel is named as a key),
+//                       looked up again at each (re)subscription; the scripts PUBLISH, which a
+//                       cluster passes to every node, so any node would do while that one lives.
 // start() and stop() may be called from any thread; on_news runs on the I/O thread, never
 // after stop() has returned there (stop() from another thread may race one last call).
 #pragma once
@@ -19,14 +22,15 @@
 #include <string>
 #include <string_view>
 
+#include "dlock/client.hpp"
 #include "net/connection.hpp"
 
 namespace dlock::detail {
 
 class channel_subscriber : public std::enable_shared_from_this<channel_subscriber> {
  public:
-  // Throws as connection's constructor does (TLS files that cannot be loaded).
-  channel_subscriber(endpoint where, client_options options, std::string channel,
+  // `node`: the client whose node (or, for a cluster, whose slot's master) to subscribe on.
+  channel_subscriber(client node, std::string channel,
                      std::function<void(std::string_view payload)> on_news);
   void start();
   void stop();
@@ -34,9 +38,11 @@ class channel_subscriber : public std::enable_shared_from_this<channel_subscribe
 
  private:
   void subscribe();  // I/O thread
+  bool connect();    // I/O thread: false when there is nowhere to connect to yet
   void retry_later();
 
-  std::shared_ptr<connection> conn_;
+  client node_;
+  std::shared_ptr<connection> conn_;  // I/O thread, after start()
   std::string channel_;
   std::function<void(std::string_view)> on_news_;
   asio::steady_timer retry_timer_;

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <future>
 #include <map>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
@@ -820,6 +822,73 @@ TEST_F(ClusterTest, OverlappingLockSetsAcrossSlotsNeverDeadlockAndCountersAreExa
         << name(i);
   }
   EXPECT_GT(slots.size(), 1u) << "the names should span slots";
+}
+
+// The election's lock key and record share the name's slot; observers subscribe on that slot's
+// master. The TTL is long, so without the subscription no change would be seen in time.
+TEST_F(ClusterTest, AnElectionRunsInTheNamesSlotAndObserversHearEveryChange) {
+  for (std::string name : {"plain", "a{b}c"}) {
+    SCOPED_TRACE(name);
+    auto key = test::test_key() + name;
+    election_options slow{.lock = {.ttl = 30s, .retry_delay = 50ms}};
+    election watcher{client_, key, "", slow};
+    std::mutex mu;
+    std::vector<election_event> seen;
+    auto watching = watcher.observe([&](const election_event& e) {
+      std::lock_guard lock(mu);
+      seen.push_back(e);
+    });
+    auto count = [&] {
+      std::lock_guard lock(mu);
+      return seen.size();
+    };
+    client other{cluster_.seed_url()};
+    election a{client_, key, "a", slow}, b{other, key, "b", slow};
+    auto la = a.campaign();
+    ASSERT_TRUE(test::eventually([&] { return count() == 1; }));
+    EXPECT_EQ(b.leader().value, "a");
+    std::error_code ec;
+    EXPECT_FALSE(b.try_campaign(ec));
+    EXPECT_EQ(ec, errc::not_acquired);
+    a.resign(la);
+    ASSERT_TRUE(test::eventually([&] { return count() == 2; }));
+    auto lb = b.campaign();
+    ASSERT_TRUE(test::eventually([&] { return count() == 3; }));
+    std::lock_guard lock(mu);
+    ASSERT_EQ(seen.size(), 3u);
+    EXPECT_EQ(seen[0].what, election_event::change::elected);
+    EXPECT_EQ(seen[0].value, "a");
+    EXPECT_EQ(seen[1].what, election_event::change::ended);
+    EXPECT_EQ(seen[2].what, election_event::change::elected);
+    EXPECT_EQ(seen[2].value, "b");
+    EXPECT_EQ(seen[2].term, lb.fencing_token());
+    EXPECT_LT(seen[0].term, seen[2].term);
+  }
+}
+
+// The count and its channel share the name's slot: a count-down through another client opens
+// the latch for a waiter that subscribed on the slot's master (the TTL is long: no poll would).
+TEST_F(ClusterTest, ALatchOpensForItsWaitersInTheNamesSlot) {
+  for (std::string name : {"plain", "a{b}c"}) {
+    SCOPED_TRACE(name);
+    auto key = test::test_key() + name;
+    latch gate{client_, key, {.ttl = 60s}};
+    std::error_code ec;
+    ASSERT_TRUE(gate.try_set_count(2, ec)) << ec.message();
+    auto waiting = std::async(std::launch::async, [&] {
+      std::error_code wait_ec;
+      bool open = gate.wait_for(20s, wait_ec);
+      return std::make_pair(open, wait_ec);
+    });
+    client other{cluster_.seed_url()};
+    latch worker{other, key, {.ttl = 60s}};
+    EXPECT_EQ(worker.count_down(ec), 1);
+    EXPECT_EQ(waiting.wait_for(300ms), std::future_status::timeout) << "opened at 1";
+    EXPECT_EQ(worker.count_down(ec), 0);
+    ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready) << "the opening was not heard";
+    auto [open, wait_ec] = waiting.get();
+    EXPECT_TRUE(open) << wait_ec.message();
+  }
 }
 
 }  // namespace

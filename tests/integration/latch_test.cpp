@@ -131,7 +131,6 @@ TEST_F(LatchTest, BadInputIsRefused) {
   EXPECT_TRUE(refused([&] { latch{client_, ""}; }));
   EXPECT_TRUE(refused([&] { latch{client_, "x", {.ttl = 0ms}}; }));
   EXPECT_TRUE(refused([&] { latch{client_, "{x}:fence"}; }));
-  EXPECT_TRUE(refused([&] { latch{client{"redis-cluster://127.0.0.1:1"}, "x"}; }));
   latch l{client_, test_key()};
   std::error_code ec;
   EXPECT_FALSE(l.try_set_count(0, ec));

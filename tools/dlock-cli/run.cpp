@@ -489,7 +489,7 @@ int run_command(const global_options& g, const run_options& o) {
   std::optional<election> elected;
   lock_calls calls;
   if (o.elect_value) {
-    if (g.copies > 1) throw usage_error("elect does not take --copies (no Redis Cluster)");
+    if (g.copies > 1) throw usage_error("elect does not take --copies");
     elected.emplace(nodes, o.key, *o.elect_value,
                     election_options{.lock = {.ttl = o.ttl, .retry_delay = 50ms}});
     calls.try_once = [&](std::error_code& ec, node_results*) {
