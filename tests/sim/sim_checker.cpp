@@ -22,10 +22,19 @@ bool starts_with(const std::optional<std::string>& v, const std::string& prefix)
 
 std::string show(const std::optional<std::string>& v) { return v ? "\"" + *v + "\"" : "(none)"; }
 
+bool share_a_key(const std::vector<std::size_t>& a, const std::vector<std::size_t>& b) {
+  return std::find_first_of(a.begin(), a.end(), b.begin(), b.end()) != a.end();
+}
+
 }  // namespace
 
 checker::checker(world& w, lock_keys keys, std::size_t nodes)
-    : w_(w), keys_(std::move(keys)), nodes_(nodes), quorum_(detail::quorum_of(nodes)) {}
+    : checker(w, std::vector<lock_keys>{std::move(keys)}, nodes) {}
+
+checker::checker(world& w, const std::vector<lock_keys>& pool, std::size_t nodes)
+    : w_(w), nodes_(nodes), quorum_(detail::quorum_of(nodes)), last_fence_(pool.size()) {
+  for (const auto& k : pool) keys_.push_back(k.key);
+}
 
 checker::checker(world& w, semaphore_keys keys, std::ptrdiff_t limit)
     : w_(w), sem_(std::move(keys)), limit_(limit), nodes_(1), quorum_(1) {}
@@ -36,11 +45,19 @@ void checker::violation(const std::string& what) {
   if (w_.tracing()) w_.note("VIOLATION: " + what);
 }
 
+std::string checker::on_keys(const claim& k) const {
+  std::string on;  // named only when there is a choice
+  for (std::size_t j = 0; keys_.size() > 1 && j < k.keys.size(); ++j) {
+    on += (j == 0 ? " on " : ",") + keys_[k.keys[j]];
+  }
+  return on;
+}
+
 std::string checker::describe(const claim& k) const {
-  return "c" + std::to_string(k.client) + "'s claim (token " + k.token + ", fence " +
-         std::to_string(k.fence) +
-         (sem_ ? ", " + std::to_string(k.permits) + " permit(s)" : std::string()) + ", from " + format_time(k.begin) + " until " +
-         format_time(k.end) + ")";
+  return "c" + std::to_string(k.client) + "'s claim" + on_keys(k) + " (token " + k.token +
+         ", fence " + std::to_string(k.fence) +
+         (sem_ ? ", " + std::to_string(k.permits) + " permit(s)" : std::string()) + ", from " +
+         format_time(k.begin) + " until " + format_time(k.end) + ")";
 }
 
 checker::claim* checker::active(std::size_t c) {
@@ -53,16 +70,35 @@ bool checker::claiming(std::size_t c) const {
   return c < current_.size() && current_[c] && claims_[*current_[c]].end > w_.now();
 }
 
-std::optional<std::string> checker::value_on(std::size_t i) {
+std::optional<std::string> checker::value_on(std::size_t i, std::size_t key) {
   auto& n = w_.redis(i);
   n.set_time(w_.wall_ms());
-  return n.peek(keys_.key);
+  return n.peek(keys_[key]);
+}
+
+bool checker::holds(std::size_t i, const claim& k) {
+  for (auto j : k.keys) {
+    if (value_on(i, j) != k.token) return false;
+  }
+  return true;
+}
+
+std::vector<std::size_t> checker::key_indices(const std::vector<std::string>& keys) {
+  std::vector<std::size_t> found;
+  for (std::size_t j = 0; j < keys_.size(); ++j) {
+    if (keys.empty() || std::find(keys.begin(), keys.end(), keys_[j]) != keys.end()) {
+      found.push_back(j);
+    }
+  }
+  if (!keys.empty() && found.size() != keys.size()) violation("a claim on a key not watched");
+  return found;
 }
 
 // --- claims ---
 
 void checker::granted(std::size_t c, const std::string& token, std::uint64_t fence,
-                      steady::time_point valid_until, std::ptrdiff_t permits) {
+                      steady::time_point valid_until, std::ptrdiff_t permits,
+                      const std::vector<std::string>& keys) {
   ++grants_;
   sim_time end = w_.when(c, valid_until);
   if (w_.tracing()) {
@@ -77,19 +113,23 @@ void checker::granted(std::size_t c, const std::string& token, std::uint64_t fen
     violation("c" + std::to_string(c) + " granted " + token + " already expired on its clock");
     return;
   }
+  auto claimed = sem_ ? std::vector<std::size_t>{} : key_indices(keys);
   // A semaphore's grants may arrive out of the node's order: its fences are checked there.
-  if (!sem_ && safety_ && fences_ && fence_order_ && last_fence_ && fence <= *last_fence_) {
-    violation("c" + std::to_string(c) + " granted " + token + " with fence " +
-              std::to_string(fence) + ", not above the previous grant's " +
-              std::to_string(*last_fence_));
+  for (auto j : claimed) {
+    auto& last = last_fence_[j];
+    if (safety_ && fences_ && fence_order_ && last && fence <= *last) {
+      violation("c" + std::to_string(c) + " granted " + token + " with fence " +
+                std::to_string(fence) + ", not above the previous grant's " +
+                std::to_string(*last) + (keys_.size() > 1 ? " on " + keys_[j] : ""));
+    }
+    last = fence;
   }
-  last_fence_ = fence;
-  open_claim(c, token, fence, end, permits);
+  open_claim(c, token, fence, end, permits, std::move(claimed));
 }
 
 void checker::open_claim(std::size_t c, const std::string& token, std::uint64_t fence,
-                         sim_time end, std::ptrdiff_t permits) {
-  claim k{c, token, fence, w_.now(), end, std::vector<bool>(nodes_), permits};
+                         sim_time end, std::ptrdiff_t permits, std::vector<std::size_t> keys) {
+  claim k{c, token, fence, w_.now(), end, std::vector<bool>(nodes_), permits, std::move(keys)};
   if (sem_) {
     if (safety_) check_limit(k);
     if (checks_holders()) check_permit_outlives(k);
@@ -125,19 +165,22 @@ void checker::check_exclusion(claim& k) {
     for (std::size_t other = 0; other < current_.size(); ++other) {
       if (other == c || !current_[other]) continue;
       const claim& theirs = claims_[*current_[other]];
-      if (theirs.end > w_.now()) {
-        violation("MUTUAL EXCLUSION: c" + std::to_string(c) + " claims the lock (token " + token +
-                  ", fence " + std::to_string(k.fence) + ") during " + describe(theirs));
+      if (theirs.end > w_.now() && share_a_key(k.keys, theirs.keys)) {
+        violation("MUTUAL EXCLUSION: c" + std::to_string(c) + " claims the lock" + on_keys(k) +
+                  " (token " + token + ", fence " + std::to_string(k.fence) + ") during " +
+                  describe(theirs));
       }
     }
   }
   std::size_t held = 0;
   std::string where;
   for (std::size_t i = 0; i < nodes_; ++i) {
-    auto v = value_on(i);
-    k.holders[i] = v == token;
+    k.holders[i] = holds(i, k);
     held += k.holders[i];
-    where += " n" + std::to_string(i) + "=" + show(v);
+    for (auto j : k.keys) {
+      where += " n" + std::to_string(i) + (keys_.size() > 1 ? "[" + keys_[j] + "]" : "") + "=" +
+               show(value_on(i, j));
+    }
   }
   if (checks_holders() && held < quorum_) {
     violation("HOLDERS: c" + std::to_string(c) + " claims token " + token + " held by only " +
@@ -153,12 +196,17 @@ void checker::check_key_outlives(const claim& k) {
     if (!k.holders[i]) continue;
     auto& n = w_.redis(i);
     n.set_time(w_.wall_ms());
-    auto pttl = n.peek_pttl(keys_.key);
-    // Redis expires a key once its clock passes the deadline: the first true microsecond of
-    // the millisecond after now + PTTL. No expiry: it outlives any claim.
-    sim_time death = pttl < 0 ? INT64_MAX : (w_.now() / 1000 + pttl + 1) * 1000;
+    // The node holds the claim until the first of its keys dies.
+    sim_time death = INT64_MAX;
+    for (auto j : k.keys) {
+      auto pttl = n.peek_pttl(keys_[j]);
+      // Redis expires a key once its clock passes the deadline: the first true microsecond of
+      // the millisecond after now + PTTL. No expiry: it outlives any claim.
+      if (pttl >= 0) death = std::min(death, (w_.now() / 1000 + pttl + 1) * 1000);
+    }
     deaths.push_back(death);
-    where += " n" + std::to_string(i) + " until " + (pttl < 0 ? "forever" : format_time(death));
+    where += " n" + std::to_string(i) + " until " +
+             (death == INT64_MAX ? "forever" : format_time(death));
   }
   std::sort(deaths.rbegin(), deaths.rend());
   if (deaths.size() >= quorum_ && deaths[quorum_ - 1] < k.end) {
@@ -193,7 +241,7 @@ void checker::extended(std::size_t c, steady::time_point valid_until) {
     if (c >= current_.size() || !current_[c])
       return violation("c" + std::to_string(c) + " extended a lease it never had");
     claim old = claims_[*current_[c]];
-    return open_claim(c, old.token, old.fence, end, old.permits);
+    return open_claim(c, old.token, old.fence, end, old.permits, old.keys);
   }
   k->end = end;
   if (sem_) {
@@ -202,7 +250,7 @@ void checker::extended(std::size_t c, steady::time_point valid_until) {
   }
   std::size_t held = 0;
   for (std::size_t i = 0; i < nodes_; ++i) {
-    k->holders[i] = value_on(i) == k->token;
+    k->holders[i] = holds(i, *k);
     held += k->holders[i];
   }
   if (!safety_ || !fences_ || !holders_) return;
@@ -223,16 +271,29 @@ void checker::ended(std::size_t c, const std::string& why) {
 // --- node side ---
 
 void checker::before_script(std::size_t i, const detail::request& r) {
-  looked_ = !sem_ && !r.keys.empty() && r.keys[0] == keys_.key;
-  if (looked_) before_value_ = value_on(i);
+  looked_.clear();
+  before_values_.clear();
+  if (sem_) return;
+  for (std::size_t j = 0; j < keys_.size(); ++j) {
+    if (std::find(r.keys.begin(), r.keys.end(), keys_[j]) == r.keys.end()) continue;
+    looked_.push_back(j);
+    before_values_.push_back(value_on(i, j));
+  }
 }
 
 void checker::after_script(std::size_t i, const detail::request& r, const reply& result) {
   if (sem_) return after_semaphore_script(r, result);
-  if (!std::exchange(looked_, false)) return;
-  const auto& before = before_value_;
-  auto after = value_on(i);
+  for (std::size_t n = 0; n < looked_.size(); ++n) {
+    after_lock_script(i, r, result, looked_[n], before_values_[n]);
+  }
+  looked_.clear();
+}
+
+void checker::after_lock_script(std::size_t i, const detail::request& r, const reply& result,
+                                std::size_t key, const std::optional<std::string>& before) {
+  auto after = value_on(i, key);
   const std::string& owner = r.args.at(0);
+  std::string on = keys_.size() > 1 ? " (" + keys_[key] + ")" : "";
   bool owns = false;
   if (r.code == &detail::release_script) {
     bool give_up = r.args.size() > 1 && r.args[1] == "give-up";
@@ -242,27 +303,30 @@ void checker::after_script(std::size_t i, const detail::request& r, const reply&
       // orphaned for a whole TTL, keeping every waiter out. (A give-up that did not run, a
       // NOSCRIPT its client no longer waited to re-send, leaves it: bounded by the TTL.)
       violation("ORPHAN: the give-up of " + owner + " on n" + std::to_string(i) +
-                " left the lock key holding its " + show(after));
+                " left the lock key" + on + " holding its " + show(after));
     }
   } else if (r.code == &detail::extend_script) {
     owns = before == owner;
   } else if (r.code == &detail::acquire_script) {
     owns = !before || starts_with(before, owner.substr(0, owner.find('.')) + ".");
+  } else if (r.code == &detail::acquire_all_script) {
+    owns = !before;  // a fresh token per attempt: it only ever takes free keys
   }
   if (!owns && after != before) {
     violation("OWNERSHIP: " + std::string(script_name(r.code)) + " for \"" + owner + "\" on n" +
-              std::to_string(i) + " changed the lock key from " + show(before) + " to " +
-              show(after) + " (reply " + result.to_string() + ")");
+              std::to_string(i) + " changed the lock key" + on + " from " + show(before) +
+              " to " + show(after) + " (reply " + result.to_string() + ")");
   }
   if (!safety_ || !fences_ || !holders_) return;
   for (auto& k : claims_) {
     if (k.end <= w_.now() || !k.holders[i] || after == k.token) continue;
+    if (std::find(k.keys.begin(), k.keys.end(), key) == k.keys.end()) continue;
     k.holders[i] = false;
     auto held = static_cast<std::size_t>(std::count(k.holders.begin(), k.holders.end(), true));
     if (held < quorum_) {
       violation("HOLDERS: during " + describe(k) + ", " + std::string(script_name(r.code)) +
                 " for \"" + owner + "\" on n" + std::to_string(i) + " found " + show(after) +
-                " instead (was " + show(before) + "): " + std::to_string(held) +
+                on + " instead (was " + show(before) + "): " + std::to_string(held) +
                 " node(s) still hold it, a quorum is " + std::to_string(quorum_));
     }
   }
@@ -298,10 +362,16 @@ void checker::forget_fences(const std::string& why) {
   fences_ = false;
 }
 
-sim_time checker::free_time(sim_time from, sim_time to, std::ptrdiff_t wanted) const {
+sim_time checker::free_time(sim_time from, sim_time to, std::ptrdiff_t wanted,
+                            const std::vector<std::string>& keys) const {
   if (to <= from) return 0;
+  std::vector<std::size_t> wanted_keys;
+  for (std::size_t j = 0; j < keys_.size(); ++j) {
+    if (std::find(keys.begin(), keys.end(), keys_[j]) != keys.end()) wanted_keys.push_back(j);
+  }
   std::vector<std::pair<sim_time, std::ptrdiff_t>> changes;  // when, permits claimed (+) or back
   for (const auto& k : claims_) {
+    if (!keys.empty() && !share_a_key(k.keys, wanted_keys)) continue;
     sim_time b = std::max(k.begin, from), e = std::min(k.end, to);
     if (b >= e) continue;
     changes.emplace_back(b, k.permits);

@@ -1,22 +1,26 @@
 // tests/sim/sim_checker.hpp: the simulator's invariants, checked as the world runs.
 //   checker  keeps every client's claim on the lock or on semaphore permits, in true time, and
-//            the node-side view:
-//     mutual exclusion  (lock) no two clients' claims overlap (a claim runs from the grant's
-//                       arrival until the client's own clock reaches valid_until, it sends its
-//                       release, or an extend loses the lease; an extend moves valid_until)
+//            the node-side view; a lock checker may watch several lock keys (a lock_set's
+//            names, and mutexes of them), a claim being on one of them or on several:
+//     mutual exclusion  (lock) no two clients' claims on a key overlap (a claim runs from the
+//                       grant's arrival until the client's own clock reaches valid_until, it
+//                       sends its release, or an extend loses the lease; an extend moves
+//                       valid_until)
 //     limit             (semaphore) at no moment do the claims hold more than `limit` permits
-//     fences            (lock) each grant's fence is above every earlier grant's; (semaphore)
-//                       each grant the node answers carries a fence above its earlier grants'
-//                       (grant order is the node's: answers may arrive in another order)
+//     fences            (lock) each grant's fence is above every earlier grant's on each of its
+//                       keys; (semaphore) each grant the node answers carries a fence above its
+//                       earlier grants' (grant order is the node's: answers may arrive in
+//                       another order)
 //     born valid        no grant is reported already expired on the client's clock
-//     holders           (lock) while a claim lasts, a quorum of nodes holds its exact token,
-//                       and when it begins or is extended, the key lives on a quorum (by PTTL)
-//                       until the claim's end at least; (semaphore) after every script, each
-//                       claimed permit's entry (its score, and the key's PTTL) lives until the
-//                       claim's end at least
-//     ownership         (lock) a script changes the lock key only when its caller owns it:
+//     holders           (lock) while a claim lasts, a quorum of nodes holds its exact token
+//                       (on every key it claims), and when it begins or is extended, its keys
+//                       live on a quorum (by PTTL) until the claim's end at least; (semaphore)
+//                       after every script, each claimed permit's entry (its score, and the
+//                       key's PTTL) lives until the claim's end at least
+//     ownership         (lock) a script changes a lock key only when its caller owns it:
 //                       release and extend compare the exact value (give-up: the acquisition's
-//                       prefix), acquire takes over only a free key or one of its own id
+//                       prefix), acquire takes over only a free key or one of its own id,
+//                       acquire_all only free keys
 //     orphans           (lock) an acquisition that gives up leaves no value of its own on
 //                       the node (a handoff that reached it first is passed on, not left for
 //                       a TTL)
@@ -41,13 +45,17 @@ namespace dlock::sim {
 class checker {
  public:
   checker(world& w, lock_keys keys, std::size_t nodes);
+  // Locks on each key of `pool` (one node): claims on different keys do not exclude each other.
+  checker(world& w, const std::vector<lock_keys>& pool, std::size_t nodes);
   // A semaphore of `limit` permits on one node.
   checker(world& w, semaphore_keys keys, std::ptrdiff_t limit);
 
   // --- what the clients report ---
-  // A grant (a round's, or a handoff's) of `permits` (a lock: 1) arrived now.
+  // A grant (a round's, or a handoff's) of `permits` (a lock: 1) arrived now, on the lock keys
+  // `keys` (empty: on every key the checker watches).
   void granted(std::size_t c, const std::string& token, std::uint64_t fence,
-               steady::time_point valid_until, std::ptrdiff_t permits = 1);
+               steady::time_point valid_until, std::ptrdiff_t permits = 1,
+               const std::vector<std::string>& keys = {});
   void extended(std::size_t c, steady::time_point valid_until);
   // The claim ends now: the release was sent, an extend lost the lease, the client gave up.
   void ended(std::size_t c, const std::string& why);
@@ -68,9 +76,10 @@ class checker {
   void check_fences(bool on) { fence_order_ = on; }
   bool within_assumptions() const noexcept { return safety_; }
 
-  // True time in [from, to] during which at least `wanted` permits (the lock: it) were
-  // unclaimed.
-  sim_time free_time(sim_time from, sim_time to, std::ptrdiff_t wanted = 1) const;
+  // True time in [from, to] during which at least `wanted` permits (the lock: it; lock keys:
+  // all of `keys`, empty for every one) were unclaimed.
+  sim_time free_time(sim_time from, sim_time to, std::ptrdiff_t wanted = 1,
+                     const std::vector<std::string>& keys = {}) const;
 
   void violation(const std::string& what);
   bool failed() const noexcept { return failure_.has_value(); }
@@ -83,36 +92,46 @@ class checker {
     std::string token;
     std::uint64_t fence;
     sim_time begin, end;        // end: tentative until it passes
-    std::vector<bool> holders;  // lock, per node: held the token when last looked
+    std::vector<bool> holders;  // lock, per node: held the token (on every key) when last looked
     std::ptrdiff_t permits = 1;
+    std::vector<std::size_t> keys;  // lock: the keys claimed, as indices into keys_
   };
   claim* active(std::size_t c);
   void open_claim(std::size_t c, const std::string& token, std::uint64_t fence, sim_time end,
-                  std::ptrdiff_t permits);
+                  std::ptrdiff_t permits, std::vector<std::size_t> keys);
+  // Indices into keys_ of `keys` (empty: all of them).
+  std::vector<std::size_t> key_indices(const std::vector<std::string>& keys);
   void check_limit(const claim& k);
   void check_exclusion(claim& k);
-  std::optional<std::string> value_on(std::size_t i);
+  // Lock key keys_[key] on node i, as GET would read it.
+  std::optional<std::string> value_on(std::size_t i, std::size_t key = 0);
+  // Whether node i holds the claim's token on each of its keys.
+  bool holds(std::size_t i, const claim& k);
+  // Ownership, orphans and holders of lock key keys_[key] after a script that names it.
+  void after_lock_script(std::size_t i, const detail::request& r, const reply& result,
+                         std::size_t key, const std::optional<std::string>& before);
   void after_semaphore_script(const detail::request& r, const reply& result);
-  // Holds for the claim's nodes: the quorum-th longest remaining life of its key (PTTL) covers
-  // the claim's end.
+  // Holds for the claim's nodes: the quorum-th longest remaining life of its keys (on a node,
+  // the first of them to expire, by PTTL) covers the claim's end.
   void check_key_outlives(const claim& k);
   // Semaphore: the claim's entry on the node lives until the claim's end.
   void check_permit_outlives(const claim& k);
   bool checks_holders() const noexcept { return safety_ && fences_ && holders_; }
   std::string describe(const claim& k) const;
+  std::string on_keys(const claim& k) const;  // " on k1,k2" when the checker watches several
 
   world& w_;
-  lock_keys keys_;
+  std::vector<std::string> keys_;  // lock: the lock keys watched
   std::optional<semaphore_keys> sem_;  // set: the claims are on a semaphore's permits
   std::ptrdiff_t limit_ = 1;
   std::size_t nodes_, quorum_;
   bool safety_ = true, fences_ = true, holders_ = true, fence_order_ = true;
   std::vector<claim> claims_;                        // every claim, in the order they began
   std::vector<std::optional<std::size_t>> current_;  // per client: its latest claim
-  std::optional<std::uint64_t> last_fence_;
+  std::vector<std::optional<std::uint64_t>> last_fence_;  // lock: per key
   std::optional<std::int64_t> last_node_fence_;  // semaphore: the node's latest grant
-  bool looked_ = false;                      // the running script touches the lock key
-  std::optional<std::string> before_value_;  // its value before the script
+  std::vector<std::size_t> looked_;  // the lock keys the running script names
+  std::vector<std::optional<std::string>> before_values_;  // their values before the script
   std::optional<std::string> failure_;
   std::uint64_t grants_ = 0;
 };

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "sim_run.hpp"
 
 namespace dlock::sim {
@@ -12,12 +14,13 @@ namespace {
 
 // The first seed (of `seeds`) whose run fails, with its failure. `claims_only`: the holders
 // and fence checks are off (they often catch a bug first), so that the claims' comparison alone
-// must fail.
-std::optional<std::pair<std::uint64_t, std::string>> first_caught(topology t, client_bug bug,
-                                                                  std::uint64_t seeds,
-                                                                  bool claims_only = true) {
+// must fail. `adjust` changes each seed's configuration.
+std::optional<std::pair<std::uint64_t, std::string>> first_caught(
+    topology t, client_bug bug, std::uint64_t seeds, bool claims_only = true,
+    const std::function<void(run_config&)>& adjust = {}) {
   for (std::uint64_t seed = 0; seed < seeds; ++seed) {
     auto config = make_config(seed, t);
+    if (adjust) adjust(config);
     config.bug = bug;
     config.check_holders = config.check_fences = !claims_only;
     auto result = run_schedule(config);
@@ -76,6 +79,34 @@ TEST(SimChecker, APermitClaimedATtlTooLongBreaksTheLimit) {
 
 TEST(SimChecker, APermitClaimedPastItsEntryIsCaughtWithoutARival) {
   auto caught = first_caught(topology::semaphore, client_bug::double_validity, 50, false);
+  ASSERT_TRUE(caught) << "never caught";
+  EXPECT_NE(caught->second.find("VALIDITY"), std::string::npos) << caught->second;
+}
+
+// A lock set client that claims its set on a "held" answer (acquire_all.lua's {0, i, PTTL})
+// claims names that another holds: a set's (every client a set) or a mutex's (one set, the
+// other clients mutexes of the pool's names; in lockset only the set clients have the bug).
+TEST(SimChecker, ASetTakingHeldAsGrantedBreaksMutualExclusion) {
+  for (bool against_mutexes : {false, true}) {
+    auto caught = first_caught(topology::lockset, client_bug::taken_as_granted, 300, true,
+                               [&](run_config& c) {
+                                 for (std::size_t k = 0; k < c.clients; ++k) {
+                                   bool set = k == 0 || !against_mutexes;
+                                   c.mutex_name[k] = set ? run_config::set_client
+                                                         : (k - 1) % c.lock_names;
+                                 }
+                               });
+    ASSERT_TRUE(caught) << "never caught";
+    EXPECT_NE(caught->second.find("MUTUAL EXCLUSION"), std::string::npos) << caught->second;
+    std::printf("lock set, taken as granted (against %s): caught at seed %llu: %s\n",
+                against_mutexes ? "mutexes" : "sets",
+                static_cast<unsigned long long>(caught->first), caught->second.c_str());
+  }
+}
+
+// The holders check of a claim on several keys: the first of them to expire ends it.
+TEST(SimChecker, ASetClaimThatOutlivesItsKeysIsCaughtWithoutARival) {
+  auto caught = first_caught(topology::lockset, client_bug::double_validity, 50, false);
   ASSERT_TRUE(caught) << "never caught";
   EXPECT_NE(caught->second.find("VALIDITY"), std::string::npos) << caught->second;
 }

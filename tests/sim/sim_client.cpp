@@ -141,8 +141,8 @@ void sim_client::begin_attempt(cause why) {
   if (why == cause::subscribed) ++stats_.subscribed_attempts;
   if (mode_ == mode::unbounded && !stopped_) {
     // Still waiting although the lock has been free too long: no need to wait for the end.
-    sim_time free =
-        check_.free_time(std::max(acquire_began_, liveness_.quiet_from), w_.now(), permits_);
+    sim_time free = check_.free_time(std::max(acquire_began_, liveness_.quiet_from), w_.now(),
+                                     permits_, claimed_keys());
     if (free > liveness_.max_free_wait) {
       check_.violation("LIVENESS: " + who() + "'s unbounded acquisition " + acq_->id() +
                        " still waits, after " + std::to_string(acq_->attempts_made()) +
@@ -373,7 +373,7 @@ void sim_client::finish_acquisition(const detail::acquisition::outcome& o) {
                        " gave up: " + o.ec.message());
     } else {
       sim_time from = std::max(acquire_began_, liveness_.quiet_from);
-      sim_time free = check_.free_time(from, w_.now(), permits_);
+      sim_time free = check_.free_time(from, w_.now(), permits_, claimed_keys());
       stats_.longest_free_wait = std::max(stats_.longest_free_wait, free);
       if (free > liveness_.max_free_wait) {
         check_.violation("LIVENESS: " + who() + "'s unbounded acquisition " + acq_->id() +
@@ -393,7 +393,7 @@ void sim_client::finish_acquisition(const detail::acquisition::outcome& o) {
   if (o.token.find(".h") != std::string::npos) ++stats_.handoffs;
   auto claimed = o.valid_until;
   if (bug_ == client_bug::double_validity) claimed += ttl();
-  check_.granted(c_, o.token, o.fence, claimed, permits_);
+  check_.granted(c_, o.token, o.fence, claimed, permits_, claimed_keys());
   hold(o.token, o.fence, o.valid_until);
 }
 

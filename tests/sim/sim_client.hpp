@@ -99,6 +99,11 @@ class sim_client {
   bool accepts_handoff() const {
     return lock_ ? lock_->accepts_handoff() : sem_->accepts_handoff();
   }
+  // The keys a grant claims, for the checker (which may watch others): the lock's; a
+  // semaphore's permits name none.
+  std::vector<std::string> claimed_keys() const {
+    return lock_ ? std::vector<std::string>{lock_->keys.key} : std::vector<std::string>{};
+  }
   void extend_lock(std::chrono::milliseconds by);
   void refresh_permit(std::chrono::milliseconds by);
   // An extend's verdict, as lease_state's apply_extend takes it.

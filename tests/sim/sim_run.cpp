@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "dlock/shared_mutex.hpp"
+#include "sim_set_client.hpp"
 
 namespace dlock::sim {
 namespace {
@@ -17,6 +18,9 @@ using std::chrono::milliseconds;
 
 constexpr const char* lock_name = "sim:lock";
 constexpr const char* semaphore_name = "sim:sem";
+
+// lockset's names: lock_name + ":<n>".
+std::string pool_name(std::size_t n) { return std::string(lock_name) + ":" + std::to_string(n); }
 
 const char* name(topology t) {
   switch (t) {
@@ -34,6 +38,8 @@ const char* name(topology t) {
       return "semaphore_fair";
     case topology::rwlock:
       return "rwlock";
+    case topology::lockset:
+      return "lockset";
   }
   return "?";
 }
@@ -128,6 +134,13 @@ run_config make_config(std::uint64_t seed, topology t) {
     c.limit = r.between(1, 3);
     c.max_permits = r.chance(0.5) ? c.limit : 1;
     c.clients = static_cast<std::size_t>(r.between(2, c.limit + 2));
+  } else if (t == topology::lockset) {  // drawn last too
+    c.lock_names = 3;
+    c.clients = static_cast<std::size_t>(r.between(2, 5));
+    for (std::size_t k = 0; k < c.clients; ++k) {
+      c.mutex_name.push_back(r.chance(0.5) ? run_config::set_client : r.below(c.lock_names));
+    }
+    c.mutex_name[r.below(c.clients)] = run_config::set_client;  // at least one set
   }
   return c;
 }
@@ -176,6 +189,14 @@ std::string run_config::describe() const {
   if (far_node) {
     s += "; n" + std::to_string(*far_node) + " is " + std::to_string(far_factor) + "x farther";
   }
+  if (lock_names > 0) {
+    s += "; clients:";
+    for (std::size_t k = 0; k < mutex_name.size(); ++k) {
+      s += (k == 0 ? " " : ", ") + (mutex_name[k] == set_client
+                                        ? std::string("lock_set")
+                                        : "mutex " + pool_name(mutex_name[k]));
+    }
+  }
   if (bug == client_bug::taken_as_granted) s += "; BUG: taken as granted";
   if (bug == client_bug::double_validity) s += "; BUG: double validity";
   return s;
@@ -189,8 +210,11 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
   w.set_resubscribe_delay(c.resubscribe_max);
   auto& rnd = w.random();
   bool semaphore = c.limit > 0;
+  std::vector<lock_keys> pool;
+  for (std::size_t n = 0; n < c.lock_names; ++n) pool.push_back(lock_keys_for(pool_name(n)));
   auto check = semaphore ? checker(w, semaphore_keys_for(semaphore_name, c.lock.fair), c.limit)
-                         : checker(w, lock_keys_for(lock_name), c.nodes);
+               : pool.empty() ? checker(w, lock_keys_for(lock_name), c.nodes)
+                              : checker(w, pool, c.nodes);
   check.check_holders(c.check_holders);
   check.check_fences(c.check_fences);
   w.before_script = [&](std::size_t i, const detail::request& r) { check.before_script(i, r); };
@@ -250,28 +274,45 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
   if (c.lock.fair || semaphore) bound += us(detail::waiter_entry_ttl(c.lock.retry_delay));
   result.max_free_wait = bound;
 
+  // By world index: a lock or semaphore client (clients), or a lock set client (set_clients).
   std::vector<std::unique_ptr<sim_client>> clients;
+  std::vector<std::unique_ptr<sim_set_client>> set_clients;
   for (std::size_t k = 0; k < c.clients; ++k) {
     client_clock clock{rnd.between(1'000'000'000, 1'000'000'000'000),
                        rnd.between(-c.max_rate_ppm, c.max_rate_ppm)};
     std::size_t index = w.add_client(clock);
     liveness_rule liveness{quiet, bound};
-    if (semaphore) {
-      clients.push_back(std::make_unique<sim_client>(w, check, sem_target, index, c.cycles,
-                                                     liveness, c.bug));
+    bool sets = !pool.empty() && c.mutex_name[k] == run_config::set_client;
+    clients.emplace_back();
+    set_clients.emplace_back();
+    if (sets) {
+      set_clients.back() = std::make_unique<sim_set_client>(
+          w, check, pool, c.lock, c.request_timeout, index, c.cycles, liveness, c.bug);
+      continue;
+    }
+    if (!pool.empty()) {
+      auto own = detail::make_lock_target(1, pool_name(c.mutex_name[k]), c.lock,
+                                          c.request_timeout);
+      clients.back() = std::make_unique<sim_client>(w, check, own, index, c.cycles, liveness);
+    } else if (semaphore) {
+      clients.back() = std::make_unique<sim_client>(w, check, sem_target, index, c.cycles,
+                                                    liveness, c.bug);
       clients.back()->set_max_permits(c.max_permits, c.readers_and_writers);
     } else {
-      clients.push_back(
-          std::make_unique<sim_client>(w, check, target, index, c.cycles, liveness, c.bug));
+      clients.back() =
+          std::make_unique<sim_client>(w, check, target, index, c.cycles, liveness, c.bug);
     }
     clients.back()->set_unbounded_only(c.unbounded_only);
   }
+  // A set client subscribes to nothing (a set polls): these reach the others only.
   w.on_message = [&](std::size_t k, std::size_t i, std::string_view payload) {
-    clients[k]->on_message(i, payload);
+    if (clients[k]) clients[k]->on_message(i, payload);
   };
-  w.on_subscribed = [&](std::size_t k, std::size_t i) { clients[k]->on_subscribed(i); };
+  w.on_subscribed = [&](std::size_t k, std::size_t i) {
+    if (clients[k]) clients[k]->on_subscribed(i);
+  };
   w.on_subscription_lost = [&](std::size_t k, std::size_t i) {
-    clients[k]->on_subscription_lost(i);
+    if (clients[k]) clients[k]->on_subscription_lost(i);
   };
 
   for (std::size_t f = 0; f < plan.size(); ++f) {
@@ -316,7 +357,13 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
     w.set_network(c.calm_net);
     if (c.far_node) w.set_node_network(*c.far_node, scaled(c.calm_net, c.far_factor));
   });
-  for (auto& client : clients) client->start(rnd.between(0, ttl));
+  for (std::size_t k = 0; k < c.clients; ++k) {
+    if (clients[k]) {
+      clients[k]->start(rnd.between(0, ttl));
+    } else {
+      set_clients[k]->start(rnd.between(0, ttl));
+    }
+  }
 
   // Generous: the liveness bounds catch a slow waiter long before this.
   sim_time cap =
@@ -325,15 +372,20 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
   while (!check.failed() && w.step(cap)) {
   }
   if (!check.failed()) {
-    for (auto& client : clients) client->check_finished();
+    for (auto& client : clients) {
+      if (client) client->check_finished();
+    }
+    for (auto& client : set_clients) {
+      if (client) client->check_finished();
+    }
   }
   result.failure = check.failed() ? check.failure() : "";
   result.within_assumptions = check.within_assumptions();
   result.grants = check.grants();
   result.ended_at = w.now();
   result.world = w.stats();
-  for (auto& client : clients) {
-    const auto& s = client->stats();
+  for (std::size_t k = 0; k < c.clients; ++k) {
+    const auto& s = clients[k] ? clients[k]->stats() : set_clients[k]->stats();
     auto& sum = result.clients;
     sum.acquisitions += s.acquisitions;
     sum.grants += s.grants;

@@ -1,7 +1,8 @@
 // tests/sim/sim_run.hpp: one simulated schedule, from a seed to a verdict.
 //   topology      the configuration families (two test shards each): a single node (handoff,
 //                 sometimes polling), a single fair node, Redlock on 3 and on 5 nodes, a
-//                 counting semaphore (limit 1-3, sometimes weighted) unfair and fair
+//                 counting semaphore (limit 1-3, sometimes weighted) unfair and fair, the
+//                 read-write lock, lock sets with mutexes on one node
 //   run_config    everything a seed decides: lock options (short TTLs, so that leases expire
 //                 within a run), clients and their clocks, network, fault schedule
 //   run_result    the verdict (the first violation, if any), statistics, and the trace when
@@ -24,8 +25,18 @@
 namespace dlock::sim {
 
 // rwlock: dlock::shared_mutex, a fair semaphore of shared_mutex::max_readers permits where an
-// acquisition takes 1 (a reader) or all of them (a writer).
-enum class topology { single, single_fair, redlock3, redlock5, semaphore, semaphore_fair, rwlock };
+// acquisition takes 1 (a reader) or all of them (a writer). lockset: a pool of lock names on one
+// node, locked by dlock::lock_set clients (random subsets) and by mutexes of one name each.
+enum class topology {
+  single,
+  single_fair,
+  redlock3,
+  redlock5,
+  semaphore,
+  semaphore_fair,
+  rwlock,
+  lockset
+};
 inline bool is_semaphore(topology t) {
   return t == topology::semaphore || t == topology::semaphore_fair || t == topology::rwlock;
 }
@@ -45,6 +56,11 @@ struct run_config {
   std::ptrdiff_t limit = 0;        // > 0: a semaphore of this many permits
   std::ptrdiff_t max_permits = 1;  // semaphore: an acquisition asks for 1..this many
   bool readers_and_writers = false;  // ... or for 1 or max_permits, nothing between (rwlock)
+  // lockset: the names "sim:lock:0" .. and, per client, the name its mutex locks, or set_client
+  // (a lock_set client of random subsets of them).
+  static constexpr std::size_t set_client = SIZE_MAX;
+  std::size_t lock_names = 0;
+  std::vector<std::size_t> mutex_name;
 
   std::chrono::milliseconds request_timeout{1000};
   std::size_t clients = 2;
@@ -60,7 +76,7 @@ struct run_config {
   sim_time fault_gap_max = 0;  // between two faults: uniform in [0, this]
   fault_mix faults;
   sim_time resubscribe_max = 0;
-  client_bug bug = client_bug::none;
+  client_bug bug = client_bug::none;  // lockset: the set clients' only
   bool check_holders = true;  // holders and the key's remaining life
   bool check_fences = true;
   bool unbounded_only = false;  // every acquisition is a lock() (for liveness repros)

@@ -38,6 +38,7 @@ std::string_view script_name(const detail::script* s) {
   if (s == &detail::fence_raise_script) return "fence_raise";
   if (s == &detail::fenced_set_script) return "fenced_set";
   if (s == &detail::leave_script) return "leave";
+  if (s == &detail::acquire_all_script) return "acquire_all";
   return "script";
 }
 
