@@ -206,9 +206,12 @@ class lock_set_core final : public lease_owner,
     done({}, make_lease(self.shared_from_this(), std::move(run.state)), -1);
   }
 
-  // Gives back whatever holds the attempt's token (harmless where nothing does), not awaited.
+  // Gives back, not awaited, whatever may hold the attempt's token: after a refusal the groups
+  // taken before it; after an error or a timeout every key (the script in flight, or a
+  // fence raise's, may have run; a release is harmless where the token holds nothing).
   static void give_up(lock_set_core& self, attempt_run& run, std::error_code ec, long long hint) {
-    self.release_keys(run.state->token, {});
+    bool refused = ec == errc::not_acquired;
+    self.release_groups(run.state->token, refused ? run.next_group : self.groups_.size(), {});
     auto done = std::move(run.done);
     done(ec, {}, hint);
   }
@@ -217,27 +220,41 @@ class lock_set_core final : public lease_owner,
   // some were not (gone, or taken after they expired), else the first error. `done` may be
   // empty.
   void release_keys(const std::string& token, done_handler done) {
+    release_groups(token, groups_.size(), std::move(done));
+  }
+
+  // release_keys for the first `count` groups only (those an attempt took before a refusal).
+  void release_groups(const std::string& token, std::size_t count, done_handler done) {
     struct tally {
       std::size_t pending, wanted;
       std::size_t ours = 0;
       std::error_code first_error;
       done_handler done;
     };
-    auto t = std::make_shared<tally>(tally{keys_.size(), keys_.size(), 0, {}, std::move(done)});
-    for (const auto& k : companions_) {
-      auto keys = lock_release_keys(k);
-      run_script(node_, release_script, std::vector<std::string>(keys.begin(), keys.end()),
-                 {token}, node_timeout_, [t](std::error_code ec, reply r) {
-                   if (!ec && r.is_error()) ec = error_from_reply(r);
-                   if (ec && !t->first_error) t->first_error = ec;
-                   if (!ec && r.is_integer() && r.integer() == 1) ++t->ours;
-                   if (--t->pending > 0 || !t->done) return;
-                   if (t->first_error) return t->done(t->first_error);
-                   t->done(t->ours == t->wanted ? std::error_code()
-                                                       : std::error_code(errc::not_held));
-                 });
+    std::size_t wanted = 0;
+    for (std::size_t g = 0; g < count; ++g) wanted += groups_[g].members.size();
+    if (wanted == 0) {
+      if (done) done({});
+      return;
+    }
+    auto t = std::make_shared<tally>(tally{wanted, wanted, 0, {}, std::move(done)});
+    for (std::size_t g = 0; g < count; ++g) {
+      for (auto i : groups_[g].members) {
+        auto keys = lock_release_keys(companions_[i]);
+        run_script(node_, release_script, std::vector<std::string>(keys.begin(), keys.end()),
+                   {token}, node_timeout_, [t](std::error_code ec, reply r) {
+                     if (!ec && r.is_error()) ec = error_from_reply(r);
+                     if (ec && !t->first_error) t->first_error = ec;
+                     if (!ec && r.is_integer() && r.integer() == 1) ++t->ours;
+                     if (--t->pending > 0 || !t->done) return;
+                     if (t->first_error) return t->done(t->first_error);
+                     t->done(t->ours == t->wanted ? std::error_code()
+                                                  : std::error_code(errc::not_held));
+                   });
+      }
     }
   }
+
 
   // extend.lua on each key: the lease holds only while every key is still its own. A key that
   // answered "not ours" proves the loss, whatever another key's transport error says.

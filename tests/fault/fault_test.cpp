@@ -37,10 +37,12 @@ void expect_safe(const outcome& o) {
   EXPECT_EQ(o.overlaps, 0u) << o.line;
 }
 
-// Scenarios run with the read-write lock too: its readers and writers got in.
-void expect_rwlock_ran(const outcome& o) {
-  auto got = o.acquisitions_by_lock.count("rw") ? o.acquisitions_by_lock.at("rw") : 0;
-  EXPECT_GT(got, 2) << "the read-write lock was hardly held. " << o.line;
+// Scenarios run with the read-write lock and the lock set too: both got in.
+void expect_rwlock_and_lockset_ran(const outcome& o) {
+  for (std::string lock : {"rw", "set"}) {
+    auto got = o.acquisitions_by_lock.count(lock) ? o.acquisitions_by_lock.at(lock) : 0;
+    EXPECT_GT(got, 2) << lock << " was hardly held. " << o.line;
+  }
 }
 
 // Rows that need fencing: the fault did break mutual exclusion (so the suite can tell), and the
@@ -100,7 +102,7 @@ TEST(fault, handoff_to_a_waiter_that_gave_up) {
 }
 
 TEST(fault, hang_minority) {
-  scenario s{"hang_minority", {.rwlock = true}};
+  scenario s{"hang_minority", {.rwlock = true, .lockset = true}};
   auto o = s.run([](scenario& s) {
     for (int i = 0; s.running(); ++i) {
       auto& node = s.node(i % 3);
@@ -111,13 +113,13 @@ TEST(fault, hang_minority) {
     }
   });
   expect_safe(o);
-  expect_rwlock_ran(o);
+  expect_rwlock_and_lockset_ran(o);
 }
 
 // Nodes crash (kill -9) in turn and stay down a while (a minority down), then restart with their
 // fsync'd AOF: keys come back with their absolute expiry.
 TEST(fault, crash_restart_aof) {
-  scenario s{"crash_restart_aof", {.persistence = true, .rwlock = true}};
+  scenario s{"crash_restart_aof", {.persistence = true, .rwlock = true, .lockset = true}};
   auto o = s.run([](scenario& s) {
     for (int i = 0; s.running(); ++i) {
       auto& node = s.node(i % 3);
@@ -128,7 +130,7 @@ TEST(fault, crash_restart_aof) {
     }
   });
   expect_safe(o);
-  expect_rwlock_ran(o);
+  expect_rwlock_and_lockset_ran(o);
 }
 
 // Nodes restart at once without persistence, forgetting every lock and fencing counter: node 0
@@ -153,7 +155,10 @@ TEST(fault, restart_without_persistence) {
 // start again above the tokens they gave, so the resource refuses no later holder.
 TEST(fault, restart_without_persistence_quarantined) {
   scenario s{"restart_without_persistence_quarantined",
-             {.rwlock = true, .duration = 7000ms, .worker_flags = {"--quarantine", "1000"}}};
+             {.rwlock = true,
+              .lockset = true,
+              .duration = 7000ms,
+              .worker_flags = {"--quarantine", "1000"}}};
   auto o = s.run([](scenario& s) {
     for (int i = 0; s.running(); ++i) {
       for (int tries = 0; tries < 100 && s.holder_of("single") < 0; ++tries) s.sleep(10ms);
@@ -163,7 +168,7 @@ TEST(fault, restart_without_persistence_quarantined) {
     }
   });
   expect_safe(o);
-  expect_rwlock_ran(o);
+  expect_rwlock_and_lockset_ran(o);
   EXPECT_EQ(o.fence.rejected, 0u) << "a holder after a restart was refused as stale. " << o.line;
 }
 
@@ -261,7 +266,7 @@ TEST(fault, sentinel_failover_lagging_replica_quarantined) {
 // A slow node: DEBUG SLEEP blocks one node for 0.5 s, then CLIENT PAUSE WRITE holds another's
 // writes (and its key expiry) for 0.6 s, in turn.
 TEST(fault, slow_node) {
-  scenario s{"slow_node", {.rwlock = true}};
+  scenario s{"slow_node", {.rwlock = true, .lockset = true}};
   auto o = s.run([](scenario& s) {
     for (int i = 0; s.running(); ++i) {
       test::raw_command(s.node(i % 3).port(),
@@ -271,13 +276,13 @@ TEST(fault, slow_node) {
     }
   });
   expect_safe(o);
-  expect_rwlock_ran(o);
+  expect_rwlock_and_lockset_ran(o);
 }
 
 // Latency through the proxies: every 300 ms each worker-node link gets a new one-way delay of 0-50
 // ms each way, so round trips range around the node timeout (TTL / 10 = 80 ms).
 TEST(fault, latency) {
-  scenario s{"latency", {.proxied = true, .rwlock = true}};
+  scenario s{"latency", {.proxied = true, .rwlock = true, .lockset = true}};
   auto o = s.run([](scenario& s) {
     std::mt19937 rng{42};
     std::uniform_int_distribution<int> delay(0, 50);
@@ -292,7 +297,7 @@ TEST(fault, latency) {
     }
   });
   expect_safe(o);
-  expect_rwlock_ran(o);
+  expect_rwlock_and_lockset_ran(o);
 }
 
 // Partitions through the proxies, in turn: one client cut off from every node while it holds the
@@ -300,7 +305,7 @@ TEST(fault, latency) {
 // fires), a node cut off from every client (stall, as iptables DROP does), one client whose replies
 // are dropped and one whose requests are dropped (one-way), a node refusing connections.
 TEST(fault, partition) {
-  scenario s{"partition", {.proxied = true, .rwlock = true, .duration = 6500ms}};
+  scenario s{"partition", {.proxied = true, .rwlock = true, .lockset = true, .duration = 6500ms}};
   auto o = s.run([](scenario& s) {
     const int procs = s.options().processes, nodes = s.options().nodes;
     auto all_nodes = [&](int p, proxy_mode m) {
@@ -336,7 +341,7 @@ TEST(fault, partition) {
     }
   });
   expect_safe(o);
-  expect_rwlock_ran(o);
+  expect_rwlock_and_lockset_ran(o);
   EXPECT_GT(o.lost, 0) << "no lease was lost to a partitioned client. " << o.line;
 }
 

@@ -1,7 +1,9 @@
 // fault_worker: one client process of a fault scenario; one thread per lock it contends for.
 //   fault_worker --out FILE --resource URL --prefix P --seconds S
 //                --lock KIND:NAME:LIMIT:URL[,URL...]   (repeat; KIND = mutex | semaphore |
-//                                                       rwlock, whose LIMIT is ignored)
+//                                                       rwlock, whose LIMIT is ignored |
+//                                                       lockset: the set {NAME, NAME-pair}
+//                                                       on the first URL, recorded as NAME)
 //                [--ttl MS] [--retry-delay MS] [--node-timeout MS] [--hold MIN-MAX]
 //                [--write-every MS] [--stale-check] [--no-keep-alive] [--mixed] [--seed N]
 //                [--quarantine MS]    (client_options::restart_quarantine)
@@ -11,7 +13,8 @@
 // Each thread loops until S seconds have passed: acquire, hold for a random time (in --hold's
 // range, or one time in four for 1-2 TTLs) while writing to the fenced resource every
 // --write-every ms (mutexes and a read-write lock's writers: dlock::fenced_set on P:NAME:data),
-// release; a read-write lock's thread takes it shared three times in four. It records each
+// release; a read-write lock's thread takes it shared three times in four. A lock set's holding
+// is recorded (and writes through the fence) as one of NAME. It records each
 // holding as [acquired, last moment it believed it held] and each write with its verdict, and
 // saves a report (history.hpp) to FILE at the end.
 //   default        "careful": work, then check lost() and valid_until() right before each
@@ -35,6 +38,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "dlock/dlock.hpp"
@@ -213,6 +217,37 @@ class contender {
         }
         // Writers write through the fence; readers hold, each on its own lease.
         hold(held, end, writer, false, {all, writer ? all : 1});
+        let_go(held);
+      }
+      return;
+    }
+    if (spec_.kind == "lockset") {
+      dlock::lock_set set{nodes_.front(),
+                          {spec_.name, spec_.name + "-pair"},
+                          {.ttl = a_.ttl,
+                           .retry_delay = a_.retry_delay,
+                           .node_timeout = a_.node_timeout,
+                           .key_prefix = a_.prefix + ":"}};
+      while (steady::now() < end) {
+        int how = pick(4);
+        std::error_code ec;
+        dlock::lease held;
+        if (how == 0) {
+          held = set.try_acquire(ec);
+        } else if (how == 1) {
+          std::promise<std::pair<std::error_code, dlock::lease>> done;
+          set.async_acquire_until(deadline(end), [&done](std::error_code e, dlock::lease got) {
+            done.set_value({e, std::move(got)});
+          });
+          std::tie(ec, held) = done.get_future().get();
+        } else {
+          held = set.acquire_until(deadline(end), ec);
+        }
+        if (!held) {
+          failed(ec);
+          continue;
+        }
+        hold(held, end, true);
         let_go(held);
       }
       return;

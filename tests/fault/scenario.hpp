@@ -6,8 +6,11 @@
 //                     heals everything, collects the workers' reports and judges them
 // The locks: "single", a dlock::mutex on node 0; "redlock", a dlock::mutex over all nodes; and
 // "sem", a dlock::semaphore with 2 permits on node 0; with rwlock, "rw", a dlock::shared_mutex
-// on node 0 (its writers write through the fence). The fenced resource is the separate
-// resource server (never faulted), written with dlock::fenced_set.
+// on node 0 (its writers write through the fence); with lockset, "set", a dlock::lock_set of
+// two names on node 0 (its holders write through the fence). Sets contend with sets only: a
+// mutex of the same name would keep them out (a set waits by polling, not in the queue that a
+// mutex's release hands the key to). The fenced resource is the separate resource server
+// (never faulted), written with dlock::fenced_set.
 // Not thread-safe: one test thread drives a scenario.
 #pragma once
 
@@ -34,6 +37,7 @@ struct scenario_options {
   std::vector<int> shimmed;  // nodes started under fault_clock_shim (set_clock moves them)
   bool semaphore = true;     // also contend for the semaphore "sem"
   bool rwlock = false;       // also for the read-write lock "rw" on node 0 (readers and writers)
+  bool lockset = false;      // also for the lock set {set, set-pair} on node 0, named "set"
   int processes = 3;         // worker processes, one thread per lock in each
   std::chrono::milliseconds duration{5000};  // how long the workers contend
   std::chrono::milliseconds ttl{800};

@@ -2,10 +2,10 @@
 // one node (one key group: every key is the node's, so no fence_raise.lua round):
 // - attempt (start_attempt, take_group, grant): a fresh token, random_token() + ".0";
 //   acquire_all.lua with KEYS key, fence, key, fence ... (the sorted keys), ARGV token, ttl;
-//   {1, fence} granted, {0, i, PTTL} held, {0, 0, ms} quarantined. Anything but a grant gives
-//   up (give_up): release.lua on every key for that token, not awaited (an error or a timeout
-//   may have taken keys; after a refusal it finds none); so does a grant that lands after
-//   start + ttl - drift, which is not taken.
+//   {1, fence} granted, {0, i, PTTL} held, {0, 0, ms} quarantined. An error or a timeout gives
+//   up (give_up): release.lua on every key for that token, not awaited (the attempt may have
+//   taken keys); so does a grant that lands after start + ttl - drift, which is not taken. A
+//   refusal gives back the groups taken before it: on one node, none.
 // - the loop (acquire_loop): again while the error is retryable and the deadline not passed,
 //   after a jittered retry_delay, or the PTTL in the way + 1 ms when sooner, but at least 1 ms
 //   and at most until the deadline.
@@ -152,7 +152,6 @@ void sim_set_client::on_attempt_reply(const std::string& token, steady::time_poi
     fence = static_cast<std::uint64_t>(++fake_fence_);  // high: exclusion has to catch it
   }
   if (!granted) {
-    release_keys(token, {});
     return after_failed_attempt(errc::not_acquired,
                                 e.size() == 3 && e[2].is_integer() ? e[2].integer() : -1);
   }
