@@ -9,7 +9,6 @@
 #include <future>
 #include <map>
 #include <mutex>
-#include <random>
 #include <set>
 #include <thread>
 
@@ -18,6 +17,7 @@
 #include "dlock/dlock.hpp"
 #include "support/checks.hpp"
 #include "support/fake_peer.hpp"
+#include "support/overlapping_sets.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/test_keys.hpp"
 
@@ -782,43 +782,16 @@ TEST_F(ClusterTest, ALockSetAcrossSlotsIsAllOrNothingWithOneFence) {
 }
 
 TEST_F(ClusterTest, OverlappingLockSetsAcrossSlotsNeverDeadlockAndCountersAreExact) {
-  constexpr int threads = 4, rounds = 25, names = 5;
+  constexpr int names = 5;
   auto base = test::test_key();
   auto name = [&](int i) { return base + "n" + std::to_string(i); };
-  std::vector<std::atomic<int>> expected(names);
-  std::vector<std::thread> workers;
-  for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&, t] {
-      std::mt19937 random(static_cast<unsigned>(t));
-      client mine{cluster_.seed_url()};
-      for (int r = 0; r < rounds; ++r) {
-        std::vector<int> picked(names);
-        for (int i = 0; i < names; ++i) picked[static_cast<std::size_t>(i)] = i;
-        std::shuffle(picked.begin(), picked.end(), random);
-        picked.resize(1 + random() % 3);  // 1 to 3 names, in a random order
-        std::vector<std::string> set;
-        for (int i : picked) set.push_back(name(i));
-        lock_set locks{mine, set, {.ttl = 5s, .retry_delay = 5ms}};
-        std::error_code ec;
-        auto held = locks.acquire_until(std::chrono::steady_clock::now() + 30s, ec);
-        ASSERT_TRUE(held) << ec.message();
-        for (int i : picked) {  // read-modify-write, not atomic: the set must exclude
-          auto key = name(i) + ":count";
-          auto now = mine.exec({"GET", key});
-          long long v = now.is_nil() ? 0 : std::stoll(now.str());
-          mine.exec({"SET", key, std::to_string(v + 1)});
-          ++expected[static_cast<std::size_t>(i)];
-        }
-        EXPECT_FALSE(held.release());
-      }
-    });
-  }
-  for (auto& w : workers) w.join();
+  auto raised = test::lock_overlapping_sets(cluster_.seed_url(), name, /*threads=*/4,
+                                            /*rounds=*/25, names);
   std::set<std::uint16_t> slots;
   for (int i = 0; i < names; ++i) {
     slots.insert(hash_slot(name(i)));
     auto got = client_.exec({"GET", name(i) + ":count"});
-    EXPECT_EQ(got.is_nil() ? 0 : std::stoll(got.str()), expected[static_cast<std::size_t>(i)].load())
+    EXPECT_EQ(got.is_nil() ? 0 : std::stoll(got.str()), raised[static_cast<std::size_t>(i)])
         << name(i);
   }
   EXPECT_GT(slots.size(), 1u) << "the names should span slots";

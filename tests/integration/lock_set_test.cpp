@@ -8,14 +8,13 @@
 #include <algorithm>
 #include <atomic>
 #include <future>
-#include <map>
-#include <random>
 #include <thread>
 #include <vector>
 
 #include "dlock/key_layout.hpp"
 #include "dlock/mutex.hpp"
 #include "support/checks.hpp"
+#include "support/overlapping_sets.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
@@ -67,37 +66,9 @@ TEST_F(LockSetTest, OneFenceAboveEveryNamesTokensBeforeAndBelowAfter) {
 }
 
 TEST_F(LockSetTest, OverlappingSetsInRandomOrderNeverDeadlockAndCountersAreExact) {
-  constexpr int threads = 8, rounds = 60, names = 5;
-  std::vector<std::atomic<int>> expected(names);
-  std::vector<std::thread> workers;
-  for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&, t] {
-      std::mt19937 random(static_cast<unsigned>(t));
-      client mine{server_.url()};
-      for (int r = 0; r < rounds; ++r) {
-        std::vector<int> picked(names);
-        for (int i = 0; i < names; ++i) picked[static_cast<std::size_t>(i)] = i;
-        std::shuffle(picked.begin(), picked.end(), random);
-        picked.resize(1 + random() % 3);  // 1 to 3 names, in a random order
-        std::vector<std::string> set;
-        for (int i : picked) set.push_back(name(i));
-        lock_set locks{mine, set, {.ttl = 5s, .retry_delay = 5ms}};
-        std::error_code ec;
-        auto held = locks.acquire_until(std::chrono::steady_clock::now() + 20s, ec);
-        ASSERT_TRUE(held) << ec.message();
-        for (int i : picked) {  // read-modify-write, not atomic: the set must exclude
-          auto key = name(i) + ":count";
-          auto now = mine.exec({"GET", key});
-          long long v = now.is_nil() ? 0 : std::stoll(now.str());
-          std::this_thread::yield();
-          mine.exec({"SET", key, std::to_string(v + 1)});
-          ++expected[static_cast<std::size_t>(i)];
-        }
-        EXPECT_FALSE(held.release());
-      }
-    });
-  }
+  constexpr int rounds = 60, names = 5;
   // Mutex users of single names take part too.
+  std::atomic<long long> by_mutex{0};
   std::thread single([&] {
     client mine{server_.url()};
     mutex m{mine, name(0), {.retry_delay = 5ms}};
@@ -106,14 +77,16 @@ TEST_F(LockSetTest, OverlappingSetsInRandomOrderNeverDeadlockAndCountersAreExact
       auto now = mine.exec({"GET", name(0) + ":count"});
       long long v = now.is_nil() ? 0 : std::stoll(now.str());
       mine.exec({"SET", name(0) + ":count", std::to_string(v + 1)});
-      ++expected[0];
+      ++by_mutex;
     }
   });
-  for (auto& w : workers) w.join();
+  auto raised = test::lock_overlapping_sets(server_.url(), [&](int i) { return name(i); },
+                                            /*threads=*/8, rounds, names);
   single.join();
+  raised[0] += by_mutex;
   for (int i = 0; i < names; ++i) {
     auto got = client_.exec({"GET", name(i) + ":count"});
-    EXPECT_EQ(got.is_nil() ? 0 : std::stoll(got.str()), expected[static_cast<std::size_t>(i)].load())
+    EXPECT_EQ(got.is_nil() ? 0 : std::stoll(got.str()), raised[static_cast<std::size_t>(i)])
         << name(i);
   }
 }

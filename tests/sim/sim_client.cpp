@@ -397,23 +397,35 @@ void sim_client::finish_acquisition(const detail::acquisition::outcome& o) {
   hold(o.token, o.fence, o.valid_until);
 }
 
+hold_plan plan_hold(rng& random, milliseconds ttl) {
+  auto ttl_us = microseconds(ttl).count();
+  auto roll = random.below(100);
+  hold_plan plan;
+  plan.extending = roll >= 80;
+  plan.hold = roll < 60   ? random.between(0, ttl_us / 2)
+              : roll < 80 ? random.between(ttl_us / 2, 3 * ttl_us / 2)
+                          : random.between(ttl_us, 3 * ttl_us);
+  plan.abandon = random.chance(0.1);
+  return plan;
+}
+
+milliseconds pick_extend(rng& random, milliseconds ttl) {
+  auto roll = random.below(4);
+  return roll == 0 ? std::max(ttl / 2, milliseconds(1)) : roll == 1 ? longest_extend(ttl) : ttl;
+}
+
 // --- holding and releasing ---
 
 void sim_client::hold(const std::string& token, std::uint64_t, steady::time_point valid_until) {
   phase_ = phase::holding;
   token_ = token;
   valid_until_ = valid_until;
-  auto& rnd = w_.random();
-  auto ttl_us = microseconds(ttl()).count();
-  auto roll = rnd.below(100);
-  extending_ = roll >= 80;
-  sim_time h = roll < 60   ? rnd.between(0, ttl_us / 2)
-               : roll < 80 ? rnd.between(ttl_us / 2, 3 * ttl_us / 2)
-                           : rnd.between(ttl_us, 3 * ttl_us);
-  abandon_ = rnd.chance(0.1);
-  hold_until_ = now() + microseconds(h);
+  auto plan = plan_hold(w_.random(), ttl());
+  extending_ = plan.extending;
+  abandon_ = plan.abandon;
+  hold_until_ = now() + microseconds(plan.hold);
   if (w_.tracing()) {
-    w_.note(who() + " holds for " + format_time(h) + (extending_ ? ", extending" : "") +
+    w_.note(who() + " holds for " + format_time(plan.hold) + (extending_ ? ", extending" : "") +
             (abandon_ ? ", then abandons it" : ", then releases"));
   }
   w_.at_client(c_, w_.when(c_, hold_until_), [this, cycle = cycle_] {
@@ -429,12 +441,7 @@ void sim_client::hold(const std::string& token, std::uint64_t, steady::time_poin
 void sim_client::extend() {
   if (phase_ != phase::holding || now() >= hold_until_) return;
   ++stats_.extends;
-  // By the TTL, or shorter or longer (as lease::extend(ttl) allows): an extend delayed in the
-  // network may then land after a later one that asked for more.
-  auto roll = w_.random().below(4);
-  milliseconds by = roll == 0   ? std::max(ttl() / 2, milliseconds(1))
-                     : roll == 1 ? longest_extend(ttl())
-                                 : ttl();
+  milliseconds by = pick_extend(w_.random(), ttl());
   if (w_.tracing()) w_.note(who() + " extends " + token_ + " by " + std::to_string(by.count()) + " ms");
   if (lock_) return extend_lock(by);
   refresh_permit(by);

@@ -40,6 +40,19 @@ enum class client_bug {
 // key may live that long, which the faults' assumptions and the liveness bound account for.
 inline std::chrono::milliseconds longest_extend(std::chrono::milliseconds ttl) { return 2 * ttl; }
 
+// How a client holds what it was granted: for how long (most holds end within the TTL, some
+// outlast it, and those that outlast it most extend), whether it extends, and whether it
+// abandons the holding instead of releasing it. Drawn in this order from the world's random.
+struct hold_plan {
+  sim_time hold = 0;
+  bool extending = false;
+  bool abandon = false;
+};
+hold_plan plan_hold(rng& random, std::chrono::milliseconds ttl);
+// An extend's TTL: half, once or twice the lock's (lease::extend(ttl) allows any), so that an
+// extend delayed in the network may land after a later one that asked for more.
+std::chrono::milliseconds pick_extend(rng& random, std::chrono::milliseconds ttl);
+
 struct liveness_rule {
   sim_time quiet_from = 0;     // no fault after this (true time)
   sim_time max_free_wait = 0;  // unclaimed time an unbounded waiter may see after quiet_from

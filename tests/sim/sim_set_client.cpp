@@ -244,17 +244,12 @@ void sim_set_client::hold(const std::string& token, steady::time_point valid_unt
   phase_ = phase::holding;
   token_ = token;
   valid_until_ = valid_until;
-  auto& rnd = w_.random();
-  auto ttl_us = microseconds(ttl_).count();
-  auto roll = rnd.below(100);
-  bool extending = roll >= 80;
-  sim_time h = roll < 60   ? rnd.between(0, ttl_us / 2)
-               : roll < 80 ? rnd.between(ttl_us / 2, 3 * ttl_us / 2)
-                           : rnd.between(ttl_us, 3 * ttl_us);
-  abandon_ = rnd.chance(0.1);
-  hold_until_ = now() + microseconds(h);
+  auto plan = plan_hold(w_.random(), ttl_);
+  bool extending = plan.extending;
+  abandon_ = plan.abandon;
+  hold_until_ = now() + microseconds(plan.hold);
   if (w_.tracing()) {
-    w_.note(who() + " holds for " + format_time(h) + (extending ? ", extending" : "") +
+    w_.note(who() + " holds for " + format_time(plan.hold) + (extending ? ", extending" : "") +
             (abandon_ ? ", then abandons it" : ", then releases"));
   }
   w_.at_client(c_, w_.when(c_, hold_until_), [this, cycle = cycle_] {
@@ -270,10 +265,7 @@ void sim_set_client::hold(const std::string& token, steady::time_point valid_unt
 void sim_set_client::extend() {
   if (phase_ != phase::holding || now() >= hold_until_) return;
   ++stats_.extends;
-  auto roll = w_.random().below(4);
-  milliseconds by = roll == 0   ? std::max(ttl_ / 2, milliseconds(1))
-                    : roll == 1 ? longest_extend(ttl_)
-                                : ttl_;
+  milliseconds by = pick_extend(w_.random(), ttl_);
   if (w_.tracing()) {
     w_.note(who() + " extends " + token_ + " by " + std::to_string(by.count()) + " ms");
   }
