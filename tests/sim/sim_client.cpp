@@ -24,10 +24,6 @@ namespace {
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
-std::string show(steady::duration d) {
-  return format_time(std::chrono::duration_cast<microseconds>(d).count());
-}
-
 }  // namespace
 
 sim_client::sim_client(world& w, checker& k, const detail::lock_target& target, std::size_t index,
@@ -107,7 +103,7 @@ void sim_client::next_cycle() {
     static constexpr const char* names[] = {"try once", "bounded", "deadline", "unbounded"};
     w_.note(who() + " starts acquisition " + id + " (" + names[static_cast<int>(mode_)] +
             (mode_ == mode::bounded ? ", " + std::to_string(attempts) + " attempts" : "") +
-            (mode_ == mode::deadline ? ", deadline in " + show(deadline - now()) : "") +
+            (mode_ == mode::deadline ? ", deadline in " + format_time(deadline - now()) : "") +
             (sem_ ? ", " + std::to_string(permits_) + " permit(s)" : "") + ")");
   }
   // Sometimes the caller gives up from outside (a stop_token, the CLI's Ctrl-C).
@@ -181,7 +177,7 @@ void sim_client::begin_attempt(cause why) {
   pump();
   if (why == cause::backstop && !attempt_requests_.empty() && t < next_attempt_floor_) {
     check_.violation("PACING: " + who() + "'s attempt " + std::to_string(acq_->attempts_made()) +
-                     " of " + acq_->id() + " went out " + show(next_attempt_floor_ - t) +
+                     " of " + acq_->id() + " went out " + format_time(next_attempt_floor_ - t) +
                      " before the retry policy allows");
   }
 }
@@ -257,8 +253,8 @@ void sim_client::go_to_sleep(steady::duration sleep) {
   bool ends_before_deadline = deadline_ != steady::time_point::max() &&
                               t + sleep >= deadline_ - detail::acquisition::last_attempt_lead;
   if (sleep < shortest && !ends_before_deadline) {
-    check_.violation("PACING: " + who() + " told to sleep " + show(sleep) + " after attempt " +
-                     std::to_string(acq_->attempts_made()) + ", less than " + show(shortest));
+    check_.violation("PACING: " + who() + " told to sleep " + format_time(sleep) + " after attempt " +
+                     std::to_string(acq_->attempts_made()) + ", less than " + format_time(shortest));
   }
   shortest = std::min(shortest, sleep);
   next_attempt_floor_ = t + shortest;
@@ -287,7 +283,7 @@ void sim_client::go_to_sleep(steady::duration sleep) {
   if (w_.tracing()) {
     w_.note(who() + " sleeps " +
             (next == cause::backstop
-                 ? show(sleep)
+                 ? format_time(sleep)
                  : "0 (" +
                        std::string(next == cause::woken ? "woken during the attempt"
                                                         : "inboxes subscribed now") +

@@ -27,10 +27,6 @@ namespace {
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
-std::string show(steady::duration d) {
-  return format_time(std::chrono::duration_cast<microseconds>(d).count());
-}
-
 }  // namespace
 
 sim_set_client::sim_set_client(world& w, checker& k, std::vector<lock_keys> pool,
@@ -106,7 +102,7 @@ void sim_set_client::next_cycle() {
     for (auto j : asked) named += " " + pool_[j].key;
     static constexpr const char* modes[] = {"try once", "deadline", "unbounded"};
     w_.note(who() + " starts lock_set" + named + " (" + modes[static_cast<int>(mode_)] +
-            (mode_ == mode::deadline ? ", deadline in " + show(deadline_ - now()) : "") + ")");
+            (mode_ == mode::deadline ? ", deadline in " + format_time(deadline_ - now()) : "") + ")");
   }
   attempt();
 }
@@ -177,7 +173,7 @@ void sim_set_client::after_failed_attempt(std::error_code ec, long long wait_hin
   if (wait_hint >= 0) sleep = std::min<steady::duration>(sleep, milliseconds(wait_hint + 1));
   sleep = std::max<steady::duration>(sleep, milliseconds(1));
   if (deadline_ != steady::time_point::max()) sleep = std::min(sleep, deadline_ - t);
-  if (w_.tracing()) w_.note(who() + " attempt: " + ec.message() + ", sleeps " + show(sleep));
+  if (w_.tracing()) w_.note(who() + " attempt: " + ec.message() + ", sleeps " + format_time(sleep));
   w_.at_client(c_, w_.when(c_, t + sleep), [this, cycle = cycle_] {
     if (cycle == cycle_ && phase_ == phase::acquiring) attempt();
   });

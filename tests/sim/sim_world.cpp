@@ -49,6 +49,10 @@ std::string format_time(sim_time t) {
   return buf;
 }
 
+std::string format_time(steady::duration d) {
+  return format_time(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+}
+
 world::world(std::uint64_t seed, std::size_t nodes, network_profile net) : rng_(seed), net_(net) {
   // A wall clock far from zero, different per seed: nothing may assume an epoch.
   epoch_ms_ = 1'700'000'000'000 + rng_.between(0, 10'000'000'000);

@@ -253,5 +253,7 @@ class world {
 std::string_view script_name(const detail::script* s);
 // "12.345ms": true time for traces.
 std::string format_time(sim_time t);
+// The same for a span of a client's clock.
+std::string format_time(steady::duration d);
 
 }  // namespace dlock::sim
