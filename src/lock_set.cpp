@@ -3,9 +3,14 @@
 // that each name's queued mutex waiter is handed its key as after a mutex's release.
 #include "dlock/lock_set.hpp"
 
+#include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <stop_token>
 
 #include "algo/acquisition.hpp"
 #include "algo/quorum_round.hpp"
@@ -73,11 +78,25 @@ class lock_set_core final : public lease_owner,
     take_group(shared_from_this(), std::move(run));
   }
 
-  // Attempts until the set is held, an error that retrying cannot cure, or `deadline`. Between
-  // two it sleeps retry_delay (jittered), or until the key that was in the way expires, when
-  // sooner (the lock's retry policy, algo/retry.hpp).
-  void start_acquire(steady::time_point deadline, unique_function<void(std::error_code, lease)> done) {
-    auto loop = std::make_shared<acquire_loop>(shared_from_this(), deadline, std::move(done));
+  // Attempts until the set is held, an error that retrying cannot cure, `deadline`, or a stop
+  // (control.stop: cancelled, nothing held). Between two it asks control.on_retry, then sleeps
+  // retry_delay (jittered), or until the key that was in the way expires, when sooner (the
+  // lock's retry policy, algo/retry.hpp).
+  void start_acquire(steady::time_point deadline, const wait_control& control,
+                     unique_function<void(std::error_code, lease)> done) {
+    auto loop = std::make_shared<acquire_loop>(shared_from_this(), deadline, control.on_retry,
+                                               std::move(done));
+    if (control.stop.stop_possible()) {
+      std::weak_ptr<acquire_loop> weak = loop;
+      loop->on_stop.emplace(control.stop, [weak] {
+        auto self = weak.lock();
+        if (!self) return;
+        self->stopped = true;
+        asio::post(self->timer.get_executor(), [weak] {
+          if (auto self = weak.lock()) self->timer.cancel();
+        });
+      });
+    }
     acquire_loop::attempt(std::move(loop));
   }
 
@@ -108,36 +127,69 @@ class lock_set_core final : public lease_owner,
 
   struct acquire_loop {
     acquire_loop(std::shared_ptr<lock_set_core> c, steady::time_point d,
+                 std::function<bool(const wait_progress&)> retry,
                  unique_function<void(std::error_code, lease)> h)
-        : core(std::move(c)), deadline(d), timer(core->get_executor()), done(std::move(h)) {}
+        : core(std::move(c)),
+          deadline(d),
+          on_retry(std::move(retry)),
+          timer(core->get_executor()),
+          done(std::move(h)) {}
 
     static void attempt(std::shared_ptr<acquire_loop> self) {
+      if (self->stopped) return finish(*self, errc::cancelled, {});
+      ++self->attempts;
       auto* core = self->core.get();
       core->start_attempt([self = std::move(self)](std::error_code ec, lease l,
                                                    long long hint) mutable {
-        if (l || !is_retryable(ec)) return self->done(ec, std::move(l));
+        // A grant that lands after the stop is dropped: the lease's destructor releases it.
+        if (self->stopped) return finish(*self, errc::cancelled, {});
+        if (l || !is_retryable(ec)) return finish(*self, ec, std::move(l));
         auto now = steady::now();
-        if (now >= self->deadline) return self->done(ec, {});
+        if (now >= self->deadline) return finish(*self, ec, {});
+        if (self->on_retry) {
+          wait_progress progress;
+          progress.waited = now - self->began;
+          progress.attempts = self->attempts;
+          progress.last_error = ec;
+          progress.kind = classify_failure(ec, {});
+          if (!self->on_retry(progress)) return finish(*self, ec, {});
+        }
         auto sleep = jittered_delay(self->core->retry_delay(), jitter_random());
-        if (hint >= 0) sleep = std::min<steady::duration>(sleep, std::chrono::milliseconds(hint + 1));
-        sleep = std::max<steady::duration>(sleep, std::chrono::milliseconds(1));  // retry_delay 0
-        if (self->deadline != steady::time_point::max()) sleep = std::min(sleep, self->deadline - now);
+        using std::chrono::milliseconds;
+        if (hint >= 0) sleep = std::min<steady::duration>(sleep, milliseconds(hint + 1));
+        sleep = std::max<steady::duration>(sleep, milliseconds(1));  // retry_delay 0
+        if (self->deadline != steady::time_point::max()) {
+          sleep = std::min(sleep, self->deadline - now);
+        }
         self->timer.expires_after(sleep);
         auto* timer = &self->timer;
         timer->async_wait([self = std::move(self)](std::error_code) mutable {
-          attempt(std::move(self));
+          attempt(std::move(self));  // also after a stop cancelled the timer
         });
       });
     }
 
+    static void finish(acquire_loop& self, std::error_code ec, lease l) {
+      self.on_stop.reset();
+      auto handler = std::move(self.done);
+      handler(ec, std::move(l));
+    }
+
     std::shared_ptr<lock_set_core> core;
     steady::time_point deadline;
+    steady::time_point began = steady::now();
+    int attempts = 0;
+    std::function<bool(const wait_progress&)> on_retry;
+    std::atomic<bool> stopped{false};
+    std::optional<std::stop_callback<std::function<void()>>> on_stop;
     asio::steady_timer timer;
     unique_function<void(std::error_code, lease)> done;
   };
 
   static void take_group(std::shared_ptr<lock_set_core> self, std::shared_ptr<attempt_run> run) {
-    if (run->next_group == self->groups_.size()) return raise_fences(std::move(self), std::move(run));
+    if (run->next_group == self->groups_.size()) {
+      return raise_fences(std::move(self), std::move(run));
+    }
     auto& group = self->groups_[run->next_group];
     std::vector<std::string> args{run->state->token, std::to_string(self->options_.ttl.count())};
     auto* core = self.get();
@@ -151,11 +203,11 @@ class lock_set_core final : public lease_owner,
                    ec = errc::protocol_error;
                  }
                  // A timeout may have taken the group's keys, an error midway part of them (a
-                 // script is not rolled back): give_up releases whatever holds this token.
-                 if (ec) return give_up(*self, *run, ec, -1);
+                 // script is not rolled back): they are given back with those taken before.
+                 if (ec) return give_up(*self, *run, ec, -1, run->next_group + 1);
                  if (e[0].integer() != 1) {
                    long long hint = e.size() == 3 && e[2].is_integer() ? e[2].integer() : -1;
-                   return give_up(*self, *run, errc::not_acquired, hint);
+                   return give_up(*self, *run, errc::not_acquired, hint, run->next_group);
                  }
                  auto fence = static_cast<std::uint64_t>(e[1].integer());
                  run->fences[run->next_group++] = fence;
@@ -175,7 +227,7 @@ class lock_set_core final : public lease_owner,
     auto t = std::make_shared<tally>();
     auto finish = [self, run, t]() {
       if (--t->pending > 0) return;
-      if (t->first_error) return give_up(*self, *run, t->first_error, -1);
+      if (t->first_error) return give_up(*self, *run, t->first_error, -1, self->groups_.size());
       grant(*self, *run);
     };
     std::string top = std::to_string(run->top_fence);
@@ -199,19 +251,21 @@ class lock_set_core final : public lease_owner,
   static void grant(lock_set_core& self, attempt_run& run) {
     auto& o = self.options_;
     auto until = run.start + o.ttl - drift_allowance(o.ttl, o.drift_factor);
-    if (steady::now() >= until) return give_up(self, run, errc::lease_expired, -1);
+    if (steady::now() >= until) {
+      return give_up(self, run, errc::lease_expired, -1, self.groups_.size());
+    }
     run.state->fence = run.top_fence;
     run.state->set_deadline(until);
     auto done = std::move(run.done);
     done({}, make_lease(self.shared_from_this(), std::move(run.state)), -1);
   }
 
-  // Gives back, not awaited, whatever may hold the attempt's token: after a refusal the groups
-  // taken before it; after an error or a timeout every key (the script in flight, or a
-  // fence raise's, may have run; a release is harmless where the token holds nothing).
-  static void give_up(lock_set_core& self, attempt_run& run, std::error_code ec, long long hint) {
-    bool refused = ec == errc::not_acquired;
-    self.release_groups(run.state->token, refused ? run.next_group : self.groups_.size(), {});
+  // Gives back, not awaited, the first `taken` groups, which may hold the attempt's token: after
+  // a refusal those granted before it; after an error or a timeout the group in flight too (its
+  // script may have run); after the grant all (a release is harmless where nothing is held).
+  static void give_up(lock_set_core& self, attempt_run& run, std::error_code ec, long long hint,
+                      std::size_t taken) {
+    self.release_groups(run.state->token, taken, {});
     auto done = std::move(run.done);
     done(ec, {}, hint);
   }
@@ -344,24 +398,35 @@ lock_set::~lock_set() = default;
 const std::vector<std::string>& lock_set::keys() const noexcept { return core_->keys(); }
 
 lease lock_set::try_acquire(std::error_code& ec) {
-  return detail::wait<lease>(ec, [this](auto handler) { start_try_acquire(std::move(handler)); });
+  return detail::wait<lease>(ec, [this](auto handler) {
+    start_try_acquire(core_, std::move(handler));
+  });
 }
 
 lease lock_set::acquire_until(clock::time_point deadline, std::error_code& ec) {
-  return detail::wait<lease>(ec, [&](auto handler) { start_acquire(deadline, std::move(handler)); });
+  return acquire_until(deadline, wait_control{}, ec);
+}
+
+lease lock_set::acquire_until(clock::time_point deadline, const wait_control& control,
+                              std::error_code& ec) {
+  return detail::wait<lease>(ec, [&](auto handler) {
+    start_acquire(core_, deadline, control, std::move(handler));
+  });
 }
 
 detail::io_executor lock_set::get_executor() const noexcept { return core_->get_executor(); }
 
-void lock_set::start_try_acquire(detail::unique_function<void(std::error_code, lease)> handler) {
-  core_->start_attempt([h = std::move(handler)](std::error_code ec, lease l, long long) mutable {
+void lock_set::start_try_acquire(const std::shared_ptr<detail::lock_set_core>& core,
+                                 detail::unique_function<void(std::error_code, lease)> handler) {
+  core->start_attempt([h = std::move(handler)](std::error_code ec, lease l, long long) mutable {
     h(ec, std::move(l));
   });
 }
 
-void lock_set::start_acquire(clock::time_point deadline,
+void lock_set::start_acquire(const std::shared_ptr<detail::lock_set_core>& core,
+                             clock::time_point deadline, const wait_control& control,
                              detail::unique_function<void(std::error_code, lease)> handler) {
-  core_->start_acquire(deadline, std::move(handler));
+  core->start_acquire(deadline, control, std::move(handler));
 }
 
 lease lock_all(client node, std::vector<std::string> names, lock_options options) {

@@ -8,15 +8,24 @@
 /// On one node the set is taken by one script, which sets every key or none. On a Redis
 /// Cluster the names are grouped by slot and each slot's are taken by one script, slot after
 /// slot in ascending slot order (the same global order for every client); when a slot's names
-/// are held by another, the slots already taken are released before the attempt ends. No
-/// attempt ever waits while holding part of a set, so clients locking overlapping sets, in any
-/// order, cannot deadlock (no hold-and-wait). The keys are the names' ordinary lock keys, so a set excludes and is
-/// excluded by a single-node dlock::mutex of any of its names on the same node (not a Redlock
-/// mutex over several nodes, which could win a quorum elsewhere); releasing the set hands each
-/// key to that key's first queued mutex waiter, as a mutex's release does. A set does not
-/// queue, so it may take a free name ahead of a fair mutex's waiters.
+/// are held by another, the release of the slots already taken is sent (not awaited) before
+/// the attempt ends, so those names stay taken for the rest of the attempt, and until their TTL
+/// when that release is lost. No attempt ever waits while holding part of a set, so clients
+/// locking overlapping sets, in any order, cannot deadlock (no hold-and-wait). A set whose
+/// slots take longer than its TTL to take (one round trip each, plus one for the fences) fails
+/// every attempt with lease_expired: give it a TTL well above that.
+/// The keys are the names' ordinary lock keys, so a set excludes and is excluded by a dlock::
+/// mutex of any of its names on the same node or cluster (not a Redlock mutex over several
+/// nodes, which could win a quorum elsewhere, nor a cluster mutex with `copies`, whose keys are
+/// the copies'). Releasing the set hands each key to that key's first queued mutex waiter, as a
+/// mutex's release does (on a cluster it wakes the waiter, as there). A set does not queue, so
+/// it may take a free name ahead of a fair mutex's waiters.
 /// One fencing token serves the whole set: every name's counter is raised to it, so it is
-/// larger than any token drawn before for any of the names, and every later one is larger.
+/// larger than any token drawn before for any of the names, and every later one is larger. On
+/// a cluster the token is the highest the slots drew, and the other slots' counters are raised
+/// to it (one more round trip) before the lease is returned; the slots' masters draw from their
+/// own wall clocks when a counter expired, so this holds while those clocks differ by less
+/// than the TTL (docs/guarantees.md, assumption 1, as for Redlock nodes).
 /// Thread-safety: a lock_set may be shared by the threads of a process; each acquisition
 /// returns its own lease.
 ///
@@ -28,7 +37,8 @@
 /// waits by polling (retry_delay, or sooner when the holder's key expires sooner), not in the
 /// names' wait queues: a set would otherwise queue in several, holding places in some while
 /// waiting in others. N independent nodes (Redlock) are not offered, and the replication
-/// guard is refused (invalid_argument); retry_count is not used (acquire waits until it holds the set or its deadline passes).
+/// guard is refused (invalid_argument); retry_count is not used (acquire waits until it holds
+/// the set or its deadline passes).
 /// The lease's key() is the keys joined by ',' (a label, not a key).
 #pragma once
 
@@ -69,12 +79,16 @@ class DLOCK_EXPORT lock_set {
 
   /// One attempt: a lease holding every name, or an empty lease with not_acquired when any is
   /// held (by another set or mutex), or the node's error. Blocks for one round trip (on a
-  /// cluster, one per slot of the set's names).
+  /// cluster, one per slot of the set's names, and one more when their fences differ).
   lease try_acquire(std::error_code& ec);
   /// Attempts until every name is held or `deadline` (steady_clock) passes (not_acquired, or
   /// the last error). Between two attempts it sleeps retry_delay (jittered), or until the key
   /// that was in the way expires, when sooner. Errors that retrying cannot cure end it at once.
   lease acquire_until(clock::time_point deadline, std::error_code& ec);
+  /// The same, ended early by `control` (a stop request: cancelled, nothing held), which also
+  /// hears of each failed attempt that another will follow (wait_control::on_retry).
+  lease acquire_until(clock::time_point deadline, const wait_control& control,
+                      std::error_code& ec);
   /// Attempts until every name is held.
   lease acquire(std::error_code& ec) { return acquire_until(clock::time_point::max(), ec); }
 
@@ -83,19 +97,26 @@ class DLOCK_EXPORT lock_set {
   auto async_try_acquire(CompletionToken&& token) {
     return detail::initiate<void(std::error_code, lease)>(
         std::forward<CompletionToken>(token), get_executor(),
-        [this](detail::unique_function<void(std::error_code, lease)> h) {
-          start_try_acquire(std::move(h));
+        [core = core_](detail::unique_function<void(std::error_code, lease)> h) {
+          start_try_acquire(core, std::move(h));
         });
   }
   /// Asynchronous acquire_until(): signature void(std::error_code, lease). It goes on when the
-  /// lock_set object is gone.
+  /// lock_set object is gone; `control` ends it early (a stop: cancelled, nothing held).
   template <class CompletionToken>
-  auto async_acquire_until(clock::time_point deadline, CompletionToken&& token) {
+  auto async_acquire_until(clock::time_point deadline, wait_control control,
+                           CompletionToken&& token) {
     return detail::initiate<void(std::error_code, lease)>(
         std::forward<CompletionToken>(token), get_executor(),
-        [this, deadline](detail::unique_function<void(std::error_code, lease)> h) {
-          start_acquire(deadline, std::move(h));
+        [core = core_, deadline, control = std::move(control)](
+            detail::unique_function<void(std::error_code, lease)> h) {
+          start_acquire(core, deadline, control, std::move(h));
         });
+  }
+  /// As above, without control.
+  template <class CompletionToken>
+  auto async_acquire_until(clock::time_point deadline, CompletionToken&& token) {
+    return async_acquire_until(deadline, wait_control{}, std::forward<CompletionToken>(token));
   }
   /// Asynchronous acquire(): signature void(std::error_code, lease).
   template <class CompletionToken>
@@ -109,9 +130,13 @@ class DLOCK_EXPORT lock_set {
   detail::io_executor get_executor() const noexcept;
 
  private:
-  void start_try_acquire(detail::unique_function<void(std::error_code, lease)> handler);
-  void start_acquire(clock::time_point deadline,
-                     detail::unique_function<void(std::error_code, lease)> handler);
+  // Static, on the core: an async operation started late (a deferred token) must not need
+  // the lock_set object.
+  static void start_try_acquire(const std::shared_ptr<detail::lock_set_core>& core,
+                                detail::unique_function<void(std::error_code, lease)> handler);
+  static void start_acquire(const std::shared_ptr<detail::lock_set_core>& core,
+                            clock::time_point deadline, const wait_control& control,
+                            detail::unique_function<void(std::error_code, lease)> handler);
 
   std::shared_ptr<detail::lock_set_core> core_;
 };

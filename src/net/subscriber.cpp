@@ -2,6 +2,8 @@
 
 #include <asio/post.hpp>
 
+#include <utility>
+
 #include "access.hpp"
 #include "dlock/key_layout.hpp"
 #include "net/cluster.hpp"
@@ -48,7 +50,8 @@ bool channel_subscriber::connect() {
   } else if (conn_) {
     return true;
   }
-  if (conn_) conn_->close(errc::cancelled);
+  // Taken out first: closing runs its drop handler at once, which must not see it as current.
+  if (auto old = std::exchange(conn_, nullptr)) old->close(errc::cancelled);
   try {
     conn_ = std::make_shared<connection>(std::move(where), node_.options());
   } catch (const std::system_error&) {
@@ -96,6 +99,9 @@ void channel_subscriber::subscribe() {
 // set anew.
 void channel_subscriber::retry_later() {
   if (stopped_) return;
+  // On a cluster the slot's master may have failed over: nothing else would tell the router,
+  // whose map only its own requests' failures renew, so ask for a fresh one (rate-limited).
+  if (auto* router = access::cluster(node_)) router->refresh();
   retry_timer_.expires_after(backoff_);
   backoff_ = std::min(2 * backoff_, max_backoff);
   retry_timer_.async_wait([weak = weak_from_this()](std::error_code ec) {

@@ -1082,6 +1082,47 @@ TEST_F(CliTest, ReadersRunTogetherAndAWriterRunsAlone) {
   expect_one_line_message(two_nodes);
 }
 
+// run --also: KEY and every --also are held together, or the run waits (or, -n, exits 75)
+// holding none of them; a set waiting for a name that a run holds is interrupted cleanly.
+TEST_F(CliTest, RunAlsoHoldsSeveralLocksAllOrNone) {
+  const std::string a = test_key("a"), b = test_key("b"), c = test_key("c");
+  client node{server_.url()};
+  auto both = run({"-r", server_.url(), "run", "--also", b, a, "--", "sh", "-c",
+                   "redis-cli -p " + std::to_string(server_.port()) + " mget " + a + " " + b});
+  ASSERT_EQ(both.status, 0) << both.err;
+  std::istringstream lines(both.out);
+  std::string value_a, value_b;
+  std::getline(lines, value_a);
+  std::getline(lines, value_b);
+  EXPECT_FALSE(value_a.empty()) << both.out;
+  EXPECT_EQ(value_a, value_b) << "both keys hold the run's owner value while CMD runs";
+  EXPECT_EQ(node.exec({"EXISTS", a, b}).integer(), 0) << "released after CMD";
+  auto holder = start({"-r", server_.url(), "run", c, "--", "sh", "-c",
+                       "touch " + path("c") + "; exec sleep 30"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("c")); })) << holder->err();
+  auto refused = run({"-r", server_.url(), "run", "-n", "--also", c, a, "--", "true"});
+  EXPECT_EQ(refused.status, 75) << refused.err;
+  EXPECT_EQ(node.exec({"EXISTS", a}).integer(), 0) << "part of the set was kept";
+  auto waiting = start({"-r", server_.url(), "run", "--also", c, a, "--", "touch", path("set")});
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(fs::exists(path("set")));
+  waiting->signal(SIGTERM);
+  EXPECT_EQ(waiting->wait(), 128 + SIGTERM) << "a waiting set ends on a signal";
+  EXPECT_EQ(node.exec({"EXISTS", a}).integer(), 0);
+  auto later = start({"-r", server_.url(), "run", "--also", c, a, "--", "touch", path("set")});
+  holder->signal(SIGTERM);
+  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+  EXPECT_EQ(later->wait(), 0) << later->err();
+  EXPECT_TRUE(fs::exists(path("set")));
+  auto mixed = run({"-r", server_.url(), "run", "--read", "--also", c, a, "--", "true"});
+  EXPECT_EQ(mixed.status, 64);
+  redis_server other;
+  auto two_nodes =
+      run({"-r", server_.url(), "-r", other.url(), "run", "--also", c, a, "--", "true"});
+  EXPECT_EQ(two_nodes.status, 64);
+  expect_one_line_message(two_nodes);
+}
+
 }  // namespace
 }  // namespace dlock
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <future>
+#include <stop_token>
 #include <thread>
 #include <vector>
 
@@ -190,6 +191,17 @@ TEST_F(LockSetTest, AsyncAcquireWaitsForTheNameInTheWayAndGoesOnWhenTheSetIsGone
   }
   auto waiting = acquired.get_future();
   EXPECT_EQ(waiting.wait_for(300ms), std::future_status::timeout) << "took a held name";
+  // One more waiter, stopped from outside: cancelled, and it never takes the set.
+  std::stop_source stopper;
+  std::promise<outcome> stopped;
+  lock_set{client_, {name(1), name(2)}, {.retry_delay = 20ms}}.async_acquire_until(
+      std::chrono::steady_clock::time_point::max(), wait_control{.stop = stopper.get_token()},
+      [&](std::error_code ec, lease l) { stopped.set_value({ec, std::move(l)}); });
+  std::this_thread::sleep_for(100ms);
+  stopper.request_stop();
+  auto [stopped_ec, stopped_lease] = stopped.get_future().get();
+  EXPECT_FALSE(stopped_lease);
+  EXPECT_EQ(stopped_ec, errc::cancelled);
   held_b.release();
   ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready);
   auto [ec, both] = waiting.get();
@@ -197,6 +209,41 @@ TEST_F(LockSetTest, AsyncAcquireWaitsForTheNameInTheWayAndGoesOnWhenTheSetIsGone
   EXPECT_EQ(client_.exec({"GET", name(1)}).str(), both.value());
   EXPECT_EQ(client_.exec({"GET", name(2)}).str(), both.value());
   EXPECT_FALSE(both.release());
+}
+
+TEST_F(LockSetTest, AWaitEndsOnAStopOrWhenOnRetrySaysSoAndHoldsNothing) {
+  mutex b{client_, name(2)};
+  auto held_b = b.acquire();
+  lock_set ab{client_, {name(1), name(2)}, {.retry_delay = 20ms}};
+  std::stop_source stopper;
+  std::atomic<int> retries{0};
+  wait_control control{.stop = stopper.get_token(), .on_retry = [&](const wait_progress& p) {
+                         EXPECT_EQ(p.last_error, errc::not_acquired);
+                         EXPECT_EQ(p.kind, failure_kind::contention);
+                         ++retries;
+                         return true;
+                       }};
+  std::thread stop_later([&] {
+    std::this_thread::sleep_for(300ms);
+    stopper.request_stop();
+  });
+  std::error_code ec;
+  EXPECT_FALSE(ab.acquire_until(std::chrono::steady_clock::now() + 10s, control, ec));
+  stop_later.join();
+  EXPECT_EQ(ec, errc::cancelled);
+  EXPECT_GT(retries.load(), 2) << "on_retry hears of each failed attempt";
+  EXPECT_EQ(client_.exec({"EXISTS", name(1)}).integer(), 0);
+
+  wait_control refuse{.on_retry = [](const wait_progress&) { return false; }};
+  EXPECT_FALSE(ab.acquire_until(std::chrono::steady_clock::now() + 10s, refuse, ec));
+  EXPECT_EQ(ec, errc::not_acquired);
+  std::stop_source stopped;
+  stopped.request_stop();
+  held_b.release();
+  EXPECT_FALSE(ab.acquire_until(std::chrono::steady_clock::now() + 10s,
+                                wait_control{.stop = stopped.get_token()}, ec));
+  EXPECT_EQ(ec, errc::cancelled) << "a wait stopped before it began takes nothing";
+  EXPECT_EQ(client_.exec({"EXISTS", name(1), name(2)}).integer(), 0);
 }
 
 }  // namespace

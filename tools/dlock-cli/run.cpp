@@ -53,6 +53,7 @@
 
 #include "cli.hpp"
 #include "dlock/election.hpp"
+#include "dlock/lock_set.hpp"
 #include "dlock/mutex.hpp"
 #include "dlock/semaphore.hpp"
 #include "dlock/shared_mutex.hpp"
@@ -96,9 +97,11 @@ struct run_options : wait_flags {
   std::optional<int> semaphore_limit;
   // --read / --write: KEY is a read-write lock, held shared or exclusively.
   bool read = false, write = false;
+  // --also: more locks taken with KEY, all or none (dlock::lock_set).
+  std::vector<std::string> also;
   // Whether the lease is the one holder of a mutex (or a leadership), which the advisory
-  // holder note (holder_key) names; a permit or a read-write lock's hold is not.
-  bool notes_holder() const { return !semaphore_limit && !read && !write; }
+  // holder note (holder_key) names; a permit, a read-write lock's hold or a set is not.
+  bool notes_holder() const { return !semaphore_limit && !read && !write && also.empty(); }
   // `dlock elect`: KEY is an election and this candidate's value; CMD runs while it leads.
   std::optional<std::string> elect_value;
 };
@@ -487,8 +490,22 @@ int run_command(const global_options& g, const run_options& o) {
   std::optional<semaphore> permits;
   std::optional<shared_mutex> read_write;
   std::optional<election> elected;
+  std::optional<lock_set> set;
   lock_calls calls;
-  if (o.elect_value) {
+  if (!o.also.empty()) {
+    if (nodes.size() != 1 || g.copies > 1) {
+      throw usage_error("--also needs one Redis node or one Redis Cluster (no Redlock, no "
+                        "--copies): a set is taken by one script per node or slot");
+    }
+    std::vector<std::string> names{o.key};
+    names.insert(names.end(), o.also.begin(), o.also.end());
+    set.emplace(nodes.front(), std::move(names), lock_options{.ttl = o.ttl, .retry_delay = 50ms});
+    calls.try_once = [&](std::error_code& ec, node_results*) { return set->try_acquire(ec); };
+    calls.wait_until = [&](steady::time_point deadline, std::error_code& ec, node_results*,
+                           const wait_control& control) {
+      return set->acquire_until(deadline, control, ec);
+    };
+  } else if (o.elect_value) {
     if (g.copies > 1) throw usage_error("elect does not take --copies");
     elected.emplace(nodes, o.key, *o.elect_value,
                     election_options{.lock = {.ttl = o.ttl, .retry_delay = 50ms}});
@@ -663,8 +680,15 @@ subcommand add_run_command(CLI::App& parent, const global_options& g) {
                               "KEY is a read-write lock (one Redis node only), held alone: never "
                               "beside another --read or --write of KEY; readers that come after "
                               "a waiting writer wait for it");
-  read->excludes(write)->excludes("--semaphore");
-  write->excludes("--semaphore");
+  auto* also = app->add_option("--also", o->also,
+                               "Hold this lock too (repeatable): KEY and every --also are taken "
+                               "together or not at all, so jobs that lock overlapping sets in "
+                               "any order never deadlock (one Redis node or one cluster)")
+                   ->type_name("KEY2")
+                   ->allow_extra_args(false);
+  read->excludes(write)->excludes("--semaphore")->excludes(also);
+  write->excludes("--semaphore")->excludes(also);
+  also->excludes("--semaphore");
   app->add_option("KEY", o->key, "The lock's name (its Redis key)")->required();
   app->add_option("CMD", o->cmd, "The command and its arguments, after --")->required();
   return {app, [&g, o] { return run_command(g, *o); }};
