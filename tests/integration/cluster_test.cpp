@@ -493,6 +493,40 @@ TEST(ClusterFailoverTest, ALockTheReplicaHadSurvivesItsPromotion) {
   EXPECT_EQ(cluster.owner_of(hash_slot(name)), replica);
 }
 
+// A latch waiter subscribed on its slot's master, which then dies: its replica is promoted,
+// and the waiter, which sends nothing else, must find it by itself (a fresh slot map after the
+// failed resubscription), then hear the opening. The TTL is long: no poll would see it.
+TEST(ClusterFailoverTest, ALatchWaiterFollowsItsSlotToThePromotedReplica) {
+  redis_cluster cluster{{.replicas_per_master = 1}};
+  client waiter_client{cluster.seeds_url()}, worker_client{cluster.seeds_url()};
+  auto name = test::test_key();
+  int master = cluster.owner_of(hash_slot(name));
+  int replica = cluster.replica_index(master);
+  latch gate{waiter_client, name, {.ttl = 120s}};
+  std::error_code ec;
+  ASSERT_TRUE(gate.try_set_count(1, ec)) << ec.message();
+  EXPECT_EQ(raw_command_complete(cluster.node(master).port(), "WAIT 1 2000"), ":1\r\n");
+  auto waiting = std::async(std::launch::async, [&] {
+    std::error_code wait_ec;
+    bool open = gate.wait_for(60s, wait_ec);
+    return std::make_pair(open, wait_ec);
+  });
+  std::this_thread::sleep_for(300ms);  // subscribed
+  cluster.node(master).kill();
+  cluster.wait_promoted(replica);
+  latch worker{worker_client, name, {.ttl = 120s}};
+  long long left = -1;
+  for (int i = 0; i < 100; ++i) {  // until the worker's client, too, follows the failover
+    left = worker.count_down(ec);
+    if (!ec) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_EQ(left, 0) << ec.message();
+  ASSERT_EQ(waiting.wait_for(30s), std::future_status::ready) << "the waiter never followed";
+  auto [open, wait_ec] = waiting.get();
+  EXPECT_TRUE(open) << wait_ec.message();
+}
+
 TEST(ClusterCopiesTest, CopiesSitOnDistinctMastersAndExcludeEachOther) {
   redis_cluster cluster;
   client a{cluster.seeds_url()}, b{cluster.seeds_url()};
