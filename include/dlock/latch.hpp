@@ -1,5 +1,5 @@
 /// @file
-/// dlock/latch.hpp: a distributed count-down latch on one Redis node.
+/// dlock/latch.hpp: a distributed count-down latch on one Redis node or one Redis Cluster.
 /// - latch_options:  TTL (how long an abandoned latch lives) and key prefix (an aggregate)
 /// - latch:          try_set_count, count_down, count, and waits for zero: wait, wait_for,
 ///                   wait_until, async_wait
@@ -39,7 +39,8 @@ struct latch_options {
   std::string key_prefix;
 };
 
-/// A count-down latch on one Redis node. latch.hpp has its states and what threads may share.
+/// A count-down latch on one Redis node or cluster. latch.hpp has its states and what threads
+/// may share.
 class DLOCK_EXPORT latch {
  public:
   using clock = std::chrono::steady_clock;  ///< the clock of deadlines

@@ -1082,6 +1082,37 @@ TEST_F(CliTest, ReadersRunTogetherAndAWriterRunsAlone) {
   expect_one_line_message(two_nodes);
 }
 
+// dlock latch: the coordinator sets the count, workers count down, a waiter waits for zero.
+TEST_F(CliTest, LatchSetDownAndWaitFromTheShell) {
+  const std::string name = test_key("batch");
+  auto set = run({"-r", server_.url(), "latch", "set", name, "2"});
+  EXPECT_EQ(set.status, 0) << set.err;
+  auto again = run({"-r", server_.url(), "latch", "set", name, "5"});
+  EXPECT_EQ(again.status, 1) << "an existing latch is left as it is";
+  auto waiter = start({"-r", server_.url(), "latch", "wait", name});
+  auto timed = run({"-r", server_.url(), "latch", "wait", "-w", "200ms", name});
+  EXPECT_EQ(timed.status, 75);
+  auto first = run({"-r", server_.url(), "latch", "down", name});
+  EXPECT_EQ(first.status, 0) << first.err;
+  EXPECT_EQ(first.out, "1\n");
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(waiter->try_wait()) << "opened at 1";
+  auto last = run({"-r", server_.url(), "latch", "down", name});
+  EXPECT_EQ(last.out, "0\n");
+  EXPECT_EQ(waiter->wait(), 0) << waiter->err();
+  auto missing = run({"-r", server_.url(), "latch", "down", test_key("none")});
+  EXPECT_EQ(missing.status, 1);
+  expect_one_line_message(missing);
+  auto zero = run({"-r", server_.url(), "latch", "set", name + "x", "0"});
+  EXPECT_EQ(zero.status, 64);
+  client node{server_.url()};
+  auto ttl = run({"-r", server_.url(), "latch", "set", "--ttl", "30s", name + "t", "1"});
+  EXPECT_EQ(ttl.status, 0) << ttl.err;
+  auto left = node.exec({"PTTL", name + "t"}).integer();
+  EXPECT_GT(left, 20'000);
+  EXPECT_LE(left, 30'000);
+}
+
 // run --also: KEY and every --also are held together, or the run waits (or, -n, exits 75)
 // holding none of them; a set waiting for a name that a run holds is interrupted cleanly.
 TEST_F(CliTest, RunAlsoHoldsSeveralLocksAllOrNone) {

@@ -77,6 +77,7 @@ struct subcommand {
 subcommand add_run_command(CLI::App& parent, const global_options& g);
 subcommand add_elect_command(CLI::App& parent, const global_options& g);   // run.cpp
 subcommand add_leader_command(CLI::App& parent, const global_options& g);
+subcommand add_latch_command(CLI::App& parent, const global_options& g);
 subcommand add_acquire_command(CLI::App& parent, const global_options& g);
 subcommand add_release_command(CLI::App& parent, const global_options& g);
 subcommand add_extend_command(CLI::App& parent, const global_options& g);

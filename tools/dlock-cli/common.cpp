@@ -312,7 +312,8 @@ std::string seconds_text(std::chrono::steady_clock::duration d) {
 
 std::vector<subcommand> add_all_commands(CLI::App& parent, const global_options& g) {
   return {add_run_command(parent, g),    add_elect_command(parent, g),
-          add_leader_command(parent, g), add_acquire_command(parent, g),
+          add_leader_command(parent, g), add_latch_command(parent, g),
+          add_acquire_command(parent, g),
           add_release_command(parent, g), add_extend_command(parent, g),
           add_status_command(parent, g),  add_doctor_command(parent, g),
           add_demo_command(parent, g),    add_demo_worker_command(parent, g)};

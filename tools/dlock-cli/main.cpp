@@ -28,13 +28,15 @@ Durations: 500ms, 30s, 2m, 1h, or plain milliseconds.
 
 Exit status:
   CMD's own    run: CMD ran (128 + N when a signal N ended it)
-  0            acquire/release/extend/status succeeded; doctor found nothing to warn about
-  1            doctor: warnings (one line each, with the fix)
+  0            acquire/release/extend/status/latch succeeded; doctor found nothing to warn about
+  1            doctor: warnings (one line each, with the fix); leader: nobody leads; latch set:
+               it exists already; latch down/wait: there is no such latch
   64           usage error (bad option, duration, URL, TTL)
   69           no quorum of Redis nodes reachable, or they refused (auth, ACL, wrong type)
   70           internal error
   71           the lease was lost while CMD ran; release/extend: TOKEN no longer holds KEY
-  75           not acquired: held by another (-n, or -w ran out); change with -E
+  75           not acquired: held by another (-n, or -w ran out); latch wait: not open
+               within -w; change with -E
   128 + N      interrupted by signal N while waiting)";
 
 std::string one_line(std::string text) {
