@@ -106,25 +106,17 @@ void shared_mutex::remember(lease l, bool shared, std::error_code ec) noexcept {
   mine.last_error = ec;
 }
 
-bool shared_mutex::lock_until(clock::time_point deadline, std::ptrdiff_t permits) {
+bool shared_mutex::lock_until(clock::time_point deadline, std::ptrdiff_t permits, bool once) {
   if (!holds_nothing()) return false;
   std::error_code ec;
-  lease l = acquire_blocking(deadline, INT_MAX, permits, ec);
+  lease l = acquire_blocking(deadline, once ? 1 : INT_MAX, permits, ec);
   bool ok = static_cast<bool>(l);
   remember(std::move(l), permits == 1, ec);
-  // A deadline can only end a wait; credentials, ACLs or a wrong key type will not heal.
-  if (!ok && !detail::is_retryable(ec) && ec != errc::not_acquired) {
+  // A deadline can only end a wait; credentials, ACLs or a wrong key type will not heal. A
+  // try_lock() says false, as mutex::try_lock does (last_error() tells why).
+  if (!ok && !once && !detail::is_retryable(ec) && ec != errc::not_acquired) {
     throw std::system_error(ec, cannot(key(), permits));
   }
-  return ok;
-}
-
-bool shared_mutex::lock_once(std::ptrdiff_t permits) {
-  if (!holds_nothing()) return false;
-  std::error_code ec;
-  lease l = acquire_blocking(clock::time_point::max(), 1, permits, ec);
-  bool ok = static_cast<bool>(l);
-  remember(std::move(l), permits == 1, ec);
   return ok;
 }
 
@@ -133,14 +125,14 @@ void shared_mutex::lock() {
     throw std::system_error(last_error(), cannot(key(), max_readers));
   }
 }
-bool shared_mutex::try_lock() { return lock_once(max_readers); }
+bool shared_mutex::try_lock() { return lock_until(clock::time_point::max(), max_readers, true); }
 
 void shared_mutex::lock_shared() {
   if (!lock_until(clock::time_point::max(), 1)) {
     throw std::system_error(last_error(), cannot(key(), 1));
   }
 }
-bool shared_mutex::try_lock_shared() { return lock_once(1); }
+bool shared_mutex::try_lock_shared() { return lock_until(clock::time_point::max(), 1, true); }
 
 void shared_mutex::unlock_as(bool shared) noexcept {
   lease held;

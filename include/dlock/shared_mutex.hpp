@@ -197,8 +197,8 @@ class DLOCK_EXPORT shared_mutex {
                      detail::unique_function<void(std::error_code, lease)> handler);
   lease acquire_blocking(clock::time_point deadline, int attempts, std::ptrdiff_t permits,
                          std::error_code& ec, const wait_control& control = {});
-  bool lock_until(clock::time_point deadline, std::ptrdiff_t permits);
-  bool lock_once(std::ptrdiff_t permits);
+  // `once`: one attempt (try_lock), which never throws.
+  bool lock_until(clock::time_point deadline, std::ptrdiff_t permits, bool once = false);
   void unlock_as(bool shared) noexcept;
 
   // What one thread holds through the Lockable calls, and how its last call went.
