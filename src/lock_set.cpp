@@ -309,7 +309,6 @@ class lock_set_core final : public lease_owner,
     }
   }
 
-
   // extend.lua on each key: the lease holds only while every key is still its own. A key that
   // answered "not ours" proves the loss, whatever another key's transport error says.
   void extend_keys(const std::shared_ptr<lease_state>& state, std::chrono::milliseconds ttl,

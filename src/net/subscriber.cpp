@@ -43,10 +43,7 @@ bool channel_subscriber::connect() {
     if (conn_ && conn_->where().host == owner->host && conn_->where().port == owner->port) {
       return true;
     }
-    where.cluster = false;
-    where.seeds.clear();
-    where.host = owner->host;
-    where.port = owner->port;
+    where = router->node_endpoint(*owner);
   } else if (conn_) {
     return true;
   }

@@ -10,7 +10,6 @@
 #include <fstream>
 #include <future>
 #include <map>
-#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -30,6 +29,7 @@
 #include "support/checks.hpp"
 #include "support/commandstats.hpp"
 #include "support/redis_server.hpp"
+#include "support/seen_events.hpp"
 #include "support/test_keys.hpp"
 
 namespace dlock {
@@ -286,23 +286,15 @@ TEST_F(AclTest, ElectionsAndLatchesNeedTheirAdditions) {
   election_options under_prefix;
   under_prefix.lock.key_prefix = "locks:";
   election candidate{u, name_, "host-a", under_prefix};
-  std::mutex seen_mutex;
-  std::vector<election_event> seen;
-  auto watching = candidate.observe([&](const election_event& e) {
-    std::lock_guard guard(seen_mutex);
-    seen.push_back(e);
-  });
+  test::seen_events events;
+  auto watching = candidate.observe(events.sink());
   lease leadership = candidate.campaign();
   auto term = leadership.fencing_token();
   EXPECT_EQ(candidate.leader().value, "host-a");
   EXPECT_FALSE(candidate.resign(leadership));
-  auto saw_both = [&] {
-    std::lock_guard guard(seen_mutex);
-    return seen.size() >= 2;
-  };
-  EXPECT_TRUE(eventually(saw_both, 5s));
+  EXPECT_TRUE(eventually([&] { return events.size() >= 2; }, 5s));
   {
-    std::lock_guard guard(seen_mutex);
+    auto seen = events.copy();
     ASSERT_GE(seen.size(), 2u);
     EXPECT_EQ(seen[0].what, election_event::change::elected);
     EXPECT_EQ(seen[0].term, term);

@@ -19,6 +19,7 @@
 #include "support/fake_peer.hpp"
 #include "support/overlapping_sets.hpp"
 #include "support/redis_cluster.hpp"
+#include "support/seen_events.hpp"
 #include "support/test_keys.hpp"
 
 namespace dlock {
@@ -839,16 +840,9 @@ TEST_F(ClusterTest, AnElectionRunsInTheNamesSlotAndObserversHearEveryChange) {
     auto key = test::test_key() + name;
     election_options slow{.lock = {.ttl = 30s, .retry_delay = 50ms}};
     election watcher{client_, key, "", slow};
-    std::mutex mu;
-    std::vector<election_event> seen;
-    auto watching = watcher.observe([&](const election_event& e) {
-      std::lock_guard lock(mu);
-      seen.push_back(e);
-    });
-    auto count = [&] {
-      std::lock_guard lock(mu);
-      return seen.size();
-    };
+    test::seen_events events;
+    auto watching = watcher.observe(events.sink());
+    auto count = [&] { return events.size(); };
     client other{cluster_.seed_url()};
     election a{client_, key, "a", slow}, b{other, key, "b", slow};
     auto la = a.campaign();
@@ -861,7 +855,7 @@ TEST_F(ClusterTest, AnElectionRunsInTheNamesSlotAndObserversHearEveryChange) {
     ASSERT_TRUE(test::eventually([&] { return count() == 2; }));
     auto lb = b.campaign();
     ASSERT_TRUE(test::eventually([&] { return count() == 3; }));
-    std::lock_guard lock(mu);
+    auto seen = events.copy();
     ASSERT_EQ(seen.size(), 3u);
     EXPECT_EQ(seen[0].what, election_event::change::elected);
     EXPECT_EQ(seen[0].value, "a");

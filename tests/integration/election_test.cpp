@@ -7,13 +7,13 @@
 #include <asio/use_future.hpp>
 
 #include <future>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "dlock/key_layout.hpp"
 #include "support/checks.hpp"
 #include "support/redis_server.hpp"
+#include "support/seen_events.hpp"
 #include "support/test_keys.hpp"
 
 namespace dlock {
@@ -26,25 +26,7 @@ using change = election_event::change;
 
 using test::eventually;
 
-// What an observer saw, for the test thread to look at.
-struct seen_events {
-  std::mutex mu;
-  std::vector<election_event> events;
-  std::function<void(const election_event&)> sink() {
-    return [this](const election_event& e) {
-      std::lock_guard lock(mu);
-      events.push_back(e);
-    };
-  }
-  std::size_t size() {
-    std::lock_guard lock(mu);
-    return events.size();
-  }
-  std::vector<election_event> copy() {
-    std::lock_guard lock(mu);
-    return events;
-  }
-};
+using test::seen_events;
 
 std::string describe(const std::vector<election_event>& events) {
   std::string out;

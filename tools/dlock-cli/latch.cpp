@@ -15,7 +15,6 @@
 
 #include "cli.hpp"
 #include "dlock/latch.hpp"
-#include "dlock/options.hpp"
 
 namespace dlock::cli {
 namespace {
@@ -36,14 +35,16 @@ latch open_latch(const global_options& g, const latch_cli_options& o) {
   if (nodes.size() != 1 || g.copies > 1) {
     throw usage_error("latch needs one Redis node or one Redis Cluster (no Redlock, no --copies)");
   }
-  if (o.ttl < std::chrono::milliseconds(1) || o.ttl > dlock::max_ttl) {
-    throw usage_error("--ttl must be 1ms to 30 days for a latch");
-  }
-  try {
+  try {  // the latch checks its name and TTL
     return latch{nodes.front(), o.name, latch_options{.ttl = o.ttl}};
   } catch (const std::system_error& e) {
     throw usage_error(e.what());
   }
+}
+
+int no_latch(const std::string& name) {
+  say("there is no latch '%s' (never set, or its TTL passed)", name.c_str());
+  return exit_no_latch;
 }
 
 // The nodes' error, said once; not_found is the caller's to judge.
@@ -94,10 +95,7 @@ subcommand add_latch_command(CLI::App& parent, const global_options& g) {
             }
             if (down->parsed()) {
               auto left = gate.count_down(o->by, ec);
-              if (ec == errc::not_found) {
-                say("there is no latch '%s' (never set, or its TTL passed)", o->name.c_str());
-                return exit_no_latch;
-              }
+              if (ec == errc::not_found) return no_latch(o->name);
               if (ec) return failed("count down", o->name, ec);
               std::printf("%lld\n", static_cast<long long>(left));
               return exit_ok;
@@ -105,10 +103,7 @@ subcommand add_latch_command(CLI::App& parent, const global_options& g) {
             bool open = o->wait ? gate.wait_for(*o->wait, ec) : (gate.wait(ec), !ec);
             if (open) return exit_ok;
             if (ec == errc::timeout) return o->conflict_status;
-            if (ec == errc::not_found) {
-              say("there is no latch '%s' (never set, or its TTL passed)", o->name.c_str());
-              return exit_no_latch;
-            }
+            if (ec == errc::not_found) return no_latch(o->name);
             return failed("wait for", o->name, ec);
           }};
 }
