@@ -8,6 +8,10 @@
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
+#include <charconv>
+#include <cstdint>
+#include <system_error>
+
 #include "access.hpp"
 #include "algo/retry.hpp"
 #include "dlock/key_layout.hpp"
@@ -67,7 +71,12 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
     timer_.async_wait([weak = weak_from_this()](std::error_code ec) {
       auto self = weak.lock();
       if (ec || !self) return;
-      if (steady::now() >= self->deadline_) return self->finish(errc::timeout);
+      if (steady::now() >= self->deadline_) {
+        // Not before the first read has answered: a wait whose deadline is already due (-w 0)
+        // still finds an open latch open. on_read arms this timer again.
+        if (!self->answered_ && self->reading_) return;
+        return self->finish(errc::timeout);
+      }
       self->read();
     });
   }
@@ -91,6 +100,7 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
 
   void on_read(std::error_code ec, const reply& r) {
     if (finished_) return;
+    answered_ = true;
     if (!ec && (!r.is_array() || r.elements().size() != 2)) ec = errc::protocol_error;
     if (!ec && r.elements()[0].is_error()) ec = error_from_reply(r.elements()[0]);
     if (ec) {
@@ -101,7 +111,14 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
     }
     const auto& count = r.elements()[0];
     if (count.is_nil()) return finish(errc::not_found);
-    if (count.str() == "0") return finish({});
+    // A string that is no count is not a latch (count_down says so too), not one still counting.
+    std::int64_t left = -1;
+    const auto& text = count.str();
+    auto [end, parse_error] = std::from_chars(text.data(), text.data() + text.size(), left);
+    if (parse_error != std::errc{} || end != text.data() + text.size() || left < 0) {
+      return finish(errc::wrong_type);
+    }
+    if (left == 0) return finish({});
     expires_in_ = r.elements()[1].is_integer() ? r.elements()[1].integer() : -1;
     arm_timer();
   }
@@ -123,6 +140,7 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
   std::shared_ptr<latch_wait> self_;
   long long expires_in_ = -1;  // the key's PTTL at the last read
   bool reading_ = false, read_again_ = false, finished_ = false;
+  bool answered_ = false;  // a read has come back
 };
 
 reply run_latch(client& node, const std::string& key, const std::string& channel,

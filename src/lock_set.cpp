@@ -97,7 +97,11 @@ class lock_set_core final : public lease_owner,
         });
       });
     }
-    acquire_loop::attempt(std::move(loop));
+    // On the I/O thread, so that no path completes inside the initiating call (asio's rule;
+    // a stop requested before the wait began finishes at once).
+    asio::post(get_executor(), [loop = std::move(loop)]() mutable {
+      acquire_loop::attempt(std::move(loop));
+    });
   }
 
   void start_release(const std::shared_ptr<lease_state>& state, done_handler handler) override {
@@ -417,8 +421,11 @@ detail::io_executor lock_set::get_executor() const noexcept { return core_->get_
 
 void lock_set::start_try_acquire(const std::shared_ptr<detail::lock_set_core>& core,
                                  detail::unique_function<void(std::error_code, lease)> handler) {
-  core->start_attempt([h = std::move(handler)](std::error_code ec, lease l, long long) mutable {
-    h(ec, std::move(l));
+  // On the I/O thread, as start_acquire: never completing inside the initiating call.
+  asio::post(core->get_executor(), [core, h = std::move(handler)]() mutable {
+    core->start_attempt([h = std::move(h)](std::error_code ec, lease l, long long) mutable {
+      h(ec, std::move(l));
+    });
   });
 }
 

@@ -86,7 +86,9 @@ class DLOCK_EXPORT lock_set {
   /// that was in the way expires, when sooner. Errors that retrying cannot cure end it at once.
   lease acquire_until(clock::time_point deadline, std::error_code& ec);
   /// The same, ended early by `control` (a stop request: cancelled, nothing held), which also
-  /// hears of each failed attempt that another will follow (wait_control::on_retry).
+  /// hears of each failed attempt that another will follow (wait_control::on_retry). A stop
+  /// takes effect when the attempt in flight has answered (up to a node timeout per slot); a
+  /// set granted before the stop is returned as usual.
   lease acquire_until(clock::time_point deadline, const wait_control& control,
                       std::error_code& ec);
   /// Attempts until every name is held.

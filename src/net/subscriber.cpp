@@ -75,7 +75,7 @@ bool channel_subscriber::connect() {
 
 void channel_subscriber::subscribe() {
   if (stopped_ || subscribing_) return;
-  if (!connect()) return retry_later();
+  if (!connect()) return retry_later(/*refresh_map=*/false);  // known_owner started a read
   subscribing_ = true;
   conn_->submit(subscribe_payload(channel_), 1,
                 clock::now() + conn_->options().request_timeout,
@@ -94,11 +94,11 @@ void channel_subscriber::subscribe() {
 // After a drop (the subscription died with the socket) or a failed SUBSCRIBE. A drop during a
 // SUBSCRIBE in flight fails that request too, which comes here again: the timer is simply
 // set anew.
-void channel_subscriber::retry_later() {
+void channel_subscriber::retry_later(bool refresh_map) {
   if (stopped_) return;
   // On a cluster the slot's master may have failed over: nothing else would tell the router,
   // whose map only its own requests' failures renew, so ask for a fresh one (rate-limited).
-  if (auto* router = access::cluster(node_)) router->refresh();
+  if (auto* router = access::cluster(node_); router && refresh_map) router->refresh();
   retry_timer_.expires_after(backoff_);
   backoff_ = std::min(2 * backoff_, max_backoff);
   retry_timer_.async_wait([weak = weak_from_this()](std::error_code ec) {

@@ -39,7 +39,7 @@ class channel_subscriber : public std::enable_shared_from_this<channel_subscribe
  private:
   void subscribe();  // I/O thread
   bool connect();    // I/O thread: false when there is nowhere to connect to yet
-  void retry_later();
+  void retry_later(bool refresh_map = true);
 
   client node_;
   std::shared_ptr<connection> conn_;  // I/O thread, after start()

@@ -75,6 +75,19 @@ TEST_F(LatchTest, CountDownSaysWhatIsLeftAndStopsAtZero) {
   EXPECT_TRUE(l.wait_for(1s, ec));  // at once
 }
 
+// A wait whose deadline is already due still reads once: an open latch is open.
+TEST_F(LatchTest, AWaitWithNoTimeLeftStillFindsAnOpenLatchOpen) {
+  latch l{client_, test_key(), {.ttl = 60s}};
+  std::error_code ec;
+  ASSERT_TRUE(l.try_set_count(1, ec));
+  EXPECT_FALSE(l.wait_for(0ms, ec));
+  EXPECT_EQ(ec, errc::timeout);
+  EXPECT_EQ(l.count_down(ec), 0);
+  for (int i = 0; i < 20; ++i) {  // the deadline passes before the read can answer, each time
+    EXPECT_TRUE(l.wait_for(0ms, ec)) << ec.message();
+  }
+}
+
 TEST_F(LatchTest, AWaitEndsAtItsDeadlineAndWaitsByPubSubNotPolling) {
   latch l{client_, test_key(), {.ttl = 60s}};
   std::error_code ec;
@@ -141,6 +154,8 @@ TEST_F(LatchTest, BadInputIsRefused) {
   client_.exec({"SET", test_key("text"), "hello"});
   latch text{client_, test_key("text")};
   text.count_down(ec);
+  EXPECT_EQ(ec, errc::wrong_type);
+  EXPECT_FALSE(text.wait_for(5s, ec)) << "a text is no latch that is still counting";
   EXPECT_EQ(ec, errc::wrong_type);
   client_.exec({"HSET", test_key("hash"), "a", "b"});
   latch hash{client_, test_key("hash")};
