@@ -219,7 +219,4 @@ class DLOCK_EXPORT client {
   bool dedicated_ = false;  // not shared: commands that change the session are allowed
 };
 
-/// Maps an error reply's text ("WRONGTYPE ...", "NOPERM ...") to an errc.
-DLOCK_EXPORT std::error_code error_from_reply(const reply& r) noexcept;
-
 }  // namespace dlock

@@ -1,6 +1,7 @@
 /// @file
 /// dlock/reply.hpp: a decoded RESP2 reply.
 /// - reply:  nil, integer, simple string (status), bulk string, error or array of replies
+/// - error_from_reply: the errc an error reply stands for
 ///
 /// A reply is a plain value: copy it, move it, read it from any thread.
 #pragma once
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "dlock/export.hpp"
@@ -58,5 +60,8 @@ class DLOCK_EXPORT reply {
   std::string text_;
   std::vector<reply> elements_;
 };
+
+/// Maps an error reply's text ("WRONGTYPE ...", "NOPERM ...") to an errc.
+DLOCK_EXPORT std::error_code error_from_reply(const reply& r) noexcept;
 
 }  // namespace dlock

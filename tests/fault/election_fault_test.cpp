@@ -21,6 +21,7 @@
 
 #include "dlock/election.hpp"
 #include "fault/tcp_proxy.hpp"
+#include "support/checks.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
@@ -30,6 +31,8 @@ namespace {
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 using change = election_event::change;
+using test::eventually;
+using test::scaled;
 
 constexpr int candidates = 5;
 constexpr auto ttl = 500ms;
@@ -79,20 +82,34 @@ class ElectionFaultTest : public ::testing::Test {
     workers_[static_cast<std::size_t>(i)] = std::make_unique<test::child_process>(argv);
   }
 
-  // The leader the observer last saw elected (and not ended) after `since`, waiting up to 10 s.
+  // The leader the observer last saw elected (and not ended) after `since`, waiting up to 10 s
+  // (scaled).
   std::optional<election_event> leader_after(std::uint64_t term_above) {
-    auto until = steady::now() + 10s;
-    while (steady::now() < until) {
-      {
-        std::lock_guard lock(mu_);
-        if (!events_.empty() && events_.back().e.what == change::elected &&
-            events_.back().e.term > term_above) {
-          return events_.back().e;
-        }
+    std::optional<election_event> found;
+    eventually([&] {
+      std::lock_guard lock(mu_);
+      if (!events_.empty() && events_.back().e.what == change::elected &&
+          events_.back().e.term > term_above) {
+        found = events_.back().e;
       }
-      std::this_thread::sleep_for(2ms);
+      return found.has_value();
+    });
+    return found;
+  }
+  // Whether the observer's last word is that `term` leads.
+  bool leads(std::uint64_t term) {
+    std::lock_guard lock(mu_);
+    return !events_.empty() && events_.back().e.what == change::elected &&
+           events_.back().e.term == term;
+  }
+  // The terms the observer saw elected so far.
+  std::vector<std::uint64_t> terms_seen() {
+    std::lock_guard lock(mu_);
+    std::vector<std::uint64_t> out;
+    for (const auto& t : events_) {
+      if (t.e.what == change::elected) out.push_back(t.e.term);
     }
-    return std::nullopt;
+    return out;
   }
   steady::time_point elected_at(std::uint64_t term) {
     std::lock_guard lock(mu_);
@@ -100,6 +117,15 @@ class ElectionFaultTest : public ::testing::Test {
       if (t.e.what == change::elected && t.e.term == term) return t.at;
     }
     return {};
+  }
+
+  // Accepted writes of `term`, from the workers' logs.
+  std::size_t accepted_writes(std::uint64_t term) {
+    std::vector<std::uint64_t> ignored;
+    auto writes = writes_and_terms(ignored);
+    return static_cast<std::size_t>(std::count_if(writes.begin(), writes.end(), [&](const auto& w) {
+      return w.accepted && w.term == term;
+    }));
   }
 
   std::vector<write_record> writes_and_terms(std::vector<std::uint64_t>& elected) {
@@ -141,7 +167,9 @@ TEST_F(ElectionFaultTest, OneLeaderActsAtATimeAndObserversSeeEveryTerm) {
     auto leader = leader_after(last_term);
     ASSERT_TRUE(leader) << "no leader elected in round " << round;
     int who = std::stoi(leader->value);
-    std::this_thread::sleep_for(150ms);  // let it write
+    // Let it write (it resigns after 40), a fenced history to judge whatever the machine's pace:
+    // 10 writes, unless its term ends first.
+    eventually([&] { return accepted_writes(leader->term) >= 10 || !leads(leader->term); });
     // The leader may have resigned meanwhile (every 40 writes): strike whoever leads now.
     leader = leader_after(0);
     ASSERT_TRUE(leader);
@@ -150,7 +178,7 @@ TEST_F(ElectionFaultTest, OneLeaderActsAtATimeAndObserversSeeEveryTerm) {
     switch (round % 3) {
       case 0:  // a crash
         workers_[static_cast<std::size_t>(who)]->signal(SIGKILL);
-        workers_[static_cast<std::size_t>(who)]->wait(5s);
+        workers_[static_cast<std::size_t>(who)]->wait(scaled(5s));
         break;
       case 1:  // a pause past the TTL: it wakes believing it leads, and writes
         workers_[static_cast<std::size_t>(who)]->signal(SIGSTOP);
@@ -173,12 +201,18 @@ TEST_F(ElectionFaultTest, OneLeaderActsAtATimeAndObserversSeeEveryTerm) {
     last_term = next->term;
   }
   for (auto& w : workers_) w->signal(SIGKILL);
-  for (auto& w : workers_) w->wait(5s);
-  std::this_thread::sleep_for(300ms);  // the last announcements reach the observer
+  for (auto& w : workers_) w->wait(scaled(5s));
+  std::vector<std::uint64_t> elected_in_logs;
+  auto writes = writes_and_terms(elected_in_logs);  // complete: every writer is dead
+  std::sort(elected_in_logs.begin(), elected_in_logs.end());
+  // The last announcements reach the observer: every term a worker logged (checked below).
+  eventually([&] {
+    auto seen = terms_seen();
+    std::sort(seen.begin(), seen.end());
+    return std::includes(seen.begin(), seen.end(), elected_in_logs.begin(), elected_in_logs.end());
+  });
   watching_.stop();
 
-  std::vector<std::uint64_t> elected_in_logs;
-  auto writes = writes_and_terms(elected_in_logs);
   std::size_t accepted = 0, refused = 0, stale_accepted = 0;
   for (const auto& w : writes) (w.accepted ? accepted : refused)++;
   // A write sent after a later term's write had been accepted must have been refused.
@@ -209,7 +243,6 @@ TEST_F(ElectionFaultTest, OneLeaderActsAtATimeAndObserversSeeEveryTerm) {
       open.reset();
     }
   }
-  std::sort(elected_in_logs.begin(), elected_in_logs.end());
   EXPECT_EQ(elected_seen, elected_in_logs);
 
   std::string failovers;

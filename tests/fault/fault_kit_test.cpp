@@ -12,6 +12,7 @@
 
 #include "fault/history.hpp"
 #include "fault/tcp_proxy.hpp"
+#include "support/checks.hpp"
 #include "support/monitor.hpp"
 #include "support/redis_server.hpp"
 
@@ -20,7 +21,9 @@ namespace {
 
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
+using test::eventually;
 using test::redis_server;
+using test::scaled;
 
 constexpr stamp ms = 1'000'000;
 
@@ -31,28 +34,29 @@ TEST(kit_proxy, forwards_with_latency_each_way) {
   tcp_proxy proxy{server.port()};
   raw_connection c{proxy.port()};
   ASSERT_TRUE(c.connected());
-  EXPECT_EQ(c.call("PING", 2s), "+PONG");
-  proxy.set_latency(100ms, 150ms);
+  EXPECT_EQ(c.call("PING", scaled(2s)), "+PONG");
+  // Long enough that a PING without it, however slow the machine, takes less.
+  proxy.set_latency(300ms, 400ms);
   auto start = steady::now();
-  EXPECT_EQ(c.call("PING", 2s), "+PONG");
-  EXPECT_GE(steady::now() - start, 250ms);
+  EXPECT_EQ(c.call("PING", scaled(2s) + 700ms), "+PONG");
+  EXPECT_GE(steady::now() - start, 700ms);
   proxy.set_latency(0ms, 0ms);
   start = steady::now();
-  EXPECT_EQ(c.call("PING", 2s), "+PONG");
-  EXPECT_LT(steady::now() - start, 200ms);
+  EXPECT_EQ(c.call("PING", scaled(2s)), "+PONG");
+  EXPECT_LT(steady::now() - start, 700ms) << "the latency is still on";
 }
 
 TEST(kit_proxy, stall_holds_bytes_and_delivers_them_on_heal) {
   redis_server server;
   tcp_proxy proxy{server.port()};
   raw_connection c{proxy.port()};
-  EXPECT_EQ(c.call("PING", 2s), "+PONG");
+  EXPECT_EQ(c.call("PING", scaled(2s)), "+PONG");
   proxy.set_mode(tcp_proxy::mode::stall);
   // The SET is held, not lost: it lands after the partition heals (a "ghost" write).
   EXPECT_EQ(c.call("SET k v", 300ms), std::nullopt);
   EXPECT_EQ(test::raw_command(server.port(), "EXISTS k"), ":0\r\n");
   proxy.set_mode(tcp_proxy::mode::pass);
-  EXPECT_EQ(c.next_line(2s), "+OK");
+  EXPECT_EQ(c.next_line(scaled(2s)), "+OK");
   EXPECT_EQ(test::raw_command(server.port(), "EXISTS k"), ":1\r\n");
 }
 
@@ -60,12 +64,13 @@ TEST(kit_proxy, dropped_replies_run_on_the_server_and_the_connection_dies_on_hea
   redis_server server;
   tcp_proxy proxy{server.port()};
   raw_connection c{proxy.port()};
-  EXPECT_EQ(c.call("PING", 2s), "+PONG");
+  EXPECT_EQ(c.call("PING", scaled(2s)), "+PONG");
   proxy.set_mode(tcp_proxy::mode::drop_replies);
   EXPECT_EQ(c.call("SET k v", 300ms), std::nullopt);
-  EXPECT_EQ(test::raw_command(server.port(), "EXISTS k"), ":1\r\n");
+  EXPECT_TRUE(eventually([&] { return test::raw_command(server.port(), "EXISTS k") == ":1\r\n"; }))
+      << "the SET never ran";
   proxy.set_mode(tcp_proxy::mode::pass);
-  EXPECT_EQ(c.next_line(2s), std::nullopt);
+  EXPECT_EQ(c.next_line(scaled(2s)), std::nullopt);
   EXPECT_TRUE(c.eof());
 }
 
@@ -73,7 +78,7 @@ TEST(kit_proxy, dropped_requests_never_reach_the_server) {
   redis_server server;
   tcp_proxy proxy{server.port()};
   raw_connection c{proxy.port()};
-  EXPECT_EQ(c.call("PING", 2s), "+PONG");
+  EXPECT_EQ(c.call("PING", scaled(2s)), "+PONG");
   proxy.set_mode(tcp_proxy::mode::drop_requests);
   EXPECT_EQ(c.call("SET k v", 300ms), std::nullopt);
   proxy.set_mode(tcp_proxy::mode::pass);
@@ -86,17 +91,19 @@ TEST(kit_proxy, refuse_closes_the_port) {
   tcp_proxy proxy{server.port()};
   {
     raw_connection c{proxy.port()};
-    EXPECT_EQ(c.call("PING", 2s), "+PONG");
+    EXPECT_EQ(c.call("PING", scaled(2s)), "+PONG");
     proxy.set_mode(tcp_proxy::mode::refuse);
-    EXPECT_EQ(c.next_line(1s), std::nullopt);
+    EXPECT_EQ(c.next_line(scaled(1s)), std::nullopt);
     EXPECT_TRUE(c.eof());
   }
-  std::this_thread::sleep_for(50ms);
+  // The proxy closes its port before the connections (the eof above), so this holds at once.
   EXPECT_FALSE(raw_connection{proxy.port()}.connected());
   proxy.set_mode(tcp_proxy::mode::pass);
-  std::this_thread::sleep_for(50ms);
+  // The proxy thread listens again when it wakes to the new mode.
+  EXPECT_TRUE(eventually([&] { return raw_connection{proxy.port()}.connected(); }))
+      << "the port stayed closed";
   raw_connection again{proxy.port()};
-  EXPECT_EQ(again.call("PING", 2s), "+PONG");
+  EXPECT_EQ(again.call("PING", scaled(2s)), "+PONG");
 }
 
 // Redis's TIME, in milliseconds.
@@ -122,7 +129,7 @@ long long wall_ms() {
 TEST(kit_clock_shim, moves_a_running_servers_wall_clock_and_expires_its_keys) {
   std::string file = "/tmp/dlock-fault-clock-" + std::to_string(::getpid());
   std::ofstream(file) << "0 1\n";
-  ::setenv("LD_PRELOAD", (test::self_dir() + "/fault_clock_shim.so").c_str(), 1);
+  ::setenv("LD_PRELOAD", DLOCK_CLOCK_SHIM, 1);
   ::setenv("DLOCK_FAULT_CLOCK", file.c_str(), 1);
   redis_server server;
   ::unsetenv("LD_PRELOAD");
@@ -131,17 +138,23 @@ TEST(kit_clock_shim, moves_a_running_servers_wall_clock_and_expires_its_keys) {
   EXPECT_NEAR(server_time_ms(server.port()), wall_ms(), 1000);
   test::raw_command(server.port(), "SET k v PX 60000");
   std::ofstream(file) << "120000 1\n";  // two minutes ahead: the key's expiry has passed
-  std::this_thread::sleep_for(20ms);
-  EXPECT_NEAR(server_time_ms(server.port()) - wall_ms(), 120000, 1000);
+  // The shim re-reads the file at the server's next clock reading (at most once a millisecond).
+  auto skew = [&] { return server_time_ms(server.port()) - wall_ms(); };
+  EXPECT_TRUE(eventually([&] { return std::llabs(skew() - 120000) < 1000; }));
+  EXPECT_NEAR(skew(), 120000, 1000);
   EXPECT_EQ(test::raw_command(server.port(), "EXISTS k"), ":0\r\n");
 
   std::ofstream(file) << "120000 3\n";  // and now three times as fast
+  // Past the shim's re-read interval (1 ms of a coarse clock): the TIME below reads the new rate.
   std::this_thread::sleep_for(20ms);
-  long long skew_before = server_time_ms(server.port()) - wall_ms();
-  std::this_thread::sleep_for(500ms);
-  long long skew_after = server_time_ms(server.port()) - wall_ms();
-  EXPECT_NEAR(skew_after - skew_before, 1000,
-              300);  // 500 ms real, 1500 ms on the server
+  long long skew_before = skew();
+  auto real_before = steady::now();
+  std::this_thread::sleep_for(500ms);  // the span the fast clock is measured over
+  long long skew_after = skew();
+  auto real_ms = std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - real_before);
+  // The server gains two of its milliseconds per real one (500 ms real, 1500 ms on the server),
+  // measured over however long the sleep really took.
+  EXPECT_NEAR(skew_after - skew_before, 2 * real_ms.count(), 300);
   std::remove(file.c_str());
 }
 

@@ -13,6 +13,7 @@
 
 #include "dlock/mutex.hpp"
 #include "fault/scenario.hpp"
+#include "support/checks.hpp"
 #include "support/redis_server.hpp"
 
 namespace dlock::fault {
@@ -21,6 +22,16 @@ namespace {
 using namespace std::chrono_literals;
 using proxy_mode = tcp_proxy::mode;
 using steady = std::chrono::steady_clock;
+using test::eventually;
+
+// The process that holds `lock` (and means to hold it `left` more), polled for up to `limit`
+// (scaled) or until the run ends; -1 if none: the fault then goes in all the same.
+int await_holder(scenario& s, const std::string& lock, std::chrono::milliseconds limit,
+                 std::chrono::milliseconds left = 0ms) {
+  int holder = -1;
+  eventually([&] { return !s.running() || (holder = s.holder_of(lock, left)) >= 0; }, limit);
+  return holder;
+}
 
 // Every scenario: the workers ran, finished and did real work; fencing never let a stale write
 // through.
@@ -56,47 +67,48 @@ void expect_bites(const outcome& o, const std::string& lock) {
 // A minority of the nodes hangs (SIGSTOP) for longer than the TTL, in turn. The single lock and the
 // semaphore live on node 0, so they stall while it hangs: unavailable, never unsafe.
 // A release hands the lock to the queue's head (release.lua). Here the head is a waiter whose
-// replies are slow (400 ms each way down): it is handed the lock after its last attempt ran but
+// replies are slow (1 s each way down): it is handed the lock after its last attempt ran but
 // before it learned "taken" and gave up, and the handoff message reaches it only after it
 // stopped listening. Its give-up must give that key back, or the lock sits with nobody until
-// its TTL (30 s) runs out.
+// its TTL (60 s) runs out.
 TEST(fault, handoff_to_a_waiter_that_gave_up) {
+  // The waiter gives up at `deadline`, well before "taken" reaches it: wide margins on both
+  // sides (the test's release must come before the give-up, the give-up before "taken").
+  constexpr auto reply_delay = 1000ms, deadline = 500ms;
   test::redis_server server;
   tcp_proxy slow_down{server.port()};
-  slow_down.set_latency(0ms, 400ms);
+  slow_down.set_latency(0ms, reply_delay);
   client direct{server.url()};
-  client via_proxy{slow_down.url()};
+  // Its requests, the inbox's SUBSCRIBE among them, wait out the delay; so do its locks' node
+  // timeouts (TTL / 10).
+  client via_proxy{slow_down.url(), {.request_timeout = 5s}};
   const std::string key = "fault:handoff-give-up";
-  mutex holder{direct, key};
+  mutex holder{direct, key, {.ttl = 60s}};
   ASSERT_TRUE(holder.try_lock());
   {
     // A first wait subscribes the slow client's wake inbox, so that the next one queues at once.
-    mutex warm_up{via_proxy, key, {.retry_delay = 50ms}};
-    ASSERT_FALSE(warm_up.try_lock_for(1500ms));
+    mutex warm_up{via_proxy, key, {.ttl = 60s, .retry_delay = 50ms}};
+    // Long enough for its attempt, then its subscription, to be answered (one delay each).
+    ASSERT_FALSE(warm_up.try_lock_for(3 * reply_delay));
   }
   auto queued = [&] { return direct.exec({"ZCARD", "{" + key + "}:waiters"}).integer(); };
-  auto until = steady::now() + 3s;
-  while (queued() != 0 && steady::now() < until) std::this_thread::sleep_for(2ms);
-  ASSERT_EQ(queued(), 0) << "the warm-up did not leave the queue";
-  mutex waiter{via_proxy, key, {.retry_delay = 10s}};
+  ASSERT_TRUE(eventually([&] { return queued() == 0; }, 3s))
+      << "the warm-up did not leave the queue";
+  mutex waiter{via_proxy, key, {.ttl = 60s, .retry_delay = 10s}};
   auto start = steady::now();
-  // Its one attempt queues at once; "taken" would arrive 0.4 s later, after its deadline, so
-  // the waiter gives up at 0.3 s without having heard anything. (With a deadline beyond 0.4 s
+  // Its one attempt queues at once; "taken" would arrive 1 s later, after its deadline, so
+  // the waiter gives up at 0.5 s without having heard anything. (With a deadline beyond 1 s
   // it waits on after "taken" and is handed the lock, as it should be.)
-  auto got = std::async(std::launch::async, [&] { return waiter.try_lock_for(300ms); });
-  until = steady::now() + 5s;
-  while (queued() == 0 && steady::now() < until) std::this_thread::sleep_for(2ms);
-  ASSERT_LT(steady::now(), until) << "the waiter never queued";
-  holder.unlock();  // hands the lock to the waiter, which will hear of it 0.4 s later
+  auto got = std::async(std::launch::async, [&] { return waiter.try_lock_for(deadline); });
+  ASSERT_TRUE(eventually([&] { return queued() != 0; }, 5s)) << "the waiter never queued";
+  holder.unlock();  // hands the lock to the waiter, which will hear of it 1 s later
   auto handed_to = direct.exec({"GET", key});
   EXPECT_FALSE(handed_to.is_nil()) << "no handoff happened: the test tests nothing";
   EXPECT_FALSE(got.get()) << "the waiter took the lock: the timing did not hold";
   std::printf("[ report   ] waiter gave up after %.0f ms\n",
               std::chrono::duration<double, std::milli>(steady::now() - start).count());
-  until = steady::now() + 3s;
-  while (!direct.exec({"GET", key}).is_nil() && steady::now() < until) {
-    std::this_thread::sleep_for(10ms);
-  }
+  // Its give-up is on its way; well before the 60 s TTL that an orphan would wait out.
+  eventually([&] { return direct.exec({"GET", key}).is_nil(); }, 3s);
   EXPECT_TRUE(direct.exec({"GET", key}).is_nil())
       << "orphaned: held by the waiter that gave up, PTTL " << direct.exec({"PTTL", key}).integer();
 }
@@ -140,7 +152,7 @@ TEST(fault, restart_without_persistence) {
   scenario s{"restart_without_persistence"};
   auto o = s.run([](scenario& s) {
     for (int i = 0; s.running(); ++i) {
-      for (int tries = 0; tries < 50 && s.holder_of("single") < 0; ++tries) s.sleep(10ms);
+      await_holder(s, "single", 500ms);
       s.node(0).restart();
       if (i % 3 == 2) s.node(1).restart();
       s.sleep(600ms);
@@ -161,7 +173,7 @@ TEST(fault, restart_without_persistence_quarantined) {
               .worker_flags = {"--quarantine", "1000"}}};
   auto o = s.run([](scenario& s) {
     for (int i = 0; s.running(); ++i) {
-      for (int tries = 0; tries < 100 && s.holder_of("single") < 0; ++tries) s.sleep(10ms);
+      await_holder(s, "single", 1000ms);
       s.node(0).restart();
       if (i % 3 == 2) s.node(1).restart();
       s.sleep(1500ms);
@@ -316,12 +328,8 @@ TEST(fault, partition) {
     };
     for (int i = 0; s.running(); ++i) {
       int p = i % procs, n = i % nodes;
-      for (int tries = 0; tries < 150 && s.running(); ++tries) {
-        if (int holder = s.holder_of("redlock", s.options().ttl); holder >= 0) {
-          p = holder;
-          break;
-        }
-        s.sleep(10ms);
+      if (int holder = await_holder(s, "redlock", 1500ms, s.options().ttl); holder >= 0) {
+        p = holder;
       }
       all_nodes(p, proxy_mode::stall);
       s.sleep(1200ms);
@@ -345,15 +353,15 @@ TEST(fault, partition) {
   EXPECT_GT(o.lost, 0) << "no lease was lost to a partitioned client. " << o.line;
 }
 
-// Wall clocks jump forward by 2 TTLs (fault_clock_shim): node 0 alone (the single lock and the
-// semaphore live there; a Redlock holder with all three nodes survives), and every other time nodes
-// 0 and 1 together (a Redlock majority).
+// Wall clocks jump forward by 2 TTLs (clock_shim, DLOCK_FAULT_CLOCK): node 0 alone (the single
+// lock and the semaphore live there; a Redlock holder with all three nodes survives), and every
+// other time nodes 0 and 1 together (a Redlock majority).
 outcome run_clock_jumps(scenario& s) {
   return s.run([](scenario& s) {
     auto jump = 2 * s.options().ttl;
     std::chrono::milliseconds offset[2] = {0ms, 0ms};
     for (int i = 0; s.running(); ++i) {
-      for (int tries = 0; tries < 50 && s.holder_of("single") < 0; ++tries) s.sleep(10ms);
+      await_holder(s, "single", 500ms);
       s.set_clock(0, offset[0] += jump);
       if (i % 2 == 1) s.set_clock(1, offset[1] += jump);
       s.sleep(700ms);
@@ -405,11 +413,7 @@ TEST(fault, client_pause) {
   auto o = s.run([](scenario& s) {
     for (int i = 0; s.running(); ++i) {
       const char* lock = i % 2 ? "single" : "redlock";
-      int holder = -1;
-      for (int tries = 0; tries < 100 && s.running(); ++tries) {
-        if ((holder = s.holder_of(lock, 200ms)) >= 0) break;
-        s.sleep(10ms);
-      }
+      int holder = await_holder(s, lock, 1000ms, 200ms);
       if (holder < 0) continue;
       s.pause_worker(holder);
       s.sleep(s.options().ttl * 3 / 2);

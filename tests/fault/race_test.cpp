@@ -20,6 +20,7 @@
 #include "dlock/mutex.hpp"
 #include "dlock/semaphore.hpp"
 #include "fault/tcp_proxy.hpp"
+#include "support/checks.hpp"
 #include "support/monitor.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
@@ -29,7 +30,9 @@ namespace {
 
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
+using test::eventually;
 using test::redis_server;
+using test::scaled;
 using test::test_key;
 
 // One server; `direct` talks to it straight, `slow` through the proxy the test delays.
@@ -39,6 +42,17 @@ class RaceTest : public ::testing::Test {
   void warm_scripts() {
     mutex warm_up{direct, test_key("warm")};
     (void)warm_up.acquire();
+  }
+  // The waiters queued on test_key(), as the server sees them.
+  long long queued() { return direct.exec({"ZCARD", lock_keys_for(test_key()).waiters}).integer(); }
+  // Reads `monitor` until a line whose arguments satisfy `match`; false if none comes in time.
+  template <class Match>
+  static bool seen_on(test::raw_connection& monitor, Match match) {
+    auto until = steady::now() + scaled(5s);
+    while (auto line = monitor.next_line(until)) {
+      if (match(test::monitor_args(*line))) return true;
+    }
+    return false;
   }
 
   redis_server server;
@@ -54,21 +68,33 @@ class RaceTest : public ::testing::Test {
 // deleted it and a rival acquired while the holder had seconds of validity left).
 TEST_F(RaceTest, ALateCleanupReleaseNeverDeletesALaterRoundsKey) {
   warm_scripts();
+  test::raw_connection monitor(server.port());
+  monitor.send("MONITOR");
+  ASSERT_EQ(monitor.next_line(steady::now() + scaled(2s)).value_or(""), "+OK");
   mutex m{slow, test_key(), {.ttl = 5s, .retry_delay = 40ms, .retry_count = 50,
                              .node_timeout = 100ms}};
   proxy.set_latency(400ms, 0ms);
-  auto start = steady::now();
+  bool cleanup_out = false;
+  steady::time_point healed_at;
   std::thread heal([&] {
-    std::this_thread::sleep_for(150ms);  // after round 0's acquire and cleanup went out
+    // Round 0 goes out on the first connection and its cleanup on a second; a third opens once
+    // that one timed out too, so both are long on their way by then.
+    cleanup_out = eventually([&] { return proxy.connections() >= 3; });
+    healed_at = steady::now();
     proxy.set_latency(0ms, 0ms);
   });
   auto acquired = m.async_acquire(asio::use_future);
   heal.join();
-  ASSERT_EQ(acquired.wait_for(5s), std::future_status::ready);
+  EXPECT_TRUE(cleanup_out) << "round 0 never went out twice";
+  ASSERT_EQ(acquired.wait_for(scaled(5s)), std::future_status::ready);
   lease l = acquired.get();
   ASSERT_TRUE(l);
-  // Round 0's acquire lands at ~400 ms, its cleanup release at ~500 ms.
-  std::this_thread::sleep_until(start + 1s);
+  // Round 0's acquire lands 400 ms after it was sent, then its cleanup release: whatever went
+  // out before the heal is due 400 ms after it at the latest.
+  std::this_thread::sleep_until(healed_at + 500ms);
+  ASSERT_TRUE(seen_on(monitor, [](const std::vector<std::string>& args) {
+    return args.size() > 1 && args[0] == "EVALSHA" && args[1] == detail::scripts::release_sha1;
+  })) << "round 0's cleanup release never reached the server";
   ASSERT_GT(l.remaining(), 2s);
   EXPECT_EQ(direct.exec({"GET", test_key()}).str(), l.value())
       << "a late release of an earlier round deleted the key of a live lease";
@@ -87,14 +113,11 @@ TEST_F(RaceTest, AWaiterGivingUpAfterScriptFlushLeavesNoOrphanedLock) {
   mutex waiter{slow, test_key(), {.ttl = 10s, .retry_delay = 100ms}};
   auto gave_up = std::async(std::launch::async, [&] {
     std::error_code ec;
-    return waiter.acquire_until(steady::now() + 1500ms, ec);
+    // Gives up after the test below has set up the flush and the monitor.
+    return waiter.acquire_until(steady::now() + scaled(1500ms), ec);
   });
-  std::string queue = lock_keys_for(test_key()).waiters;
-  auto until = steady::now() + 5s;
-  while (direct.exec({"ZCARD", queue}).integer() < 1 && steady::now() < until) {
-    std::this_thread::sleep_for(5ms);
-  }
-  ASSERT_EQ(direct.exec({"ZCARD", queue}).integer(), 1) << "the waiter never queued";
+  ASSERT_TRUE(eventually([&] { return queued() >= 1; })) << "the waiter never queued";
+  ASSERT_EQ(queued(), 1);
 
   direct.exec({"SCRIPT", "FLUSH"});
   {
@@ -103,20 +126,18 @@ TEST_F(RaceTest, AWaiterGivingUpAfterScriptFlushLeavesNoOrphanedLock) {
   }
   test::raw_connection monitor(server.port());
   monitor.send("MONITOR");
-  ASSERT_EQ(monitor.next_line(steady::now() + 2s).value_or(""), "+OK");
+  ASSERT_EQ(monitor.next_line(steady::now() + scaled(2s)).value_or(""), "+OK");
   proxy.set_latency(0ms, 300ms);  // the waiter's replies, its NOSCRIPT among them, come late
 
   // The waiter's first release is its giving up: the holder releases right behind it.
-  bool seen = false;
-  while (!seen) {
-    auto line = monitor.next_line(steady::now() + 5s);
-    ASSERT_TRUE(line) << "the waiter never gave up";
-    auto args = test::monitor_args(*line);
-    seen = args.size() > 1 && args[0] == "EVALSHA" && args[1] == detail::scripts::release_sha1;
-  }
+  ASSERT_TRUE(seen_on(monitor, [](const std::vector<std::string>& args) {
+    return args.size() > 1 && args[0] == "EVALSHA" && args[1] == detail::scripts::release_sha1;
+  })) << "the waiter never gave up";
   EXPECT_FALSE(held.release());
   EXPECT_FALSE(gave_up.get());
-  std::this_thread::sleep_for(1s);  // the re-sent leave has landed by now
+  // A re-sent leave goes a (300 ms) round trip after the NOSCRIPT: landed by now. Nothing
+  // to wait for when the library is right, so a fixed span.
+  std::this_thread::sleep_for(1s);
   EXPECT_TRUE(direct.exec({"GET", test_key()}).is_nil())
       << "the lock was handed to a waiter that had given up: nobody holds it until its TTL";
 }
@@ -169,11 +190,8 @@ TEST_F(RaceTest, AHandoffDeferredPastASecondRoundIsNeverAccepted) {
     std::error_code ec;
     return x.acquire_until(steady::now() + 10s, ec);
   });
-  auto until = steady::now() + 5s;
-  while (direct.exec({"ZCARD", queue}).integer() < 1 && steady::now() < until) {
-    std::this_thread::sleep_for(5ms);
-  }
-  ASSERT_EQ(direct.exec({"ZCARD", queue}).integer(), 1) << "X never queued";
+  ASSERT_TRUE(eventually([&] { return queued() >= 1; })) << "X never queued";
+  ASSERT_EQ(queued(), 1);
   std::string x_id = direct.exec({"ZRANGE", queue, "0", "0"}).elements().at(0).str();
 
   mutex r{direct, test_key(), {.ttl = 20s, .retry_delay = 100ms}};
@@ -181,17 +199,15 @@ TEST_F(RaceTest, AHandoffDeferredPastASecondRoundIsNeverAccepted) {
     std::error_code ec;
     return r.acquire_until(steady::now() + 15s, ec);
   });
-  while (direct.exec({"ZCARD", queue}).integer() < 2 && steady::now() < until) {
-    std::this_thread::sleep_for(5ms);
-  }
-  ASSERT_EQ(direct.exec({"ZCARD", queue}).integer(), 2) << "R never queued";
+  ASSERT_TRUE(eventually([&] { return queued() >= 2; })) << "R never queued";
+  ASSERT_EQ(queued(), 2);
 
   test::raw_connection monitor(server.port());
   monitor.send("MONITOR");
-  ASSERT_EQ(monitor.next_line(steady::now() + 2s).value_or(""), "+OK");
+  ASSERT_EQ(monitor.next_line(steady::now() + scaled(2s)).value_or(""), "+OK");
   auto next_x_acquire = [&] {
     for (;;) {
-      auto line = monitor.next_line(steady::now() + 5s);
+      auto line = monitor.next_line(steady::now() + scaled(5s));
       if (!line) return std::string();
       auto args = test::monitor_args(*line);
       if (args.size() > 8 && args[0] == "EVALSHA" && args[1] == detail::scripts::acquire_sha1 &&
@@ -203,6 +219,8 @@ TEST_F(RaceTest, AHandoffDeferredPastASecondRoundIsNeverAccepted) {
   // X's round r queued; its reply is back within a few ms (no latency yet).
   std::string round_r = next_x_acquire();
   ASSERT_FALSE(round_r.empty());
+  // Time for the proxy to pass that reply on, well before round r+1 (50-100 ms later): a fault's
+  // timing, with no signal to wait for (missed, the race is not staged, and the test passes).
   std::this_thread::sleep_for(20ms);
   // From now on every reply to X, the handoff message on its inbox among them, takes 6 s.
   proxy.set_latency(0ms, 6000ms);
@@ -211,7 +229,9 @@ TEST_F(RaceTest, AHandoffDeferredPastASecondRoundIsNeverAccepted) {
   // X's round r+1 runs now: it takes X.h<r> over as X.<r+1>; its reply will be late (timeout).
   std::string round_r1 = next_x_acquire();
   ASSERT_FALSE(round_r1.empty());
-  std::this_thread::sleep_for(50ms);
+  // Its reply has reached the proxy (and the 6 s delay) long before this, and round r+1 times
+  // out (2 s) long after: the middle of that window, as no signal marks it.
+  std::this_thread::sleep_for(300ms);
   // Later replies (the cleanup release on a fresh connection, rounds r+2...) take 800 ms: each
   // round stays in flight most of the time, but answers within node_timeout.
   proxy.set_latency(0ms, 800ms);
@@ -250,11 +270,8 @@ TEST_F(RaceTest, AGrantedWaitersLeaveAfterScriptFlushLeavesNoOrphanedLock) {
     std::error_code ec;
     return x.acquire(ec);
   });
-  auto until = steady::now() + 5s;
-  while (direct.exec({"ZCARD", queue}).integer() < 1 && steady::now() < until) {
-    std::this_thread::sleep_for(5ms);
-  }
-  ASSERT_EQ(direct.exec({"ZCARD", queue}).integer(), 1) << "the waiter never queued";
+  ASSERT_TRUE(eventually([&] { return queued() >= 1; })) << "the waiter never queued";
+  ASSERT_EQ(queued(), 1);
   proxy.set_latency(0ms, 300ms);  // its replies, a NOSCRIPT among them, come late
   // The holder vanishes without a release (no handoff, no wake-up): round 2 is granted.
   direct.exec({"DEL", test_key()});
@@ -262,7 +279,9 @@ TEST_F(RaceTest, AGrantedWaitersLeaveAfterScriptFlushLeavesNoOrphanedLock) {
   ASSERT_TRUE(l) << "the last round was not granted";
   std::string value = l.value();
   EXPECT_FALSE(l.release());
-  std::this_thread::sleep_for(1s);  // a re-sent leave would have landed by now
+  // A re-sent leave would go a (300 ms) round trip later: landed by now. Nothing to wait for
+  // when the library is right, so a fixed span.
+  std::this_thread::sleep_for(1s);
   auto key = direct.exec({"GET", test_key()});
   EXPECT_TRUE(key.is_nil()) << "released " << value << ", but the key holds " << key.str()
                             << " (PTTL " << direct.exec({"PTTL", test_key()}).integer()
@@ -373,22 +392,26 @@ TEST_F(RaceTest, ASemaphoreAttemptThatTimedOutNeverShortensTheGrantedPermit) {
     }
     semaphore sem{slow, name, 1, {.ttl = 3s, .fair = fair, .retry_delay = 10ms,
                                   .node_timeout = 300ms}};
+    // Attempt 1 reaches the server this late: it times out, and attempt 2 (at about +0.3 s) is
+    // granted long before it lands, however busy the machine.
+    constexpr auto late = 3000ms;
     auto start = steady::now();
-    proxy.set_latency(1500ms, 0ms);  // attempt 1 reaches the server at +1.5 s: it times out
+    proxy.set_latency(late, 0ms);
     auto acquired = std::async(std::launch::async, [&] {
       std::error_code ec;
       return sem.acquire(ec);
     });
-    std::this_thread::sleep_until(start + 100ms);
+    std::this_thread::sleep_until(start + 100ms);  // the fault: attempt 1 alone is delayed
     proxy.set_latency(0ms, 0ms);
     lease held = acquired.get();
     ASSERT_TRUE(held);
-    ASSERT_LT(steady::now() - start, 1400ms) << "granted only by the late attempt";
+    ASSERT_LT(steady::now() - start, late - 300ms) << "granted only by the late attempt";
     ASSERT_FALSE(held.extend(20s));
-    std::this_thread::sleep_until(start + 2500ms);  // the late attempt has landed
+    std::this_thread::sleep_until(start + late + 1000ms);  // the late attempt has landed
     semaphore rival{direct, name, 1, {.ttl = 3s, .fair = fair}};
     std::error_code ec;
-    lease taken = rival.acquire_until(start + 6s, ec);
+    // Past the 3 s TTL that a late attempt moving the expiry back would have left.
+    lease taken = rival.acquire_until(start + late + 4500ms, ec);
     EXPECT_FALSE(taken) << "a rival got the only permit at +"
                         << std::chrono::duration_cast<std::chrono::milliseconds>(
                                steady::now() - start).count()

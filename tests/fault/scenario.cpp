@@ -65,7 +65,7 @@ scenario::scenario(std::string name, scenario_options options)
         std::find(options_.shimmed.begin(), options_.shimmed.end(), i) != options_.shimmed.end();
     if (shimmed) {
       write_atomically(clock_file(dir_, i), "0 1\n");
-      ::setenv("LD_PRELOAD", (test::self_dir() + "/fault_clock_shim.so").c_str(), 1);
+      ::setenv("LD_PRELOAD", DLOCK_CLOCK_SHIM, 1);
       ::setenv("DLOCK_FAULT_CLOCK", clock_file(dir_, i).c_str(), 1);
     }
     nodes_.push_back(std::make_unique<test::redis_server>(node_options));

@@ -34,7 +34,7 @@ struct scenario_options {
   int nodes = 3;             // Redlock over all of them; 1 leaves out the "redlock" lock
   bool persistence = false;  // the nodes run --appendonly yes --appendfsync always
   bool proxied = false;      // each worker reaches each node through a tcp_proxy of its own
-  std::vector<int> shimmed;  // nodes started under fault_clock_shim (set_clock moves them)
+  std::vector<int> shimmed;  // nodes started under clock_shim (set_clock moves them)
   bool semaphore = true;     // also contend for the semaphore "sem"
   bool rwlock = false;       // also for the read-write lock "rw" on node 0 (readers and writers)
   bool lockset = false;      // also for the lock set {set, set-pair} on node 0, named "set"

@@ -163,26 +163,27 @@ TEST_F(AclTest, LeastPrivilegeUserCanLockUnlockAndExtend) {
 // the documented rule allows it, and the foreign release wakes the waiter.
 TEST_F(AclTest, LeastPrivilegeUserIsWokenByAForeignRelease) {
   client u = user("foreign-waiter", lock_rule());
-  admin_.exec({"SET", "locks:" + name_, "node-redlock-value", "PX", "60000"});
+  // The foreign hold outlasts the backstop, or its expiry would wake the waiter first.
+  admin_.exec({"SET", "locks:" + name_, "node-redlock-value", "PX",
+               std::to_string(test::scaled(120s).count())});
   lock_options o = under_prefix_;
-  o.retry_delay = 6s;  // the backstop: far longer than a wake-up takes
+  o.retry_delay = test::scaled(12s);  // the backstop: far longer than a wake-up takes
   mutex waiter{u, name_, o};
   auto acquired = std::async(std::launch::async, [&] {
-    bool ok = waiter.try_lock_for(15s);
+    bool ok = waiter.try_lock_for(test::scaled(30s));
     auto at = steady::now();
     if (ok) waiter.unlock();
     return std::make_pair(ok, at);
   });
-  auto until = steady::now() + 5s;
   auto watches = [&] { return test::command_calls(admin_)["client|tracking"] > 0; };
-  while (!watches() && steady::now() < until) std::this_thread::sleep_for(5ms);
-  EXPECT_LT(steady::now(), until) << "the waiter never watched the key";
+  EXPECT_TRUE(eventually(watches)) << "the waiter never watched the key";
   auto released = steady::now();
   admin_.exec({"DEL", "locks:" + name_});
-  ASSERT_EQ(acquired.wait_for(20s), std::future_status::ready);
+  ASSERT_EQ(acquired.wait_for(test::scaled(40s)), std::future_status::ready);
   auto [ok, at] = acquired.get();
   EXPECT_TRUE(ok) << waiter.last_error().message();
-  EXPECT_LT(at - released, 2s) << "woken by the release, not by its 3-6 s backstop";
+  EXPECT_LT(at - released, test::scaled(2s))
+      << "woken by the release, not by its backstop (half a retry_delay at the soonest)";
   expect_no_denials();
 }
 
@@ -192,27 +193,26 @@ TEST_F(AclTest, LeastPrivilegeUserWaitsAndIsWokenByTheRelease) {
     SCOPED_TRACE(fair ? "fair" : "unfair");
     lock_options o = under_prefix_;
     o.fair = fair;
+    o.ttl = test::scaled(120s);  // outlasts the backstop, or its expiry would wake the waiter
     mutex holder{u, name_, o};
-    o.retry_delay = 6s;  // the backstop: far longer than a wake-up takes
+    o.retry_delay = test::scaled(12s);  // the backstop: far longer than a wake-up takes
     mutex waiter{u, name_, o};
     ASSERT_TRUE(holder.try_lock()) << holder.last_error().message();
     auto acquired = std::async(std::launch::async, [&] {
-      bool ok = waiter.try_lock_for(15s);
+      bool ok = waiter.try_lock_for(test::scaled(30s));
       auto at = steady::now();
       if (ok) waiter.unlock();
       return std::make_pair(ok, at);
     });
-    auto until = steady::now() + 5s;
-    while (queued_waiters("locks:" + name_) < 1 && steady::now() < until) {
-      std::this_thread::sleep_for(5ms);
-    }
-    EXPECT_LT(steady::now(), until) << "the waiter never queued";
+    EXPECT_TRUE(eventually([&] { return queued_waiters("locks:" + name_) >= 1; }))
+        << "the waiter never queued";
     auto released = steady::now();
     holder.unlock();
-    ASSERT_EQ(acquired.wait_for(20s), std::future_status::ready);
+    ASSERT_EQ(acquired.wait_for(test::scaled(40s)), std::future_status::ready);
     auto [ok, at] = acquired.get();
     EXPECT_TRUE(ok) << waiter.last_error().message();
-    EXPECT_LT(at - released, 2s) << "woken by the release, not by its 3-6 s backstop";
+    EXPECT_LT(at - released, test::scaled(2s))
+        << "woken by the release, not by its backstop (half a retry_delay at the soonest)";
   }
   expect_no_denials();
 }
@@ -234,10 +234,14 @@ TEST_F(AclTest, SemaphoresNeedTheirAdditions) {
     semaphore waiting{u, name_ + (fair ? ":fair" : ""), 2,
                       {.fair = fair, .retry_delay = 100ms, .key_prefix = "locks:"}};
     lease again = s.acquire();
-    auto got = std::async(std::launch::async, [&] { return bool(waiting.try_acquire_for(10s)); });
-    std::this_thread::sleep_for(100ms);
+    auto got = std::async(std::launch::async,
+                          [&] { return bool(waiting.try_acquire_for(test::scaled(10s))); });
+    // Waiting (queued) before the release.
+    auto info = semaphore_keys_for("locks:" + name_ + (fair ? ":fair" : ""), fair).waiter_info;
+    EXPECT_TRUE(eventually([&] { return admin_.exec({"HLEN", info}).integer() == 1; }))
+        << "the waiter never queued";
     EXPECT_FALSE(s.release(two));
-    ASSERT_EQ(got.wait_for(15s), std::future_status::ready);
+    ASSERT_EQ(got.wait_for(test::scaled(15s)), std::future_status::ready);
     EXPECT_TRUE(got.get());
     EXPECT_FALSE(s.release(again));
   }
@@ -256,13 +260,16 @@ TEST_F(AclTest, SemaphoresNeedTheirAdditions) {
 // readers queued behind it.
 TEST_F(AclTest, ReadWriteLocksNeedWhatSemaphoresNeed) {
   client u = user("rw", lock_rule() + semaphore_rule());
-  shared_mutex_options slow_polls{.retry_delay = 10s, .key_prefix = "locks:"};
+  // Polls so rare, and a hold so long, that only the handoff serves the reader in time.
+  shared_mutex_options slow_polls{
+      .ttl = test::scaled(60s), .retry_delay = test::scaled(20s), .key_prefix = "locks:"};
   shared_mutex rw{u, name_, slow_polls};
   lease writer = rw.acquire();
   auto reader = std::async(std::launch::async, [&] {
     shared_mutex mine{u, name_, slow_polls};
     std::error_code ec;
-    return bool(mine.acquire_shared_until(std::chrono::steady_clock::now() + 30s, ec));
+    auto deadline = std::chrono::steady_clock::now() + test::scaled(60s);
+    return bool(mine.acquire_shared_until(deadline, ec));
   });
   // Queued, offering a handoff on its wake channel.
   auto info = shared_mutex_keys_for("locks:" + name_).waiter_info;
@@ -271,8 +278,8 @@ TEST_F(AclTest, ReadWriteLocksNeedWhatSemaphoresNeed) {
     return entries.elements().size() == 1 && contains(entries.elements()[0].str(), " f");
   }));
   EXPECT_FALSE(writer.release());
-  // Handed over by the release: its next poll is 5-10 s away.
-  ASSERT_EQ(reader.wait_for(4s), std::future_status::ready);
+  // Handed over by the release: its next poll is test::scaled(10s) away at the soonest.
+  ASSERT_EQ(reader.wait_for(test::scaled(4s)), std::future_status::ready);
   EXPECT_TRUE(reader.get());
   expect_no_denials();
 }
@@ -308,11 +315,11 @@ TEST_F(AclTest, ElectionsAndLatchesNeedTheirAdditions) {
   ASSERT_TRUE(gate.try_set_count(2, ec)) << ec.message();
   auto opened = std::async(std::launch::async, [&] {
     std::error_code wait_ec;
-    return gate.wait_for(10s, wait_ec);
+    return gate.wait_for(test::scaled(10s), wait_ec);
   });
   EXPECT_EQ(gate.count_down(ec), 1);
   EXPECT_EQ(gate.count_down(ec), 0);
-  ASSERT_EQ(opened.wait_for(15s), std::future_status::ready);
+  ASSERT_EQ(opened.wait_for(test::scaled(15s)), std::future_status::ready);
   EXPECT_TRUE(opened.get());
   expect_no_denials();
 
@@ -345,7 +352,7 @@ TEST_F(AclTest, WithoutEvalshaTheErrorNamesIt) {
     }
     return {};
   });
-  ASSERT_EQ(thrown.wait_for(10s), std::future_status::ready);
+  ASSERT_EQ(thrown.wait_for(test::scaled(10s)), std::future_status::ready);
   EXPECT_EQ(thrown.get(), errc::no_permission);
 }
 
@@ -414,7 +421,7 @@ TEST_F(AclTest, WithoutTheWakeChannelWaitersPoll) {
     detail::access::wake_inbox(u, 0).subscribe([&](std::error_code ec) { subscribed.set_value(ec); });
   });
   auto f = subscribed.get_future();
-  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(f.wait_for(test::scaled(5s)), std::future_status::ready);
   EXPECT_EQ(f.get(), errc::no_permission);
   auto log = acl_log();
   ASSERT_FALSE(log.empty());
@@ -426,15 +433,18 @@ TEST_F(AclTest, WithoutTheWakeChannelWaitersPoll) {
   slow.retry_delay = 200ms;
   mutex waiter{u, name_, slow};
   ASSERT_TRUE(holder.try_lock());
+  auto scripts = test::scripts_run(admin_);
   auto acquired = std::async(std::launch::async, [&] {
-    bool ok = waiter.try_lock_for(10s);
+    bool ok = waiter.try_lock_for(test::scaled(10s));
     if (ok) waiter.unlock();
     return ok;
   });
-  std::this_thread::sleep_for(500ms);
+  // Attempts made (the first and two polls: one script each), and none queued the waiter.
+  EXPECT_TRUE(eventually([&] { return test::scripts_run(admin_) >= scripts + 3; }))
+      << "the waiter did not poll";
   EXPECT_EQ(queued_waiters("locks:" + name_), 0) << "queued without a wake channel";
   holder.unlock();
-  ASSERT_EQ(acquired.wait_for(15s), std::future_status::ready);
+  ASSERT_EQ(acquired.wait_for(test::scaled(15s)), std::future_status::ready);
   EXPECT_TRUE(acquired.get());
 }
 
@@ -450,18 +460,15 @@ TEST_F(AclTest, AReleaserWithoutTheChannelReleasesButCannotWakeAQueuedWaiter) {
   mutex waiter{queued, name_, slow};
   ASSERT_TRUE(holder.try_lock());
   auto acquired = std::async(std::launch::async, [&] {
-    bool ok = waiter.try_lock_for(10s);
+    bool ok = waiter.try_lock_for(test::scaled(10s));
     if (ok) waiter.unlock();
     return ok;
   });
-  auto until = steady::now() + 5s;
-  while (queued_waiters("locks:" + name_) < 1 && steady::now() < until) {
-    std::this_thread::sleep_for(5ms);
-  }
-  ASSERT_LT(steady::now(), until) << "the waiter never queued";
+  ASSERT_TRUE(eventually([&] { return queued_waiters("locks:" + name_) >= 1; }))
+      << "the waiter never queued";
   holder.unlock();
   EXPECT_FALSE(holder.last_error()) << holder.last_error().message();
-  ASSERT_EQ(acquired.wait_for(15s), std::future_status::ready);
+  ASSERT_EQ(acquired.wait_for(test::scaled(15s)), std::future_status::ready);
   EXPECT_TRUE(acquired.get());
   auto log = acl_log();
   ASSERT_FALSE(log.empty());

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <future>
@@ -34,6 +35,7 @@
 #include "support/redis_cluster.hpp"
 #include "support/sentinel_group.hpp"
 #include "support/test_keys.hpp"
+#include "support/checks.hpp"
 
 extern char** environ;
 
@@ -46,15 +48,7 @@ using test::redis_server;
 using test::test_key;
 namespace fs = std::filesystem;
 
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
-  auto until = steady::now() + limit;
-  while (steady::now() < until) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return pred();
-}
+using test::eventually;
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p);
@@ -62,6 +56,9 @@ std::string read_file(const fs::path& p) {
   s << in.rdbuf();
   return s.str();
 }
+
+// Creates the empty file `p`: what a test's CMD waits for before it exits.
+void touch(const fs::path& p) { std::ofstream{p}; }
 
 // The environment for the CLI: ours without any DLOCK_* setting, plus `extra`.
 std::vector<std::string> cli_environment(const std::vector<std::string>& extra) {
@@ -75,7 +72,8 @@ std::vector<std::string> cli_environment(const std::vector<std::string>& extra) 
 }
 
 // One `dlock ...` process; stdout and stderr go to files (stderr to `stderr_fd` if one is
-// given), stdin is /dev/null.
+// given), stdin is /dev/null. A holder's CMD is `exec sleep 100000`: it holds until the test
+// ends it (or the destructor does), never for a time that a slow run could outlast.
 class cli_process {
  public:
   cli_process(const fs::path& dir, std::vector<std::string> args, std::vector<std::string> env = {},
@@ -104,11 +102,23 @@ class cli_process {
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) throw std::runtime_error("cannot start " DLOCK_CLI_PATH);
   }
+  // A dlock still running (a holder the test did not end, a test that failed midway) is ended
+  // as a user would end it: SIGTERM, which it forwards to CMD before it releases (SIGCONT in
+  // case it is stopped, or the TERM would wait); SIGKILL only if it does not end in time (its
+  // guard then ends CMD), so that no CMD is left behind either way.
   ~cli_process() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGTERM);
+    ::kill(pid_, SIGCONT);
+    auto until = steady::now() + test::scaled(10s);
+    for (;;) {
+      pid_t r = ::waitpid(pid_, nullptr, WNOHANG);
+      if (r == pid_ || r < 0) return;
+      if (steady::now() >= until) break;
+      std::this_thread::sleep_for(5ms);
     }
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
   }
   cli_process(const cli_process&) = delete;
   cli_process& operator=(const cli_process&) = delete;
@@ -127,9 +137,10 @@ class cli_process {
     status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     return status_;
   }
-  // The exit status, 128 + signal, or -1 when it did not end in time (it is then killed).
+  // The exit status, 128 + signal, or -1 when it did not end within scaled(limit) (it is then
+  // killed).
   int wait(std::chrono::milliseconds limit = 20s) {
-    auto until = steady::now() + limit;
+    auto until = steady::now() + test::scaled(limit);
     for (;;) {
       if (auto s = try_wait()) return *s;
       if (steady::now() >= until) {
@@ -345,7 +356,7 @@ std::pair<int, std::string> CliTest::run_on_terminal(std::vector<std::string> ar
   // Drain the terminal while it runs (its buffer is small), then what is left after it exits.
   std::string written;
   int status = -1;
-  auto until = steady::now() + 20s;
+  auto until = steady::now() + test::scaled(20s);
   for (bool exited = false; !exited;) {
     exited = ::waitpid(pid, &status, WNOHANG) == pid;
     if (!exited && steady::now() >= until) {
@@ -492,22 +503,28 @@ TEST_F(CliTest, ReplicationGuardWithoutReplicasRefusesAndSaysWhy) {
 }
 
 TEST_F(CliTest, TwoNonblockingRunsAtOnceOneRunsTheOtherExits75AtOnce) {
-  const std::string key = test_key(), ran = path("ran");
-  const std::string script = "echo $$ >> " + ran + "; sleep 2";
+  const std::string key = test_key(), ran = path("ran"), go = path("go");
+  // The winner holds the lock until the test lets it go, after the loser has exited: a loser
+  // that waited for the winner would never exit.
+  const std::string script =
+      "echo $$ >> " + ran + "; while [ ! -e " + go + " ]; do sleep 0.02; done";
   auto t0 = steady::now();
   auto a = start({"-r", server_.url(), "run", "-n", key, "--", "sh", "-c", script});
   auto b = start({"-r", server_.url(), "run", "-n", key, "--", "sh", "-c", script});
   std::optional<int> first;
-  ASSERT_TRUE(eventually([&] { return (first = a->try_wait()) || (first = b->try_wait()); }));
+  ASSERT_TRUE(eventually([&] { return (first = a->try_wait()) || (first = b->try_wait()); }))
+      << "the loser waited for the winner";
   auto loser_took = steady::now() - t0;
   EXPECT_EQ(*first, 75) << a->err() << b->err();
-  EXPECT_LT(loser_took, 1500ms) << "the loser must not wait for the winner's 2 s";
+  EXPECT_LT(loser_took, test::scaled(1500ms)) << "the loser must exit at once";
+  touch(go);
   int sa = a->wait(), sb = b->wait();
   EXPECT_EQ(std::min(sa, sb), 0);
   EXPECT_EQ(std::max(sa, sb), 75);
   EXPECT_EQ(lines(read_file(ran)), 1u) << "exactly one CMD ran";
   // -E replaces 75, like flock's -E.
-  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c", "touch " + path("m") + "; exec sleep 30"});
+  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
+                       "touch " + path("m") + "; exec sleep 100000"});
   ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
   EXPECT_EQ(run({"-r", server_.url(), "run", "-n", "-E", "9", key, "--", "true"}).status, 9);
   holder->signal(SIGTERM);
@@ -523,6 +540,8 @@ TEST_F(CliTest, MinHoldRunsAJobOnceAcrossHostsStartedApart) {
                                      "--", "sh", "-c", "echo $$ >> " + ran};
   auto t0 = steady::now();
   auto first = start(job);
+  // The late host starts 500 ms after the first, and after the first host's quick job ran.
+  ASSERT_TRUE(eventually([&] { return lines(read_file(ran)) == 1; })) << first->err();
   std::this_thread::sleep_until(t0 + 500ms);
   auto second = run(job);
   EXPECT_EQ(first->wait(), 0) << first->err();
@@ -549,7 +568,7 @@ TEST_F(CliTest, RunExitsWithCmdStatusAndReleasesAtOnce) {
   EXPECT_FALSE(exists(key)) << "released, not left to expire (TTL 10 s)";
   auto second = run({"-r", server_.url(), "run", "-n", key, "--", "true"});
   EXPECT_EQ(second.status, 0) << second.err;
-  EXPECT_LT(second.took, 5s);
+  EXPECT_LT(second.took, test::scaled(5s));
   // A CMD ended by a signal reports 128 + N, as a shell does.
   EXPECT_EQ(run({"-r", server_.url(), "run", key, "--", "sh", "-c", "kill -KILL $$"}).status,
             128 + SIGKILL);
@@ -560,12 +579,15 @@ TEST_F(CliTest, RunExitsWithCmdStatusAndReleasesAtOnce) {
 }
 
 TEST_F(CliTest, SigtermToDlockReachesCmdThenTheLockIsFreeAndNoProcessIsLeft) {
+  strays left;
   const std::string key = test_key();
   // CMD runs a child of its own (sleep) and waits; TERM must reach both.
   const std::string script = "echo $$ > " + path("pid") + "; trap 'echo term > " + path("got") +
-                             "; exit 3' TERM; sleep 30 & wait";
+                             "; exit 3' TERM; sleep 100000 & echo $! > " + path("child") +
+                             "; wait";
   auto d = start({"-r", server_.url(), "run", key, "--", "sh", "-c", script});
-  pid_t cmd = read_pid(path("pid"));
+  pid_t cmd = left.add(read_pid(path("pid")));
+  left.add(read_pid(path("child")));
   ASSERT_GT(cmd, 0);
   ASSERT_TRUE(eventually([&] { return group_members(cmd).size() >= 2; })) << "sh and sleep";
   EXPECT_TRUE(exists(key));
@@ -580,14 +602,16 @@ TEST_F(CliTest, SigtermToDlockReachesCmdThenTheLockIsFreeAndNoProcessIsLeft) {
 
 TEST_F(CliTest, SignalWhileWaitingEndsTheWait) {
   const std::string key = test_key();
-  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c", "touch " + path("m") + "; exec sleep 30"});
+  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
+                       "touch " + path("m") + "; exec sleep 100000"});
   ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
   auto waiter = start({"-r", server_.url(), "run", key, "--", "touch", path("never")});
-  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(eventually([&] { return queued(lock_keys_for(key).waiters).size() == 1; }))
+      << "the waiter never queued: " << waiter->err();
   auto t0 = steady::now();
   waiter->signal(SIGINT);
   EXPECT_EQ(waiter->wait(), 128 + SIGINT);
-  EXPECT_LT(steady::now() - t0, 2s);
+  EXPECT_LT(steady::now() - t0, test::scaled(2s));
   EXPECT_FALSE(fs::exists(path("never")));
   holder->signal(SIGTERM);
   EXPECT_EQ(holder->wait(), 128 + SIGTERM);
@@ -598,7 +622,8 @@ TEST_F(CliTest, SignalWhileWaitingEndsTheWait) {
 // the engine it polled with one-attempt rounds, never queued, and raced every other waiter.
 TEST_F(CliTest, AWaitingRunQueuesAndIsHandedTheLockOnRelease) {
   const std::string key = test_key();
-  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c", "touch " + path("m") + "; exec sleep 30"});
+  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
+                       "touch " + path("m") + "; exec sleep 100000"});
   ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
   auto waiter = start({"-r", server_.url(), "run", "-w", "10s", key, "--", "sh", "-c",
                        "echo $DLOCK_TOKEN > " + path("token")});
@@ -619,16 +644,19 @@ TEST_F(CliTest, AWaitingRunQueuesAndIsHandedTheLockOnRelease) {
 }
 
 TEST_F(CliTest, KillDashNineOfDlockFreesTheLockWithinTheTtl) {
+  strays left;
   const std::string key = test_key();
   auto d = start({"-r", server_.url(), "run", "--ttl", "1s", key, "--", "sh", "-c",
-                  "echo $$ > " + path("pid") + "; exec sleep 30"});
-  pid_t cmd = read_pid(path("pid"));
+                  "echo $$ > " + path("pid") + "; exec sleep 100000"});
+  pid_t cmd = left.add(read_pid(path("pid")));
   ASSERT_TRUE(exists(key));
   d->signal(SIGKILL);
   EXPECT_EQ(d->wait(), 128 + SIGKILL);
   auto t0 = steady::now();
   ASSERT_TRUE(eventually([&] { return !exists(key); }, 5s));
-  EXPECT_LE(steady::now() - t0, 1200ms) << "the key must expire within its 1 s TTL";
+  // The TTL, plus time to see it (scaled: the look itself may be slow on a busy host).
+  EXPECT_LE(steady::now() - t0, 1s + test::scaled(200ms))
+      << "the key must expire within its 1 s TTL";
   // CMD does not run on unwatched: its guard kills it when dlock dies.
   EXPECT_TRUE(eventually([&] { return !running(cmd); }, 3s));
   auto next = run({"-r", server_.url(), "run", "-n", key, "--", "true"});
@@ -645,7 +673,7 @@ TEST_F(CliTest, LeaseLostWhileCmdRunsStopsCmdAndExits71) {
   auto t0 = steady::now();
   server_.restart();  // kill -9 and start again without persistence: the key is gone
   EXPECT_EQ(d->wait(15s), 71) << d->err();
-  EXPECT_LT(steady::now() - t0, 5s);
+  EXPECT_LT(steady::now() - t0, test::scaled(5s));
   EXPECT_NE(d->err().find("lost the lock"), std::string::npos) << d->err();
   EXPECT_FALSE(running(cmd));
   EXPECT_TRUE(eventually([&] { return group_members(cmd).empty(); }, 3s));
@@ -669,7 +697,7 @@ TEST_F(CliTest, ThreeNodesWorkWithOneDownAndExit69WithTwoDown) {
   // Waiting does not hang on an outage: it is waited out for 2 x --timeout, then 69.
   auto waiting = run({"--timeout", "200ms", "run", key, "--", "touch", path("never")}, env);
   EXPECT_EQ(waiting.status, 69) << waiting.err;
-  EXPECT_LT(steady::now() - t0, 8s);
+  EXPECT_LT(steady::now() - t0, test::scaled(8s));
   EXPECT_FALSE(fs::exists(path("never")));
 }
 
@@ -704,7 +732,7 @@ TEST_F(CliTest, ElectRunsCmdWhileLeaderAndLeaderNamesIt) {
   EXPECT_EQ(run({"-r", server_.url(), "leader", name}).status, 1);  // nobody leads
   auto watch = start({"-r", server_.url(), "leader", "--watch", name});
   auto a = start({"-r", server_.url(), "elect", "--value", "alpha", name, "--", "sh", "-c",
-                  "echo $DLOCK_TERM > " + path("term") + "; exec sleep 30"});
+                  "echo $DLOCK_TERM > " + path("term") + "; exec sleep 100000"});
   ASSERT_TRUE(eventually([&] { return !read_file(path("term")).empty(); }));
   auto term = read_file(path("term"));
   term.pop_back();  // the newline
@@ -820,14 +848,26 @@ TEST_F(CliTest, PasswordFromEnvironmentOrFileNeverOnlyArgv) {
 // of holder, not one per second: 4 s behind two holders in turn, two lines. -q says nothing.
 TEST_F(CliTest, WaitNotOnATerminalPrintsALineWhenTheHolderChanges) {
   const std::string key = test_key();
+  // The first holds until the test lets it go (the file "go").
   auto first = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
-                      "touch " + path("m") + "; exec sleep 2"});
+                      "touch " + path("m") + "; while [ ! -e " + path("go") +
+                          " ]; do sleep 0.05; done"});
   ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
   // The second queues first, so the first's release hands it the lock.
-  auto second = start({"-r", server_.url(), "run", "-w", "20s", key, "--", "sleep", "30"});
+  auto second = start({"-r", server_.url(), "run", "-w", "20s", key, "--", "sleep", "100000"});
   ASSERT_TRUE(eventually([&] { return queued(lock_keys_for(key).waiters).size() == 1; }, 5s));
   const pid_t first_pid = first->pid(), second_pid = second->pid();
-  auto r = run({"-r", server_.url(), "run", "-w", "4s", key, "--", "true"});
+  // About 2 s behind the first holder, then the rest of the 4 s behind the second: the first
+  // lets go once the wait has named it, and not before 2 s.
+  auto waiting_since = steady::now();
+  auto waiting = start({"-r", server_.url(), "run", "-w", "4s", key, "--", "true"});
+  ASSERT_TRUE(eventually([&] {
+    return waiting->err().find("pid " + std::to_string(first_pid) + " (") != std::string::npos;
+  })) << waiting->err();
+  std::this_thread::sleep_until(waiting_since + 2s);
+  touch(path("go"));
+  const int status = waiting->wait();
+  const cli_result r{status, waiting->out(), waiting->err(), {}};
   EXPECT_EQ(r.status, 75) << r.err;
   EXPECT_EQ(first->wait(), 0) << first->err();
   EXPECT_EQ(r.err.find('\r'), std::string::npos) << r.err;
@@ -843,7 +883,8 @@ TEST_F(CliTest, WaitNotOnATerminalPrintsALineWhenTheHolderChanges) {
   ASSERT_EQ(named.size(), 2u) << "one line per holder, not one per second:\n" << r.err;
   EXPECT_NE(named[0].find("pid " + std::to_string(first_pid) + " (`sh -c touch"), std::string::npos)
       << r.err;
-  EXPECT_NE(named[1].find("pid " + std::to_string(second_pid) + " (`sleep 30`)"), std::string::npos)
+  EXPECT_NE(named[1].find("pid " + std::to_string(second_pid) + " (`sleep 100000`)"),
+            std::string::npos)
       << r.err;
   EXPECT_NE(named[1].find(", expires in "), std::string::npos) << r.err;
   EXPECT_NE(named[1].find("; waited "), std::string::npos) << r.err;
@@ -852,7 +893,8 @@ TEST_F(CliTest, WaitNotOnATerminalPrintsALineWhenTheHolderChanges) {
   auto one = run({"-r", server_.url(), "run", "-w", "2500ms", key, "--", "true"});
   EXPECT_EQ(one.status, 75) << one.err;
   EXPECT_EQ(lines(one.err), 1u) << one.err;
-  EXPECT_NE(one.err.find("pid " + std::to_string(second_pid) + " (`sleep 30`)"), std::string::npos)
+  EXPECT_NE(one.err.find("pid " + std::to_string(second_pid) + " (`sleep 100000`)"),
+            std::string::npos)
       << one.err;
 
   auto quiet = run({"-r", server_.url(), "run", "-q", "-w", "1500ms", key, "--", "true"});
@@ -868,7 +910,7 @@ TEST_F(CliTest, WaitNotOnATerminalPrintsALineWhenTheHolderChanges) {
 TEST_F(CliTest, WaitOnATerminalRewritesOneLiveLine) {
   const std::string key = test_key();
   auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
-                       "touch " + path("m") + "; exec sleep 30"});
+                       "touch " + path("m") + "; exec sleep 100000"});
   ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
   auto [status, err] = run_on_terminal({"-r", server_.url(), "acquire", "-w", "2500ms", key});
   EXPECT_EQ(status, 75) << err;
@@ -891,7 +933,7 @@ TEST_F(CliTest, WaitOnATerminalRewritesOneLiveLine) {
 TEST_F(CliTest, StatusOfALockShowsItsQueuedWaiters) {
   const std::string key = test_key();
   auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
-                       "touch " + path("m") + "; exec sleep 30"});
+                       "touch " + path("m") + "; exec sleep 100000"});
   ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
   auto waiter = start({"-r", server_.url(), "run", "-q", "-w", "20s", key, "--", "true"});
   std::vector<std::string> ids;
@@ -922,7 +964,7 @@ TEST_F(CliTest, StatusOfASemaphoreShowsHoldersPermitsAndWaiters) {
   const std::string key = test_key("sem");
   auto holder = [&](const std::string& name) {
     return start({"-r", server_.url(), "run", "--semaphore", "2", key, "--", "sh", "-c",
-                  "echo $DLOCK_TOKEN > " + path(name) + "; exec sleep 30"});
+                  "echo $DLOCK_TOKEN > " + path(name) + "; exec sleep 100000"});
   };
   auto a = holder("a");
   auto b = holder("b");
@@ -1022,7 +1064,7 @@ TEST_F(CliTest, SemaphoreRunsUpToLimitCmdsAtOnce) {
   const std::string key = test_key("sem");
   auto holder = [&](const std::string& marker) {
     return start({"-r", server_.url(), "run", "--semaphore", "2", key, "--", "sh", "-c",
-                  "touch " + path(marker) + "; exec sleep 30"});
+                  "touch " + path(marker) + "; exec sleep 100000"});
   };
   auto a = holder("m1");
   auto b = holder("m2");
@@ -1048,7 +1090,7 @@ TEST_F(CliTest, ReadersRunTogetherAndAWriterRunsAlone) {
   const std::string key = test_key("rw");
   auto reader = [&](const std::string& marker) {
     return start({"-r", server_.url(), "run", "--read", key, "--", "sh", "-c",
-                  "touch " + path(marker) + "; exec sleep 30"});
+                  "touch " + path(marker) + "; exec sleep 100000"});
   };
   auto a = reader("r1");
   auto b = reader("r2");
@@ -1058,7 +1100,7 @@ TEST_F(CliTest, ReadersRunTogetherAndAWriterRunsAlone) {
   EXPECT_EQ(writer_now.status, 75) << writer_now.err;
   // A writer that waits keeps later readers out, and runs once both readers are gone.
   auto writer = start({"-r", server_.url(), "run", "-w", "20s", "--write", key, "--", "sh", "-c",
-                       "touch " + path("w") + "; exec sleep 30"});
+                       "touch " + path("w") + "; exec sleep 100000"});
   client node{server_.url()};
   ASSERT_TRUE(eventually([&] {
     return node.exec({"HLEN", shared_mutex_keys_for(key).weights}).integer() == 1;
@@ -1129,13 +1171,17 @@ TEST_F(CliTest, RunAlsoHoldsSeveralLocksAllOrNone) {
   EXPECT_EQ(value_a, value_b) << "both keys hold the run's owner value while CMD runs";
   EXPECT_EQ(node.exec({"EXISTS", a, b}).integer(), 0) << "released after CMD";
   auto holder = start({"-r", server_.url(), "run", c, "--", "sh", "-c",
-                       "touch " + path("c") + "; exec sleep 30"});
+                       "touch " + path("c") + "; exec sleep 100000"});
   ASSERT_TRUE(eventually([&] { return fs::exists(path("c")); })) << holder->err();
   auto refused = run({"-r", server_.url(), "run", "-n", "--also", c, a, "--", "true"});
   EXPECT_EQ(refused.status, 75) << refused.err;
   EXPECT_EQ(node.exec({"EXISTS", a}).integer(), 0) << "part of the set was kept";
+  // A set waits by polling (every 50 ms or less): a few more scripts run than the holder's
+  // renewals account for show it waiting, refused each time.
+  const auto scripts_before = test::scripts_run(node);
   auto waiting = start({"-r", server_.url(), "run", "--also", c, a, "--", "touch", path("set")});
-  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(eventually([&] { return test::scripts_run(node) >= scripts_before + 5; }))
+      << waiting->err();
   EXPECT_FALSE(fs::exists(path("set")));
   waiting->signal(SIGTERM);
   EXPECT_EQ(waiting->wait(), 128 + SIGTERM) << "a waiting set ends on a signal";
@@ -1193,7 +1239,7 @@ TEST_F(CliTest, MetricsFileCountsTheRunForTheTextfileCollector) {
   EXPECT_EQ(test::metric_value(text, "dlock_cli_exit_status{command=\"run\"}"), 0);
   EXPECT_GT(test::metric_value(text, "dlock_cli_end_timestamp_seconds{command=\"run\"}"), 1.7e9);
 
-  auto holder = start({"-r", server_.url(), "run", key, "--", "sleep", "30"});
+  auto holder = start({"-r", server_.url(), "run", key, "--", "sleep", "100000"});
   ASSERT_TRUE(eventually([&] { return exists(key); }));
   auto refused = run({"-r", server_.url(), "--metrics-file", file, "run", "-n", key, "--", "true"});
   EXPECT_EQ(refused.status, 75) << refused.err;
@@ -1248,7 +1294,7 @@ TEST_F(CliTest, ATtlBelowTheMinimumIsAUsageErrorNamingIt) {
 // instead of treating them as a lock, and lock zz, whose keys they are, stays held.
 TEST_F(CliTest, ALocksCompanionKeysAreNoLockNames) {
   auto holder = start({"-r", server_.url(), "run", "zz", "--", "sh", "-c",
-                       "touch " + path("m") + "; exec sleep 30"});
+                       "touch " + path("m") + "; exec sleep 100000"});
   ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
   const auto lock = lock_keys_for("zz");
   const auto sem = semaphore_keys_for("zz", false), fair = semaphore_keys_for("zz", true);
@@ -1283,7 +1329,8 @@ namespace dlock {
 namespace {
 
 // Runs `dlock args...` with stderr a pipe whose reader has gone (a closed log pipe): every
-// write there fails with EPIPE. Returns the exit status (-1 when it did not end in time).
+// write there fails with EPIPE. Returns the exit status (-1 when it did not end within
+// scaled(limit)).
 int run_with_stderr_closed(std::vector<std::string> args, std::chrono::milliseconds limit = 20s) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return -1;
@@ -1307,7 +1354,7 @@ int run_with_stderr_closed(std::vector<std::string> args, std::chrono::milliseco
   ::close(fds[1]);
   if (rc != 0) return -1;
   int status = 0;
-  auto until = steady::now() + limit;
+  auto until = steady::now() + test::scaled(limit);
   while (::waitpid(pid, &status, WNOHANG) != pid) {
     if (steady::now() >= until) {
       ::kill(pid, SIGKILL);
@@ -1354,13 +1401,16 @@ TEST_F(CliTest, KillDashNineOfDlockEndsEverythingCmdStarted) {
 TEST_F(CliTest, ABackgroundChildOfCmdKeepsTheLockOrIsEndedBeforeTheRelease) {
   strays left;
   const std::string key = test_key();
+  // The child runs until the test lets it go (the file "go").
   auto d = start({"-r", server_.url(), "run", "--ttl", "1s", key, "--", "sh", "-c",
-                  "sleep 3 & echo $! > " + path("child") + "; exit 4"});
+                  "while [ ! -e " + path("go") + " ]; do sleep 0.05; done & echo $! > " +
+                      path("child") + "; exit 4"});
   pid_t child = left.add(read_pid(path("child")));
   std::this_thread::sleep_for(1500ms);  // sh is gone; the child runs on past the 1 s TTL
   EXPECT_TRUE(running(child));
   EXPECT_FALSE(d->try_wait().has_value()) << "dlock left while CMD's child ran: " << d->err();
   EXPECT_TRUE(exists(key)) << "the lock was let go while CMD's child ran";
+  touch(path("go"));
   EXPECT_EQ(d->wait(), 4) << d->err();
   EXPECT_FALSE(running(child));
   EXPECT_FALSE(exists(key)) << "released once the child ended";
@@ -1375,7 +1425,8 @@ TEST_F(CliTest, ABackgroundChildOfCmdKeepsTheLockOrIsEndedBeforeTheRelease) {
   pid_t plain = read_pid(path("plain"));
   pid_t stubborn = read_pid(path("stubborn"));
   EXPECT_EQ(k.status, 4) << k.err;
-  EXPECT_LT(steady::now() - t0, 10s);
+  // Well under the children's own 30 s even when scaled: not a wait for them to end.
+  EXPECT_LT(steady::now() - t0, std::min(test::scaled(10s), std::chrono::milliseconds(20s)));
   EXPECT_FALSE(running(plain)) << "dlock exited before CMD's child";
   EXPECT_FALSE(running(stubborn)) << "a child that ignores SIGTERM outlived dlock";
   EXPECT_FALSE(exists(key));
@@ -1437,7 +1488,7 @@ TEST_F(CliTest, SignalsAreForwardedToCmdAndTheLockIsReleasedOnTheWayOut) {
 
   // While waiting for the lock, the same signals end the wait cleanly: nothing held, no CMD.
   auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
-                       "touch " + path("m") + "; exec sleep 30"});
+                       "touch " + path("m") + "; exec sleep 100000"});
   ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
   auto waiter = start({"-v", "-r", server_.url(), "run", "-q", key, "--", "touch", path("never")});
   ASSERT_TRUE(eventually([&] { return queued(lock_keys_for(key).waiters).size() == 1; }, 5s));
@@ -1473,22 +1524,25 @@ TEST_F(CliTest, SigtstpStopsCmdWithDlockAndAnExpiredStopNeverResumesCmd) {
                   "echo $$ > " + path("cmd") + "; while :; do echo >> " + ticks +
                       "; sleep 0.05; done"});
   pid_t cmd = left.add(read_pid(path("cmd")));
+  ASSERT_TRUE(eventually([&] { return fs::exists(ticks); }));
+  auto both_stopped = [&] { return process_state(cmd) == 'T' && process_state(d->pid()) == 'T'; };
   d->signal(SIGTSTP);
-  ASSERT_TRUE(eventually([&] { return process_state(cmd) == 'T' && process_state(d->pid()) == 'T'; },
-                         3s))
+  ASSERT_TRUE(eventually(both_stopped))
       << "cmd " << process_state(cmd) << ", dlock " << process_state(d->pid());
   d->signal(SIGCONT);
-  ASSERT_TRUE(eventually([&] { return process_state(cmd) != 'T' && process_state(d->pid()) != 'T'; },
-                         3s));
+  ASSERT_TRUE(
+      eventually([&] { return process_state(cmd) != 'T' && process_state(d->pid()) != 'T'; }))
+      << "cmd " << process_state(cmd) << ", dlock " << process_state(d->pid());
   auto size = fs::file_size(ticks);
-  EXPECT_TRUE(eventually([&] { return fs::file_size(ticks) > size; }, 3s)) << "CMD runs again";
+  EXPECT_TRUE(eventually([&] { return fs::file_size(ticks) > size; })) << "CMD runs again";
   EXPECT_TRUE(exists(key));
 
   d->signal(SIGTSTP);
-  ASSERT_TRUE(eventually([&] { return process_state(cmd) == 'T' && process_state(d->pid()) == 'T'; },
-                         3s));
+  ASSERT_TRUE(eventually(both_stopped))
+      << "cmd " << process_state(cmd) << ", dlock " << process_state(d->pid());
   size = fs::file_size(ticks);
-  std::this_thread::sleep_for(3500ms);  // past the 3 s TTL
+  // Past the 3 s TTL: the key leaves Redis no sooner than the lease's validity ends.
+  ASSERT_TRUE(eventually([&] { return !exists(key); })) << "the key outlived its TTL";
   d->signal(SIGCONT);
   EXPECT_EQ(d->wait(), 71) << d->err();
   EXPECT_FALSE(running(cmd));
@@ -1503,12 +1557,20 @@ TEST_F(CliTest, HugeDurationsMeanForeverNotAlreadyOver) {
   strays left;
   const std::string key = test_key();
   auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
-                       "touch " + path("m") + "; exec sleep 30"});
+                       "touch " + path("m") + "; exec sleep 100000"});
   ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
   for (const char* forever : {"2562048h", "9223372036854775807"}) {
+    const auto before = queued(lock_keys_for(key).waiters);
     auto waiter = start({"-r", server_.url(), "run", "-q", "-w", forever, key, "--", "touch",
                          path("never")});
-    std::this_thread::sleep_for(1500ms);
+    // It waits (queued, a waiter that is not one seen before), and goes on waiting.
+    EXPECT_TRUE(eventually([&] {
+      for (const auto& id : queued(lock_keys_for(key).waiters)) {
+        if (std::find(before.begin(), before.end(), id) == before.end()) return true;
+      }
+      return false;
+    })) << forever << ": " << waiter->err();
+    std::this_thread::sleep_for(1s);
     EXPECT_FALSE(waiter->try_wait().has_value()) << forever << ": " << waiter->err();
     waiter->signal(SIGTERM);
     EXPECT_EQ(waiter->wait(), 128 + SIGTERM) << forever;
@@ -1613,7 +1675,18 @@ TEST_F(CliTest, AStalledStderrDoesNotDelayEndingCmd) {
                  {}, writer);
   ::close(writer);
   pid_t cmd = left.add(read_pid(path("cmd")));
-  std::this_thread::sleep_for(500ms);  // the FIFO is full by now
+  {
+    // Full once a write of a whole page (PIPE_BUF: all or nothing, never merged into a page
+    // begun) finds no free page, as CMD's writes do; the pages the probe adds while it is not
+    // full just help CMD fill it.
+    int probe = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    ASSERT_GE(probe, 0);
+    EXPECT_TRUE(eventually([&] {
+      static const char zeros[PIPE_BUF] = {};
+      return ::write(probe, zeros, sizeof zeros) < 0 && errno == EAGAIN;
+    })) << "the FIFO never filled up";
+    ::close(probe);
+  }
   test::raw_command(server_.port(), "DEL " + key);  // the lease is lost
   // The FIFO stays full until CMD is gone: that is what is tested.
   EXPECT_TRUE(eventually([&] { return !running(cmd); }, 10s)) << "CMD still runs";
@@ -1621,7 +1694,8 @@ TEST_F(CliTest, AStalledStderrDoesNotDelayEndingCmd) {
   // report, say) can block it; what was written shows if it fails.
   std::string tail;
   std::optional<int> status;
-  for (auto until = steady::now() + 10s; !(status = d->try_wait()) && steady::now() < until;) {
+  for (auto until = steady::now() + test::scaled(10s);
+       !(status = d->try_wait()) && steady::now() < until;) {
     char buf[65536];
     ssize_t n = ::read(reader, buf, sizeof buf);
     if (n <= 0) {
@@ -1632,7 +1706,7 @@ TEST_F(CliTest, AStalledStderrDoesNotDelayEndingCmd) {
     if (tail.size() > 8192) tail.erase(0, tail.size() - 8192);  // CMD's zeros come first
   }
   ::close(reader);
-  ASSERT_TRUE(status.has_value()) << "dlock did not end within 10 s of CMD; it wrote: " << tail;
+  ASSERT_TRUE(status.has_value()) << "dlock did not end in time after CMD; it wrote: " << tail;
   EXPECT_EQ(*status, 71) << tail;
 }
 
@@ -1670,7 +1744,7 @@ TEST_F(CliTest, KillDashNineOfTheGuardAfterCmdExitedEndsItsOrphans) {
   strays left;
   const std::string key = test_key();
   auto d = start({"-r", server_.url(), "run", "--ttl", "30s", key, "--", "sh", "-c",
-                  "setsid sleep 30 & echo $! > " + path("escaped") + "; echo $PPID > " +
+                  "setsid sleep 100000 & echo $! > " + path("escaped") + "; echo $PPID > " +
                       path("guard") + "; echo $$ > " + path("cmd") + "; exit 0"});
   pid_t escaped = left.add(read_pid(path("escaped")));
   pid_t cmd = read_pid(path("cmd"));
@@ -1699,7 +1773,7 @@ TEST_F(CliTest, DlockSleepsWhileCmdRuns) {
     return cpu_time(pid) - before;
   };
   auto s = start({"-r", server_.url(), "run", "--semaphore", "1", "--ttl", "1s", key, "--", "sh",
-                  "-c", "echo $$ > " + path("cmd1") + "; exec sleep 30"});
+                  "-c", "echo $$ > " + path("cmd1") + "; exec sleep 100000"});
   left.add(read_pid(path("cmd1")));
   EXPECT_LT(cpu_over(s->pid(), 2s), 400ms) << "with --semaphore";
   s->signal(SIGTERM);
@@ -1759,7 +1833,7 @@ TEST_F(CliTest, AbrtTrapAndSysFromKillAreForwardedAndTheLockReleased) {
     const std::string key = test_key(std::to_string(sig));
     const std::string cmd_file = path("cmd" + std::to_string(sig));
     auto d = start({"-r", server_.url(), "run", "--ttl", "30s", key, "--", "sh", "-c",
-                    "ulimit -c 0; echo $$ > " + cmd_file + "; exec sleep 30"});
+                    "ulimit -c 0; echo $$ > " + cmd_file + "; exec sleep 100000"});
     pid_t cmd = left.add(read_pid(cmd_file));
     ASSERT_TRUE(running(cmd));
     d->signal(sig);

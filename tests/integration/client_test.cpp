@@ -15,8 +15,10 @@
 #include <asio/io_context.hpp>
 #include <asio/use_future.hpp>
 #include <atomic>
+#include <fstream>
 #include <future>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +28,7 @@
 #include "support/fake_peer.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
+#include "support/checks.hpp"
 
 namespace dlock {
 namespace {
@@ -38,16 +41,7 @@ using test::redis_server;
 using test::server_options;
 using test::test_key;
 
-// Polls `done` every few milliseconds for at most `limit`.
-template <class Pred>
-bool eventually(Pred done, milliseconds limit = 3s) {
-  auto until = steady::now() + limit;
-  while (!done()) {
-    if (steady::now() >= until) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
+using test::eventually;
 
 milliseconds since(steady::time_point t0) {
   return std::chrono::duration_cast<milliseconds>(steady::now() - t0);
@@ -70,11 +64,30 @@ std::future<outcome> start(client& c, command cmd) {
 }
 
 outcome wait(std::future<outcome>& f, milliseconds limit = 5s) {
-  if (f.wait_for(limit) != std::future_status::ready) {
-    ADD_FAILURE() << "no completion within " << limit.count() << " ms";
+  if (f.wait_for(test::scaled(limit)) != std::future_status::ready) {
+    ADD_FAILURE() << "no completion within " << test::scaled(limit).count() << " ms";
     return {errc::cancelled, {}, limit};
   }
   return f.get();
+}
+
+// Bytes written to the server on `port` that it has not read, over its established TCP
+// connections (/proc/net/tcp, rx_queue): where a request to a paused server waits.
+long long unread_by_server(unsigned short port) {
+  std::ifstream tcp("/proc/net/tcp");
+  std::string line;
+  std::getline(tcp, line);  // the header
+  long long unread = 0;
+  while (std::getline(tcp, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state, queues;
+    fields >> slot >> local >> remote >> state >> queues;
+    auto colon = local.find(':'), queue = queues.find(':');
+    if (colon == std::string::npos || queue == std::string::npos || state != "01") continue;
+    if (std::stoul(local.substr(colon + 1), nullptr, 16) != port) continue;
+    unread += std::stoll(queues.substr(queue + 1), nullptr, 16);
+  }
+  return unread;
 }
 
 
@@ -224,7 +237,7 @@ TEST_F(ClientTest, ManyThreadsNeverSeeAnotherRequestsReply) {
               if (--state->left == 0) state->all_done.set_value();
             });
           }
-          if (all_done.wait_for(20s) != std::future_status::ready) {
+          if (all_done.wait_for(test::scaled(20s)) != std::future_status::ready) {
             note(false, "burst completion", {}, errc::timeout);
             std::abort();  // the callbacks reference `note` in this frame: cannot go on safely
           }
@@ -278,15 +291,18 @@ TEST(ClientAuthTest, AclUserAndPassword) {
 
 TEST(ClientAuthTest, WrongPasswordIsAuthFailed) {
   redis_server s{{.extra = {"--requirepass", "right"}}};
+  // A request timeout far above the bound below: waiting for it would show.
   client c{"redis://:wrong@127.0.0.1:" + std::to_string(s.port()),
-           {.reconnect_backoff_min = 10ms, .reconnect_backoff_max = 10ms}};
+           {.request_timeout = test::scaled(10s),
+            .reconnect_backoff_min = 10ms,
+            .reconnect_backoff_max = 10ms}};
   std::error_code ec;
   auto t0 = steady::now();
   c.exec({"PING"}, ec);
   EXPECT_EQ(ec, errc::auth_failed) << ec.message();
-  EXPECT_LT(since(t0), 500ms);
+  EXPECT_LT(since(t0), test::scaled(500ms));
   // Still refused once the backoff has passed: a new connection, a new AUTH.
-  std::this_thread::sleep_for(50ms);
+  std::this_thread::sleep_for(50ms);  // the backoff (10 ms) runs out
   c.exec({"PING"}, ec);
   EXPECT_EQ(ec, errc::auth_failed) << ec.message();
   // AUTH and SELECT go out together; the AUTH failure is the one reported.
@@ -377,16 +393,21 @@ TEST_F(ClientTest, LocalhostFallsBackAcrossResolvedAddresses) {
 
 TEST(ClientFailureTest, UnreachableFailsFastAndBacksOff) {
   const unsigned short port = test::free_port();  // nothing listens here
+  // The backoff and the request timeout scale with the build, and so do the bounds below,
+  // which stay far under them: failing fast is told from timing out, and the calls made
+  // within the backoff fit in it.
+  const auto backoff = test::scaled(700ms);
   client c{"redis://127.0.0.1:" + std::to_string(port),
            {.connect_timeout = 2s,
-            .request_timeout = 300ms,
-            .reconnect_backoff_min = 700ms,
-            .reconnect_backoff_max = 700ms}};
+            .request_timeout = test::scaled(1s),
+            .reconnect_backoff_min = backoff,
+            .reconnect_backoff_max = backoff}};
   std::error_code ec;
   auto t0 = steady::now();
   reply r = c.exec({"PING"}, ec);
+  auto failed_at = steady::now();  // the backoff began before
   EXPECT_EQ(ec, errc::node_unreachable) << ec.message();
-  EXPECT_LT(since(t0), 300ms);
+  EXPECT_LT(since(t0), test::scaled(300ms));
   EXPECT_TRUE(r.is_error());
   EXPECT_FALSE(r.str().empty());  // the connect error's text
 
@@ -396,15 +417,15 @@ TEST(ClientFailureTest, UnreachableFailsFastAndBacksOff) {
     auto t1 = steady::now();
     c.exec({"PING"}, ec);
     EXPECT_EQ(ec, errc::node_unreachable);
-    EXPECT_LT(since(t1), 50ms);
+    EXPECT_LT(since(t1), test::scaled(50ms));
   }
   auto f = start(c, {"PING"});
   EXPECT_EQ(wait(f).ec, errc::node_unreachable);
-  std::this_thread::sleep_for(20ms);
+  std::this_thread::sleep_for(20ms);  // a negative check: nothing connects meanwhile
   EXPECT_EQ(peer.accepted(), 0);
 
   // After the backoff it connects again (and times out on the silent peer).
-  std::this_thread::sleep_until(t0 + 800ms);
+  std::this_thread::sleep_until(failed_at + backoff + 100ms);
   c.exec({"PING"}, ec);
   EXPECT_EQ(ec, errc::timeout) << ec.message();
   EXPECT_EQ(peer.accepted(), 1);
@@ -421,7 +442,7 @@ TEST(ClientFailureTest, RecoversWhenTheNodeComesBack) {
   c.exec({"PING"}, ec);
   EXPECT_EQ(ec, errc::node_unreachable) << ec.message();
   s.restart();
-  EXPECT_TRUE(eventually([&] { return c.exec({"PING"}, ec).str() == "PONG"; }, 2s)) << ec.message();
+  EXPECT_TRUE(eventually([&] { return c.exec({"PING"}, ec).str() == "PONG"; }, 5s)) << ec.message();
 }
 
 TEST_F(ClientTest, HungServerTimesOutByTheDeadlineAndNeverMispairs) {
@@ -438,7 +459,7 @@ TEST_F(ClientTest, HungServerTimesOutByTheDeadlineAndNeverMispairs) {
   auto took = since(t0);
   EXPECT_EQ(ec, errc::timeout) << ec.message();
   EXPECT_GE(took, timeout - 5ms);
-  EXPECT_LT(took, timeout + 250ms);
+  EXPECT_LT(took, timeout + test::scaled(250ms));
 
   // Several requests in flight during the hang: each fails by its deadline.
   std::vector<std::future<outcome>> during;
@@ -446,7 +467,7 @@ TEST_F(ClientTest, HungServerTimesOutByTheDeadlineAndNeverMispairs) {
   for (auto& f : during) {
     outcome o = wait(f);
     EXPECT_EQ(o.ec, errc::timeout) << o.ec.message();
-    EXPECT_LT(o.elapsed, timeout + 250ms);
+    EXPECT_LT(o.elapsed, timeout + test::scaled(250ms));
     EXPECT_FALSE(o.r.is_string()) << o.r.to_string();
   }
 
@@ -459,7 +480,7 @@ TEST_F(ClientTest, HungServerTimesOutByTheDeadlineAndNeverMispairs) {
                              });
   outcome o = wait(short_f);
   EXPECT_EQ(o.ec, errc::timeout);
-  EXPECT_LT(o.elapsed, 50ms + 250ms);
+  EXPECT_LT(o.elapsed, 50ms + test::scaled(250ms));
 
   // Once the server runs again it answers the requests it had buffered, on sockets the client
   // has closed: none of those replies reaches a later request.
@@ -492,7 +513,7 @@ TEST_F(ClientTest, ReconnectsAfterServerRestart) {
         }
         return r.str() == "PONG";
       },
-      2s);
+      5s);
   EXPECT_TRUE(ok) << ec.message();
   EXPECT_LE(failures, 2);
   EXPECT_TRUE(c.exec({"GET", test_key()}).is_nil());  // no persistence: the key is gone
@@ -502,43 +523,47 @@ TEST_F(ClientTest, ReconnectsAfterServerRestart) {
   }
 }
 
+// The request timeouts below are far above the bounds: only the crash or the disconnect can
+// end the request in time.
 TEST_F(ClientTest, CrashWithRequestInFlightIsConnectionLost) {
-  client c{server_.url(), {.request_timeout = 5s, .reconnect_backoff_min = 10ms}};
+  client c{server_.url(), {.request_timeout = test::scaled(10s), .reconnect_backoff_min = 10ms}};
   EXPECT_EQ(c.exec({"PING"}).str(), "PONG");
   server_.pause();
   auto f = start(c, {"ECHO", "in-flight"});
-  std::this_thread::sleep_for(50ms);  // written and waiting
+  // Written and waiting: the paused server has it unread.
+  EXPECT_TRUE(eventually([&] { return unread_by_server(server_.port()) > 0; }));
   server_.kill();
   outcome o = wait(f, 2s);
   EXPECT_EQ(o.ec, errc::connection_lost) << o.ec.message();
-  EXPECT_LT(o.elapsed, 1s);
+  EXPECT_LT(o.elapsed, test::scaled(1s));
   server_.restart();
   std::error_code ec;
-  EXPECT_TRUE(eventually([&] { return c.exec({"ECHO", "x"}, ec).str() == "x"; }, 2s));
+  EXPECT_TRUE(eventually([&] { return c.exec({"ECHO", "x"}, ec).str() == "x"; }, 5s));
 }
 
 TEST_F(ClientTest, DisconnectCancelsInFlightRequests) {
-  client c{server_.url(), {.request_timeout = 5s}};
+  client c{server_.url(), {.request_timeout = test::scaled(10s)}};
   EXPECT_EQ(c.exec({"PING"}).str(), "PONG");
   server_.pause();
   auto f = start(c, {"ECHO", "cancel-me"});
-  std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(eventually([&] { return unread_by_server(server_.port()) > 0; }));  // in flight
   c.disconnect();
   outcome o = wait(f, 2s);
   EXPECT_EQ(o.ec, errc::cancelled) << o.ec.message();
-  EXPECT_LT(o.elapsed, 1s);
+  EXPECT_LT(o.elapsed, test::scaled(1s));
   server_.resume();
   EXPECT_EQ(c.exec({"ECHO", "again"}).str(), "again");
 }
 
 TEST(ClientPeerTest, GarbagePeerIsAProtocolErrorAndTheConnectionIsDropped) {
   fake_peer peer{fake_peer::mode::garbage};
-  client c{peer.url(), {.request_timeout = 5s, .reconnect_backoff_min = 1s}};
+  // A request timeout far above the bound below: only the garbage ends the request in time.
+  client c{peer.url(), {.request_timeout = test::scaled(10s), .reconnect_backoff_min = 1s}};
   std::error_code ec;
   auto t0 = steady::now();
   c.exec({"PING"}, ec);
   EXPECT_EQ(ec, errc::protocol_error) << ec.message();
-  EXPECT_LT(since(t0), 1s);
+  EXPECT_LT(since(t0), test::scaled(1s));
   EXPECT_TRUE(eventually([&] { return peer.closed() == 1; })) << peer.closed();
   EXPECT_EQ(peer.accepted(), 1);
 }
@@ -547,12 +572,13 @@ TEST(ClientPeerTest, GarbageDuringTheHandshakeIsAProtocolErrorToo) {
   // With a password the first bytes sent are AUTH, so the garbage arrives mid-handshake. The
   // request must fail with protocol_error at once, not loop reconnecting until its deadline.
   fake_peer peer{fake_peer::mode::garbage};
-  client c{peer.url(":secret"), {.request_timeout = 3s, .reconnect_backoff_min = 1s}};
+  client c{peer.url(":secret"),
+           {.request_timeout = test::scaled(10s), .reconnect_backoff_min = 1s}};
   std::error_code ec;
   auto t0 = steady::now();
   c.exec({"PING"}, ec);
   EXPECT_EQ(ec, errc::protocol_error) << ec.message();
-  EXPECT_LT(since(t0), 1s);
+  EXPECT_LT(since(t0), test::scaled(1s));
   EXPECT_EQ(peer.accepted(), 1);
   EXPECT_TRUE(eventually([&] { return peer.closed() == 1; }));
 }
@@ -567,7 +593,7 @@ TEST(ClientPeerTest, SilentPeerTimesOut) {
   auto took = since(t0);
   EXPECT_EQ(ec, errc::timeout) << ec.message();
   EXPECT_GE(took, timeout - 5ms);
-  EXPECT_LT(took, timeout + 250ms);
+  EXPECT_LT(took, timeout + test::scaled(250ms));
   // The connection is closed: a late reply could no longer be handed to anyone.
   EXPECT_TRUE(eventually([&] { return peer.closed() == 1; }));
 }
@@ -582,7 +608,7 @@ TEST(ClientPeerTest, DisconnectDuringTheHandshakeDoesNotReconnect) {
   outcome o = wait(f, 2s);
   EXPECT_EQ(o.ec, errc::cancelled) << o.ec.message();
   EXPECT_TRUE(eventually([&] { return peer.closed() == 1; }));
-  std::this_thread::sleep_for(100ms);
+  std::this_thread::sleep_for(100ms);  // a negative check: no new connection meanwhile
   EXPECT_EQ(peer.accepted(), 1) << "disconnect() opened a new connection";
 }
 
@@ -635,7 +661,7 @@ TEST_F(ClientTest, AsyncExecWithCallback) {
     c.exec({"PING"}, nested);
     done.set_value({ec, std::move(r), nested});
   });
-  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(f.wait_for(test::scaled(5s)), std::future_status::ready);
   auto [ec, r, nested] = f.get();
   EXPECT_FALSE(ec);
   EXPECT_EQ(r.str(), "callback");
@@ -648,7 +674,7 @@ TEST_F(ClientTest, AsyncExecWithCallback) {
     c.async_exec(command{"GET", test_key()},
                  [&](std::error_code, reply r2) { chained.set_value(r2.str()); });
   });
-  ASSERT_EQ(cf.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(cf.wait_for(test::scaled(5s)), std::future_status::ready);
   EXPECT_EQ(cf.get(), "chained");
 }
 
@@ -663,7 +689,7 @@ TEST_F(ClientTest, AsyncExecRunsOnTheHandlersExecutor) {
                  got = r.str();
                  work.reset();
                }));
-  mine.run_for(5s);
+  mine.run_for(test::scaled(5s));
   EXPECT_EQ(ran_on, std::this_thread::get_id());
   EXPECT_EQ(got, "bound");
 }
@@ -671,12 +697,12 @@ TEST_F(ClientTest, AsyncExecRunsOnTheHandlersExecutor) {
 TEST_F(ClientTest, AsyncExecWithUseFuture) {
   client c{server_.url()};
   std::future<reply> f = c.async_exec(command{"ECHO", "future"}, asio::use_future);
-  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(f.wait_for(test::scaled(5s)), std::future_status::ready);
   EXPECT_EQ(f.get().str(), "future");
 
   ASSERT_EQ(c.exec({"SET", test_key(), "s"}).str(), "OK");
   auto bad = c.async_exec(command{"LPUSH", test_key(), "x"}, asio::use_future);
-  ASSERT_EQ(bad.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(bad.wait_for(test::scaled(5s)), std::future_status::ready);
   try {
     bad.get();
     ADD_FAILURE() << "no exception";
@@ -688,7 +714,7 @@ TEST_F(ClientTest, AsyncExecWithUseFuture) {
   for (int i = 0; i < 100; ++i)
     many.push_back(c.async_exec(command{"ECHO", std::to_string(i)}, asio::use_future));
   for (int i = 0; i < 100; ++i) {
-    ASSERT_EQ(many[i].wait_for(5s), std::future_status::ready);
+    ASSERT_EQ(many[i].wait_for(test::scaled(5s)), std::future_status::ready);
     EXPECT_EQ(many[i].get().str(), std::to_string(i));
   }
 }

@@ -53,21 +53,33 @@ detail::cluster_router::counters routed(const client& c) {
 }
 
 // `holder_client` holds `name`, a waiter on `waiter_client` queues behind it with a backstop of
-// 5 s, and the release must bring the waiter in within 1 s: only a wake-up can.
+// 5-10 s, and the release must bring the waiter in within 1 s: only a wake-up can. All three
+// scale with the build, so the bound stays far below the backstop on a slow one too (and the
+// holder's TTL above it: a sleep ends early at the holder's expiry).
 void expect_woken_by_release(client& holder_client, client& waiter_client,
                              const std::string& name) {
-  mutex holder{holder_client, name, {.ttl = 10s}};
-  mutex waiter{waiter_client, name, {.ttl = 10s, .retry_delay = 5s}};
+  const auto backstop = test::scaled(10s);
+  mutex holder{holder_client, name, {.ttl = 3 * backstop}};
+  mutex waiter{waiter_client, name, {.ttl = 10s, .retry_delay = backstop}};
   auto l = holder.acquire();
   std::error_code ec;
   lease got;
-  std::thread waiting([&] { got = waiter.acquire_until(std::chrono::steady_clock::now() + 8s, ec); });
-  std::this_thread::sleep_for(300ms);  // queued and subscribed
+  std::thread waiting([&] {
+    got = waiter.acquire_until(std::chrono::steady_clock::now() + 2 * backstop, ec);
+  });
+  // Queued and subscribed: its entry names its wake channel.
+  auto info = lock_keys_for(name).waiter_info;
+  EXPECT_TRUE(test::eventually([&] {
+    reply entries = holder_client.exec({"HVALS", info});
+    return entries.elements().size() == 1 &&
+           entries.elements()[0].str().find(' ') != std::string::npos;
+  })) << "the waiter never queued";
   auto released_at = std::chrono::steady_clock::now();
   EXPECT_FALSE(l.release());
   waiting.join();
   ASSERT_TRUE(got) << ec.message();
-  EXPECT_LT(std::chrono::steady_clock::now() - released_at, 1s) << "woken by the backstop";
+  EXPECT_LT(std::chrono::steady_clock::now() - released_at, test::scaled(1s))
+      << "woken by the backstop";
 }
 
 class ClusterTest : public ::testing::Test {
@@ -141,8 +153,12 @@ TEST_F(ClusterTest, AskIsFollowedWhileTheSlotMigrates) {
   mutex m{client_, test::key_in_slot(200, "lock"), {.ttl = 5s, .retry_delay = 20ms}};
   std::error_code ec;
   lease l;
-  std::thread locker([&] { l = m.acquire_until(std::chrono::steady_clock::now() + 5s, ec); });
-  std::this_thread::sleep_for(300ms);
+  auto retried = routed(client_).retried_later;
+  std::thread locker([&] {
+    l = m.acquire_until(std::chrono::steady_clock::now() + test::scaled(20s), ec);
+  });
+  // The lock's script met TRYAGAIN at least once before the migration ends.
+  EXPECT_TRUE(test::eventually([&] { return routed(client_).retried_later > retried; }));
   cluster_.end_migration(200, from, to);
   locker.join();
   EXPECT_TRUE(l) << ec.message();
@@ -174,12 +190,15 @@ TEST_F(ClusterTest, LockNamesOfEveryShapeKeepTheirKeysInOneSlot) {
 // The read-write lock on a cluster: its keys stay in the name's slot (CROSSSLOT would fail its
 // scripts), readers share it, a writer excludes them, and a writer's release wakes a reader
 // queued on another master's client through the slot's master (no handoff on a cluster: the
-// reader's own attempt follows the wake-up, well before its 5-10 s backstop).
+// reader's own attempt follows the wake-up, well before its 10-20 s backstop; both scale with
+// the build, and the TTLs stay above the backstop, which a holder's expiry would cut short).
 TEST_F(ClusterTest, AReadWriteLockKeepsItsKeysInOneSlotAndWakesItsReaders) {
+  const auto backstop = test::scaled(20s);
+  const shared_mutex_options slow{.ttl = 3 * backstop, .retry_delay = backstop};
   for (std::string name : {"plain", "a{b}c", "a}b"}) {
     SCOPED_TRACE(name);
     auto key = test::test_key() + name;
-    shared_mutex rw{client_, key, {.retry_delay = 10s}};
+    shared_mutex rw{client_, key, slow};
     lease first = rw.acquire_shared();
     lease second = rw.acquire_shared();
     ASSERT_TRUE(first && second);
@@ -197,9 +216,9 @@ TEST_F(ClusterTest, AReadWriteLockKeepsItsKeysInOneSlotAndWakesItsReaders) {
     client other{cluster_.seed_url((master + 1) % 3)};
     lease got;
     std::thread reader([&] {
-      shared_mutex mine{other, key, {.retry_delay = 10s}};
+      shared_mutex mine{other, key, slow};
       std::error_code wait_ec;
-      got = mine.acquire_shared_until(std::chrono::steady_clock::now() + 20s, wait_ec);
+      got = mine.acquire_shared_until(std::chrono::steady_clock::now() + 2 * backstop, wait_ec);
     });
     // Queued and subscribed: its entry names its wake channel.
     auto info = shared_mutex_keys_for(key).waiter_info;
@@ -213,7 +232,8 @@ TEST_F(ClusterTest, AReadWriteLockKeepsItsKeysInOneSlotAndWakesItsReaders) {
     EXPECT_FALSE(writer.release());
     reader.join();
     ASSERT_TRUE(got);
-    EXPECT_LT(std::chrono::steady_clock::now() - released_at, 4s) << "found by its own poll";
+    EXPECT_LT(std::chrono::steady_clock::now() - released_at, test::scaled(4s))
+        << "found by its own poll";
     EXPECT_GT(got.fencing_token(), writer_fence);
     EXPECT_FALSE(got.release());
   }
@@ -279,7 +299,7 @@ TEST_F(ClusterTest, ProcessesContendingOnAHundredKeysOverEveryMasterCountExactly
         std::to_string(threads), "--iterations", std::to_string(iterations), "--retry-delay",
         "5"});
   }
-  for (auto& w : workers) ASSERT_EQ(w.wait(60s), 0);
+  for (auto& w : workers) ASSERT_EQ(w.wait(test::scaled(60s)), 0);
   long long total = 0;
   for (int j = 0; j < 100; ++j) {
     auto r = client_.exec({"GET", prefix + ":" + std::to_string(j) + ":counter"});
@@ -335,13 +355,25 @@ TEST_F(ClusterTest, LocksHeldAndContendedThroughAReshardNeverOverlapOrGetLost) {
       }
     });
   }
-  std::this_thread::sleep_for(200ms);
+  // Each step of the reshard lasts until the lockers did some work in it: grants, or the
+  // redirects and retries the migrating slot answered instead.
+  auto work = [&] {
+    auto r = routed(client_);
+    return static_cast<std::uint64_t>(grants.load()) + r.ask + r.retried_later + r.moved;
+  };
+  auto lockers_go_on = [&](std::uint64_t n) {
+    auto from_now = work();
+    return test::eventually([&] { return work() >= from_now + n; });
+  };
+  EXPECT_TRUE(test::eventually([&] { return grants >= 10; })) << "the lockers never started";
   cluster_.begin_migration(slot, from, to);
-  std::this_thread::sleep_for(150ms);
+  EXPECT_TRUE(lockers_go_on(10)) << "stalled while the slot migrates";
   cluster_.migrate_keys(slot, from, to);
-  std::this_thread::sleep_for(150ms);
+  EXPECT_TRUE(lockers_go_on(10)) << "stalled once the keys moved";
   cluster_.end_migration(slot, from, to);
-  std::this_thread::sleep_for(200ms);
+  auto after_reshard = grants.load();
+  EXPECT_TRUE(test::eventually([&] { return grants >= std::max(after_reshard + 10, 21); }))
+      << "no grants after the reshard";
   stop = true;
   for (auto& t : lockers) t.join();
   auto seen = routed(client_);
@@ -361,12 +393,13 @@ TEST(ClusterSetupTest, ASeedThatIsNotAClusterNodeIsAClusterError) {
   auto r = c.exec({"GET", "k"}, ec);
   EXPECT_EQ(ec, errc::cluster_error) << ec.message();
   EXPECT_NE(r.str().find("not a cluster node"), std::string::npos) << r.str();
-  // A lock gives up at once: waiting cannot make the node a cluster.
+  // A lock gives up at once: waiting cannot make the node a cluster. (Both bounds scale with
+  // the build: the first stays far below the deadline.)
   mutex m{c, "k", {.ttl = 1s}};
   auto start = std::chrono::steady_clock::now();
-  EXPECT_FALSE(m.acquire_until(start + 3s, ec));
+  EXPECT_FALSE(m.acquire_until(start + test::scaled(10s), ec));
   EXPECT_EQ(ec, errc::cluster_error);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, test::scaled(2s));
 }
 
 TEST(ClusterSetupTest, ASlotNoNodeServesIsAClusterErrorAndTheOthersStillWork) {
@@ -401,24 +434,27 @@ TEST(ClusterSetupTest, CredentialsReachEveryMasterAndRefusalsAreTyped) {
   }
   for (auto [credentials, expected] : {std::pair{"locker:wrong", errc::auth_failed},
                                        std::pair{"blind:pw", errc::no_permission}}) {
-    client refused{as(credentials)};
+    // A request timeout far above the bound: waiting for it would show.
+    client refused{as(credentials), {.request_timeout = test::scaled(10s)}};
     std::error_code ec;
     auto start = std::chrono::steady_clock::now();
     auto r = refused.exec({"GET", "k"}, ec);
     EXPECT_EQ(ec, expected) << credentials << ": " << ec.message() << " " << r.to_string();
-    EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, test::scaled(1s));
   }
 }
 
 TEST(ClusterSetupTest, ANodeThatRedirectsInALoopIsBounded) {
   test::fake_peer looping{test::fake_peer::mode::moved_loop};
-  client c{"redis-cluster://127.0.0.1:" + std::to_string(looping.port())};
+  // A request timeout far above the bound: only the redirect limit can end it in time.
+  client c{"redis-cluster://127.0.0.1:" + std::to_string(looping.port()),
+           {.request_timeout = test::scaled(10s)}};
   std::error_code ec;
   auto start = std::chrono::steady_clock::now();
   auto r = c.exec({"GET", "k"}, ec);
   EXPECT_EQ(ec, errc::cluster_error);
   EXPECT_NE(r.str().find("redirected"), std::string::npos) << r.str();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, test::scaled(1s));
 }
 
 TEST(ClusterSetupTest, OptionsACannotHonourAreRefused) {
@@ -479,16 +515,16 @@ TEST(ClusterFailoverTest, ALockTheReplicaHadSurvivesItsPromotion) {
   cluster.wait_promoted(replica);
   // The holder's extend reaches the new master once the map is read again.
   std::error_code extended = errc::timeout;
-  for (int i = 0; i < 50 && extended && extended != errc::lease_lost; ++i) {
+  test::eventually([&] {
     extended = l.extend();
-    if (extended) std::this_thread::sleep_for(100ms);
-  }
+    return !extended || extended == errc::lease_lost;
+  });
   EXPECT_FALSE(extended) << extended.message();
   std::error_code ec;
   EXPECT_FALSE(other.try_acquire(ec));
   EXPECT_EQ(ec, errc::not_acquired) << ec.message();
   EXPECT_FALSE(l.release());
-  auto next = other.acquire_until(std::chrono::steady_clock::now() + 5s, ec);
+  auto next = other.acquire_until(std::chrono::steady_clock::now() + test::scaled(5s), ec);
   ASSERT_TRUE(next) << ec.message();
   EXPECT_GT(next.fencing_token(), first_fence);
   EXPECT_EQ(cluster.owner_of(hash_slot(name)), replica);
@@ -509,21 +545,27 @@ TEST(ClusterFailoverTest, ALatchWaiterFollowsItsSlotToThePromotedReplica) {
   EXPECT_EQ(raw_command_complete(cluster.node(master).port(), "WAIT 1 2000"), ":1\r\n");
   auto waiting = std::async(std::launch::async, [&] {
     std::error_code wait_ec;
-    bool open = gate.wait_for(60s, wait_ec);
+    bool open = gate.wait_for(test::scaled(60s), wait_ec);
     return std::make_pair(open, wait_ec);
   });
-  std::this_thread::sleep_for(300ms);  // subscribed
+  // Subscribed: the master counts the waiter on the latch's channel (SUBSCRIBE, node-local).
+  const std::string subscribers = "PUBSUB NUMSUB " + test::inline_arg(latch_channel(name));
+  EXPECT_TRUE(test::eventually([&] {
+    auto r = raw_command_complete(cluster.node(master).port(), subscribers);
+    return r.size() >= 4 && r.compare(r.size() - 4, 4, ":1\r\n") == 0;
+  })) << "the waiter never subscribed";
   cluster.node(master).kill();
   cluster.wait_promoted(replica);
   latch worker{worker_client, name, {.ttl = 120s}};
   long long left = -1;
-  for (int i = 0; i < 100; ++i) {  // until the worker's client, too, follows the failover
+  // Until the worker's client, too, follows the failover.
+  test::eventually([&] {
     left = worker.count_down(ec);
-    if (!ec) break;
-    std::this_thread::sleep_for(100ms);
-  }
+    return !ec;
+  });
   ASSERT_EQ(left, 0) << ec.message();
-  ASSERT_EQ(waiting.wait_for(30s), std::future_status::ready) << "the waiter never followed";
+  ASSERT_EQ(waiting.wait_for(test::scaled(30s)), std::future_status::ready)
+      << "the waiter never followed";
   auto [open, wait_ec] = waiting.get();
   EXPECT_TRUE(open) << wait_ec.message();
 }
@@ -549,11 +591,18 @@ TEST(ClusterCopiesTest, CopiesSitOnDistinctMastersAndExcludeEachOther) {
   std::error_code ec;
   EXPECT_FALSE(second.try_acquire(ec));
   EXPECT_EQ(ec, errc::not_acquired);
-  std::thread releaser([&] {
-    std::this_thread::sleep_for(100ms);
+  std::atomic<bool> waiting{false};
+  wait_control control;
+  control.on_retry = [&](const wait_progress&) {
+    waiting = true;
+    return true;
+  };
+  std::thread releaser([&] {  // once the second lost a round and waits
+    EXPECT_TRUE(test::eventually([&] { return waiting.load(); }));
     EXPECT_FALSE(l.release());
   });
-  auto next = second.acquire_until(std::chrono::steady_clock::now() + 5s, ec);
+  auto next = second.acquire_until(std::chrono::steady_clock::now() + test::scaled(20s), control,
+                                   nullptr, ec);
   releaser.join();
   ASSERT_TRUE(next) << ec.message();
   EXPECT_GT(next.fencing_token(), 0u);
@@ -682,7 +731,7 @@ TEST(ClusterDoctorTest, AClusterThatCannotBeReadIsUncheckedNotAHang) {
   auto ws = check_deployment({c}, {.copies = 3}, ec);
   EXPECT_TRUE(ec);
   EXPECT_EQ(of_kind(ws, warning::code::unchecked).size(), 1u) << all_of(ws);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, test::scaled(3s));
 }
 
 // Fewer masters than copies: every name collapses, said once.
@@ -707,16 +756,18 @@ TEST(ClusterCopiesTest, AMasterDownForGoodLeavesAQuorumOfCopies) {
   auto name = test::test_key();
   mutex m{c, name, {.ttl = 10s, .retry_delay = 50ms, .copies = 3}};
   ASSERT_TRUE(m.acquire().release() == std::error_code{});  // the map is read, all copies work
-  int down = cluster.owner_of(hash_slot(lock_copy_key(name, 2, 3)));
+  auto slot = hash_slot(lock_copy_key(name, 2, 3));
+  int down = cluster.owner_of(slot);
   cluster.node(down).kill();
   // The others mark it failed after node_timeout (1 s); its slots then have no owner. A
-  // request there fails and has the client read the map again.
-  std::this_thread::sleep_for(3s);
-  std::error_code ignored;
-  c.exec({"GET", lock_copy_key(name, 2, 3)}, ignored);
-  std::this_thread::sleep_for(500ms);
+  // request there fails and has the client read the map again: until the map it read says so.
+  EXPECT_TRUE(test::eventually([&] {
+    std::error_code ignored;
+    c.exec({"GET", lock_copy_key(name, 2, 3)}, ignored);
+    return !detail::access::cluster(c)->known_owner(slot, false);
+  })) << "the client's map still names the dead master";
   std::error_code ec;
-  auto l = m.acquire_until(std::chrono::steady_clock::now() + 8s, ec);
+  auto l = m.acquire_until(std::chrono::steady_clock::now() + test::scaled(8s), ec);
   EXPECT_TRUE(l) << ec.message();
   EXPECT_FALSE(l.release());
 }
@@ -753,7 +804,7 @@ TEST(ClusterCopiesTest, AFailoverThatLosesTheGrantGivesTwoHoldersInModeOneButNot
             std::string::npos);
   cluster.wait_promoted(replica);
 
-  auto deadline = std::chrono::steady_clock::now() + 5s;
+  auto deadline = std::chrono::steady_clock::now() + test::scaled(5s);
   std::error_code ec;
   auto second_one = one_other.acquire_until(deadline, ec);
   EXPECT_TRUE(second_one) << "mode 1 was expected to lose the grant: " << ec.message();
@@ -878,7 +929,7 @@ TEST_F(ClusterTest, ALatchOpensForItsWaitersInTheNamesSlot) {
     ASSERT_TRUE(gate.try_set_count(2, ec)) << ec.message();
     auto waiting = std::async(std::launch::async, [&] {
       std::error_code wait_ec;
-      bool open = gate.wait_for(20s, wait_ec);
+      bool open = gate.wait_for(test::scaled(20s), wait_ec);
       return std::make_pair(open, wait_ec);
     });
     client other{cluster_.seed_url()};
@@ -886,7 +937,8 @@ TEST_F(ClusterTest, ALatchOpensForItsWaitersInTheNamesSlot) {
     EXPECT_EQ(worker.count_down(ec), 1);
     EXPECT_EQ(waiting.wait_for(300ms), std::future_status::timeout) << "opened at 1";
     EXPECT_EQ(worker.count_down(ec), 0);
-    ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready) << "the opening was not heard";
+    ASSERT_EQ(waiting.wait_for(test::scaled(10s)), std::future_status::ready)
+        << "the opening was not heard";
     auto [open, wait_ec] = waiting.get();
     EXPECT_TRUE(open) << wait_ec.message();
   }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <thread>
 
+#include "support/checks.hpp"
 #include "support/redis_server.hpp"
 
 namespace dlock {
@@ -175,11 +176,9 @@ TEST(DiagnosticsTest, AMasterWithReplicasWantsAQuarantineAndMinReplicasToWrite) 
                         .extra = {"--replicaof", "127.0.0.1", std::to_string(master.port())}}};
   redis_server no_aof{};
   client admin{master.url()};
-  auto until = std::chrono::steady_clock::now() + 10s;
-  while (admin.exec({"INFO", "replication"}).str().find("connected_slaves:1") == std::string::npos &&
-         std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(20ms);
-  }
+  ASSERT_TRUE(test::eventually([&] {
+    return admin.exec({"INFO", "replication"}).str().find("connected_slaves:1") != std::string::npos;
+  })) << "the replica never connected";
   std::vector<client> plain{client(master.url()), client(no_aof.url())};
   auto ws = check_deployment(plain);
   const auto* failover = find(ws, code::unguarded_failover, name_of(master));

@@ -25,6 +25,7 @@
 #include "dlock/semaphore.hpp"
 #include "net/connection.hpp"
 #include "script.hpp"
+#include "support/checks.hpp"
 #include "support/fake_peer.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
@@ -46,17 +47,22 @@ std::uint64_t direct_count() { return detail::direct_exchange_count(); }
 
 // After a request completed on the I/O thread, that thread gives the socket up a moment after
 // the handler ran; a blocking call made in between queues. Blocks until a blocking call is
-// taken directly (each try is a PING), or gives up after `limit`.
-bool until_direct(client& c, milliseconds limit = 2s) {
-  auto until = steady::now() + limit;
-  while (steady::now() < until) {
-    auto before = direct_count();
-    std::error_code ec;
-    c.exec({"PING"}, ec);
-    if (!ec && direct_count() > before) return true;
-    std::this_thread::sleep_for(2ms);
-  }
-  return false;
+// taken directly (each try is a PING), or gives up after scaled(limit).
+bool until_direct(client& c, milliseconds limit = 5s) {
+  return test::eventually(
+      [&] {
+        auto before = direct_count();
+        std::error_code ec;
+        c.exec({"PING"}, ec);
+        return !ec && direct_count() > before;
+      },
+      limit);
+}
+
+// The I/O thread gave `c`'s socket up: a blocking call now would take it (nothing is sent).
+bool socket_given_up(const client& c) {
+  const auto* conn = detail::access::request_connection(c);
+  return !conn->occupied() && !conn->dormant();
 }
 
 // How often dlock's I/O thread ("dlock-io") has been switched out so far (voluntary and not:
@@ -262,7 +268,7 @@ TEST_F(DirectIoTest, ClientKillWhileIdleIsNoticedAndTheNextCallReconnects) {
   detail::access::start_exec(c, {"CLIENT", "ID"}, 2s, [p](std::error_code e, reply rr) {
     p->set_value({e, std::move(rr)});
   });
-  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(f.wait_for(test::scaled(5s)), std::future_status::ready);
   auto [e2, r2] = f.get();
   EXPECT_FALSE(e2) << e2.message();
   EXPECT_NE(r2.integer(), id);
@@ -278,7 +284,7 @@ TEST_F(DirectIoTest, ServerCrashAndRestartWhileIdleNeverHangs) {
   std::error_code ec;
   auto t0 = steady::now();
   reply r = c.exec({"PING"}, ec);
-  EXPECT_LT(since(t0), timeout + 500ms);
+  EXPECT_LT(since(t0), timeout + test::scaled(500ms));
   if (ec) {
     EXPECT_TRUE(ec == errc::connection_lost || ec == errc::node_unreachable) << ec.message();
   } else {
@@ -292,12 +298,9 @@ TEST_F(DirectIoTest, ServerCrashAndRestartWhileIdleNeverHangs) {
   t0 = steady::now();
   c.exec({"PING"}, ec);
   EXPECT_TRUE(ec == errc::connection_lost || ec == errc::node_unreachable) << ec.message();
-  EXPECT_LT(since(t0), timeout + 500ms);
+  EXPECT_LT(since(t0), timeout + test::scaled(500ms));
   server_.restart();
-  auto until = steady::now() + 3s;
-  while (steady::now() < until && c.exec({"PING"}, ec).str() != "PONG") {
-    std::this_thread::sleep_for(10ms);
-  }
+  EXPECT_TRUE(test::eventually([&] { return c.exec({"PING"}, ec).str() == "PONG"; }, 5s));
   EXPECT_FALSE(ec) << ec.message();
   EXPECT_EQ(c.exec({"ECHO", "back"}).str(), "back");
 }
@@ -316,7 +319,7 @@ TEST_F(DirectIoTest, HungServerTimesOutByTheDeadlineAndTheNextCallWorks) {
   EXPECT_EQ(ec, errc::timeout) << ec.message();
   EXPECT_FALSE(r.is_string()) << r.to_string();
   EXPECT_GE(took, timeout - 5ms);
-  EXPECT_LT(took, timeout + 250ms);
+  EXPECT_LT(took, timeout + test::scaled(250ms));
   server_.resume();
   // The late reply to "during" goes to the closed socket, never to these.
   for (int i = 0; i < 20; ++i) {
@@ -328,7 +331,9 @@ TEST_F(DirectIoTest, HungServerTimesOutByTheDeadlineAndTheNextCallWorks) {
 // While a caller's exchange holds the socket, an async request waits for it and goes out on
 // the same connection as soon as the exchange is over.
 TEST_F(DirectIoTest, AsyncRequestWaitsForADirectExchange) {
-  client c{server_.url(), {.request_timeout = 3s}};
+  // Deadlines far beyond the pause, however long the waits below take.
+  const auto timeout = test::scaled(10s);
+  client c{server_.url(), {.request_timeout = timeout}};
   ASSERT_TRUE(until_direct(c));
   std::int64_t id = c.exec({"CLIENT", "ID"}).integer();
   server_.pause();
@@ -338,20 +343,21 @@ TEST_F(DirectIoTest, AsyncRequestWaitsForADirectExchange) {
     reply r = c.exec({"ECHO", "direct"}, ec);
     return std::make_pair(ec, r);
   });
-  std::this_thread::sleep_for(100ms);  // the direct exchange is waiting for the paused server
+  // The direct exchange took the socket and waits for the paused server.
+  EXPECT_TRUE(test::eventually([&] { return direct_count() - before == 1; }));
   auto p = std::make_shared<std::promise<std::pair<std::error_code, reply>>>();
   auto f = p->get_future();
-  detail::access::start_exec(c, {"CLIENT", "ID"}, 3s, [p](std::error_code e, reply rr) {
+  detail::access::start_exec(c, {"CLIENT", "ID"}, timeout, [p](std::error_code e, reply rr) {
     p->set_value({e, std::move(rr)});
   });
-  std::this_thread::sleep_for(100ms);
+  std::this_thread::sleep_for(100ms);  // a negative check: no answer may come meanwhile
   EXPECT_EQ(f.wait_for(0s), std::future_status::timeout) << "answered while paused?";
   server_.resume();
   auto [ec, r] = blocking.get();
   EXPECT_FALSE(ec) << ec.message();
   EXPECT_EQ(r.str(), "direct");
   EXPECT_EQ(direct_count() - before, 1u);
-  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(f.wait_for(test::scaled(5s)), std::future_status::ready);
   auto [e2, r2] = f.get();
   EXPECT_FALSE(e2) << e2.message();
   EXPECT_EQ(r2.integer(), id);  // the same connection
@@ -365,17 +371,19 @@ TEST_F(DirectIoTest, DisconnectDuringADirectExchangeWaitsForIt) {
   ASSERT_TRUE(until_direct(c));
   std::int64_t id = c.exec({"CLIENT", "ID"}).integer();
   server_.pause();
+  auto before = direct_count();
   auto blocking = std::async(std::launch::async, [&] {
     std::error_code ec;
     auto t0 = steady::now();
     c.exec({"ECHO", "direct"}, ec);
     return std::make_pair(ec, since(t0));
   });
-  std::this_thread::sleep_for(100ms);
+  // The direct exchange took the socket.
+  EXPECT_TRUE(test::eventually([&] { return direct_count() - before == 1; }));
   c.disconnect();
   auto [ec, took] = blocking.get();
   EXPECT_EQ(ec, errc::timeout) << ec.message();  // it kept its socket until its deadline
-  EXPECT_LT(took, timeout + 250ms);
+  EXPECT_LT(took, timeout + test::scaled(250ms));
   server_.resume();
   reply r = c.exec({"CLIENT", "ID"}, ec);
   EXPECT_FALSE(ec) << ec.message();
@@ -384,18 +392,19 @@ TEST_F(DirectIoTest, DisconnectDuringADirectExchangeWaitsForIt) {
 
 TEST(DirectIoPeerTest, BytesThatAreNotRespAreAProtocolErrorAndDropTheConnection) {
   test::fake_peer peer{test::fake_peer::mode::pong_then_garbage};
-  client c{peer.url(), {.request_timeout = 2s, .reconnect_backoff_min = 1s}};
+  // A request timeout far above the bound below: only the garbage can end the call in time.
+  client c{peer.url(), {.request_timeout = test::scaled(10s), .reconnect_backoff_min = 1s}};
   EXPECT_EQ(c.exec({"PING"}).str(), "PONG");
-  std::this_thread::sleep_for(50ms);  // the I/O thread gives the socket up
+  ASSERT_TRUE(test::eventually([&] { return socket_given_up(c); }))
+      << "the I/O thread kept the socket";
   auto before = direct_count();
   std::error_code ec;
   auto t0 = steady::now();
   c.exec({"PING"}, ec);
   EXPECT_EQ(direct_count() - before, 1u);
   EXPECT_EQ(ec, errc::protocol_error) << ec.message();
-  EXPECT_LT(since(t0), 1s);
-  auto until = steady::now() + 3s;
-  while (peer.closed() == 0 && steady::now() < until) std::this_thread::sleep_for(5ms);
+  EXPECT_LT(since(t0), test::scaled(1s));
+  test::eventually([&] { return peer.closed() != 0; }, 3s);
   EXPECT_EQ(peer.closed(), 1) << "the connection stayed open after the protocol error";
 }
 
@@ -593,7 +602,7 @@ TEST_F(DirectIoTest, DroppedSpareConnectionsComeBack) {
   ASSERT_GE(script_connections(observer), 2);
   observer.exec({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
   ASSERT_EQ(script_connections(observer), 0);
-  auto until = steady::now() + 10s;
+  auto until = steady::now() + test::scaled(10s);
   while (script_connections(observer) < 2 && steady::now() < until) lock_from_threads(c, 50);
   EXPECT_GE(script_connections(observer), 2);
 }

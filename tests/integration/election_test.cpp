@@ -72,7 +72,7 @@ TEST_F(ElectionTest, OneLeaderAtATimeAndTheNextTermIsLater) {
   auto term = first.fencing_token();
   EXPECT_FALSE(a.resign(first));
   EXPECT_FALSE(first);
-  ASSERT_EQ(second.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(second.wait_for(test::scaled(5s)), std::future_status::ready);
   auto next = second.get();
   EXPECT_GT(next.fencing_token(), term);
   EXPECT_EQ(a.leader().value, "b");
@@ -181,7 +181,7 @@ TEST_F(ElectionTest, ACallbackMayStopItsOwnObservation) {
     stopped.set_value();
   });
   auto held = a.campaign();
-  ASSERT_EQ(stopped.get_future().wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(stopped.get_future().wait_for(test::scaled(5s)), std::future_status::ready);
   a.resign(held);
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(calls.load(), 1);
@@ -194,7 +194,7 @@ TEST_F(ElectionTest, AsyncCampaignCompletesWhenLeader) {
   auto pending = b.async_campaign(asio::use_future);
   EXPECT_EQ(pending.wait_for(200ms), std::future_status::timeout);
   a.resign(first);
-  ASSERT_EQ(pending.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(pending.wait_for(test::scaled(5s)), std::future_status::ready);
   auto held = pending.get();
   ASSERT_TRUE(held);
   EXPECT_EQ(a.leader().value, "b");
@@ -247,7 +247,7 @@ TEST_F(ElectionRedlockTest, AMajorityElectsAndObserversMergeTheNodes) {
   EXPECT_EQ(b.leader().value, "a");
   auto next = std::async(std::launch::async, [&] { return b.campaign(); });
   a.resign(la);
-  ASSERT_EQ(next.wait_for(10s), std::future_status::ready);
+  ASSERT_EQ(next.wait_for(test::scaled(10s)), std::future_status::ready);
   auto lb = next.get();
   ASSERT_TRUE(eventually([&] { return seen.size() == 3; }));
   auto events = seen.copy();

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "dlock/mutex.hpp"
+#include "support/checks.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
@@ -91,10 +92,8 @@ TEST_F(KeyLayoutMutexTest, ReleasingAPlainNameNeverHandsOnItsBracedTwin) {
     return p2.acquire_until(steady::now() + 10s, ec);
   });
   const std::string queue = lock_keys_for(braced).waiters;
-  auto until = steady::now() + 5s;
-  while (client_.exec({"ZCARD", queue}).integer() < 1 && steady::now() < until) {
-    std::this_thread::sleep_for(1ms);
-  }
+  ASSERT_TRUE(test::eventually([&] { return client_.exec({"ZCARD", queue}).integer() >= 1; }))
+      << "the waiter never queued";
   ASSERT_EQ(client_.exec({"ZCARD", queue}).integer(), 1) << "the waiter never queued";
   EXPECT_FALSE(p3.acquire().release());
   EXPECT_EQ(waiter.wait_for(500ms), std::future_status::timeout)

@@ -21,6 +21,7 @@ namespace dlock {
 namespace {
 
 using namespace std::chrono_literals;
+using test::eventually;
 using test::redis_server;
 using test::test_key;
 
@@ -55,7 +56,7 @@ TEST_F(LatchTest, WaitersAreReleasedWhenTheLastWorkerCountsDownAndNotBefore) {
     });
   }
   for (auto& w : workers) w.join();
-  ASSERT_EQ(waiter.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(waiter.wait_for(test::scaled(5s)), std::future_status::ready);
   EXPECT_FALSE(waiter.get());
   EXPECT_EQ(seen_at_release.load(), 8);
   EXPECT_EQ(coordinator.count(ec), 0);
@@ -72,7 +73,7 @@ TEST_F(LatchTest, CountDownSaysWhatIsLeftAndStopsAtZero) {
   EXPECT_EQ(l.count_down(10, ec), 0);
   EXPECT_EQ(l.count_down(ec), 0);  // open stays open
   EXPECT_FALSE(ec);
-  EXPECT_TRUE(l.wait_for(1s, ec));  // at once
+  EXPECT_TRUE(l.wait_for(test::scaled(1s), ec));  // at once
 }
 
 // A wait whose deadline is already due still reads once: an open latch is open.
@@ -107,9 +108,9 @@ TEST_F(LatchTest, AnAbandonedLatchDisappearsAndItsWaitersAreTold) {
   ASSERT_TRUE(l.try_set_count(3, ec));
   EXPECT_EQ(l.count_down(ec), 2);  // keeps it alive for another TTL
   auto t0 = std::chrono::steady_clock::now();
-  EXPECT_FALSE(l.wait_for(5s, ec));
+  EXPECT_FALSE(l.wait_for(test::scaled(5s), ec));
   EXPECT_EQ(ec, errc::not_found) << ec.message();  // abandoned, not opened
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, test::scaled(2s)) << "told at the deadline";
   EXPECT_EQ(l.count_down(ec), -1);
   EXPECT_EQ(ec, errc::not_found);
   EXPECT_EQ(l.count(ec), -1);
@@ -121,9 +122,9 @@ TEST_F(LatchTest, AnOpenLatchStaysOpenForItsTtlThenIsGone) {
   std::error_code ec;
   ASSERT_TRUE(l.try_set_count(1, ec));
   EXPECT_EQ(l.count_down(ec), 0);
-  EXPECT_TRUE(l.wait_for(1s, ec));
-  std::this_thread::sleep_for(400ms);
-  EXPECT_EQ(client_.exec({"EXISTS", l.key()}).integer(), 0);  // nothing left behind
+  EXPECT_TRUE(l.wait_for(test::scaled(1s), ec));
+  EXPECT_TRUE(eventually([&] { return client_.exec({"EXISTS", l.key()}).integer() == 0; }))
+      << "left behind after its TTL";
   EXPECT_FALSE(l.wait_for(1s, ec));
   EXPECT_EQ(ec, errc::not_found);
 }
@@ -135,7 +136,7 @@ TEST_F(LatchTest, AsyncWaitCompletesWhenOpened) {
   auto opened = l.async_wait(asio::use_future);
   EXPECT_EQ(opened.wait_for(100ms), std::future_status::timeout);
   l.count_down(2, ec);
-  ASSERT_EQ(opened.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(opened.wait_for(test::scaled(5s)), std::future_status::ready);
   EXPECT_NO_THROW(opened.get());
 }
 

@@ -19,6 +19,7 @@
 #include "access.hpp"
 #include "dlock/mutex.hpp"
 #include "dlock/semaphore.hpp"
+#include "support/checks.hpp"
 #include "support/commandstats.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
@@ -28,11 +29,12 @@ namespace {
 
 using namespace std::chrono_literals;
 using test::redis_server;
+using test::scaled;
 using test::test_key;
 
 // Waits for a callback's error code, failing the test instead of hanging when it never comes.
 std::error_code await(std::future<std::error_code>& f) {
-  if (f.wait_for(10s) != std::future_status::ready) {
+  if (f.wait_for(scaled(10s)) != std::future_status::ready) {
     ADD_FAILURE() << "the completion never ran";
     return make_error_code(errc::timeout);
   }
@@ -45,18 +47,14 @@ class LeaseAsyncTest : public ::testing::Test {
   client client_{server_.url()};
 };
 
-// Polls EXISTS from the test thread: true once `key` is gone, false if it outlived `limit`.
+// Polls EXISTS from the test thread: true once `key` is gone, false if it outlived `limit`
+// (scaled). Keys that would wait for their TTL instead have one far above it (120 s).
 bool key_gone_within(client& c, const std::string& key, std::chrono::milliseconds limit) {
-  auto until = std::chrono::steady_clock::now() + limit;
-  while (c.exec({"EXISTS", key}).integer() != 0) {
-    if (std::chrono::steady_clock::now() >= until) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
+  return test::eventually([&] { return c.exec({"EXISTS", key}).integer() == 0; }, limit);
 }
 
 TEST_F(LeaseAsyncTest, BlockingReleaseInsideACompletionStillDeletesTheKey) {
-  mutex m{client_, test_key(), {.ttl = 30s}};
+  mutex m{client_, test_key(), {.ttl = 120s}};
   std::promise<std::error_code> done;
   auto result = done.get_future();
   bool still_held = true;
@@ -69,11 +67,11 @@ TEST_F(LeaseAsyncTest, BlockingReleaseInsideACompletionStillDeletesTheKey) {
   });
   EXPECT_EQ(await(result), errc::would_block_io_thread);
   EXPECT_FALSE(still_held);
-  EXPECT_TRUE(key_gone_within(client_, test_key(), 2s)) << "the key waits for its 30 s TTL";
+  EXPECT_TRUE(key_gone_within(client_, test_key(), 2s)) << "the key waits for its 120 s TTL";
 }
 
 TEST_F(LeaseAsyncTest, MoveAssignmentInsideACompletionReleasesTheOldLease) {
-  mutex first{client_, test_key("first"), {.ttl = 30s}};
+  mutex first{client_, test_key("first"), {.ttl = 120s}};
   mutex second{client_, test_key("second"), {.ttl = 30s}};
   lease held = first.acquire();
   std::promise<std::error_code> done;
@@ -137,7 +135,7 @@ TEST_F(LeaseAsyncTest, UseFutureReleasesAndThenThrowsNotHeld) {
   mutex m{client_, test_key()};
   auto l = m.acquire();
   std::future<void> f = l.async_release(asio::use_future);
-  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+  ASSERT_EQ(f.wait_for(scaled(10s)), std::future_status::ready);
   EXPECT_NO_THROW(f.get());
   EXPECT_TRUE(client_.exec({"GET", test_key()}).is_nil());
   std::future<void> again = l.async_release(asio::use_future);
@@ -198,7 +196,7 @@ TEST_F(LeaseAsyncTest, CallbackChainCompletesEveryCycle) {
     });
   };
   next();
-  ASSERT_EQ(result.wait_for(60s), std::future_status::ready);
+  ASSERT_EQ(result.wait_for(scaled(60s)), std::future_status::ready);
   EXPECT_EQ(result.get(), std::error_code());
   EXPECT_EQ(completed, cycles);
   EXPECT_TRUE(fences_increase);
@@ -217,15 +215,15 @@ TEST_F(LeaseAsyncTest, ReleaseStopsKeepAliveWithoutFiringLost) {
     auto lost = l.lost();
     std::this_thread::sleep_for(std::chrono::microseconds(200 * (i % 10)));
     std::future<void> f = l.async_release(asio::use_future);
-    ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+    ASSERT_EQ(f.wait_for(scaled(10s)), std::future_status::ready);
     EXPECT_NO_THROW(f.get());
     EXPECT_FALSE(lost.stop_requested()) << "round " << i;
     ASSERT_EQ(client_.exec({"EXISTS", test_key()}).integer(), 0) << "round " << i;
   }
   // No renewal keeps running against the released leases: the server's script calls stop.
-  std::this_thread::sleep_for(50ms);
+  std::this_thread::sleep_for(scaled(50ms));  // one already sent when the last release ran lands
   auto before = test::scripts_run(client_);
-  std::this_thread::sleep_for(100ms);
+  std::this_thread::sleep_for(scaled(100ms));  // a renewal still running would show up here
   EXPECT_EQ(test::scripts_run(client_), before);
 }
 
@@ -235,7 +233,7 @@ TEST_F(LeaseAsyncTest, SemaphorePermitReleasesAsynchronously) {
   const std::string holders = "{" + test_key() + "}:sem:holders";
   ASSERT_EQ(client_.exec({"ZCARD", holders}).integer(), 1);
   std::future<void> f = permit.async_release(asio::use_future);
-  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+  ASSERT_EQ(f.wait_for(scaled(10s)), std::future_status::ready);
   EXPECT_NO_THROW(f.get());
   EXPECT_EQ(client_.exec({"ZCARD", holders}).integer(), 0);
 }
@@ -244,7 +242,7 @@ TEST_F(LeaseAsyncTest, AsyncExtendPushesTheExpiryOut) {
   mutex m{client_, test_key(), {.ttl = 500ms}};
   auto l = m.acquire();
   std::future<void> f = l.async_extend(20s, asio::use_future);
-  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+  ASSERT_EQ(f.wait_for(scaled(10s)), std::future_status::ready);
   EXPECT_NO_THROW(f.get());
   EXPECT_GT(client_.exec({"PTTL", test_key()}).integer(), 10000);
   EXPECT_GT(l.remaining(), 10s);

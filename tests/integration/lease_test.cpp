@@ -18,6 +18,7 @@
 #include "support/commandstats.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
+#include "support/checks.hpp"
 
 namespace dlock {
 namespace {
@@ -26,15 +27,8 @@ using namespace std::chrono_literals;
 using test::redis_server;
 using test::test_key;
 
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 5s) {
-  auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
+using test::eventually;
+using test::scaled;
 
 class LeaseTest : public ::testing::Test {
  protected:
@@ -69,17 +63,18 @@ TEST_F(LeaseTest, ReleaseAfterLeavesTheKeyForThatLongThenItExpires) {
   auto l = m.acquire();
   ASSERT_FALSE(l.keep_alive());  // renews every ~100 ms to 300 ms
   std::string value = l.value();
-  ASSERT_FALSE(l.release_after(800ms));
+  // 1.5 s: after the sleep below about 1.1 s is left, far above the 300 ms a renewal would set.
+  ASSERT_FALSE(l.release_after(1500ms));
   EXPECT_FALSE(l);
   auto left = client_.exec({"PTTL", test_key()}).integer();
-  EXPECT_GT(left, 700);
-  EXPECT_LE(left, 800);
+  EXPECT_GT(left, 1000);
+  EXPECT_LE(left, 1500);
   std::this_thread::sleep_for(400ms);  // past the old TTL: a renewal would have set 300 ms
   left = client_.exec({"PTTL", test_key()}).integer();
   EXPECT_GT(left, 300) << "a renewal came after release_after";
   // Still ours, under the settled value that no renewal in flight can match.
   EXPECT_EQ(client_.exec({"GET", test_key()}).str().rfind(value, 0), 0u);
-  EXPECT_TRUE(eventually([&] { return client_.exec({"EXISTS", test_key()}).integer() == 0; }, 2s));
+  EXPECT_TRUE(eventually([&] { return client_.exec({"EXISTS", test_key()}).integer() == 0; }, 5s));
   EXPECT_EQ(l.release_after(1s), errc::not_held);
   // A lease that is no longer ours: the error, and nothing left behind.
   auto lost = m.acquire();
@@ -89,14 +84,14 @@ TEST_F(LeaseTest, ReleaseAfterLeavesTheKeyForThatLongThenItExpires) {
 }
 
 // A kept-alive lease watches its key (CLIENT TRACKING through the client's inbox): another
-// client deleting or overwriting it fires lost() at once, not at the next renewal (here 10 s
+// client deleting or overwriting it fires lost() at once, not at the next renewal (here 40 s
 // away).
 TEST_F(LeaseTest, KeepAliveReportsAnotherClientTakingTheKeyAtOnce) {
   client other{server_.url()};
   auto watches = [&] { return test::command_calls(other)["client|tracking"]; };
   for (bool overwrite : {false, true}) {
     SCOPED_TRACE(overwrite ? "overwritten" : "deleted");
-    mutex m{client_, test_key(), {.ttl = 30s}};
+    mutex m{client_, test_key(), {.ttl = 120s}};  // renewed every 40 s
     auto l = m.acquire();
     std::atomic<int> reason{0};
     auto before = watches();
@@ -109,7 +104,9 @@ TEST_F(LeaseTest, KeepAliveReportsAnotherClientTakingTheKeyAtOnce) {
       other.exec({"DEL", test_key()});
     }
     ASSERT_TRUE(eventually([&] { return l.lost().stop_requested(); }, 5s));
-    EXPECT_LT(std::chrono::steady_clock::now() - taken, 2s) << "found at a renewal, not at once";
+    EXPECT_LT(std::chrono::steady_clock::now() - taken,
+              std::min<std::chrono::milliseconds>(scaled(2s), 20s))
+        << "found at a renewal, not at once";
     EXPECT_TRUE(eventually([&] { return reason.load() != 0; }, 1s));
     EXPECT_EQ(reason.load(), static_cast<int>(errc::lease_lost));
     other.exec({"DEL", test_key()});
@@ -118,11 +115,11 @@ TEST_F(LeaseTest, KeepAliveReportsAnotherClientTakingTheKeyAtOnce) {
 
 // The invalidations come on the inbox's subscriber connection. When it drops, the watches
 // it carried are told at once (the lease renews and watches anew), so that a takeover after
-// the drop is still found at once rather than at the next renewal, 10 s away here.
+// the drop is still found at once rather than at the next renewal, 40 s away here.
 TEST_F(LeaseTest, KeepAliveWatchesAgainAfterTheInboxConnectionDrops) {
   client other{server_.url()};
   auto watches = [&] { return test::command_calls(other)["client|tracking"]; };
-  mutex m{client_, test_key(), {.ttl = 30s}};
+  mutex m{client_, test_key(), {.ttl = 120s}};
   auto l = m.acquire();
   auto before = watches();
   ASSERT_FALSE(l.keep_alive());
@@ -134,7 +131,9 @@ TEST_F(LeaseTest, KeepAliveWatchesAgainAfterTheInboxConnectionDrops) {
   auto taken = std::chrono::steady_clock::now();
   other.exec({"SET", test_key(), "another-library", "PX", "30000"});
   ASSERT_TRUE(eventually([&] { return l.lost().stop_requested(); }, 9s));
-  EXPECT_LT(std::chrono::steady_clock::now() - taken, 5s) << "found at a renewal, not at once";
+  EXPECT_LT(std::chrono::steady_clock::now() - taken,
+            std::min<std::chrono::milliseconds>(scaled(5s), 20s))
+      << "found at a renewal, not at once";
   other.exec({"DEL", test_key()});
 }
 
@@ -178,7 +177,7 @@ TEST_F(LeaseTest, RestartWithoutPersistenceFiresTheLossSignal) {
               reason == static_cast<int>(errc::lease_expired));
   EXPECT_EQ(l.release(), errc::not_held);
   mutex other{client_, test_key()};
-  EXPECT_TRUE(other.try_lock_for(2s));
+  EXPECT_TRUE(other.try_lock_for(scaled(2s)));
   other.unlock();
 }
 
@@ -192,7 +191,7 @@ TEST_F(LeaseTest, UnlockWhileRenewalsAreInFlightLeavesNoKey) {
     EXPECT_FALSE(l.lost().stop_requested());
     ASSERT_EQ(client_.exec({"EXISTS", test_key()}).integer(), 0) << "round " << i;
   }
-  std::this_thread::sleep_for(50ms);  // a late renewal would have resurrected it by now
+  std::this_thread::sleep_for(scaled(50ms));  // a late renewal would have resurrected it by now
   EXPECT_EQ(client_.exec({"EXISTS", test_key()}).integer(), 0);
 }
 
@@ -269,7 +268,7 @@ TEST_F(LeaseTest, ReadsAndExtendsRacingWithReleaseAreSafe) {
     EXPECT_EQ(l.keep_alive(), errc::not_held);
     ASSERT_EQ(client_.exec({"EXISTS", test_key()}).integer(), 0) << "round " << round;
   }
-  std::this_thread::sleep_for(50ms);  // a late renewal would have resurrected it by now
+  std::this_thread::sleep_for(scaled(50ms));  // a late renewal would have resurrected it by now
   EXPECT_EQ(client_.exec({"EXISTS", test_key()}).integer(), 0);
 }
 
@@ -378,9 +377,11 @@ TEST(LeaseRedlockTest, TokensStrictlyIncreaseWhileANodeRestartsWithPersistence) 
       }
     });
   }
-  std::this_thread::sleep_for(500ms);
+  std::this_thread::sleep_for(500ms);  // contention before the restart
   servers[1]->restart();  // kill -9, then start again from its fsync'd AOF
-  std::this_thread::sleep_for(700ms);
+  std::this_thread::sleep_for(700ms);  // and after it
+  // A slow build makes fewer rounds in that time: let them reach the count checked below.
+  EXPECT_TRUE(eventually([&] { return acquisitions.load() > 50; }));
   stop = true;
   for (auto& t : pool) t.join();
   EXPECT_GT(acquisitions.load(), 50);
@@ -397,14 +398,14 @@ TEST_F(LeaseTest, PausedHolderLosesTheLeaseAndItsFencedWriteIsRejected) {
   }));
   holder.signal(SIGSTOP);  // a GC pause, a swap storm, a debugger
   mutex m{client_, test_key(), {.retry_delay = 10ms}};
-  ASSERT_TRUE(m.try_lock_for(5s));  // the paused holder's key expires; we take it
+  ASSERT_TRUE(m.try_lock_for(scaled(5s)));  // the paused holder's key expires; we take it
   auto ours = m.current_lease()->fencing_token();
   auto theirs = std::stoull(client_.exec({"GET", test_key() + ":worker:fence"}).str());
   EXPECT_GT(ours, theirs);
   std::error_code ec;
   ASSERT_TRUE(fenced_set(client_, test_key() + ":data", "new holder", ours, ec));
   holder.signal(SIGCONT);  // it wakes up believing it still holds the lock
-  EXPECT_EQ(holder.wait(10s), 0);
+  EXPECT_EQ(holder.wait(scaled(10s)), 0);
   EXPECT_EQ(client_.exec({"GET", test_key() + ":worker:lost"}).str(), "1");
   EXPECT_GE(std::stoll(client_.exec({"GET", test_key() + ":worker:rejected"}).str()), 1);
   EXPECT_EQ(client_.exec({"GET", test_key() + ":data"}).str(), "new holder");

@@ -23,6 +23,7 @@ namespace dlock {
 namespace {
 
 using namespace std::chrono_literals;
+using test::eventually;
 using test::redis_server;
 using test::test_key;
 
@@ -102,36 +103,38 @@ TEST_F(LockSetTest, KeepAliveRenewsEveryKeyAndLossOfAnyFiresLost) {
   EXPECT_FALSE(held.lost().stop_requested());
   for (int i = 1; i <= 3; ++i) EXPECT_EQ(client_.exec({"GET", name(i)}).str(), held.value());
   client_.exec({"DEL", name(2)});  // one of them is taken away
-  auto until = std::chrono::steady_clock::now() + 2s;
-  while (!held.lost().stop_requested() && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(5ms);
-  }
-  EXPECT_TRUE(held.lost().stop_requested());
+  EXPECT_TRUE(eventually([&] { return held.lost().stop_requested(); }));
 }
 
 TEST_F(LockSetTest, ReleaseHandsEachKeyToItsQueuedMutexWaiter) {
-  auto set = lock_all(client_, {name(1), name(2)});
-  mutex waiter{client{server_.url()}, name(2), {.retry_delay = 10s}};  // only a handoff is quick
+  // Only a handoff is quick: the waiter's polls are test::scaled(10s) apart at the soonest, and
+  // neither the set's expiry nor the waiter's deadline comes sooner.
+  auto set = lock_all(client_, {name(1), name(2)}, {.ttl = test::scaled(60s)});
+  mutex waiter{client{server_.url()}, name(2), {.retry_delay = test::scaled(20s)}};
   auto waiting = std::async(std::launch::async, [&] {
     std::error_code ec;
-    return waiter.acquire_until(std::chrono::steady_clock::now() + 5s, ec);
+    return waiter.acquire_until(std::chrono::steady_clock::now() + test::scaled(30s), ec);
   });
-  std::this_thread::sleep_for(200ms);  // queued
+  auto queue = lock_keys_for(name(2)).waiters;
+  ASSERT_TRUE(eventually([&] { return client_.exec({"ZCARD", queue}).integer() == 1; }))
+      << "the waiter never queued";
   auto t0 = std::chrono::steady_clock::now();
   set.release();
-  ASSERT_EQ(waiting.wait_for(3s), std::future_status::ready);
+  ASSERT_EQ(waiting.wait_for(test::scaled(3s)), std::future_status::ready);
   EXPECT_TRUE(waiting.get());
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, test::scaled(2s));
 }
 
 TEST_F(LockSetTest, AcquireUntilWaitsForTheKeyInTheWayAndGivesUpAtItsDeadline) {
-  mutex b{client_, name(2), {.ttl = 400ms}};
+  mutex b{client_, name(2)};
   auto held_b = b.acquire();
-  held_b.detach();  // expires by itself in 400 ms
+  held_b.detach();
   lock_set ab{client_, {name(1), name(2)}, {.retry_delay = 10s}};
   std::error_code ec;
   EXPECT_FALSE(ab.acquire_until(std::chrono::steady_clock::now() + 100ms, ec));
   EXPECT_EQ(ec, errc::not_acquired);
+  // The key in the way expires by itself in 400 ms (only now: a slow start must not outlast it).
+  client_.exec({"PEXPIRE", name(2), "400"});
   // It sleeps until the holder's key expires, not the 10 s retry_delay.
   auto both = ab.acquire_until(std::chrono::steady_clock::now() + 5s, ec);
   EXPECT_TRUE(both) << ec.message();
@@ -194,16 +197,24 @@ TEST_F(LockSetTest, AsyncAcquireWaitsForTheNameInTheWayAndGoesOnWhenTheSetIsGone
   // One more waiter, stopped from outside: cancelled, and it never takes the set.
   std::stop_source stopper;
   std::promise<outcome> stopped;
+  std::atomic<int> tries{0};
   lock_set{client_, {name(1), name(2)}, {.retry_delay = 20ms}}.async_acquire_until(
-      std::chrono::steady_clock::time_point::max(), wait_control{.stop = stopper.get_token()},
+      std::chrono::steady_clock::time_point::max(),
+      wait_control{.stop = stopper.get_token(),
+                   .on_retry =
+                       [&](const wait_progress&) {
+                         ++tries;
+                         return true;
+                       }},
       [&](std::error_code ec, lease l) { stopped.set_value({ec, std::move(l)}); });
-  std::this_thread::sleep_for(100ms);
+  // Stopped in the midst of its wait.
+  EXPECT_TRUE(eventually([&] { return tries.load() > 0; })) << "it never waited";
   stopper.request_stop();
   auto [stopped_ec, stopped_lease] = stopped.get_future().get();
   EXPECT_FALSE(stopped_lease);
   EXPECT_EQ(stopped_ec, errc::cancelled);
   held_b.release();
-  ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(waiting.wait_for(test::scaled(5s)), std::future_status::ready);
   auto [ec, both] = waiting.get();
   ASSERT_TRUE(both) << ec.message();
   EXPECT_EQ(client_.exec({"GET", name(1)}).str(), both.value());
@@ -224,7 +235,7 @@ TEST_F(LockSetTest, AWaitEndsOnAStopOrWhenOnRetrySaysSoAndHoldsNothing) {
                          return true;
                        }};
   std::thread stop_later([&] {
-    std::this_thread::sleep_for(300ms);
+    (void)eventually([&] { return retries.load() > 2; });  // a stop in the midst of a wait
     stopper.request_stop();
   });
   std::error_code ec;

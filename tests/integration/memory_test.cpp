@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dlock/dlock.hpp"
+#include "support/checks.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
@@ -17,7 +18,6 @@ namespace dlock {
 namespace {
 
 using namespace std::chrono_literals;
-using steady = std::chrono::steady_clock;
 using test::raw_command;
 using test::redis_server;
 
@@ -26,14 +26,10 @@ long long dbsize(const redis_server& s) {
   return r.size() > 1 && r[0] == ':' ? std::stoll(r.substr(1)) : -1;
 }
 
-// Until DBSIZE is 0 or `within` passed; the last count seen.
+// Until DBSIZE is 0 or `within` (scaled) passed; the last count seen.
 long long wait_until_empty(const redis_server& s, std::chrono::milliseconds within) {
-  auto deadline = steady::now() + within;
-  long long n = dbsize(s);
-  while (n != 0 && steady::now() < deadline) {
-    std::this_thread::sleep_for(20ms);
-    n = dbsize(s);
-  }
+  long long n = -1;
+  (void)test::eventually([&] { return (n = dbsize(s)) == 0; }, within);
   return n;
 }
 

@@ -11,6 +11,8 @@
 #include <stop_token>
 #include <thread>
 
+#include "dlock/key_layout.hpp"
+#include "support/checks.hpp"
 #include "support/commandstats.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
@@ -19,6 +21,7 @@ namespace dlock {
 namespace {
 
 using namespace std::chrono_literals;
+using test::eventually;
 using test::redis_server;
 using test::test_key;
 using steady = std::chrono::steady_clock;
@@ -57,11 +60,14 @@ TEST_F(MutexTest, TryLockForWaitsForTheHolderToRelease) {
   std::thread holder([&] {  // locks and unlocks on its own thread, as a Lockable must
     ASSERT_TRUE(a.try_lock());
     locked.set_value();
-    std::this_thread::sleep_for(100ms);
+    // Until b waits: queued behind a.
+    EXPECT_TRUE(eventually([&] {
+      return client_.exec({"ZCARD", lock_keys_for(test_key()).waiters}).integer() == 1;
+    })) << "b never queued";
     a.unlock();
   });
   locked.get_future().wait();
-  EXPECT_TRUE(b.try_lock_for(5s));
+  EXPECT_TRUE(b.try_lock_for(test::scaled(20s)));
   holder.join();
   EXPECT_FALSE(a.try_lock_for(50ms));
   b.unlock();
@@ -126,9 +132,11 @@ TEST_F(MutexTest, ValidityIsTtlMinusElapsedMinusDrift) {
 }
 
 TEST_F(MutexTest, ExtendResetsTheExpiry) {
-  mutex a{client_, test_key(), {.ttl = 300ms}};
+  // The TTL outlasts the 200 ms below with room for a late wake-up (at 300 ms, a busy machine
+  // could let the lease lapse before the extend).
+  mutex a{client_, test_key(), {.ttl = 1s}};
   auto l = a.acquire();
-  std::this_thread::sleep_for(200ms);
+  std::this_thread::sleep_for(200ms);  // part of the TTL runs out: PTTL under 800 ms
   ASSERT_FALSE(l.extend(2s));
   EXPECT_GT(client_.exec({"PTTL", test_key()}).integer(), 1500);
   EXPECT_GT(l.remaining(), 1500ms);
@@ -149,7 +157,8 @@ TEST_F(MutexTest, AfterExpiryTheOldHolderCannotReleaseTheNewOne) {
   mutex a{client_, test_key(), {.ttl = 100ms}};
   mutex b{client_, test_key(), {.ttl = 5s}};
   auto la = a.acquire();
-  std::this_thread::sleep_for(150ms);
+  // a's key expires.
+  ASSERT_TRUE(eventually([&] { return client_.exec({"EXISTS", test_key()}).integer() == 0; }));
   auto lb = b.acquire();
   EXPECT_EQ(la.release(), errc::not_held);
   EXPECT_EQ(la.extend(), errc::not_held);
@@ -253,20 +262,17 @@ TEST_F(MutexTest, AStopRequestEndsAWaitAndLeavesNothingQueued) {
   auto waiting = std::async(std::launch::async, [&] {
     std::error_code ec;
     node_results votes;
-    lease l = waiter.acquire_until(steady::now() + 30s, control, &votes, ec);
+    lease l = waiter.acquire_until(steady::now() + test::scaled(30s), control, &votes, ec);
     return std::make_pair(static_cast<bool>(l), ec);
   });
-  auto until = steady::now() + 5s;
-  while ((queued() == 0 || retries.load() == 0) && steady::now() < until) {
-    std::this_thread::sleep_for(2ms);
-  }
+  eventually([&] { return queued() != 0 && retries.load() != 0; });
   ASSERT_EQ(queued(), 1) << "the waiter never queued";
   auto t0 = steady::now();
   stop.request_stop();
   auto [got, ec] = waiting.get();
   EXPECT_FALSE(got);
   EXPECT_EQ(ec, errc::cancelled);
-  EXPECT_LT(steady::now() - t0, 1s);
+  EXPECT_LT(steady::now() - t0, test::scaled(1s));  // far below the deadline, scaled too
   EXPECT_EQ(queued(), 0) << "a cancelled waiter must leave the queue";
   EXPECT_FALSE(held.release());
   EXPECT_TRUE(client_.exec({"GET", key}).is_nil()) << "handed to the waiter that stopped";
@@ -283,9 +289,9 @@ TEST_F(MutexTest, OnRetryCanEndAWaitWithTheRoundsError) {
   auto t0 = steady::now();
   std::error_code ec;
   node_results votes;
-  EXPECT_FALSE(waiter.acquire_until(steady::now() + 30s, control, &votes, ec));
+  EXPECT_FALSE(waiter.acquire_until(steady::now() + test::scaled(30s), control, &votes, ec));
   EXPECT_EQ(ec, errc::not_acquired);
-  EXPECT_LT(steady::now() - t0, 5s);
+  EXPECT_LT(steady::now() - t0, test::scaled(5s));  // far below the deadline, scaled too
   ASSERT_EQ(votes.size(), 1u);
   EXPECT_EQ(votes[0].outcome, node_result::vote::taken);
 }
@@ -297,10 +303,7 @@ TEST_F(MutexTest, ServerRestartMidRunReconnectsAndNoscriptIsHandled) {
   std::error_code ec;
   lease l;
   // The first request may meet the dead socket; the lock's own retries carry it through.
-  for (int i = 0; i < 50 && !l; ++i) {
-    l = m.acquire(ec);
-    if (!l) std::this_thread::sleep_for(20ms);
-  }
+  eventually([&] { return static_cast<bool>(l = m.acquire(ec)); });
   ASSERT_TRUE(l) << ec.message();
   EXPECT_FALSE(l.extend());
   EXPECT_FALSE(l.release());
@@ -318,7 +321,8 @@ TEST_F(MutexTest, HungServerFailsByTheDeadline) {
   server_.resume();
   EXPECT_FALSE(l);
   EXPECT_EQ(ec, errc::timeout) << ec.message();
-  EXPECT_LT(took, 1500ms);  // node_timeout = min(ttl/10, 200 ms), plus the release round
+  // node_timeout = min(ttl/10, 200 ms), plus the release round: not a hang.
+  EXPECT_LT(took, test::scaled(1500ms));
 }
 
 TEST_F(MutexTest, UnreachableNodeIsReportedAsSuch) {
@@ -383,7 +387,7 @@ TEST_F(MutexTest, SeveralProcessesTimesThreadsKeepTheCounterExact) {
         server_.url(), "--key", test_key(), "--iterations", std::to_string(rounds), "--threads",
         std::to_string(threads)});
   }
-  for (auto& w : workers) EXPECT_EQ(w.wait(), 0);
+  for (auto& w : workers) EXPECT_EQ(w.wait(test::scaled(60s)), 0);
   EXPECT_EQ(client_.exec({"GET", test_key() + ":counter"}).str(),
             std::to_string(processes * threads * rounds));
 }
@@ -393,21 +397,18 @@ TEST_F(MutexTest, KilledHolderFreesTheLockAfterItsTtlNotBefore) {
   test::child_process holder({test::self_dir() + "/lock_worker", "hold", "--lock", server_.url(),
                               "--key", test_key(), "--ttl", std::to_string(ttl.count())});
   // Wait until the holder owns the key.
-  auto until = std::chrono::steady_clock::now() + 10s;
-  while (client_.exec({"EXISTS", test_key()}).integer() == 0 &&
-         std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(5ms);
-  }
+  ASSERT_TRUE(eventually([&] { return client_.exec({"EXISTS", test_key()}).integer() == 1; }))
+      << "the holder never took the lock";
   holder.signal(SIGKILL);
   auto killed = std::chrono::steady_clock::now();
   EXPECT_EQ(holder.wait(), 128 + SIGKILL);
   mutex m{client_, test_key(), {.retry_delay = 5ms}};
   EXPECT_FALSE(m.try_lock());
-  ASSERT_TRUE(m.try_lock_for(ttl + 2s));
+  ASSERT_TRUE(m.try_lock_for(ttl + test::scaled(2s)));
   auto freed = std::chrono::steady_clock::now() - killed;
   // Not before the TTL's end (less what passed before the kill), not long after it plus drift.
   EXPECT_GT(freed, 500ms);
-  EXPECT_LT(freed, ttl + 200ms);
+  EXPECT_LT(freed, ttl + test::scaled(200ms));
   m.unlock();
 }
 
@@ -417,11 +418,12 @@ TEST_F(MutexTest, KilledHolderFreesTheLockAfterItsTtlNotBefore) {
 TEST_F(MutexTest, UnlockReleasesOnlyTheCallingThreadsAcquisition) {
   mutex m{client_, test_key(), {.ttl = 500ms, .retry_delay = 10ms}};
   ASSERT_TRUE(m.try_lock());  // thread A, this one
-  std::this_thread::sleep_for(700ms);
+  // A's lease runs out: its key expires on the server, after its validity ended here.
+  ASSERT_TRUE(eventually([&] { return client_.exec({"EXISTS", test_key()}).integer() == 0; }));
   std::promise<std::string> b_locked;
   std::promise<void> a_unlocked;
   std::thread b([&] {
-    if (!m.try_lock_for(2s)) return b_locked.set_value("");
+    if (!m.try_lock_for(test::scaled(2s))) return b_locked.set_value("");
     b_locked.set_value(m.current_lease()->value());
     a_unlocked.get_future().wait();
     m.unlock();

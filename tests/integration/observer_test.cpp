@@ -23,6 +23,7 @@
 #include "support/promtool.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
+#include "support/checks.hpp"
 
 namespace dlock {
 namespace {
@@ -32,15 +33,7 @@ using test::redis_server;
 using test::test_key;
 namespace fs = std::filesystem;
 
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 5s) {
-  auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
+using test::eventually;
 
 long long value_of(const std::string& text, const std::string& series) {
   return static_cast<long long>(test::metric_value(text, series));

@@ -11,6 +11,7 @@
 #include "dlock/key_layout.hpp"
 #include "dlock/mutex.hpp"
 #include "dlock/semaphore.hpp"
+#include "support/checks.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
@@ -19,19 +20,30 @@ namespace {
 
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
+using test::eventually;
 using test::redis_server;
 using test::test_key;
 
-constexpr auto quarantine = 1500ms;
+// Long enough for a handful of refused tries to fit in it on a slow build.
+const auto quarantine = test::scaled(1500ms);
 
 long long quarantine_left(client& c) {
   return c.exec({"PTTL", std::string(node_quarantine_key)}).integer();
 }
 
+// The uptime a node check counts for the node: INFO's whole seconds, less one.
+std::chrono::milliseconds counted_uptime(client& c) {
+  auto info = c.exec({"INFO", "server"}).str();
+  static const std::string field = "uptime_in_seconds:";
+  auto at = info.find(field);
+  if (at == std::string::npos) return std::chrono::milliseconds(-1);
+  return std::chrono::seconds(std::stoll(info.substr(at + field.size())) - 1);
+}
+
 // Waits until `m` is granted, and returns how long that took.
 steady::duration time_to_grant(mutex& m) {
   auto start = steady::now();
-  EXPECT_TRUE(m.try_lock_for(5s));
+  EXPECT_TRUE(m.try_lock_for(quarantine + test::scaled(3s)));
   return steady::now() - start;
 }
 
@@ -50,13 +62,15 @@ TEST(QuarantineTest, ARestartWithoutPersistenceGrantsNothingForAQuarantine) {
   EXPECT_FALSE(m.try_lock()) << "a node that just started granted at once";
   EXPECT_GT(quarantine_left(plain), 0);
   EXPECT_LE(quarantine_left(plain), quarantine.count());
-  EXPECT_LT(time_to_grant(m), quarantine + 500ms);
+  EXPECT_LT(time_to_grant(m), quarantine + test::scaled(500ms));
   m.unlock();
   EXPECT_EQ(quarantine_left(plain), -2) << "the quarantine outlived itself";
 
-  // Up for longer than a quarantine, the node would grant at once; now it restarts empty.
-  std::this_thread::sleep_for(quarantine - 1s + 100ms);
+  // Up for longer than a quarantine (it began after the start, and is over), the node would
+  // grant at once; now it restarts empty.
+  std::this_thread::sleep_for(600ms);
   server.restart();
+  auto restarted = steady::now();  // its quarantine begins at the first check after this
   EXPECT_FALSE(m.try_lock()) << "the restarted node granted at once";
   EXPECT_FALSE(other.try_lock()) << "a client without the check ignored the quarantine";
   EXPECT_FALSE(fair_lock.try_lock()) << "a fair lock ignored the quarantine";
@@ -64,8 +78,8 @@ TEST(QuarantineTest, ARestartWithoutPersistenceGrantsNothingForAQuarantine) {
   EXPECT_FALSE(permits.try_acquire()) << "a semaphore ignored the quarantine";
   semaphore fair{plain, key, 2, {.fair = true}};
   EXPECT_FALSE(fair.try_acquire()) << "a fair semaphore ignored the quarantine";
-  auto waited = time_to_grant(m);
-  EXPECT_GT(waited, quarantine - 300ms);
+  time_to_grant(m);
+  EXPECT_GT(steady::now() - restarted, quarantine - 300ms);
   m.unlock();
   EXPECT_TRUE(other.try_lock());
   other.unlock();
@@ -76,7 +90,10 @@ TEST(QuarantineTest, ARestartWithoutPersistenceGrantsNothingForAQuarantine) {
 // is still held, so it grants at once; later connects of the same process change nothing.
 TEST(QuarantineTest, ANodeUpForLongerThanTheQuarantineGrantsAtOnce) {
   redis_server server;
-  std::this_thread::sleep_for(2100ms);  // INFO counts whole seconds, and 1 s less is taken
+  {
+    client plain{server.url()};  // no check: leaves the node unmarked
+    ASSERT_TRUE(eventually([&] { return counted_uptime(plain) >= 1s; }));
+  }
   client checks{server.url(), {.restart_quarantine = 1s}};
   mutex m{checks, test_key(), {.ttl = 1s}};
   EXPECT_TRUE(m.try_lock());
@@ -89,27 +106,29 @@ TEST(QuarantineTest, ANodeUpForLongerThanTheQuarantineGrantsAtOnce) {
 // have granted locks that never reached it. One whole quarantine from the promotion.
 TEST(QuarantineTest, APromotedReplicaGrantsNothingForAQuarantine) {
   redis_server master{{.extra = {"--repl-diskless-sync-delay", "0"}}};
-  std::this_thread::sleep_for(2100ms);  // up for longer than the quarantine
+  {
+    client plain{master.url()};  // up for longer than the quarantine, as a check counts it
+    ASSERT_TRUE(eventually([&] { return counted_uptime(plain) >= 1s; }));
+  }
   redis_server replica{{.extra = {"--replicaof", "127.0.0.1", std::to_string(master.port())}}};
   client to_master{master.url(), {.restart_quarantine = 1s}};
   const std::string key = test_key();
   mutex on_master{to_master, key, {.ttl = 1s}};
   ASSERT_TRUE(on_master.try_lock());  // marks the master's identity, which replicates
   client admin{replica.url()};
-  auto until = steady::now() + 5s;
-  while (admin.exec({"GET", std::string(node_identity_key)}).is_nil() && steady::now() < until) {
-    std::this_thread::sleep_for(20ms);
-  }
-  ASSERT_FALSE(admin.exec({"GET", std::string(node_identity_key)}).is_nil()) << "no replication";
+  ASSERT_TRUE(
+      eventually([&] { return !admin.exec({"GET", std::string(node_identity_key)}).is_nil(); }))
+      << "no replication";
   master.kill();
   admin.exec({"REPLICAOF", "NO", "ONE"});
   admin.exec({"DEL", key});  // the lock's key had not replicated yet, say
 
-  client to_replica{replica.url(), {.restart_quarantine = 1s}};
+  // A quarantine long enough that most of it is left when read back on a slow build.
+  client to_replica{replica.url(), {.restart_quarantine = test::scaled(1s)}};
   mutex on_replica{to_replica, key, {.ttl = 1s, .retry_delay = 50ms}};
   EXPECT_FALSE(on_replica.try_lock()) << "the promoted replica granted at once";
-  EXPECT_GT(quarantine_left(admin), 500);
-  EXPECT_TRUE(on_replica.try_lock_for(3s));
+  EXPECT_GT(quarantine_left(admin), test::scaled(1s).count() / 2);
+  EXPECT_TRUE(on_replica.try_lock_for(test::scaled(4s)));
 }
 
 // In quarantine the node may hold values restored from disk or a replica after they were
@@ -143,7 +162,10 @@ TEST(QuarantineTest, RestoredValuesOfOursAreNotGrantedInQuarantine) {
 // Found by review: a promoted replica that lagged drew the same token twice.
 TEST(QuarantineTest, TokensAfterAnIdentityChangeAreAboveEveryEarlierOne) {
   redis_server server;
-  std::this_thread::sleep_for(2100ms);  // up for longer than the quarantine: no wait at first
+  {
+    client plain{server.url()};  // up for longer than the quarantine: no wait at first
+    ASSERT_TRUE(eventually([&] { return counted_uptime(plain) >= 1s; }));
+  }
   client checks{server.url(), {.restart_quarantine = 1s}};
   client admin{server.url()};
   const std::string key = test_key();
@@ -153,7 +175,7 @@ TEST(QuarantineTest, TokensAfterAnIdentityChangeAreAboveEveryEarlierOne) {
   admin.exec({"SET", lock_keys_for(key).fence, std::to_string(first - 1)});
   admin.exec({"SET", std::string(node_identity_key), "the-old-master"});
   admin.exec({"CLIENT", "KILL", "TYPE", "normal"});  // every client reconnects and checks
-  EXPECT_TRUE(m.try_lock_for(3s));
+  ASSERT_TRUE(m.try_lock_for(test::scaled(3s)));  // after a whole quarantine: another's mark
   EXPECT_GT(m.current_lease()->fencing_token(), first);
   m.unlock();
 }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "dlock/election.hpp"
+#include "dlock/key_layout.hpp"
 #include "dlock/lock_set.hpp"
 #include "dlock/mutex.hpp"
 #include "support/checks.hpp"
@@ -21,6 +22,7 @@ namespace dlock {
 namespace {
 
 using namespace std::chrono_literals;
+using test::eventually;
 using test::redis_server;
 using test::test_key;
 
@@ -69,7 +71,7 @@ TEST_F(ReentrantTest, ReentryIsImmediateForAsyncCallsToo) {
   mutex m{client_, test_key(), owned_by("task-7")};
   lease first = m.acquire();
   auto again = m.async_acquire(asio::use_future);
-  ASSERT_EQ(again.wait_for(2s), std::future_status::ready);
+  ASSERT_EQ(again.wait_for(test::scaled(2s)), std::future_status::ready);
   lease second = again.get();
   ASSERT_TRUE(second);
   EXPECT_EQ(second.value(), first.value());
@@ -113,9 +115,9 @@ TEST_F(ReentrantTest, AKeyDeletedUnderAKeptAliveHoldingIsLostForAll) {
   ASSERT_FALSE(second.keep_alive());
   client_.exec({"DEL", test_key()});  // someone else's hand: the key's watch or a renewal sees it
   // The thread that finds the loss spreads it lease by lease, so each is awaited.
-  EXPECT_TRUE(test::eventually([&] { return second.lost().stop_requested(); }, 3s));
-  EXPECT_TRUE(test::eventually([&] { return first.lost().stop_requested(); }, 1s));
-  EXPECT_TRUE(test::eventually([&] { return third.lost().stop_requested(); }, 1s));
+  EXPECT_TRUE(eventually([&] { return second.lost().stop_requested(); }));
+  EXPECT_TRUE(eventually([&] { return first.lost().stop_requested(); }));
+  EXPECT_TRUE(eventually([&] { return third.lost().stop_requested(); }));
   EXPECT_EQ(third.release(), errc::lease_lost);  // an inner release tells of the loss
 }
 
@@ -135,7 +137,8 @@ TEST_F(ReentrantTest, AnotherDatabaseIsAnotherLock) {
 TEST_F(ReentrantTest, AnExpiredHoldingIsNotReentered) {
   mutex m{client_, test_key(), owned_by("job", 150ms)};
   lease first = m.acquire();
-  std::this_thread::sleep_for(300ms);
+  // Expired on the server, and so (its validity ends a drift before that) in this process.
+  ASSERT_TRUE(eventually([&] { return value_in_redis().empty(); }));
   std::error_code ec;
   lease later = m.try_acquire(ec);
   ASSERT_TRUE(later) << ec.message();
@@ -157,11 +160,14 @@ TEST_F(ReentrantTest, LockableCallsNestPerThreadAndAWaiterGetsItAtZero) {
     lease l = theirs.acquire_until(std::chrono::steady_clock::now() + 10s, waiter_ec);
     waiter_holds = static_cast<bool>(l);
   });
-  std::this_thread::sleep_for(200ms);
+  auto queue = lock_keys_for(test_key()).waiters;
+  // (EXPECT: an ASSERT's return would leave the thread unjoined.)
+  EXPECT_TRUE(eventually([&] { return client_.exec({"ZCARD", queue}).integer() == 1; }))
+      << "the waiter never queued";
   m.unlock();
   EXPECT_FALSE(m.last_error());
   EXPECT_EQ(value_in_redis(), held);
-  std::this_thread::sleep_for(200ms);
+  std::this_thread::sleep_for(200ms);  // time to be handed the lock, wrongly
   EXPECT_FALSE(waiter_holds.load()) << "handed over before the last unlock";
   m.unlock();
   EXPECT_FALSE(m.last_error());

@@ -13,6 +13,7 @@
 
 #include "dlock/mutex.hpp"
 #include "dlock/semaphore.hpp"
+#include "support/checks.hpp"
 #include "support/commandstats.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
@@ -36,15 +37,13 @@ long long wait_calls(client& c) {
   return at == std::string::npos ? 0 : std::stoll(info.substr(at + field.size()));
 }
 
-// Whether the master behind `admin` has a replica past its initial sync within 10 s: before
-// that, a connected replica acknowledges nothing, and WAIT times out (seen under TSan in CI).
+// Whether the master behind `admin` has a replica past its initial sync within 10 s (scaled):
+// before that, a connected replica acknowledges nothing, and WAIT times out (seen under TSan in
+// CI).
 bool replica_online(client& admin) {
-  auto until = steady::now() + 10s;
-  while (admin.exec({"INFO", "replication"}).str().find("state=online") == std::string::npos) {
-    if (steady::now() > until) return false;
-    std::this_thread::sleep_for(20ms);
-  }
-  return true;
+  return test::eventually([&] {
+    return admin.exec({"INFO", "replication"}).str().find("state=online") != std::string::npos;
+  });
 }
 
 class ReplicationGuardTest : public ::testing::Test {
@@ -139,7 +138,8 @@ TEST_F(ReplicationGuardTest, OneWaitCoversTheGrantsAnsweredBeforeIt) {
 // would hand out a lease that anyone may take over on the master. (Found by review: it was
 // delivered 95 ms past its validity.) And the wait keeps its deadline.
 TEST_F(ReplicationGuardTest, AGrantIsNeverDeliveredPastItsValidityNorTheWaitPastItsDeadline) {
-  client c{master_.url(), {.replication_guard = {.enabled = true, .timeout = 1s}}};
+  // A WAIT timeout far above the bound on the bounded wait below, however slow the build.
+  client c{master_.url(), {.replication_guard = {.enabled = true, .timeout = test::scaled(2s)}}};
   mutex m{c, test_key(), {.ttl = 60ms}};
   replica_.pause();
   auto resume = std::async(std::launch::async, [&] {
@@ -158,8 +158,9 @@ TEST_F(ReplicationGuardTest, AGrantIsNeverDeliveredPastItsValidityNorTheWaitPast
   EXPECT_FALSE(waits.acquire_until(start + 100ms, ec));
   auto took = steady::now() - start;
   replica_.resume();
-  // The deadline, the reply's grace (25 ms) and the release of the unconfirmed grant.
-  EXPECT_LT(took, 100ms + 25ms + 150ms)
+  // The deadline, the reply's grace (25 ms) and the release of the unconfirmed grant; not the
+  // WAIT's timeout.
+  EXPECT_LT(took, 100ms + 25ms + test::scaled(150ms))
       << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
 }
 

@@ -13,6 +13,7 @@
 
 #include "dlock/key_layout.hpp"
 #include "semaphore_core.hpp"
+#include "support/checks.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
@@ -20,7 +21,9 @@ namespace dlock {
 namespace {
 
 using namespace std::chrono_literals;
+using test::eventually;
 using test::redis_server;
+using test::scaled;
 using test::test_key;
 using steady = std::chrono::steady_clock;
 
@@ -50,16 +53,16 @@ reply fair_attempt(client& c, const std::string& name, const char* token, const 
 
 class SemaphoreTest : public ::testing::Test {
  protected:
-  // Runs semaphore_worker with its wall clock moved by `offset` (tests/support/clock_shim) and
-  // returns its exit status.
+  // Runs semaphore_worker with its wall clock moved by `offset` (tests/support/clock_shim,
+  // DLOCK_CLOCK_OFFSET_MS) and returns its exit status.
   int run_worker(std::chrono::milliseconds offset, std::vector<std::string> args) {
     std::vector<std::string> argv{"/usr/bin/env",
-                                  "LD_PRELOAD=" + test::self_dir() + "/clock_shim.so",
+                                  "LD_PRELOAD=" DLOCK_CLOCK_SHIM,
                                   "DLOCK_CLOCK_OFFSET_MS=" + std::to_string(offset.count()),
                                   "ASAN_OPTIONS=verify_asan_link_order=0",
                                   test::self_dir() + "/semaphore_worker"};
     argv.insert(argv.end(), args.begin(), args.end());
-    return test::child_process(argv).wait(20s);
+    return test::child_process(argv).wait(scaled(20s));
   }
 
   redis_server server_;
@@ -137,7 +140,7 @@ TEST_P(SemaphoreVariantTest, GrantsUpToTheLimitThenRefuses) {
   EXPECT_FALSE(s.try_acquire_for(100ms));
   // It retried (retry_delay 50 ms), and stopped when the next try could not start in time.
   EXPECT_GE(steady::now() - start, 25ms);
-  EXPECT_LT(steady::now() - start, 1s);
+  EXPECT_LT(steady::now() - start, scaled(1s));
   EXPECT_FALSE(a.release());
   EXPECT_TRUE(s.try_acquire());
   // A refused try leaves nothing behind, in either variant.
@@ -163,7 +166,7 @@ TEST_P(SemaphoreVariantTest, ManyThreadsNeverExceedTheLimit) {
     pool.emplace_back([&] {
       semaphore s{client_, test_key(), limit, options({.retry_delay = 4ms})};
       for (int i = 0; i < rounds; ++i) {
-        auto p = s.try_acquire_for(10s);
+        auto p = s.try_acquire_for(scaled(10s));
         if (!p) {
           ++failures;
           return;
@@ -199,7 +202,7 @@ TEST_P(SemaphoreVariantTest, SeveralProcessesTimesThreadsNeverExceedTheLimit) {
     if (fair()) argv.push_back("--fair");
     workers.emplace_back(std::move(argv));
   }
-  for (auto& w : workers) EXPECT_EQ(w.wait(20s), 0);
+  for (auto& w : workers) EXPECT_EQ(w.wait(scaled(20s)), 0);
   long long max = integer_of(client_.exec({"GET", test_key() + ":max-occupancy"}));
   EXPECT_LE(max, limit);
   EXPECT_EQ(max, limit) << "no contention: the test proved nothing";
@@ -213,13 +216,11 @@ TEST_P(SemaphoreVariantTest, CrashedHoldersPermitReturnsAfterItsTtlByServerTime)
                                 std::to_string(ttl.count())};
   if (fair()) argv.push_back("--fair");
   test::child_process holder(argv);
-  auto until = steady::now() + 10s;
   reply entry;
-  while (steady::now() < until) {
+  EXPECT_TRUE(eventually([&] {
     entry = client_.exec({"ZRANGE", keys().expiries, "0", "-1", "WITHSCORES"});
-    if (!entry.elements().empty()) break;
-    std::this_thread::sleep_for(2ms);
-  }
+    return !entry.elements().empty();
+  }));
   ASSERT_EQ(entry.elements().size(), 2u) << "the holder never got its permit";
   // The expiry is the server's TIME at acquisition + TTL: no client clock involved.
   long long expiry = std::stoll(entry.elements()[1].str());
@@ -232,21 +233,21 @@ TEST_P(SemaphoreVariantTest, CrashedHoldersPermitReturnsAfterItsTtlByServerTime)
   EXPECT_EQ(holder.wait(), 128 + SIGKILL);
   semaphore s{client_, test_key(), 1, options({.retry_delay = 5ms})};
   EXPECT_FALSE(s.try_acquire());
-  auto p = s.try_acquire_for(ttl + 2s);
+  auto p = s.try_acquire_for(ttl + scaled(2s));
   ASSERT_TRUE(p);
   auto freed = steady::now() - killed;
   EXPECT_GT(freed, 300ms);
-  EXPECT_LT(freed, ttl + 300ms);
+  EXPECT_LT(freed, ttl + scaled(300ms));
   // Freed when the server's clock passed the dead holder's expiry, not before.
   EXPECT_GE(server_now_ms(client_), expiry);
 }
 
 TEST_P(SemaphoreVariantTest, RefreshOfALostPermitReportsLostAndNeverAddsItBack) {
   semaphore s{client_, test_key(), 2, options({.ttl = 200ms})};
-  semaphore long_lived{client_, test_key(), 2, options({.ttl = 5s})};
+  semaphore long_lived{client_, test_key(), 2, options({.ttl = 30s})};
   auto p = s.acquire();
   auto other = long_lived.acquire();  // keeps the set alive after p's expiry
-  std::this_thread::sleep_for(300ms);
+  std::this_thread::sleep_for(300ms);  // p's 200 ms TTL passes
   // Nobody acquired since, so p's expired entry is still in the set: refresh must not revive it.
   EXPECT_EQ(client_.exec({"ZCARD", keys().expiries}).integer(), 2);
   EXPECT_EQ(p.extend(5s), errc::lease_lost);
@@ -275,7 +276,7 @@ TEST_P(SemaphoreVariantTest, ReleasingAnExpiredPermitNeverFreesSomeoneElses) {
   semaphore short_lived{client_, test_key(), 1, options({.ttl = 150ms})};
   semaphore s{client_, test_key(), 1, options({.ttl = 5s})};
   auto a = short_lived.acquire();
-  std::this_thread::sleep_for(250ms);
+  std::this_thread::sleep_for(250ms);  // a's 150 ms TTL passes
   auto b = s.acquire();
   EXPECT_EQ(a.release(), errc::not_held);
   EXPECT_FALSE(client_.exec({"ZSCORE", keys().expiries, b.value()}).is_nil());
@@ -304,7 +305,7 @@ TEST_P(SemaphoreVariantTest, WeightedAcquireTakesSeveralPermitsAtOnce) {
   auto heavy = brief.try_acquire(5);
   ASSERT_TRUE(heavy);
   EXPECT_FALSE(s.try_acquire());
-  std::this_thread::sleep_for(200ms);
+  std::this_thread::sleep_for(200ms);  // heavy's 100 ms TTL passes
   EXPECT_TRUE(s.try_acquire(5));
 }
 
@@ -403,9 +404,9 @@ TEST_F(SemaphoreTest, AsyncAcquireWithCallbackAndFuture) {
     got.set_value(ec);
   });
   auto done = got.get_future();
-  EXPECT_EQ(done.wait_for(500ms), std::future_status::timeout);
+  EXPECT_EQ(done.wait_for(500ms), std::future_status::timeout);  // it waits meanwhile
   EXPECT_FALSE(first.release());
-  ASSERT_EQ(done.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(done.wait_for(scaled(5s)), std::future_status::ready);
   EXPECT_EQ(done.get(), std::error_code());
   EXPECT_TRUE(second);
 }
@@ -422,7 +423,7 @@ TEST_F(SemaphoreTest, FairGrantsInTicketOrderUnderContention) {
     pool.emplace_back([&] {
       semaphore s{client_, test_key(), 1, {.fair = true, .retry_delay = 3ms}};
       for (int i = 0; i < rounds; ++i) {
-        auto p = s.try_acquire_for(10s);
+        auto p = s.try_acquire_for(scaled(10s));
         if (!p) {
           ++failures;
           return;
@@ -462,11 +463,8 @@ TEST_F(SemaphoreTest, FairWaiterKeepsItsPlaceAgainstLaterArrivals) {
   auto keys = semaphore_keys_for(test_key(), true);
   semaphore s{client_, test_key(), 1, {.fair = true, .retry_delay = 20ms}};
   auto held = s.acquire();
-  auto waiter = std::async(std::launch::async, [&] { return s.try_acquire_for(5s); });
-  auto until = steady::now() + 5s;
-  while (client_.exec({"ZCARD", keys.owners}).integer() < 2 && steady::now() < until) {
-    std::this_thread::sleep_for(1ms);
-  }
+  auto waiter = std::async(std::launch::async, [&] { return s.try_acquire_for(scaled(10s)); });
+  EXPECT_TRUE(eventually([&] { return client_.exec({"ZCARD", keys.owners}).integer() >= 2; }));
   ASSERT_EQ(client_.exec({"ZCARD", keys.owners}).integer(), 2);
   EXPECT_FALSE(held.release());
   // The permit is free, but the waiter came first: a newcomer does not get it.
@@ -482,15 +480,13 @@ TEST_F(SemaphoreTest, FairWaiterKeepsItsPlaceAgainstLaterArrivals) {
 TEST_F(SemaphoreTest, FairFencingTokensIncreaseInGrantOrderNotTicketOrder) {
   auto keys = semaphore_keys_for(test_key(), true);
   semaphore holders{client_, test_key(), 2, {.fair = true}};
-  semaphore x{client_, test_key(), 2, {.fair = true, .retry_delay = 1s, .wake_on_release = false}};
+  // X polls every 2-4 s, Y every 10-20 ms: Y's turn comes first by far, on any build.
+  semaphore x{client_, test_key(), 2, {.fair = true, .retry_delay = 4s, .wake_on_release = false}};
   semaphore y{client_, test_key(), 2,
               {.fair = true, .retry_delay = 20ms, .wake_on_release = false}};
   auto h1 = holders.acquire(), h2 = holders.acquire();
   auto queued = [&](long long n) {
-    auto until = steady::now() + 5s;
-    while (client_.exec({"ZCARD", keys.owners}).integer() < n && steady::now() < until) {
-      std::this_thread::sleep_for(1ms);
-    }
+    eventually([&] { return client_.exec({"ZCARD", keys.owners}).integer() >= n; });
     return client_.exec({"ZCARD", keys.owners}).integer() == n;
   };
   std::future<lease> x_permit = x.async_acquire(asio::use_future);
@@ -499,7 +495,7 @@ TEST_F(SemaphoreTest, FairFencingTokensIncreaseInGrantOrderNotTicketOrder) {
   ASSERT_TRUE(queued(4));
   EXPECT_FALSE(h1.release());
   EXPECT_FALSE(h2.release());
-  lease y_lease = y_permit.get();  // within about 20 ms; X polls again only after 500 ms or more
+  lease y_lease = y_permit.get();  // within about 20 ms; X polls again only after 2 s or more
   ASSERT_TRUE(y_lease);
   EXPECT_EQ(x_permit.wait_for(0s), std::future_status::timeout) << "X was granted first";
   lease x_lease = x_permit.get();
@@ -527,11 +523,13 @@ TEST_F(SemaphoreTest, FairWaiterThatVanishesBlocksTheQueueOnlyBriefly) {
   client_.exec({"ZREM", keys.owners, "ghost"});
   semaphore s{client_, test_key(), 1, {.fair = true, .retry_delay = 10ms}};
   auto start = steady::now();
-  auto p = s.try_acquire_for(3s);  // ...but the dead waiter is first in line until it expires
+  // ...but the dead waiter is first in line until it expires (a queue blocked for good would
+  // hold it up until the deadline).
+  auto p = s.try_acquire_for(scaled(3s));
   ASSERT_TRUE(p);
   auto waited = steady::now() - start;
   EXPECT_GT(waited, 150ms);
-  EXPECT_LT(waited, 1s);
+  EXPECT_LT(waited, scaled(1s));
 }
 
 // Found by the simulator (fair semaphore family, seeds 21869 and 27179): dropping an expired
@@ -543,19 +541,19 @@ TEST_F(SemaphoreTest, FairHolderThatVanishesAfterAWaiterExpiredDoesNotBlockForev
   auto attempt = [&](const char* token, const char* ttl_ms, const char* queue_ms) {
     return fair_attempt(client_, test_key(), token, "1", "1", ttl_ms, queue_ms);
   };
-  // A holder for 400 ms that then dies without releasing, and a waiter that stops polling.
-  ASSERT_EQ(attempt("vanished", "400", "0").elements().at(0).integer(), 1);
+  // A holder for 700 ms that then dies without releasing, and a waiter that stops polling.
+  ASSERT_EQ(attempt("vanished", "700", "0").elements().at(0).integer(), 1);
   ASSERT_EQ(attempt("gone", "10000", "100").elements().at(0).integer(), 0);
-  std::this_thread::sleep_for(150ms);
+  std::this_thread::sleep_for(150ms);  // the waiter's 100 ms place in the queue runs out
   // A try-once attempt drops the expired waiter, is refused (the holder still holds) and leaves.
   auto refused = attempt("once", "10000", "0");
   ASSERT_EQ(refused.elements().at(0).integer(), 0);
   EXPECT_GT(client_.exec({"PTTL", keys.owners}).integer(), 0) << "the owners set lost its expiry";
   // Once the holder's TTL has passed, the permit is free again.
-  std::this_thread::sleep_for(300ms);
+  std::this_thread::sleep_for(600ms);  // 750 ms since it took the permit for 700 ms
   semaphore s{client_, test_key(), 1, {.fair = true, .retry_delay = 10ms}};
   std::error_code ec;
-  auto p = s.acquire_until(steady::now() + 1s, ec);
+  auto p = s.acquire_until(steady::now() + scaled(1s), ec);
   EXPECT_TRUE(p) << ec.message();
 }
 

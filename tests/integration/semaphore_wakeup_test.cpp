@@ -3,16 +3,19 @@
 // order; the limit holds. Each test runs once per variant (unfair and fair).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <optional>
 #include <memory>
+#include <stop_token>
 #include <thread>
 #include <vector>
 
 #include "dlock/key_layout.hpp"
 #include "dlock/semaphore.hpp"
 #include "semaphore_core.hpp"
+#include "support/checks.hpp"
 #include "support/commandstats.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
@@ -21,11 +24,70 @@ namespace dlock {
 namespace {
 
 using namespace std::chrono_literals;
+using test::eventually;
 using test::redis_server;
+using test::scaled;
 using test::test_key;
 using steady = std::chrono::steady_clock;
 
 double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// The retry delay of the waiters whose wake-up a test times: they sleep a jittered 15-30 s
+// between attempts (their holders' TTLs are longer still, so that no expiry cuts it short),
+// which a wake-up must beat by far, on any build.
+constexpr auto backstop = 30s;
+
+// A bound on what wake-ups alone take: `bound` times slowdown(), but below the shortest
+// backstop sleep (backstop / 2), so that a waiter that polled instead can never pass.
+std::chrono::milliseconds within_wakeups(std::chrono::milliseconds bound) {
+  return std::min<std::chrono::milliseconds>(scaled(bound), backstop / 2 - 3s);
+}
+
+// How soon after a release a woken waiter holds its permits: about a round trip, with room.
+std::chrono::milliseconds woken_within() { return within_wakeups(1s); }
+
+// acquire_until(twice the backstop) of `permits` on another thread: the permit, and when the
+// call returned. `failed` counts its failed attempts, each followed by a sleep (its backstop,
+// or until woken); finish() (or destruction) stops the wait and joins it.
+struct background_wait {
+  explicit background_wait(semaphore& waiter, std::ptrdiff_t permits = 1)
+      : result(std::async(std::launch::async, [this, &waiter, permits] {
+          wait_control control{.stop = stop.get_token(), .on_retry = [this](const wait_progress&) {
+                                 ++failed;
+                                 return true;
+                               }};
+          std::error_code ec;
+          lease p = waiter.acquire_until(steady::now() + 2 * backstop, permits, control, ec);
+          returned_at = steady::now();
+          return p;
+        })) {}
+  ~background_wait() { finish(); }
+  background_wait(const background_wait&) = delete;
+  background_wait& operator=(const background_wait&) = delete;
+
+  void finish() {
+    stop.request_stop();
+    if (result.valid()) result.wait();
+  }
+  // How long after `since` it got its permits, if it did by since + limit (else it is
+  // stopped). A permit it got is released.
+  std::optional<steady::duration> got_within(steady::time_point since,
+                                             std::chrono::milliseconds limit) {
+    if (result.wait_until(since + limit) != std::future_status::ready) {
+      finish();
+      return std::nullopt;
+    }
+    lease p = result.get();
+    EXPECT_TRUE(p);
+    EXPECT_FALSE(p.release());
+    return returned_at - since;
+  }
+
+  std::atomic<int> failed{0};
+  std::stop_source stop;
+  steady::time_point returned_at;  // written before `result` is ready
+  std::future<lease> result;
+};
 
 long long integer_of(const reply& r) { return r.is_nil() ? 0 : std::stoll(r.str()); }
 
@@ -47,17 +109,16 @@ class SemaphoreWakeupBase : public ::testing::Test {
   // Every queued waiter has an entry in waiter-info (both variants), with its wake channel once
   // its client's inbox is subscribed; wait until `n` of them can be woken (or just queued).
   void wait_for_queue(std::size_t n, bool wakeable = true) {
-    auto until = steady::now() + 10s;
-    while (steady::now() < until) {
-      std::size_t count = 0;
-      auto entries = client_.exec({"HVALS", keys().waiter_info});
-      for (const auto& e : entries.elements()) {
-        if (!wakeable || e.str().find(" dlock:wake:") != std::string::npos) ++count;
-      }
-      if (count >= n) return;
-      std::this_thread::sleep_for(5ms);
+    if (!eventually([&] {
+          std::size_t count = 0;
+          auto entries = client_.exec({"HVALS", keys().waiter_info});
+          for (const auto& e : entries.elements()) {
+            if (!wakeable || e.str().find(" dlock:wake:") != std::string::npos) ++count;
+          }
+          return count >= n;
+        })) {
+      FAIL() << "waiters did not queue";
     }
-    FAIL() << "waiters did not queue";
   }
 
   long long scripts_run() { return test::scripts_run(client_); }
@@ -72,25 +133,29 @@ class SemaphoreWakeupBase : public ::testing::Test {
     return count;
   }
 
-  // A holder of the only permit releases while a waiter is queued, asleep in its 2-4 s
+  // A holder of the only permit releases while a waiter is queued, asleep in its 15-30 s
   // backstop: the release alone makes the waiter a holder, which runs no attempt after it.
   void expect_the_release_makes_the_waiter_a_holder() {
     load_scripts();
-    semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
-    semaphore waiter{client_, test_key(), 1, options({.ttl = 30s, .retry_delay = 4s})};
+    semaphore holder{client_, test_key(), 1, options({.ttl = 2 * backstop})};
+    semaphore waiter{client_, test_key(), 1, options({.ttl = 30s, .retry_delay = backstop})};
     auto held = holder.try_acquire();
     ASSERT_TRUE(held);
-    auto acquired = std::async(std::launch::async, [&] { return waiter.try_acquire_for(20s); });
+    background_wait waiting{waiter};
     wait_for_queue(1);
     ASSERT_EQ(offering(), 1u);
-    std::this_thread::sleep_for(50ms);
+    // Its attempt that queued has run its script, and it failed one: no attempt of its own
+    // comes before its backstop now.
+    EXPECT_TRUE(eventually([&] { return waiting.failed > 0; }));
     auto before = scripts_run();
     auto released = steady::now();
     EXPECT_FALSE(held.release());
-    auto got = acquired.get();
-    auto waited = steady::now() - released;
+    ASSERT_EQ(waiting.result.wait_until(released + woken_within()), std::future_status::ready)
+        << "not made a holder within " << woken_within().count() << " ms";
+    auto got = waiting.result.get();
+    auto waited = waiting.returned_at - released;
     ASSERT_TRUE(got);
-    EXPECT_LT(waited, 1s) << ms(waited) << " ms";
+    EXPECT_LT(waited, woken_within()) << ms(waited) << " ms";
     EXPECT_EQ(scripts_run() - before, 1) << "the waiter ran an attempt after the release";
     EXPECT_GT(got.fencing_token(), held.fencing_token());
     // A holder now, with the TTL as its expiry and no waiter entry; the fair variant's keeps
@@ -118,24 +183,22 @@ class SemaphoreWakeupBase : public ::testing::Test {
     ASSERT_FALSE(p.release());
   }
 
-  // How long a waiter needs after the holder's release (the waiter's backstop is 2-4 s).
-  steady::duration handoff(bool wake) {
-    semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
+  // How long a waiter with the backstop needs after its holder's release, if it got the
+  // permit within woken_within() of it (else it is stopped: nullopt).
+  std::optional<steady::duration> handoff(bool wake) {
+    semaphore holder{client_, test_key(), 1, options({.ttl = 2 * backstop})};
     semaphore waiter{client_, test_key(), 1,
-                     options({.retry_delay = 4s, .wake_on_release = wake})};
+                     options({.retry_delay = backstop, .wake_on_release = wake})};
     auto held = holder.try_acquire();
     EXPECT_TRUE(held);
-    auto acquired = std::async(std::launch::async, [&] {
-      auto p = waiter.try_acquire_for(20s);
-      auto at = steady::now();
-      EXPECT_TRUE(p);
-      return at;
-    });
+    background_wait waiting{waiter};
     if (wake || fair()) wait_for_queue(1, wake);  // a polling fair waiter queues too
-    std::this_thread::sleep_for(wake ? 50ms : 300ms);  // the waiter sleeps in its backstop
+    // It found no permit free (and queued, with wake-ups): from here only the release or its
+    // 15-30 s backstop moves it.
+    EXPECT_TRUE(eventually([&] { return waiting.failed > 0; }));
     auto released = steady::now();
     EXPECT_FALSE(held.release());
-    return acquired.get() - released;
+    return waiting.got_within(released, woken_within());
   }
 
   redis_server server_;
@@ -158,17 +221,19 @@ INSTANTIATE_TEST_SUITE_P(Variants, SemaphoreWakeupTest, ::testing::Values(false,
 
 TEST_P(SemaphoreWakeupTest, ReleaseWakesTheWaiterLongBeforeItsBackstop) {
   auto woken = handoff(true);
-  EXPECT_LT(woken, 1s) << ms(woken) << " ms";
+  EXPECT_TRUE(woken.has_value()) << "not woken within " << woken_within().count() << " ms";
   // The same wait with wake-ups off is plain polling: it shows the test can fail.
   auto polled = handoff(false);
-  EXPECT_GT(polled, 1s) << ms(polled) << " ms";
-  std::printf("[ report   ] handoff with wake-up %.1f ms, polling (2-4 s backstop) %.1f ms\n",
-              ms(woken), ms(polled));
+  EXPECT_FALSE(polled.has_value()) << "polling got the permit " << ms(polled.value_or(0s))
+                                   << " ms after the release";
+  std::printf("[ report   ] handoff with wake-up %.1f ms; polling (15-30 s backstop): none "
+              "within %lld ms\n",
+              ms(woken.value_or(0s)), static_cast<long long>(woken_within().count()));
 }
 
 TEST_P(SemaphoreWakeupTest, OneReleaseWakesOneWaiterNotAHerd) {
   load_scripts();
-  semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
+  semaphore holder{client_, test_key(), 1, options({.ttl = 2 * backstop})};
   auto held = holder.try_acquire();
   ASSERT_TRUE(held);
   constexpr int waiters = 12;
@@ -178,24 +243,24 @@ TEST_P(SemaphoreWakeupTest, OneReleaseWakesOneWaiterNotAHerd) {
   std::vector<std::future<void>> done;
   for (int i = 0; i < waiters; ++i) {
     sems.push_back(std::make_unique<semaphore>(client_, test_key(), 1,
-                                               options({.ttl = 30s, .retry_delay = 10s})));
+                                               options({.ttl = 30s, .retry_delay = backstop})));
   }
   for (int i = 0; i < waiters; ++i) {
     done.push_back(std::async(std::launch::async, [&, i] {
-      auto p = sems[i]->try_acquire_for(40s);
+      auto p = sems[i]->try_acquire_for(4 * backstop);
       if (!p) return;
       ++winners;
       while (!hand_on) std::this_thread::sleep_for(1ms);  // the others keep waiting meanwhile
       EXPECT_FALSE(p.release());                           // wakes the next one
     }));
   }
+  // Every attempt that queued has run its script: from here each waits for a wake-up or its
+  // 15-30 s backstop.
   wait_for_queue(waiters);
-  std::this_thread::sleep_for(100ms);  // all asleep in their 5-10 s backstop
   auto before = scripts_run();
   EXPECT_FALSE(held.release());  // one script (the release), then the woken waiter's acquire
-  auto until = steady::now() + 3s;
-  while (winners == 0 && steady::now() < until) std::this_thread::sleep_for(1ms);
-  std::this_thread::sleep_for(200ms);  // a herd would show up here
+  EXPECT_TRUE(eventually([&] { return winners > 0; }, 3s));
+  std::this_thread::sleep_for(scaled(200ms));  // a herd would show up here
   auto after = scripts_run();
   EXPECT_EQ(winners.load(), 1);
   // Expected 2; a herd would be 1 + waiters. A busy machine may add a stray retry.
@@ -206,14 +271,15 @@ TEST_P(SemaphoreWakeupTest, OneReleaseWakesOneWaiterNotAHerd) {
   hand_on = true;  // each winner's release wakes the next: no backstop in this chain
   for (auto& d : done) d.get();
   EXPECT_EQ(winners.load(), waiters);
-  EXPECT_LT(steady::now() - start, 4s) << "a handoff waited for its 5-10 s backstop";
+  EXPECT_LT(steady::now() - start, within_wakeups(4s))
+      << "a handoff waited for its 15-30 s backstop";
 }
 
 TEST_P(SemaphoreWakeupTest, WeightedReleaseOfKPermitsWakesKWaiters) {
   load_scripts();
   constexpr std::ptrdiff_t k = 3;
   constexpr int waiters = 7;
-  semaphore holder{client_, test_key(), k, options({.ttl = 30s})};
+  semaphore holder{client_, test_key(), k, options({.ttl = 2 * backstop})};
   auto held = holder.try_acquire(k);
   ASSERT_TRUE(held);
   std::atomic<int> winners{0};
@@ -222,24 +288,22 @@ TEST_P(SemaphoreWakeupTest, WeightedReleaseOfKPermitsWakesKWaiters) {
   std::vector<std::future<void>> done;
   for (int i = 0; i < waiters; ++i) {
     sems.push_back(std::make_unique<semaphore>(client_, test_key(), k,
-                                               options({.ttl = 30s, .retry_delay = 10s})));
+                                               options({.ttl = 30s, .retry_delay = backstop})));
   }
   for (int i = 0; i < waiters; ++i) {
     done.push_back(std::async(std::launch::async, [&, i] {
-      auto p = sems[i]->try_acquire_for(40s);
+      auto p = sems[i]->try_acquire_for(4 * backstop);
       if (!p) return;
       ++winners;
       while (!hand_on) std::this_thread::sleep_for(1ms);
       EXPECT_FALSE(p.release());
     }));
   }
-  wait_for_queue(waiters);
-  std::this_thread::sleep_for(100ms);
+  wait_for_queue(waiters);  // each has run the attempt that queued it: now it sleeps 15-30 s
   auto before = scripts_run();
   EXPECT_FALSE(held.release());  // frees k permits: wakes the first k waiters, nobody else
-  auto until = steady::now() + 3s;
-  while (winners < k && steady::now() < until) std::this_thread::sleep_for(1ms);
-  std::this_thread::sleep_for(200ms);
+  EXPECT_TRUE(eventually([&] { return winners >= k; }, 3s));
+  std::this_thread::sleep_for(scaled(200ms));  // more would show up here
   auto after = scripts_run();
   EXPECT_EQ(winners.load(), k);
   EXPECT_LE(after - before, 1 + k + 2) << "expected the release and " << k << " acquires";
@@ -255,18 +319,16 @@ TEST_P(SemaphoreWakeupTest, ALostNotificationCostsAtMostTheBackstop) {
   auto held = holder.try_acquire();
   ASSERT_TRUE(held);
   semaphore waiter{client_, test_key(), 1, options({.retry_delay = 300ms})};
-  auto acquired = std::async(std::launch::async, [&] {
-    auto p = waiter.try_acquire_for(20s);
-    return std::make_pair(static_cast<bool>(p), steady::now());
-  });
+  background_wait waiting{waiter};
   wait_for_queue(1);
   // Freed behind dlock's back, as an expiry would: nobody is told.
   auto freed = steady::now();
   client_.exec({"ZREM", keys().expiries, held.value()});
   if (fair()) client_.exec({"ZREM", keys().owners, held.value()});
-  auto [ok, at] = acquired.get();
-  EXPECT_TRUE(ok);
-  EXPECT_LT(at - freed, 1s) << ms(at - freed) << " ms";  // the 150-300 ms backstop, with room
+  // The 150-300 ms backstop, with room for a slow build; never told, it would wait for its 60 s
+  // deadline.
+  auto took = waiting.got_within(freed, scaled(1s));
+  EXPECT_TRUE(took.has_value()) << "not within " << scaled(1s).count() << " ms";
   held.detach();
 }
 
@@ -275,15 +337,13 @@ TEST_P(SemaphoreWakeupTest, AWaiterThatGivesUpLeavesTheQueue) {
   auto held = holder.try_acquire();
   ASSERT_TRUE(held);
   semaphore waiter{client_, test_key(), 1, options({.retry_delay = 50ms})};
-  auto gave_up = std::async(std::launch::async, [&] { return !waiter.try_acquire_for(1s); });
+  auto gave_up =
+      std::async(std::launch::async, [&] { return !waiter.try_acquire_for(scaled(1s)); });
   wait_for_queue(1);
   EXPECT_TRUE(gave_up.get());
   // The give-up's cleanup may still be on its way when the call returns (under load): poll.
-  auto until = steady::now() + 5s;
-  while (steady::now() < until && client_.exec({"HLEN", keys().waiter_info}).integer() != 0) {
-    std::this_thread::sleep_for(5ms);
-  }
-  EXPECT_EQ(client_.exec({"HLEN", keys().waiter_info}).integer(), 0);
+  EXPECT_TRUE(
+      eventually([&] { return client_.exec({"HLEN", keys().waiter_info}).integer() == 0; }));
   EXPECT_EQ(client_.exec({"ZCARD", keys().waiters}).integer(), fair() ? 1 : 0);  // the holder
   EXPECT_FALSE(held.release());
 }
@@ -292,10 +352,10 @@ TEST_P(SemaphoreWakeupTest, AWokenWaiterThatGivesUpHandsItsWakeUpOn) {
   // Two queued waiters; the release wakes the first, which leaves without using the permit (as
   // when its deadline passed just then). Its leaving must wake the second one at once.
   load_scripts();
-  semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
+  semaphore holder{client_, test_key(), 1, options({.ttl = 2 * backstop})};
   auto held = holder.try_acquire();
   ASSERT_TRUE(held);
-  semaphore second{client_, test_key(), 1, options({.retry_delay = 10s})};
+  semaphore second{client_, test_key(), 1, options({.retry_delay = backstop})};
   // The first waiter, queued by hand under a channel nobody listens on.
   auto k = keys();
   if (fair()) {
@@ -307,21 +367,17 @@ TEST_P(SemaphoreWakeupTest, AWokenWaiterThatGivesUpHandsItsWakeUpOn) {
                   k.waiters, k.waiter_info, k.tickets, "gone", "1", "1", "30000",
                   "30000 dlock:wake:nobody"});
   }
-  auto acquired = std::async(std::launch::async, [&] {
-    auto p = second.try_acquire_for(20s);
-    return std::make_pair(static_cast<bool>(p), steady::now());
-  });
+  background_wait waiting{second};
   wait_for_queue(2);
-  std::this_thread::sleep_for(100ms);  // asleep in its 5-10 s backstop
+  EXPECT_TRUE(eventually([&] { return waiting.failed > 0; }));  // asleep in its 15-30 s backstop
   EXPECT_FALSE(held.release());      // wakes "gone" only
   auto info = client_.exec({"HGET", k.waiter_info, "gone"}).str();
   EXPECT_NE(info.find(" woken"), std::string::npos) << info;
   auto left = steady::now();
   client_.exec({"EVALSHA", detail::sem_release_script.sha1, "5", k.expiries, k.weights,
                 k.waiters, k.waiter_info, k.fence, "gone", "1"});
-  auto [ok, at] = acquired.get();
-  EXPECT_TRUE(ok);
-  EXPECT_LT(at - left, 1s) << ms(at - left) << " ms";
+  auto took = waiting.got_within(left, woken_within());
+  EXPECT_TRUE(took.has_value()) << "not woken within " << woken_within().count() << " ms";
 }
 
 TEST_P(SemaphoreWakeupTest, WokenWaitersNeverExceedTheLimit) {
@@ -337,7 +393,7 @@ TEST_P(SemaphoreWakeupTest, WokenWaitersNeverExceedTheLimit) {
       semaphore s{client_, test_key(), limit, options({.retry_delay = 2s})};
       for (int i = 0; i < rounds; ++i) {
         std::ptrdiff_t want = (t + i) % 3 == 0 ? 2 : 1;  // some weighted permits among them
-        auto p = s.try_acquire_for(30s, want);
+        auto p = s.try_acquire_for(scaled(30s), want);
         if (!p) {
           ++failures;
           return;
@@ -363,15 +419,15 @@ TEST_P(SemaphoreWakeupTest, WokenWaitersNeverExceedTheLimit) {
 }
 
 TEST_F(SemaphoreWakeupFairTest, GrantsInTicketOrderThroughWakeUps) {
-  semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
+  semaphore holder{client_, test_key(), 1, options({.ttl = 2 * backstop})};
   auto held = holder.try_acquire();
   ASSERT_TRUE(held);
   constexpr int waiters = 6;
   std::vector<std::future<void>> done;
   for (int i = 0; i < waiters; ++i) {
     done.push_back(std::async(std::launch::async, [&, i] {
-      semaphore s{client_, test_key(), 1, options({.retry_delay = 4s})};
-      auto p = s.try_acquire_for(30s);
+      semaphore s{client_, test_key(), 1, options({.retry_delay = backstop})};
+      auto p = s.try_acquire_for(4 * backstop);
       ASSERT_TRUE(p);
       client_.exec({"RPUSH", test_key("order"), std::to_string(i)});
       EXPECT_FALSE(p.release());  // wakes the next ticket
@@ -385,8 +441,8 @@ TEST_F(SemaphoreWakeupFairTest, GrantsInTicketOrderThroughWakeUps) {
   auto order = client_.exec({"LRANGE", test_key("order"), "0", "-1"});
   ASSERT_EQ(order.elements().size(), static_cast<std::size_t>(waiters));
   for (int i = 0; i < waiters; ++i) EXPECT_EQ(order.elements()[i].str(), std::to_string(i));
-  // Six handoffs by polling would take 2-4 s each.
-  EXPECT_LT(took, 2s) << ms(took) << " ms";
+  // Six handoffs by polling would take 15-30 s each.
+  EXPECT_LT(took, within_wakeups(2s)) << ms(took) << " ms";
 }
 
 // The unfair variant's handoff (sem_release.lua): the release makes the first waiter a holder
@@ -404,29 +460,29 @@ TEST_F(SemaphoreHandoffTest, AReleaseMakesTheWaiterAHolderWithoutAnotherAttempt)
 // which is not enough (a wake-up only: its attempt fails); the second makes it a holder of 2.
 TEST_F(SemaphoreHandoffTest, AWaiterIsHandedPermitsOnlyWhenAllItWantsAreFree) {
   load_scripts();
-  semaphore a{client_, test_key(), 2, options({.ttl = 30s})};
-  semaphore b{client_, test_key(), 2, options({.ttl = 30s})};
-  semaphore w{client_, test_key(), 2, options({.ttl = 30s, .retry_delay = 4s})};
+  semaphore a{client_, test_key(), 2, options({.ttl = 2 * backstop})};
+  semaphore b{client_, test_key(), 2, options({.ttl = 2 * backstop})};
+  // Between its attempts only wake-ups, no poll: its backstop is 15-30 s.
+  semaphore w{client_, test_key(), 2, options({.ttl = 30s, .retry_delay = backstop})};
   auto held_a = a.try_acquire();
   auto held_b = b.try_acquire();
   ASSERT_TRUE(held_a && held_b);
-  auto acquired = std::async(std::launch::async, [&] { return w.try_acquire_for(20s, 2); });
+  background_wait acquired{w, 2};
   wait_for_queue(1);
-  std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(eventually([&] { return acquired.failed > 0; }));  // asleep in its backstop
+  auto woken_once = acquired.failed.load();
   EXPECT_FALSE(held_a.release());
-  // Woken, it tried again and queued again (its entry no longer marked woken).
-  auto until = steady::now() + 5s;
-  while (steady::now() < until) {
+  // Woken, it tried again and queued again (its entry no longer marked woken), and sleeps.
+  EXPECT_TRUE(eventually([&] {
     auto e = client_.exec({"HVALS", keys().waiter_info});
-    if (e.elements().size() == 1 && e.elements()[0].str().find("woken") == std::string::npos) {
-      break;
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  EXPECT_EQ(acquired.wait_for(0s), std::future_status::timeout);
+    return acquired.failed > woken_once && e.elements().size() == 1 &&
+           e.elements()[0].str().find("woken") == std::string::npos;
+  }));
+  EXPECT_EQ(acquired.result.wait_for(0s), std::future_status::timeout);
   auto before = scripts_run();
   EXPECT_FALSE(held_b.release());
-  auto got = acquired.get();
+  ASSERT_EQ(acquired.result.wait_for(scaled(10s)), std::future_status::ready);
+  auto got = acquired.result.get();
   ASSERT_TRUE(got);
   EXPECT_EQ(scripts_run() - before, 1);
   EXPECT_EQ(client_.exec({"HGET", keys().weights, got.value()}).str(), "2");
@@ -448,31 +504,31 @@ TEST_F(SemaphoreHandoffTest, APermitHandedToAWaiterThatGaveUpIsGivenBack) {
     client_.exec({"FLUSHALL"});
     semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
     std::optional<semaphore> waiter;
-    waiter.emplace(client_, test_key(), 1, options({.ttl = 30s, .retry_delay = 4s}));
+    // A 120 s TTL: a permit handed to it and not given back outlasts every wait below.
+    waiter.emplace(client_, test_key(), 1, options({.ttl = 120s, .retry_delay = 4s}));
     auto held = holder.try_acquire();
     ASSERT_TRUE(held);
-    auto gave_up = std::async(std::launch::async, [&] { return waiter->try_acquire_for(1s); });
-    wait_for_queue(1);
-    auto entries = client_.exec({"HGETALL", keys().waiter_info}).elements();
+    auto gave_up =
+        std::async(std::launch::async, [&] { return waiter->try_acquire_for(scaled(1s)); });
+    // Its entry, read while it waits (it gives up after a second).
+    std::vector<reply> entries;
+    EXPECT_TRUE(eventually([&] {
+      entries = client_.exec({"HGETALL", keys().waiter_info}).elements();
+      return !entries.empty() && entries.back().str().find(" dlock:wake:") != std::string::npos;
+    })) << "the waiter did not queue";
     ASSERT_EQ(entries.size(), 2u);
     std::string token = entries[0].str(), entry = entries[1].str();
-    ASSERT_NE(entry.find(" h1:30000:"), std::string::npos) << entry;
+    ASSERT_NE(entry.find(" h1:120000:"), std::string::npos) << entry;
     EXPECT_FALSE(gave_up.get());
     // Its cleanup ran (under load it may still be on its way when the call returns).
-    auto cleaned = steady::now() + 5s;
-    while (client_.exec({"ZCARD", keys().waiters}).integer() != 0 && steady::now() < cleaned) {
-      std::this_thread::sleep_for(5ms);
-    }
-    ASSERT_EQ(client_.exec({"ZCARD", keys().waiters}).integer(), 0);
+    ASSERT_TRUE(eventually([&] { return client_.exec({"ZCARD", keys().waiters}).integer() == 0; }));
     if (destroyed) waiter.reset();
     client_.exec({"ZADD", keys().waiters, "99", token});  // the late attempt
     client_.exec({"HSET", keys().waiter_info, token, entry});
     EXPECT_FALSE(held.release());
-    auto until = steady::now() + 5s;
-    while (client_.exec({"ZCARD", keys().expiries}).integer() != 0 && steady::now() < until) {
-      std::this_thread::sleep_for(5ms);
-    }
-    EXPECT_EQ(client_.exec({"ZCARD", keys().expiries}).integer(), 0) << "held by nobody";
+    EXPECT_TRUE(eventually(
+        [&] { return client_.exec({"ZCARD", keys().expiries}).integer() == 0; }, 5s))
+        << "held by nobody";
     semaphore newcomer{client_, test_key(), 1, options()};
     auto permit = newcomer.try_acquire();
     EXPECT_TRUE(permit);
@@ -494,17 +550,19 @@ TEST_F(SemaphoreFairHandoffTest, AReleaseMakesTheWaiterAHolderWithoutAnotherAtte
 // handed over nor woken (what is in line up to it does not fit), the second hands it both.
 TEST_F(SemaphoreFairHandoffTest, AWaiterIsHandedItsPermitsOnlyWhenAllAheadOfItFit) {
   load_scripts();
-  semaphore a{client_, test_key(), 2, options({.ttl = 30s})};
-  semaphore b{client_, test_key(), 2, options({.ttl = 30s})};
-  semaphore w{client_, test_key(), 2, options({.ttl = 30s, .retry_delay = 4s})};
+  semaphore a{client_, test_key(), 2, options({.ttl = 2 * backstop})};
+  semaphore b{client_, test_key(), 2, options({.ttl = 2 * backstop})};
+  // Between its attempts only wake-ups, no poll: its backstop is 15-30 s.
+  semaphore w{client_, test_key(), 2, options({.ttl = 30s, .retry_delay = backstop})};
   auto held_a = a.try_acquire();
   auto held_b = b.try_acquire();
   ASSERT_TRUE(held_a && held_b);
-  auto acquired = std::async(std::launch::async, [&] { return w.try_acquire_for(20s, 2); });
+  auto acquired =
+      std::async(std::launch::async, [&] { return w.try_acquire_for(2 * backstop, 2); });
   wait_for_queue(1);
   auto before = scripts_run();
   EXPECT_FALSE(held_a.release());
-  std::this_thread::sleep_for(100ms);
+  std::this_thread::sleep_for(scaled(100ms));  // a wake-up's attempt would show up here
   EXPECT_EQ(scripts_run() - before, 1) << "the waiter was woken for permits that do not fit";
   EXPECT_EQ(offering(), 1u);
   EXPECT_EQ(acquired.wait_for(0s), std::future_status::timeout);
@@ -523,8 +581,10 @@ TEST_F(SemaphoreFairHandoffTest, AWaiterIsHandedItsPermitsOnlyWhenAllAheadOfItFi
 // release that would have handed it the permit, and the one behind it is served instead.
 TEST_F(SemaphoreFairHandoffTest, AWaiterThatNoLongerListensIsDroppedAndTheNextServed) {
   load_scripts();
-  semaphore holder{client_, test_key(), 1, options({.ttl = 30s})};
-  semaphore waiter{client_, test_key(), 1, options({.ttl = 30s, .retry_delay = 4s})};
+  semaphore holder{client_, test_key(), 1, options({.ttl = 2 * backstop})};
+  // Between its attempts only wake-ups, no poll: its backstop is 15-30 s (or the ghost's
+  // expiry, 20 s away).
+  semaphore waiter{client_, test_key(), 1, options({.ttl = 30s, .retry_delay = backstop})};
   auto held = holder.try_acquire();
   ASSERT_TRUE(held);
   // Ahead of the real waiter: an entry offering a handoff on a channel nobody listens on.
@@ -534,13 +594,14 @@ TEST_F(SemaphoreFairHandoffTest, AWaiterThatNoLongerListensIsDroppedAndTheNextSe
   client_.exec({"ZADD", keys().expiries, live_until, "ghost"});
   client_.exec({"HSET", keys().waiter_info, "ghost",
                 live_until + " dlock:wake:nobody f1:30000:0:1"});
-  auto acquired = std::async(std::launch::async, [&] { return waiter.try_acquire_for(20s); });
+  auto acquired =
+      std::async(std::launch::async, [&] { return waiter.try_acquire_for(2 * backstop); });
   wait_for_queue(2);
   auto before = scripts_run();
   EXPECT_FALSE(held.release());
   auto got = acquired.get();
   ASSERT_TRUE(got);
-  // Handed over by that release, not found by a poll of its own (after its 2-4 s backstop).
+  // Handed over by that release, not found by a poll of its own (after its 15-30 s backstop).
   EXPECT_EQ(scripts_run() - before, 1);
   EXPECT_TRUE(client_.exec({"ZSCORE", keys().owners, "ghost"}).is_nil());
   EXPECT_TRUE(client_.exec({"ZSCORE", keys().expiries, "ghost"}).is_nil());

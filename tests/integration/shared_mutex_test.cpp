@@ -13,6 +13,7 @@
 #include <mutex>
 #include <random>
 #include <shared_mutex>
+#include <stop_token>
 #include <thread>
 #include <vector>
 
@@ -50,6 +51,13 @@ class SharedMutexTest : public ::testing::Test {
   redis_server server_;
   client client_{server_.url()};
 };
+
+// Polls so rare, and holds so long, that within the (scaled) seconds a test allows only a wake
+// can serve a waiter: its first poll comes after retry_delay / 2 at the soonest, or when the
+// hold in its way expires.
+shared_mutex_options slow_polls() {
+  return {.ttl = test::scaled(60s), .retry_delay = test::scaled(20s)};
+}
 
 // Many threads, each with a client of its own, 9 reads to 1 write, checked in this process:
 // readers are seen together, a writer never with anyone, and every hold's fence is above the
@@ -139,21 +147,20 @@ TEST_F(SharedMutexTest, NoReaderOvertakesAWaitingWriter) {
   EXPECT_TRUE(eventually([&] { return client_.exec({"ZCARD", owners}).integer() == 3; }));
   EXPECT_FALSE(writer_granted.load());  // the early reader still holds
   EXPECT_FALSE(early_reader.release());
-  ASSERT_EQ(writer.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(writer.wait_for(test::scaled(5s)), std::future_status::ready);
   EXPECT_FALSE(writer.get());
   EXPECT_TRUE(writer_granted.load());
-  ASSERT_EQ(late_reader.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(late_reader.wait_for(test::scaled(5s)), std::future_status::ready);
   auto [granted, after_writer] = late_reader.get();
   EXPECT_TRUE(granted);
   EXPECT_TRUE(after_writer) << "a reader that came after a waiting writer went before it";
 }
 
 // A writer's release wakes every reader queued behind it up to the next writer, in one go:
-// with a retry delay of 10 s, polling could not grant them within the seconds allowed.
+// with slow_polls(), polling could not grant them within the seconds allowed.
 // The next writer waits for that batch, and the reader behind it for that writer.
 TEST_F(SharedMutexTest, AWritersReleaseWakesTheWholeBatchOfReadersBehindIt) {
-  shared_mutex_options slow_polls{.retry_delay = 10s};
-  shared_mutex rw{client_, test_key(), slow_polls};
+  shared_mutex rw{client_, test_key(), slow_polls()};
   lease first_writer = rw.acquire();
   std::atomic<int> readers_holding{0};
   std::atomic<bool> let_go{false}, second_writer_holds{false}, last_reader_holds{false};
@@ -169,7 +176,7 @@ TEST_F(SharedMutexTest, AWritersReleaseWakesTheWholeBatchOfReadersBehindIt) {
   };
   for (int i = 0; i < 5; ++i) {
     threads.emplace_back([&] {
-      shared_mutex mine{client{server_.url()}, test_key(), slow_polls};
+      shared_mutex mine{client{server_.url()}, test_key(), slow_polls()};
       std::error_code ec;
       lease held = mine.acquire_shared(ec);
       EXPECT_TRUE(held) << ec.message();
@@ -185,7 +192,7 @@ TEST_F(SharedMutexTest, AWritersReleaseWakesTheWholeBatchOfReadersBehindIt) {
   };
   ASSERT_TRUE(in_line(6)) << "the 5 readers did not queue behind the writer";
   threads.emplace_back([&] {
-    shared_mutex mine{client{server_.url()}, test_key(), slow_polls};
+    shared_mutex mine{client{server_.url()}, test_key(), slow_polls()};
     lease held = mine.acquire();
     second_writer_holds = true;
     std::this_thread::sleep_for(50ms);
@@ -194,7 +201,7 @@ TEST_F(SharedMutexTest, AWritersReleaseWakesTheWholeBatchOfReadersBehindIt) {
   });
   ASSERT_TRUE(in_line(7));
   threads.emplace_back([&] {
-    shared_mutex mine{client{server_.url()}, test_key(), slow_polls};
+    shared_mutex mine{client{server_.url()}, test_key(), slow_polls()};
     lease held = mine.acquire_shared();
     last_reader_holds = true;
   });
@@ -214,8 +221,7 @@ TEST_F(SharedMutexTest, AWritersReleaseWakesTheWholeBatchOfReadersBehindIt) {
 // next writer, in that one script; none of them runs an attempt of its own after it. The next
 // writer's place is left as it was: its turn comes with the last of those readers' releases.
 TEST_F(SharedMutexTest, AWritersReleaseHandsTheLockToTheBatchOfReadersInOneScript) {
-  shared_mutex_options slow_polls{.retry_delay = 10s};
-  shared_mutex rw{client_, test_key(), slow_polls};
+  shared_mutex rw{client_, test_key(), slow_polls()};
   lease writer = rw.acquire();
   auto keys = shared_mutex_keys_for(test_key());
   // Queued and offering a handoff (with a wake channel): n entries of waiter info with " f".
@@ -232,23 +238,24 @@ TEST_F(SharedMutexTest, AWritersReleaseHandsTheLockToTheBatchOfReadersInOneScrip
   std::vector<std::future<lease>> readers;
   for (int i = 0; i < 3; ++i) {
     readers.push_back(std::async(std::launch::async, [&] {
-      shared_mutex mine{client{server_.url()}, test_key(), slow_polls};
+      shared_mutex mine{client{server_.url()}, test_key(), slow_polls()};
       std::error_code ec;
-      return mine.acquire_shared_until(std::chrono::steady_clock::now() + 30s, ec);
+      return mine.acquire_shared_until(std::chrono::steady_clock::now() + test::scaled(60s), ec);
     }));
   }
   ASSERT_TRUE(offering(3)) << "the readers did not queue behind the writer";
   auto next_writer = std::async(std::launch::async, [&] {
-    shared_mutex mine{client{server_.url()}, test_key(), slow_polls};
+    shared_mutex mine{client{server_.url()}, test_key(), slow_polls()};
     std::error_code ec;
-    return mine.acquire_until(std::chrono::steady_clock::now() + 30s, ec);
+    return mine.acquire_until(std::chrono::steady_clock::now() + test::scaled(60s), ec);
   });
   ASSERT_TRUE(offering(4));
   auto before = test::scripts_run(client_);
   EXPECT_FALSE(writer.release());
   std::vector<lease> held;
   for (auto& r : readers) {
-    ASSERT_EQ(r.wait_for(4s), std::future_status::ready) << "a reader was not handed the lock";
+    ASSERT_EQ(r.wait_for(test::scaled(4s)), std::future_status::ready)
+        << "a reader was not handed the lock";
     held.push_back(r.get());
     ASSERT_TRUE(held.back());
     EXPECT_GT(held.back().fencing_token(), writer.fencing_token());
@@ -257,37 +264,48 @@ TEST_F(SharedMutexTest, AWritersReleaseHandsTheLockToTheBatchOfReadersInOneScrip
   EXPECT_EQ(next_writer.wait_for(100ms), std::future_status::timeout);
   EXPECT_TRUE(offering(1)) << "the next writer's place changed";
   for (auto& l : held) EXPECT_FALSE(l.release());
-  ASSERT_EQ(next_writer.wait_for(4s), std::future_status::ready);
+  ASSERT_EQ(next_writer.wait_for(test::scaled(4s)), std::future_status::ready);
   lease second = next_writer.get();
   ASSERT_TRUE(second);
   for (auto& l : held) EXPECT_GT(second.fencing_token(), l.fencing_token());
 }
 
 // A queued writer that gives up lets the readers it kept waiting in at once: its leaving wakes
-// them (with a 10 s retry delay, they would otherwise wait for their next poll).
+// them (with slow_polls(), they would otherwise wait for their next poll).
 TEST_F(SharedMutexTest, AWaitingWriterThatGivesUpLetsTheReadersBehindItIn) {
-  shared_mutex_options slow_polls{.retry_delay = 10s};
-  shared_mutex rw{client_, test_key(), slow_polls};
+  shared_mutex rw{client_, test_key(), slow_polls()};
   lease reader = rw.acquire_shared();
   auto owners = shared_mutex_keys_for(test_key()).owners;
+  // The writer gives up when told, once the reader is queued behind it (a deadline of its own
+  // could pass before that on a slow machine).
+  std::stop_source give_up;
   auto writer = std::async(std::launch::async, [&] {
-    shared_mutex mine{client{server_.url()}, test_key(), slow_polls};
-    return mine.try_lock_for(600ms);
+    shared_mutex mine{client{server_.url()}, test_key(), slow_polls()};
+    std::error_code ec;
+    lease held = mine.acquire_until(std::chrono::steady_clock::now() + test::scaled(30s), ec,
+                                    {.stop = give_up.get_token()});
+    return std::pair{static_cast<bool>(held), ec};
   });
   ASSERT_TRUE(eventually([&] { return client_.exec({"ZCARD", owners}).integer() == 2; }));
   auto waiting_reader = std::async(std::launch::async, [&] {
-    shared_mutex mine{client{server_.url()}, test_key(), slow_polls};
+    shared_mutex mine{client{server_.url()}, test_key(), slow_polls()};
     std::error_code ec;
-    lease held = mine.acquire_shared_until(std::chrono::steady_clock::now() + 20s, ec);
+    lease held =
+        mine.acquire_shared_until(std::chrono::steady_clock::now() + test::scaled(60s), ec);
     return std::chrono::steady_clock::now();
   });
   ASSERT_TRUE(eventually([&] { return client_.exec({"ZCARD", owners}).integer() == 3; }));
-  ASSERT_EQ(writer.wait_for(5s), std::future_status::ready);
-  EXPECT_FALSE(writer.get());
+  give_up.request_stop();
+  ASSERT_EQ(writer.wait_for(test::scaled(5s)), std::future_status::ready);
+  auto [writer_held, writer_ec] = writer.get();
+  EXPECT_FALSE(writer_held);
+  EXPECT_EQ(writer_ec, errc::cancelled);
   auto gave_up = std::chrono::steady_clock::now();
-  ASSERT_EQ(waiting_reader.wait_for(15s), std::future_status::ready);
+  ASSERT_EQ(waiting_reader.wait_for(test::scaled(30s)), std::future_status::ready);
   auto in = waiting_reader.get();
-  EXPECT_LT(in - gave_up, 2s) << "the reader waited for its own poll, not the writer's leaving";
+  // Its own first poll would come test::scaled(10s) after it queued at the soonest.
+  EXPECT_LT(in - gave_up, test::scaled(2s))
+      << "the reader waited for its own poll, not the writer's leaving";
 }
 
 TEST_F(SharedMutexTest, EachReadersHoldExpiresOnItsOwn) {
@@ -359,14 +377,14 @@ TEST_F(SharedMutexTest, AsyncFormsAndKeysOfItsOwn) {
   lease permit = same_name.acquire();
   shared_mutex rw{client_, test_key()};
   auto write = rw.async_acquire(asio::use_future);
-  ASSERT_EQ(write.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(write.wait_for(test::scaled(5s)), std::future_status::ready);
   lease writer = write.get();
   ASSERT_TRUE(writer);
   EXPECT_EQ(writer.key(), test_key());
   auto read = rw.async_acquire_shared(asio::use_future);
   EXPECT_EQ(read.wait_for(200ms), std::future_status::timeout);
   EXPECT_FALSE(writer.release());
-  ASSERT_EQ(read.wait_for(5s), std::future_status::ready);
+  ASSERT_EQ(read.wait_for(test::scaled(5s)), std::future_status::ready);
   lease reader = read.get();
   EXPECT_TRUE(reader);
   EXPECT_GT(reader.fencing_token(), writer.fencing_token());

@@ -19,6 +19,7 @@
 #include "dlock/error.hpp"
 #include "dlock/key_layout.hpp"
 #include "dlock/mutex.hpp"
+#include "support/checks.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
@@ -29,6 +30,7 @@ namespace {
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
+using test::eventually;
 using test::redis_server;
 using test::server_options;
 using test::test_key;
@@ -95,10 +97,16 @@ class TlsTest : public ::testing::Test {
     return o;
   }
 
-  static client_options trusting_ca() {
+  // Timeouts far above the bounds the tests put on a refusal, which must come without them.
+  static client_options patient() {
     client_options o;
-    o.connect_timeout = 2s;
-    o.request_timeout = 3s;
+    o.connect_timeout = test::scaled(4s);
+    o.request_timeout = test::scaled(6s);
+    return o;
+  }
+
+  static client_options trusting_ca() {
+    client_options o = patient();
     o.tls.ca_file = file("ca.crt");
     return o;
   }
@@ -120,8 +128,8 @@ class TlsTest : public ::testing::Test {
       reply r = c.exec({"PING"}, ec);
       return std::make_pair(ec, r.str());
     });
-    if (f.wait_for(10s) != std::future_status::ready) {
-      ADD_FAILURE() << "PING did not complete within 10 s";
+    if (f.wait_for(test::scaled(10s)) != std::future_status::ready) {
+      ADD_FAILURE() << "PING did not complete within " << test::scaled(10s).count() << " ms";
       std::terminate();  // the future's destructor would wait forever
     }
     auto [ec, text] = f.get();
@@ -201,22 +209,29 @@ TEST_F(TlsTest, ClusterOverTls) {
   client c{url, trusting_ca()}, other{url, trusting_ca()};
   for (int m = 0; m < 3; ++m) {
     auto key = test::key_in_slot(cluster.slots_of(m).at(100), test_key() + ":");
-    // A backstop of 5 s: only a wake-up over TLS brings the rival in quickly.
-    mutex lock{c, key, {.ttl = 10s}}, rival{other, key, {.ttl = 10s, .retry_delay = 5s}};
+    // A backstop (and a hold) far longer than the bound below: only a wake-up over TLS brings
+    // the rival in quickly.
+    const auto ttl = test::scaled(60s);
+    mutex lock{c, key, {.ttl = ttl}};
+    mutex rival{other, key, {.ttl = ttl, .retry_delay = test::scaled(10s)}};
     auto l = lock.acquire();
     EXPECT_EQ(test::raw_command_complete(cluster.node(m).port(), "EXISTS " + key), ":1\r\n")
         << "the lock is not on master " << m;
     steady::time_point released_at;
     std::thread releaser([&] {
-      std::this_thread::sleep_for(300ms);  // the rival queued and subscribed
+      EXPECT_TRUE(eventually([&] {
+        return test::raw_command_complete(cluster.node(m).port(),
+                                          "ZCARD " + lock_keys_for(key).waiters) == ":1\r\n";
+      })) << "the rival never queued (and subscribed)";
       released_at = steady::now();
       EXPECT_FALSE(l.release());
     });
     std::error_code ec;
-    auto next = rival.acquire_until(steady::now() + 8s, ec);
+    auto next = rival.acquire_until(steady::now() + test::scaled(30s), ec);
     releaser.join();
     ASSERT_TRUE(next) << ec.message();
-    EXPECT_LT(steady::now() - released_at, 1s) << "woken by the backstop, not over TLS";
+    EXPECT_LT(steady::now() - released_at, test::scaled(1s))
+        << "woken by the backstop, not over TLS";
     EXPECT_FALSE(next.release());
   }
   mutex copies{c, test_key(), {.ttl = 10s, .copies = 3}};
@@ -236,27 +251,26 @@ TEST_F(TlsTest, ClusterOverTls) {
 TEST_F(TlsTest, ReleaseWakesAWaiterOverTls) {
   redis_server server{tls_server("server")};
   client node{rediss("localhost", server.port()), trusting_ca()};
-  mutex holder{node, test_key()};
-  mutex waiter{node, test_key(), {.retry_delay = 6s}};
+  // A hold and a backstop far longer than a wake-up takes, however slow the build.
+  mutex holder{node, test_key(), {.ttl = test::scaled(120s)}};
+  mutex waiter{node, test_key(), {.retry_delay = test::scaled(12s)}};
   ASSERT_TRUE(holder.try_lock());
   auto acquired = std::async(std::launch::async, [&] {
-    bool ok = waiter.try_lock_for(15s);
+    bool ok = waiter.try_lock_for(test::scaled(30s));
     auto at = steady::now();
     if (ok) waiter.unlock();
     return std::make_pair(ok, at);
   });
-  auto until = steady::now() + 5s;
-  while (node.exec({"ZCARD", "{" + test_key() + "}:waiters"}).integer() < 1 &&
-         steady::now() < until) {
-    std::this_thread::sleep_for(5ms);
-  }
-  ASSERT_LT(steady::now(), until) << "the waiter never queued";
+  ASSERT_TRUE(eventually([&] {
+    return node.exec({"ZCARD", "{" + test_key() + "}:waiters"}).integer() >= 1;
+  })) << "the waiter never queued";
   auto released = steady::now();
   holder.unlock();
-  ASSERT_EQ(acquired.wait_for(20s), std::future_status::ready);
+  ASSERT_EQ(acquired.wait_for(test::scaled(40s)), std::future_status::ready);
   auto [ok, at] = acquired.get();
   EXPECT_TRUE(ok);
-  EXPECT_LT(at - released, 2s) << "woken by the release, not by its 3-6 s backstop";
+  EXPECT_LT(at - released, test::scaled(2s))
+      << "woken by the release, not by its backstop (half a retry_delay at the soonest)";
 }
 
 TEST_F(TlsTest, TrustedCertificateForAnotherHostIsRejected) {
@@ -284,7 +298,7 @@ TEST_F(TlsTest, TrustedCertificateForAnotherHostIsRejected) {
   lease l = m.acquire(&nodes, ec);
   EXPECT_FALSE(l);
   EXPECT_EQ(ec, errc::tls_error) << ec.message();
-  EXPECT_LT(steady::now() - t0, 1s) << "a TLS verdict is not retried";
+  EXPECT_LT(steady::now() - t0, test::scaled(1s)) << "a TLS verdict is not retried";
   ASSERT_EQ(nodes.size(), 1u);
   EXPECT_TRUE(contains(nodes[0].message, "hostname mismatch")) << nodes[0].message;
 
@@ -351,7 +365,7 @@ TEST_F(TlsTest, MutualTlsFailsWithoutAClientCertificate) {
   auto r = ping(c);
   EXPECT_EQ(r.ec, errc::tls_error) << r.ec.message() << ": " << r.text;
   EXPECT_TRUE(contains(r.text, "certificate")) << r.text;
-  EXPECT_LT(r.took, 1500ms);
+  EXPECT_LT(r.took, test::scaled(1500ms));
 
   // A client certificate the server's CA did not issue is refused too.
   client_options foreign = trusting_ca();
@@ -365,20 +379,21 @@ TEST_F(TlsTest, MutualTlsFailsWithoutAClientCertificate) {
 
 TEST_F(TlsTest, PlainClientOnTheTlsPortGetsAClearError) {
   redis_server server{tls_server("server")};
-  client plain{"redis://127.0.0.1:" + std::to_string(server.port())};
+  client plain{"redis://127.0.0.1:" + std::to_string(server.port()), patient()};
   auto r = ping(plain);
   EXPECT_TRUE(r.ec == errc::connection_lost || r.ec == errc::node_unreachable) << r.ec.message();
   EXPECT_TRUE(contains(r.text, "use rediss://")) << r.text;
-  EXPECT_LT(r.took, 1s) << "the server resets the connection: no waiting for a timeout";
+  EXPECT_LT(r.took, test::scaled(1s))
+      << "the server resets the connection: no waiting for a timeout";
 
   // With a password the reset hits the AUTH of the log-in: a failed connect, same advice.
-  client_options with_password;
+  client_options with_password = patient();
   with_password.password = "secret";
   client logging_in{"redis://127.0.0.1:" + std::to_string(server.port()), with_password};
   r = ping(logging_in);
   EXPECT_EQ(r.ec, errc::node_unreachable) << r.ec.message();
   EXPECT_TRUE(contains(r.text, "use rediss://")) << r.text;
-  EXPECT_LT(r.took, 1s);
+  EXPECT_LT(r.took, test::scaled(1s));
 }
 
 TEST_F(TlsTest, TlsClientOnAPlainPortGetsAClearError) {
@@ -392,7 +407,7 @@ TEST_F(TlsTest, TlsClientOnAPlainPortGetsAClearError) {
   EXPECT_TRUE(contains(r.text, "TLS")) << r.text;
   EXPECT_TRUE(contains(r.text, "plain redis:// port") || contains(r.text, "does not speak TLS"))
       << r.text;
-  EXPECT_LT(r.took, 1500ms);
+  EXPECT_LT(r.took, o.connect_timeout + test::scaled(1200ms));
 }
 
 // A TLS connection is ready once the server has answered; a user without +ping still connects.

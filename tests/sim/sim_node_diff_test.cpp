@@ -2,11 +2,11 @@
 // plain commands go to both, and every reply, every delivered pub/sub message and, after each
 // step, the whole keyspace (type, value, PTTL) must be equal.
 //
-// Both sides see one clock. The server runs under frozen_clock_shim, whose wall time the test
-// writes, and the node's set_time gets the same value before each step. So time-dependent
-// values (PTTLs, deadlines in waiter entries, expiry scores) compare exactly, not within a
-// tolerance, and the clock can land exactly on a deadline, where Redis's "now > deadline" and
-// "deadline <= now" rules differ. Steps never sleep.
+// Both sides see one clock. The server runs under tests/support/clock_shim with a frozen wall
+// clock (DLOCK_FROZEN_CLOCK) whose time the test writes, and the node's set_time gets the same
+// value before each step. So time-dependent values (PTTLs, deadlines in waiter entries, expiry
+// scores) compare exactly, not within a tolerance, and the clock can land exactly on a
+// deadline, where Redis's "now > deadline" and "deadline <= now" rules differ. Steps never sleep.
 //
 // Each sequence is one seed; a failure prints it with the steps so far. Environment:
 //   DLOCK_SIM_DIFF_SEED=<n>       run that one sequence (replaying a failure)
@@ -37,7 +37,7 @@ namespace {
 
 namespace scripts = dlock::detail::scripts;
 
-// The shared clock file of frozen_clock_shim: the server reads it, the test writes it.
+// clock_shim's DLOCK_FROZEN_CLOCK file: the server reads it, the test writes it.
 class frozen_clock {
  public:
   frozen_clock() : path_("/tmp/dlock-sim-clock-" + std::to_string(::getpid())) {
@@ -339,7 +339,7 @@ class SimNodeDiffTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     clock_ = new frozen_clock;
-    ::setenv("LD_PRELOAD", (test::self_dir() + "/frozen_clock_shim.so").c_str(), 1);
+    ::setenv("LD_PRELOAD", DLOCK_CLOCK_SHIM, 1);
     ::setenv("DLOCK_FROZEN_CLOCK", clock_->path().c_str(), 1);
     server_ = new test::redis_server;
     ::unsetenv("LD_PRELOAD");

@@ -14,7 +14,7 @@
 //       takes the lock with keep_alive, records its fence in K:worker:fence, then keeps writing
 //       K:data with fenced_set every 10 ms; counts K:worker:accepted / K:worker:rejected and
 //       sets K:worker:lost when its loss signal fires. Exits 0 once it saw both the loss and a
-//       rejected write, 1 after 20 s.
+//       rejected write, 1 after 20 s (times the build's slowdown, tests/support/checks.hpp).
 //   lock_worker elect --lock URL [--lock URL ...] --resource URL --key K --value V --log PATH
 //                     [--ttl MS] [--resign-after N]
 //       a candidate of the election K (dlock::election) that, while leader, writes K:data with
@@ -33,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "checks.hpp"
 #include "dlock/dlock.hpp"
 
 namespace {
@@ -101,7 +102,7 @@ int run_fenced(const args& a, const dlock::lock_options& options) {
   held.keep_alive();
   std::string fence = std::to_string(held.fencing_token());
   resource.exec({"SET", a.key + ":worker:fence", fence});
-  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  auto give_up = std::chrono::steady_clock::now() + dlock::test::scaled(std::chrono::seconds(20));
   bool rejected_seen = false;
   while (std::chrono::steady_clock::now() < give_up) {
     std::error_code ec;

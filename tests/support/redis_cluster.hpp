@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/checks.hpp"
 #include "support/redis_server.hpp"
 
 namespace dlock::test {
@@ -367,12 +368,11 @@ class redis_cluster {
   // After its master was killed (or fail_over): until the replica is master and the cluster
   // ok again. Detection takes about node_timeout, the election 0.5 to 1 s more.
   void wait_promoted(int replica, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-    auto until = std::chrono::steady_clock::now() + timeout;
-    wait_for("node " + std::to_string(replica) + " to be master", timeout, [&] {
+    auto until = std::chrono::steady_clock::now() + scaled(timeout);  // one bound for both
+    wait_until("node " + std::to_string(replica) + " to be master", until, [&] {
       return is_master(replica) ? std::string{} : "it is not:\n" + cluster_nodes(replica);
     });
-    wait_ok(std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::max(until - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration{})));
+    wait_until("cluster_state:ok", until, [&] { return not_settled(true); });
   }
 
  private:
@@ -454,17 +454,24 @@ class redis_cluster {
   }
 
   // Polls every 20 ms until `problem` returns empty; throws with its last answer after
-  // `timeout`.
+  // scaled(timeout) (a slow build or a busy machine settles later, never sooner).
   template <class Problem>
   static void wait_for(const std::string& what, std::chrono::milliseconds timeout,
                        Problem problem) {
-    auto until = std::chrono::steady_clock::now() + timeout;
+    wait_until(what, std::chrono::steady_clock::now() + scaled(timeout), problem);
+  }
+  template <class Problem>
+  static void wait_until(const std::string& what, std::chrono::steady_clock::time_point until,
+                         Problem problem) {
+    auto start = std::chrono::steady_clock::now();
     for (;;) {
       std::string seen = problem();
       if (seen.empty()) return;
-      if (std::chrono::steady_clock::now() > until) {
+      auto now = std::chrono::steady_clock::now();
+      if (now > until) {
+        auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - start);
         throw std::runtime_error("redis_cluster: no " + what + " after " +
-                                 std::to_string(timeout.count()) + " ms: " + seen);
+                                 std::to_string(waited.count()) + " ms: " + seen);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }

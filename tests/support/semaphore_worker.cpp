@@ -1,9 +1,10 @@
 // semaphore_worker: a separate process that contends for a semaphore, for the multi-process tests.
 //   semaphore_worker hammer --url URL --name N --limit L [--threads T] [--iterations I]
 //                           [--hold-us U] [--fair]
-//       T threads each take a permit I times (waiting up to 20 s each), and while holding it
-//       bump an occupancy counter N:occupancy (INCR on entry, DECR on exit) whose highest value
-//       is kept in N:max-occupancy by a script, independently of the semaphore's own keys.
+//       T threads each take a permit I times (waiting up to 20 s each, times the build's
+//       slowdown: tests/support/checks.hpp), and while holding it bump an occupancy counter
+//       N:occupancy (INCR on entry, DECR on exit) whose highest value is kept in
+//       N:max-occupancy by a script, independently of the semaphore's own keys.
 //       Exits 0 when done, 2 when a permit could not be had in time.
 //   semaphore_worker hold --url URL --name N --limit L [--ttl MS] [--fair]
 //       takes a permit, prints "held <token>" and sleeps until killed.
@@ -15,7 +16,7 @@
 //   semaphore_worker seed-try --url URL --name N --limit L [--ttl MS]
 //       seed 001's unfair semaphore, which scores holders by the CLIENT's clock (the design
 //       dlock rejects), in the sorted set N:seed: exits 0 when it got a slot (kept), 1 if not.
-// Under tests/support/clock_shim (LD_PRELOAD) the process's wall clock is skewed.
+// Under tests/support/clock_shim (LD_PRELOAD, DLOCK_CLOCK_OFFSET_MS) its wall clock is skewed.
 #include <unistd.h>
 
 #include <chrono>
@@ -25,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "checks.hpp"
 #include "dlock/client.hpp"
 #include "dlock/semaphore.hpp"
 
@@ -127,7 +129,7 @@ int main(int argc, char** argv) {
     threads.emplace_back([&, t] {
       dlock::semaphore sem{node, a.name, a.limit, options};
       for (int i = 0; i < a.iterations; ++i) {
-        auto permit = sem.try_acquire_for(std::chrono::seconds(20));
+        auto permit = sem.try_acquire_for(dlock::test::scaled(std::chrono::seconds(20)));
         if (!permit) {
           failed[static_cast<std::size_t>(t)] = 1;
           return;

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/checks.hpp"
 #include "support/redis_server.hpp"
 
 namespace dlock::test {
@@ -85,10 +86,10 @@ class sentinel_group {
   }
 
   // Until every sentinel knows the replica, the other sentinels and that the master is up:
-  // before that, a failover cannot be authorised. Throws after `limit`. Not for sentinels
-  // with a password (raw_command does not log in).
+  // before that, a failover cannot be authorised. Throws after scaled(limit). Not for
+  // sentinels with a password (raw_command does not log in).
   void wait_ready(std::chrono::milliseconds limit = std::chrono::seconds(20)) {
-    auto until = std::chrono::steady_clock::now() + limit;
+    auto until = std::chrono::steady_clock::now() + scaled(limit);
     std::string others = std::to_string(options_.sentinels - 1);
     for (int i = 0; i < sentinels(); ++i) {
       for (;;) {
@@ -107,10 +108,10 @@ class sentinel_group {
 
   // SENTINEL FAILOVER on the first sentinel, now rather than after down-after-milliseconds
   // (retried while it answers NOGOODSLAVE: it has not seen the replica answer lately); then
-  // until a majority names node 1. False if that does not happen within 20 s.
+  // until a majority names node 1. False if that does not happen within scaled(20 s).
   bool fail_over_to_replica() {
     const std::string failover = "SENTINEL FAILOVER " + name();
-    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (auto until = std::chrono::steady_clock::now() + scaled(std::chrono::seconds(10));
          std::chrono::steady_clock::now() < until;) {
       if (raw_command(sentinel(0).port(), failover).rfind("+OK", 0) == 0) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -118,10 +119,10 @@ class sentinel_group {
     return wait_for_master(node(1).port());
   }
 
-  // Until a majority of the sentinels name `port` as the master; false after `limit`.
+  // Until a majority of the sentinels name `port` as the master; false after scaled(limit).
   bool wait_for_master(unsigned short port,
                        std::chrono::milliseconds limit = std::chrono::seconds(20)) {
-    auto until = std::chrono::steady_clock::now() + limit;
+    auto until = std::chrono::steady_clock::now() + scaled(limit);
     for (;;) {
       int naming = 0;
       for (int i = 0; i < sentinels(); ++i) naming += master_port(i) == port;
