@@ -16,7 +16,7 @@
 JOBS ?= $(shell nproc)
 # Tests at once: most of a test's time is spent waiting on servers and child processes, not on a
 # core, and every bound a test waits for scales with the build (tests/support/checks.hpp).
-TEST_JOBS ?= $(shell echo $$(( $(JOBS) * 2 )))
+TEST_JOBS ?= $(shell echo $$(( $(JOBS) * 3 )))
 CTEST_ARGS ?=
 STAGE = @scripts/stage
 

@@ -1520,7 +1520,10 @@ TEST_F(CliTest, AClosedStderrDoesNotKillDlock) {
 TEST_F(CliTest, SigtstpStopsCmdWithDlockAndAnExpiredStopNeverResumesCmd) {
   strays left;
   const std::string key = test_key(), ticks = path("ticks");
-  auto d = start({"-r", server_.url(), "run", "--ttl", "3s", key, "--", "sh", "-c",
+  // The lease must outlive the first stop, with renewals every third of it on a busy machine,
+  // and expire during the second: 3 s in a plain build, longer where processes run slower.
+  const auto ttl = std::to_string(test::scaled(3s).count()) + "ms";
+  auto d = start({"-r", server_.url(), "run", "--ttl", ttl, key, "--", "sh", "-c",
                   "echo $$ > " + path("cmd") + "; while :; do echo >> " + ticks +
                       "; sleep 0.05; done"});
   pid_t cmd = left.add(read_pid(path("cmd")));
@@ -1528,7 +1531,7 @@ TEST_F(CliTest, SigtstpStopsCmdWithDlockAndAnExpiredStopNeverResumesCmd) {
   auto both_stopped = [&] { return process_state(cmd) == 'T' && process_state(d->pid()) == 'T'; };
   d->signal(SIGTSTP);
   ASSERT_TRUE(eventually(both_stopped))
-      << "cmd " << process_state(cmd) << ", dlock " << process_state(d->pid());
+      << "cmd " << process_state(cmd) << ", dlock " << process_state(d->pid()) << ": " << d->err();
   d->signal(SIGCONT);
   ASSERT_TRUE(
       eventually([&] { return process_state(cmd) != 'T' && process_state(d->pid()) != 'T'; }))
@@ -1541,7 +1544,7 @@ TEST_F(CliTest, SigtstpStopsCmdWithDlockAndAnExpiredStopNeverResumesCmd) {
   ASSERT_TRUE(eventually(both_stopped))
       << "cmd " << process_state(cmd) << ", dlock " << process_state(d->pid());
   size = fs::file_size(ticks);
-  // Past the 3 s TTL: the key leaves Redis no sooner than the lease's validity ends.
+  // Past the TTL: the key leaves Redis no sooner than the lease's validity ends.
   ASSERT_TRUE(eventually([&] { return !exists(key); })) << "the key outlived its TTL";
   d->signal(SIGCONT);
   EXPECT_EQ(d->wait(), 71) << d->err();
