@@ -15,6 +15,7 @@
 #include "dlock/key_layout.hpp"
 #include "dlock/semaphore.hpp"
 #include "semaphore_core.hpp"
+#include "support/background_wait.hpp"
 #include "support/checks.hpp"
 #include "support/commandstats.hpp"
 #include "support/redis_server.hpp"
@@ -24,70 +25,24 @@ namespace dlock {
 namespace {
 
 using namespace std::chrono_literals;
+using test::backstop;
 using test::eventually;
 using test::redis_server;
 using test::scaled;
 using test::test_key;
+using test::within_wakeups;
+using test::woken_within;
 using steady = std::chrono::steady_clock;
 
 double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-// The retry delay of the waiters whose wake-up a test times: they sleep a jittered 15-30 s
-// between attempts (their holders' TTLs are longer still, so that no expiry cuts it short),
-// which a wake-up must beat by far, on any build.
-constexpr auto backstop = 30s;
-
-// A bound on what wake-ups alone take: `bound` times slowdown(), but below the shortest
-// backstop sleep (backstop / 2), so that a waiter that polled instead can never pass.
-std::chrono::milliseconds within_wakeups(std::chrono::milliseconds bound) {
-  return std::min<std::chrono::milliseconds>(scaled(bound), backstop / 2 - 3s);
+// The waiter's acquire_until of `permits` on another thread (support/background_wait.hpp).
+test::background_wait waiting_on(semaphore& waiter, std::ptrdiff_t permits = 1) {
+  return test::background_wait{
+      [&waiter, permits](auto deadline, const wait_control& control, std::error_code& ec) {
+        return waiter.acquire_until(deadline, permits, control, ec);
+      }};
 }
-
-// How soon after a release a woken waiter holds its permits: about a round trip, with room.
-std::chrono::milliseconds woken_within() { return within_wakeups(1s); }
-
-// acquire_until(twice the backstop) of `permits` on another thread: the permit, and when the
-// call returned. `failed` counts its failed attempts, each followed by a sleep (its backstop,
-// or until woken); finish() (or destruction) stops the wait and joins it.
-struct background_wait {
-  explicit background_wait(semaphore& waiter, std::ptrdiff_t permits = 1)
-      : result(std::async(std::launch::async, [this, &waiter, permits] {
-          wait_control control{.stop = stop.get_token(), .on_retry = [this](const wait_progress&) {
-                                 ++failed;
-                                 return true;
-                               }};
-          std::error_code ec;
-          lease p = waiter.acquire_until(steady::now() + 2 * backstop, permits, control, ec);
-          returned_at = steady::now();
-          return p;
-        })) {}
-  ~background_wait() { finish(); }
-  background_wait(const background_wait&) = delete;
-  background_wait& operator=(const background_wait&) = delete;
-
-  void finish() {
-    stop.request_stop();
-    if (result.valid()) result.wait();
-  }
-  // How long after `since` it got its permits, if it did by since + limit (else it is
-  // stopped). A permit it got is released.
-  std::optional<steady::duration> got_within(steady::time_point since,
-                                             std::chrono::milliseconds limit) {
-    if (result.wait_until(since + limit) != std::future_status::ready) {
-      finish();
-      return std::nullopt;
-    }
-    lease p = result.get();
-    EXPECT_TRUE(p);
-    EXPECT_FALSE(p.release());
-    return returned_at - since;
-  }
-
-  std::atomic<int> failed{0};
-  std::stop_source stop;
-  steady::time_point returned_at;  // written before `result` is ready
-  std::future<lease> result;
-};
 
 long long integer_of(const reply& r) { return r.is_nil() ? 0 : std::stoll(r.str()); }
 
@@ -141,7 +96,7 @@ class SemaphoreWakeupBase : public ::testing::Test {
     semaphore waiter{client_, test_key(), 1, options({.ttl = 30s, .retry_delay = backstop})};
     auto held = holder.try_acquire();
     ASSERT_TRUE(held);
-    background_wait waiting{waiter};
+    auto waiting = waiting_on(waiter);
     wait_for_queue(1);
     ASSERT_EQ(offering(), 1u);
     // Its attempt that queued has run its script, and it failed one: no attempt of its own
@@ -191,7 +146,7 @@ class SemaphoreWakeupBase : public ::testing::Test {
                      options({.retry_delay = backstop, .wake_on_release = wake})};
     auto held = holder.try_acquire();
     EXPECT_TRUE(held);
-    background_wait waiting{waiter};
+    auto waiting = waiting_on(waiter);
     if (wake || fair()) wait_for_queue(1, wake);  // a polling fair waiter queues too
     // It found no permit free (and queued, with wake-ups): from here only the release or its
     // 15-30 s backstop moves it.
@@ -319,7 +274,7 @@ TEST_P(SemaphoreWakeupTest, ALostNotificationCostsAtMostTheBackstop) {
   auto held = holder.try_acquire();
   ASSERT_TRUE(held);
   semaphore waiter{client_, test_key(), 1, options({.retry_delay = 300ms})};
-  background_wait waiting{waiter};
+  auto waiting = waiting_on(waiter);
   wait_for_queue(1);
   // Freed behind dlock's back, as an expiry would: nobody is told.
   auto freed = steady::now();
@@ -367,7 +322,7 @@ TEST_P(SemaphoreWakeupTest, AWokenWaiterThatGivesUpHandsItsWakeUpOn) {
                   k.waiters, k.waiter_info, k.tickets, "gone", "1", "1", "30000",
                   "30000 dlock:wake:nobody"});
   }
-  background_wait waiting{second};
+  auto waiting = waiting_on(second);
   wait_for_queue(2);
   EXPECT_TRUE(eventually([&] { return waiting.failed > 0; }));  // asleep in its 15-30 s backstop
   EXPECT_FALSE(held.release());      // wakes "gone" only
@@ -467,7 +422,7 @@ TEST_F(SemaphoreHandoffTest, AWaiterIsHandedPermitsOnlyWhenAllItWantsAreFree) {
   auto held_a = a.try_acquire();
   auto held_b = b.try_acquire();
   ASSERT_TRUE(held_a && held_b);
-  background_wait acquired{w, 2};
+  auto acquired = waiting_on(w, 2);
   wait_for_queue(1);
   EXPECT_TRUE(eventually([&] { return acquired.failed > 0; }));  // asleep in its backstop
   auto woken_once = acquired.failed.load();

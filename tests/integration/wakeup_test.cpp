@@ -13,6 +13,7 @@
 
 #include "dlock/mutex.hpp"
 #include "dlock/semaphore.hpp"
+#include "support/background_wait.hpp"
 #include "support/checks.hpp"
 #include "support/commandstats.hpp"
 #include "support/redis_server.hpp"
@@ -22,69 +23,23 @@ namespace dlock {
 namespace {
 
 using namespace std::chrono_literals;
+using test::backstop;
 using test::eventually;
 using test::redis_server;
 using test::scaled;
 using test::test_key;
+using test::woken_within;
 using steady = std::chrono::steady_clock;
-
-// The retry delay of the waiters whose wake-up a test times: they sleep a jittered 15-30 s
-// between attempts (their holders' TTLs are longer still, so that no expiry cuts it short),
-// which a wake-up must beat by far, on any build.
-constexpr auto backstop = 30s;
-
-// A bound on what wake-ups alone take: `bound` times slowdown(), but below the shortest
-// backstop sleep (backstop / 2), so that a waiter that polled instead can never pass.
-std::chrono::milliseconds within_wakeups(std::chrono::milliseconds bound) {
-  return std::min<std::chrono::milliseconds>(scaled(bound), backstop / 2 - 3s);
-}
-
-// How soon after a release a woken waiter holds the lock: about a round trip, with room.
-std::chrono::milliseconds woken_within() { return within_wakeups(1s); }
 
 double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-// acquire_until(twice the backstop) on another thread, giving the lock back at once: whether
-// it got the lock, and when. `failed` counts its failed attempts, each followed by a sleep (its
-// backstop, or until woken); finish() (or destruction) stops the wait and joins it.
-struct background_wait {
-  explicit background_wait(mutex& waiter)
-      : result(std::async(std::launch::async, [this, &waiter] {
-          wait_control control{.stop = stop.get_token(), .on_retry = [this](const wait_progress&) {
-                                 ++failed;
-                                 return true;
-                               }};
-          std::error_code ec;
-          lease l = waiter.acquire_until(steady::now() + 2 * backstop, control, nullptr, ec);
-          auto at = steady::now();
-          bool ok = static_cast<bool>(l);
-          if (ok) l.release();
-          return std::make_pair(ok, at);
-        })) {}
-  ~background_wait() { finish(); }
-  background_wait(const background_wait&) = delete;
-  background_wait& operator=(const background_wait&) = delete;
-
-  void finish() {
-    stop.request_stop();
-    if (result.valid()) result.wait();
-  }
-  // How long after `since` it got the lock, if it did by since + limit (else it is stopped).
-  std::optional<steady::duration> got_within(steady::time_point since,
-                                             std::chrono::milliseconds limit) {
-    if (result.wait_until(since + limit) != std::future_status::ready) {
-      finish();
-      return std::nullopt;
-    }
-    auto [ok, at] = result.get();
-    EXPECT_TRUE(ok);
-    return at - since;
-  }
-
-  std::atomic<int> failed{0};
-  std::stop_source stop;
-  std::future<std::pair<bool, steady::time_point>> result;
-};
+// The waiter's acquire_until on another thread (support/background_wait.hpp).
+test::background_wait waiting_on(mutex& waiter) {
+  return test::background_wait{
+      [&waiter](auto deadline, const wait_control& control, std::error_code& ec) {
+        return waiter.acquire_until(deadline, control, nullptr, ec);
+      }};
+}
 
 class WakeupTest : public ::testing::Test {
  protected:
@@ -106,7 +61,7 @@ class WakeupTest : public ::testing::Test {
     mutex holder{client_, test_key(), {.ttl = 2 * backstop}};
     mutex waiter{client_, test_key(), std::move(waiter_options)};
     EXPECT_TRUE(holder.try_lock());
-    background_wait waiting{waiter};
+    auto waiting = waiting_on(waiter);
     if (wakes) wait_for_queue(1);
     // It found the lock held (and queued, with wake-ups): from here only the release or its
     // 15-30 s backstop moves it.
@@ -135,7 +90,7 @@ TEST_F(WakeupTest, ALostNotificationCostsAtMostTheBackstop) {
   mutex holder{client_, test_key(), {.ttl = 30s}};
   ASSERT_TRUE(holder.try_lock());
   mutex waiter{client_, test_key(), {.retry_delay = 300ms}};
-  background_wait waiting{waiter};
+  auto waiting = waiting_on(waiter);
   wait_for_queue(1);
   auto freed = steady::now();
   client_.exec({"DEL", test_key()});  // freed behind dlock's back: nobody is told
@@ -313,7 +268,7 @@ TEST_F(WakeupTest, AForeignHoldersReleaseWakesTheWaiter) {
     bool wakes = options.wake_on_release;
     mutex waiter{client_, test_key(), std::move(options)};
     auto before = watches();
-    background_wait waiting{waiter};
+    auto waiting = waiting_on(waiter);
     if (wakes) {
       EXPECT_TRUE(eventually([&] { return watches() != before; }));
       EXPECT_EQ(watches(), before + 1) << "the waiter does not watch the foreign holder's key";
@@ -371,7 +326,7 @@ TEST_F(WakeupTest, AFlushWakesWaitersOnForeignHolders) {
   client other{server_.url()};
   other.exec({"SET", test_key(), "redsync-value", "PX", "60000"});
   mutex waiter{client_, test_key(), {.retry_delay = backstop}};
-  background_wait waiting{waiter};
+  auto waiting = waiting_on(waiter);
   // It watches the key on its way to its 15-30 s backstop sleep.
   EXPECT_TRUE(eventually([&] { return test::command_calls(client_)["client|tracking"] != 0; }));
   auto flushed = steady::now();
