@@ -82,9 +82,11 @@ ci:
 # fails its test. tests/tsan.supp lists the reports that are not dlock's, and
 # atexit_sleep_ms=0 spares each test process TSan's 1 s wait at exit.
 TSAN_TEST_OPTIONS = suppressions=$(CURDIR)/tests/tsan.supp atexit_sleep_ms=0
+# One test per core: a ThreadSanitizer process keeps its core busy, unlike the ASan suite's.
+TSAN_TEST_JOBS ?= $(JOBS)
 tsan: bootstrap
 	$(STAGE) "build (ThreadSanitizer)" -- sh -c 'cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_SANITIZE=thread -DDLOCK_WERROR=ON -DDLOCK_BUILD_EXAMPLES=OFF >/dev/null && cmake --build build/tsan -j $(JOBS) --target dlock_tests'
-	$(STAGE) "ctest under TSan: unit, integration" -- sh -c 'cd build/tsan && TSAN_OPTIONS="$(TSAN_TEST_OPTIONS)" ctest --output-on-failure -j $(TEST_JOBS) --timeout 300 -L "unit|integration" -LE "fault|soak|sweep" -E "^fuzz\." $(CTEST_ARGS)'
+	$(STAGE) "ctest under TSan: unit, integration" -- sh -c 'cd build/tsan && TSAN_OPTIONS="$(TSAN_TEST_OPTIONS)" ctest --output-on-failure -j $(TSAN_TEST_JOBS) --timeout 300 -L "unit|integration" -LE "fault|soak|sweep" -E "^fuzz\." $(CTEST_ARGS)'
 
 # The libFuzzer targets, built with clang in build/fuzz, each run for FUZZ_SECONDS (scripts/fuzz).
 FUZZ_SECONDS ?= 25
