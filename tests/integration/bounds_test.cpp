@@ -143,8 +143,9 @@ TEST(DeadlineBoundTest, AnAttemptGivenUpAtTheDeadlineIsNotResentAfterItsCleanup)
   EXPECT_FALSE(lock.try_lock_for(100ms));
   // The pause is over and the acquire's NOSCRIPT went back, behind it on the wire the cleanup.
   EXPECT_TRUE(test::eventually([&] { return noscripts() > failed_before; }));
-  // A negative check: time for a late EVAL, were one sent on that NOSCRIPT, to land.
-  std::this_thread::sleep_for(200ms);
+  // A negative check: time for the NOSCRIPT to reach the client and for a late EVAL, were one
+  // sent on it, to land (the count above rose before the client read the reply).
+  std::this_thread::sleep_for(test::scaled(300ms));
   EXPECT_EQ(raw_command(s.port(), "EXISTS " + key), ":0\r\n") << "orphaned by a late EVAL";
   mutex other{client{s.url()}, key};
   EXPECT_TRUE(other.try_lock());

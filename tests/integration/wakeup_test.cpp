@@ -28,6 +28,7 @@ using test::eventually;
 using test::redis_server;
 using test::scaled;
 using test::test_key;
+using test::within_wakeups;
 using test::woken_within;
 using steady = std::chrono::steady_clock;
 
@@ -125,7 +126,8 @@ TEST_F(WakeupTest, OneReleaseWakesOneWaiterNotAll) {
   wait_for_queue(waiters);
   auto before = test::scripts_run(client_);
   holder.unlock();  // one EVALSHA: the release, which hands the lock to one waiter
-  EXPECT_TRUE(eventually([&] { return winners > 0; }, 3s));
+  // The first wake-up, within a bound below the shortest backstop sleep: no poll can pass it.
+  EXPECT_TRUE(test::holds_within([&] { return winners > 0; }, within_wakeups(3s)));
   std::this_thread::sleep_for(scaled(200ms));  // a herd would show up here
   auto after = test::scripts_run(client_);
   EXPECT_EQ(winners.load(), 1);
@@ -364,8 +366,10 @@ TEST_F(WakeupTest, ALockHandedToAWaiterThatGaveUpIsGivenBack) {
     client_.exec({"ZADD", waiters, "99", id});  // the late attempt
     client_.exec({"HSET", info, id, entry});
     holder.unlock();
-    EXPECT_TRUE(eventually([&] { return client_.exec({"EXISTS", test_key()}).integer() == 0; },
-                           5s))
+    // Never as long as the waiter's 120 s TTL, however slow the build: that expiry would pass.
+    EXPECT_TRUE(test::holds_within(
+        [&] { return client_.exec({"EXISTS", test_key()}).integer() == 0; },
+        std::min<std::chrono::milliseconds>(scaled(5s), 60s)))
         << "held by nobody";
     mutex newcomer{client_, test_key()};
     EXPECT_TRUE(newcomer.try_lock());
@@ -456,7 +460,9 @@ TEST_F(WakeupTest, WaitersThatGiveUpLeaveNoOrphanedLock) {
   EXPECT_GT(gave_up.load(), 0);
   // Every holder released and every quitter gave its handoffs back: nobody holds the lock (a
   // give-up's release may still be on its way for a moment).
-  EXPECT_TRUE(eventually([&] { return client_.exec({"GET", test_key()}).is_nil(); }, 5s))
+  // Never as long as the 120 s TTL, however slow the build: that expiry would pass.
+  EXPECT_TRUE(test::holds_within([&] { return client_.exec({"GET", test_key()}).is_nil(); },
+                                 std::min<std::chrono::milliseconds>(scaled(5s), 60s)))
       << "held by a waiter that gave up; PTTL " << client_.exec({"PTTL", test_key()}).integer();
 }
 

@@ -3,6 +3,8 @@
 //                       times DLOCK_TEST_SLOWDOWN (a loaded or slow machine)
 //   scaled              a bound on how long something may take, times slowdown()
 //   eventually          polls a condition until it holds or a scaled time limit passes
+//   holds_within        the same with the limit as given: for a bound a test already scaled
+//                       and capped (it must stay below another mechanism's time)
 //   is_invalid_argument runs a callable and says whether it threw errc::invalid_argument
 // A test waits for a condition, never for a guessed time: every bound it gives is an upper
 // bound on a wait that normally ends much sooner, so making it generous costs nothing while the
@@ -13,6 +15,7 @@
 #include <cstdlib>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 #include "dlock/error.hpp"
 
@@ -44,15 +47,21 @@ std::chrono::milliseconds scaled(std::chrono::duration<Rep, Period> bound) {
   return std::chrono::milliseconds(static_cast<long long>(static_cast<double>(ms.count()) * slowdown()));
 }
 
-// Polls `pred` every 5 ms until it holds (true) or scaled(limit) has passed (false).
+// Polls `pred` every 5 ms until it holds (true) or `limit` has passed (false).
 template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
-  auto until = std::chrono::steady_clock::now() + scaled(limit);
+bool holds_within(Pred pred, std::chrono::milliseconds limit) {
+  auto until = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < until) {
     if (pred()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return pred();
+}
+
+// Polls `pred` every 5 ms until it holds (true) or scaled(limit) has passed (false).
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  return holds_within(std::move(pred), scaled(limit));
 }
 
 // True when `make` throws std::system_error(errc::invalid_argument): a refusal before any I/O.
