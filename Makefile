@@ -35,7 +35,6 @@ RELEASE_CONFIG = cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DDLOCK_
 	-DDLOCK_BUILD_EXAMPLES=OFF >/dev/null
 
 debug: bootstrap
-	@[ -n "$$DLOCK_STAGE_WITHIN" ] || [ "$(MAKECMDGOALS)" != test ] || scripts/stage begin test
 	$(STAGE) "build (debug, ASan+UBSan)" -- sh -c '$(DEBUG_CONFIG) && cmake --build build/debug -j $(JOBS)'
 
 release: bootstrap
@@ -56,9 +55,10 @@ check:
 	$(STAGE) "ctest: unit, single-node integration, sim" -- sh -c 'cd build/debug && DLOCK_SIM_SEEDS=300 ctest --output-on-failure -j $(TEST_JOBS) --timeout 300 -L "unit|integration|sim" -LE sweep -E "$(CHECK_SKIP)" $(CTEST_ARGS)'
 	@scripts/stage report
 
-# The README's test command: everything that can find a bug in the library, built once. Its
-# first stage, the build, starts the record of its stage times (unless `make ci` runs it).
-test: debug
+# The README's test command: everything that can find a bug in the library, built once.
+test:
+	@scripts/stage begin test
+	@$(MAKE) --no-print-directory debug
 	$(STAGE) "ctest: unit, integration, fault, soak, sim" -- sh -c 'cd build/debug && ctest --output-on-failure -j $(TEST_JOBS) --timeout 300 -LE sweep $(CTEST_ARGS)'
 	@$(MAKE) --no-print-directory sweep
 	@scripts/stage report

@@ -52,6 +52,15 @@ detail::cluster_router::counters routed(const client& c) {
   return detail::access::cluster(c)->stats();
 }
 
+// Waits until one waiter has queued and subscribed: its entry in `info` names its wake channel.
+bool one_waiter_with_wake_channel(client& c, const std::string& info) {
+  return test::eventually([&] {
+    reply entries = c.exec({"HVALS", info});
+    return entries.elements().size() == 1 &&
+           entries.elements()[0].str().find(' ') != std::string::npos;
+  });
+}
+
 // `holder_client` holds `name`, a waiter on `waiter_client` queues behind it with a backstop of
 // 5-10 s, and the release must bring the waiter in within 1 s: only a wake-up can. All three
 // scale with the build, so the bound stays far below the backstop on a slow one too (and the
@@ -67,13 +76,8 @@ void expect_woken_by_release(client& holder_client, client& waiter_client,
   std::thread waiting([&] {
     got = waiter.acquire_until(std::chrono::steady_clock::now() + 2 * backstop, ec);
   });
-  // Queued and subscribed: its entry names its wake channel.
-  auto info = lock_keys_for(name).waiter_info;
-  EXPECT_TRUE(test::eventually([&] {
-    reply entries = holder_client.exec({"HVALS", info});
-    return entries.elements().size() == 1 &&
-           entries.elements()[0].str().find(' ') != std::string::npos;
-  })) << "the waiter never queued";
+  EXPECT_TRUE(one_waiter_with_wake_channel(holder_client, lock_keys_for(name).waiter_info))
+      << "the waiter never queued";
   auto released_at = std::chrono::steady_clock::now();
   EXPECT_FALSE(l.release());
   waiting.join();
@@ -220,13 +224,8 @@ TEST_F(ClusterTest, AReadWriteLockKeepsItsKeysInOneSlotAndWakesItsReaders) {
       std::error_code wait_ec;
       got = mine.acquire_shared_until(std::chrono::steady_clock::now() + 2 * backstop, wait_ec);
     });
-    // Queued and subscribed: its entry names its wake channel.
-    auto info = shared_mutex_keys_for(key).waiter_info;
-    EXPECT_TRUE(test::eventually([&] {
-      reply entries = client_.exec({"HVALS", info});
-      return entries.elements().size() == 1 &&
-             entries.elements()[0].str().find(' ') != std::string::npos;
-    }));
+    EXPECT_TRUE(one_waiter_with_wake_channel(client_, shared_mutex_keys_for(key).waiter_info))
+        << "the reader never queued";
     auto writer_fence = writer.fencing_token();
     auto released_at = std::chrono::steady_clock::now();
     EXPECT_FALSE(writer.release());
