@@ -1524,15 +1524,34 @@ TEST_F(CliTest, SigtstpStopsCmdWithDlockAndAnExpiredStopNeverResumesCmd) {
   // The lease must outlive the first stop, with renewals every third of it on a busy machine,
   // and expire during the second: 3 s in a plain build, longer where processes run slower.
   const auto ttl = std::to_string(test::scaled(3s).count()) + "ms";
-  auto d = start({"-r", server_.url(), "run", "--ttl", ttl, key, "--", "sh", "-c",
-                  "echo $$ > " + path("cmd") + "; while :; do echo >> " + ticks +
-                      "; sleep 0.05; done"});
+  // CMD ticks in one process: a shell that forks `sleep` (dash vforks) waits for its stopped
+  // child in state D, never T, though nothing of the tree runs.
+  auto d = start({"-v", "-r", server_.url(), "run", "--ttl", ttl, key, "--", "perl", "-e",
+                  "open my $p, '>', shift; print $p \"$$\\n\"; close $p; open my $t, '>>', "
+                  "shift; select $t; $| = 1; while (1) { print \"\\n\"; "
+                  "select undef, undef, undef, 0.05 }",
+                  path("cmd"), ticks});
   pid_t cmd = left.add(read_pid(path("cmd")));
   ASSERT_TRUE(eventually([&] { return fs::exists(ticks); }));
   auto both_stopped = [&] { return process_state(cmd) == 'T' && process_state(d->pid()) == 'T'; };
+  // On a failure: the states seen (CMD's, dlock's) and dlock's own account (-v), once let go on.
+  auto stopped_or_say_why = [&] {
+    std::string seen;
+    auto note_states = [&] {
+      const std::string now{process_state(cmd) ? process_state(cmd) : '-',
+                            process_state(d->pid()) ? process_state(d->pid()) : '-'};
+      if (seen.size() < 2 || seen.compare(seen.size() - 2, 2, now) != 0) seen += " " + now;
+      return both_stopped();
+    };
+    if (eventually(note_states)) return true;
+    d->signal(SIGCONT);
+    const int status = d->wait();
+    ADD_FAILURE() << "states (cmd, dlock):" << seen << "; dlock exited " << status << ": "
+                  << d->err();
+    return false;
+  };
   d->signal(SIGTSTP);
-  ASSERT_TRUE(eventually(both_stopped))
-      << "cmd " << process_state(cmd) << ", dlock " << process_state(d->pid()) << ": " << d->err();
+  ASSERT_TRUE(stopped_or_say_why());
   d->signal(SIGCONT);
   ASSERT_TRUE(
       eventually([&] { return process_state(cmd) != 'T' && process_state(d->pid()) != 'T'; }))
@@ -1542,8 +1561,7 @@ TEST_F(CliTest, SigtstpStopsCmdWithDlockAndAnExpiredStopNeverResumesCmd) {
   EXPECT_TRUE(exists(key));
 
   d->signal(SIGTSTP);
-  ASSERT_TRUE(eventually(both_stopped))
-      << "cmd " << process_state(cmd) << ", dlock " << process_state(d->pid());
+  ASSERT_TRUE(stopped_or_say_why());
   size = fs::file_size(ticks);
   // Past the TTL: the key leaves Redis no sooner than the lease's validity ends.
   ASSERT_TRUE(eventually([&] { return !exists(key); })) << "the key outlived its TTL";
