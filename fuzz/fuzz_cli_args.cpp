@@ -36,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   app.add_option("-r,--redis", g.urls, "Redis node URL");
   app.add_option("--password-file", g.password_file, "password file");
   app.add_option("--user", g.user, "ACL user");
-  duration_option(app, "--timeout", g.timeout, "per-request deadline");
+  duration_option(app, "--request-timeout", g.request_timeout, "per-request deadline");
   app.add_flag("-v,--verbose", g.verbose, "verbose");
   std::vector<subcommand> commands = add_all_commands(app, g);
   try {

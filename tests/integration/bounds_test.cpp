@@ -323,8 +323,14 @@ TEST(ForkTest, AChildThatDropsItsClientsAndExitsEndsAtOnce) {
       while (left > 0) std::this_thread::yield();
     }
   });
-  int slow = 0;
-  for (int i = 0; i < 40; ++i) {
+  // The bugs: a deadlock on a lock copied held (the child never exits; it happens only when a
+  // fork meets the lock held, so one hang in 40 is the bug), or waiting out the I/O thread's
+  // 1 s stop at exit (over 1 s every time). A normal exit takes milliseconds, though a loaded
+  // machine makes a few slow: more than half of them slow is the second bug, not the load.
+  constexpr int children = 40;
+  const auto hung_after = test::scaled(5s);
+  int slow = 0, hung = 0;
+  for (int i = 0; i < children; ++i) {
     pid_t child = ::fork();
     if (child == 0) {
       in_a_forked_child = true;
@@ -337,20 +343,21 @@ TEST(ForkTest, AChildThatDropsItsClientsAndExitsEndsAtOnce) {
     }
     auto t0 = steady::now();
     int status = 0;
-    while (::waitpid(child, &status, WNOHANG) == 0 && since(t0) < 2s) {
+    while (::waitpid(child, &status, WNOHANG) == 0 && since(t0) < hung_after) {
       std::this_thread::sleep_for(1ms);
     }
-    if (since(t0) >= 2s) {
+    if (since(t0) >= hung_after) {
       ::kill(child, SIGKILL);
       ::waitpid(child, &status, 0);
+      ++hung;
+    } else if (since(t0) > 900ms) {
+      ++slow;
     }
-    // The bugs: a deadlock on a lock copied held (no exit), or waiting out the I/O thread's
-    // 1 s stop at exit (over 1 s every time). A normal exit takes milliseconds.
-    if (since(t0) > 900ms) ++slow;
   }
   busy = false;
   load.join();
-  EXPECT_EQ(slow, 0) << "children that hung or took over 0.9 s to exit";
+  EXPECT_EQ(hung, 0) << "children that never exited";
+  EXPECT_LT(slow, children / 2) << "children that took over 0.9 s to exit";
 }
 
 // fork then exec, as the CLI runs CMD: the program sees none of dlock's sockets.

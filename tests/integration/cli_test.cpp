@@ -694,8 +694,10 @@ TEST_F(CliTest, ThreeNodesWorkWithOneDownAndExit69WithTwoDown) {
   EXPECT_EQ(two_down.status, 69) << two_down.err;
   expect_one_line_message(two_down);
   EXPECT_NE(two_down.err.find("quorum"), std::string::npos) << two_down.err;
-  // Waiting does not hang on an outage: it is waited out for 2 x --timeout, then 69.
-  auto waiting = run({"--timeout", "200ms", "run", key, "--", "touch", path("never")}, env);
+  // Waiting without -w does not hang on an outage: it is waited out for 2 x
+  // --request-timeout, then 69.
+  auto waiting =
+      run({"--request-timeout", "200ms", "run", key, "--", "touch", path("never")}, env);
   EXPECT_EQ(waiting.status, 69) << waiting.err;
   EXPECT_LT(steady::now() - t0, test::scaled(8s));
   EXPECT_FALSE(fs::exists(path("never")));
@@ -769,7 +771,7 @@ TEST_F(CliTest, BadInputExits64WithAOneLineMessage) {
       {"-r", server_.url(), "run", key},
       {"-r", server_.url(), "run", "-n", "-w", "1s", key, "--", "true"},
       {"-r", server_.url(), "-r", server_.url(), "status", key},
-      {"--timeout", "0", "-r", server_.url(), "status", key},
+      {"--request-timeout", "0", "-r", server_.url(), "status", key},
       {"-r", server_.url(), "frobnicate"},
       {},
   };
@@ -830,7 +832,7 @@ TEST_F(CliTest, PasswordFromEnvironmentOrFileNeverOnlyArgv) {
   redis_server secured{{.extra = {"--requirepass", "s3cret"}}};
   const std::string key = test_key();
   auto none = run({"-r", secured.url(), "status", key});
-  EXPECT_EQ(none.status, 69) << none.err;
+  EXPECT_EQ(none.status, 77) << none.err;  // EX_NOPERM: status could not tell, for want of it
   auto env = run({"-r", secured.url(), "status", key}, {"DLOCK_PASSWORD=s3cret"});
   EXPECT_EQ(env.status, 0) << env.err;
   {
@@ -1219,7 +1221,8 @@ TEST_F(CliTest, DoctorWarnsAboutAWeakDeploymentAndPassesASoundOne) {
   auto sound = run({"-r", a.url(), "-r", b.url(), "-r", c.url(), "doctor"});
   EXPECT_EQ(sound.status, 0) << sound.out << sound.err;
   // A node that cannot be inspected.
-  auto down = run({"--timeout", "200ms", "-r", "redis://127.0.0.1:" + std::to_string(test::free_port()),
+  auto down = run({"--request-timeout", "200ms", "-r",
+                   "redis://127.0.0.1:" + std::to_string(test::free_port()),
                    "doctor"});
   EXPECT_EQ(down.status, 69) << down.out << down.err;
 }
@@ -1268,11 +1271,11 @@ TEST_F(CliTest, ATtlBelowTheMinimumIsAUsageErrorNamingIt) {
   const std::string key = test_key();
   // run needs 200 ms: its SIGKILL margin is at least 20 ms, so that the guard's reaction fits.
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
-      {{"-r", server_.url(), "run", "--ttl", "1", key, "--", "true"}, "200ms"},
+      {{"-r", server_.url(), "run", "--ttl", "1ms", key, "--", "true"}, "200ms"},
       {{"-r", server_.url(), "run", "--ttl", "99ms", key, "--", "true"}, "200ms"},
       {{"-r", server_.url(), "run", "--ttl", "150ms", key, "--", "true"}, "200ms"},
-      {{"-r", server_.url(), "acquire", "--ttl", "1", key}, "100ms"},
-      {{"-r", server_.url(), "extend", "--ttl", "1", key, "token"}, "100ms"},
+      {{"-r", server_.url(), "acquire", "--ttl", "1ms", key}, "100ms"},
+      {{"-r", server_.url(), "extend", "--ttl", "1ms", key, "token"}, "100ms"},
   };
   for (const auto& [args, least] : cases) {
     auto r = run(args);
@@ -1572,9 +1575,9 @@ TEST_F(CliTest, SigtstpStopsCmdWithDlockAndAnExpiredStopNeverResumesCmd) {
 }
 
 // Durations past what the clocks hold (2562048h just passes int64 nanoseconds; the other is the
-// largest int64 of milliseconds) mean "forever", not "already over": -w waits, --timeout lets a
-// run through, and --lost-grace gives CMD its SIGTERM and time to act on it. --min-hold past
-// the longest TTL is a usage error.
+// largest int64, in seconds) mean "forever", not "already over": -w waits, --request-timeout
+// lets a run through, and --lost-grace gives CMD its SIGTERM and time to act on it. --min-hold
+// past the longest TTL is a usage error.
 TEST_F(CliTest, HugeDurationsMeanForeverNotAlreadyOver) {
   strays left;
   const std::string key = test_key();
@@ -1601,7 +1604,8 @@ TEST_F(CliTest, HugeDurationsMeanForeverNotAlreadyOver) {
   holder->signal(SIGTERM);
   EXPECT_EQ(holder->wait(), 128 + SIGTERM);
 
-  auto patient = run({"--timeout", "2562048h", "-r", server_.url(), "run", key, "--", "true"});
+  auto patient =
+      run({"--request-timeout", "2562048h", "-r", server_.url(), "run", key, "--", "true"});
   EXPECT_EQ(patient.status, 0) << patient.err;
   auto hold = run({"-r", server_.url(), "run", "--min-hold", "2562048h", key, "--", "true"});
   EXPECT_EQ(hold.status, 64) << hold.err;
@@ -1863,6 +1867,204 @@ TEST_F(CliTest, AbrtTrapAndSysFromKillAreForwardedAndTheLockReleased) {
     EXPECT_FALSE(exists(key)) << "left held for its TTL";
     EXPECT_FALSE(running(cmd));
   }
+}
+
+// flock's habits (issue 36): a bare duration is seconds; -w/--wait/--timeout are one option;
+// --nb/--nonblock/--nonblocking, -s/--shared, -x/-e/--exclusive are flock's spellings; every
+// word after the name is the command's, and -c STRING runs STRING with $SHELL -c. Options
+// put after the name, and the request deadline given as --timeout, are refused with where
+// they go.
+TEST_F(CliTest, FlockHabitsSecondsTheCommandAfterTheNameAndFlocksSpellings) {
+  strays left;
+  const std::string key = test_key(), url = server_.url();
+  auto holder = start({"-r", url, "run", key, "--", "sh", "-c",
+                       "touch " + path("held") + "; exec sleep 100000"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("held")); }));
+  // `-w 1` waits a second, as flock's does (it gave up after 1 ms); so does --timeout.
+  for (const char* wait : {"-w", "--wait", "--timeout"}) {
+    auto r = run({"-r", url, "run", "-q", wait, "1", key, "--", "touch", path("never")});
+    EXPECT_EQ(r.status, 75) << wait << ": " << r.err;
+    EXPECT_GE(r.took, 1s) << wait;
+  }
+  auto decimal = run({"-r", url, "run", "-q", "-w", "0.3", key, "--", "touch", path("never")});
+  EXPECT_EQ(decimal.status, 75) << decimal.err;
+  EXPECT_GE(decimal.took, 300ms);
+  for (const char* nonblock : {"-n", "--nb", "--nonblock", "--nonblocking"}) {
+    auto r = run({"-r", url, "run", nonblock, "-E", "9", key, "touch", path("never")});
+    EXPECT_EQ(r.status, 9) << nonblock << ": " << r.err;
+  }
+  auto exclusive = run({"-r", url, "run", "-x", "-n", key, "touch", path("never")});
+  EXPECT_EQ(exclusive.status, 75) << exclusive.err;
+  EXPECT_FALSE(fs::exists(path("never")));
+  holder->signal(SIGTERM);
+  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+
+  // Every word after the name is CMD's, ours included; `--` before CMD is optional.
+  auto words = run({"-r", url, "run", key, "printf", "%s|", "-n", "-w", "5", "--", "x"});
+  EXPECT_EQ(words.status, 0) << words.err;
+  EXPECT_EQ(words.out, "-n|-w|5|--|x|");
+  auto dashed = run({"-r", url, "run", key, "--", "printf", "%s|", "-w", "5"});
+  EXPECT_EQ(dashed.status, 0) << dashed.err;
+  EXPECT_EQ(dashed.out, "-w|5|");
+  // -c STRING in flock's place, run by $SHELL -c.
+  auto shell = run({"-r", url, "run", key, "-c", "echo \"hi $DLOCK_KEY\""}, {"SHELL=/bin/sh"});
+  EXPECT_EQ(shell.status, 0) << shell.err;
+  EXPECT_EQ(shell.out, "hi " + key + "\n");
+  auto command = run({"-r", url, "run", key, "--command", "exit 3"});
+  EXPECT_EQ(command.status, 3) << command.err;
+  for (const char* flag : {"-s", "--shared", "-x", "-e", "--exclusive"}) {
+    auto r = run({"-r", url, "run", flag, "-n", key, "true"});
+    EXPECT_EQ(r.status, 0) << flag << ": " << r.err;
+  }
+
+  // Refused with exit 64 and where things go; nothing runs, nothing is held.
+  struct refusal {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<refusal> refusals{
+      {{"-r", url, "run", key, "-w", "5", "touch", path("never")}, "options go before NAME"},
+      {{"-r", url, "run", key, "-c"}, "exactly one command string"},
+      {{"-r", url, "run", key, "-c", "touch " + path("never"), "extra"}, "exactly one command"},
+      {{"-r", url, "run", key}, "no command to run"},
+      {{"-r", url, "run", key, "--"}, "no command to run"},
+      {{"-r", url, "elect", key}, "dlock elect [OPTIONS] NAME"},
+      {{"-r", url, "run", "-w", "1m30", key, "touch", path("never")}, "longest first"},
+      {{"-r", url, "run", "-w", "5sec", key, "touch", path("never")}, "seconds (60, 2.5)"},
+      {{"-r", url, "run", "-x", "--read", key, "touch", path("never")}, "excludes"},
+      {{"--timeout", "5", "-r", url, "status", key}, "--request-timeout"},
+      {{"-r", url, "status", "--timeout", "5", key}, "--request-timeout"},
+  };
+  for (const auto& [args, says] : refusals) {
+    auto r = run(args);
+    std::string shown;
+    for (const auto& a : args) shown += a + " ";
+    EXPECT_EQ(r.status, 64) << shown << "\n" << r.err;
+    expect_one_line_message(r);
+    EXPECT_NE(r.err.find(says), std::string::npos) << shown << "\n" << r.err;
+  }
+  EXPECT_FALSE(fs::exists(path("never")));
+  EXPECT_FALSE(exists(key));
+}
+
+// `status` never reports a guess as a fact (issue 36): a node that does not answer, a refused
+// ACL user, or a minority holding a key that the silent nodes may complete to a quorum give
+// "unknown" (JSON "held": null) and a non-zero exit, 77 for permissions; never "free".
+TEST_F(CliTest, StatusSaysUnknownWhenTheNodesCannotTell) {
+  const std::string key = test_key();
+  const std::string dead = "redis://127.0.0.1:" + std::to_string(test::free_port());
+  auto down = run({"--request-timeout", "200ms", "-r", dead, "status", key});
+  EXPECT_EQ(down.status, 69) << down.out << down.err;
+  EXPECT_EQ(down.out.find("free"), std::string::npos) << down.out;
+  EXPECT_EQ(down.out.rfind(key + ": unknown", 0), 0u) << down.out;
+  EXPECT_NE(down.err.find("could not tell"), std::string::npos) << down.err;
+  auto down_json = run({"--request-timeout", "200ms", "-r", dead, "status", "--json", key});
+  EXPECT_EQ(down_json.status, 69) << down_json.err;
+  EXPECT_NE(down_json.out.find("\"held\":null"), std::string::npos) << down_json.out;
+  EXPECT_NE(down_json.out.find("\"error\":"), std::string::npos) << down_json.out;
+  auto semaphore = run({"--request-timeout", "200ms", "-r", dead, "status", "--json",
+                        "--semaphore", "3", key});
+  EXPECT_EQ(semaphore.status, 69) << semaphore.err;
+  EXPECT_NE(semaphore.out.find("\"in_use\":null"), std::string::npos) << semaphore.out;
+
+  // An ACL user that may connect but not read: 77 (EX_NOPERM), not "free".
+  ASSERT_EQ(test::raw_command(server_.port(), "ACL SETUSER peeker on >peek ~* &* +@connection")
+                .rfind("+OK", 0),
+            0u);
+  auto refused = run({"-r", server_.url(), "--user", "peeker", "status", key},
+                     {"DLOCK_PASSWORD=peek"});
+  EXPECT_EQ(refused.status, 77) << refused.out << refused.err;
+  EXPECT_EQ(refused.out.find("free"), std::string::npos) << refused.out;
+
+  // Three nodes, one down, and one of the two that answer holds a key: with the silent node
+  // that is a quorum, so nobody can tell (it said "free (a stale or partial key ...)").
+  redis_server second, third;
+  ASSERT_EQ(test::raw_command(server_.port(), "SET " + key + " sometoken PX 60000").rfind("+OK", 0),
+            0u);
+  third.kill();
+  auto partial = run({"--request-timeout", "200ms", "-r", server_.url(), "-r", second.url(), "-r",
+                      third.url(), "status", key});
+  EXPECT_EQ(partial.status, 69) << partial.out << partial.err;
+  EXPECT_EQ(partial.out.rfind(key + ": unknown", 0), 0u) << partial.out;
+  // Both answering nodes free: free, whatever the silent one holds.
+  ASSERT_EQ(test::raw_command(server_.port(), "DEL " + key).rfind(":1", 0), 0u);
+  auto settled = run({"--request-timeout", "200ms", "-r", server_.url(), "-r", second.url(), "-r",
+                   third.url(), "status", key});
+  EXPECT_EQ(settled.status, 0) << settled.out << settled.err;
+  EXPECT_EQ(settled.out.rfind(key + ": free", 0), 0u) << settled.out;
+}
+
+// A wait is the user's patience (issue 36): with -w and no node answering, dlock retries until
+// the wait is over, then exits 69 (it gave up after twice the request timeout).
+TEST_F(CliTest, AWaitRidesOutAnOutageForAllOfItsTime) {
+  const std::string dead = "redis://127.0.0.1:" + std::to_string(test::free_port());
+  auto r = run({"--request-timeout", "100ms", "-r", dead, "run", "-q", "-w", "1.5", test_key(),
+                "touch", path("never")});
+  EXPECT_EQ(r.status, 69) << r.err;
+  EXPECT_GE(r.took, 1500ms) << r.err;
+  EXPECT_FALSE(fs::exists(path("never")));
+}
+
+// A whole holder frozen past its TTL (dlock, the guard and CMD stopped together, as a paused VM
+// or a cgroup freezer does), thawed CMD first: CMD ends after the lease's validity, the guard
+// reaps it before its deadline check, and dlock learns of the end only then. Exit 71, never
+// CMD's 0, in every mode (issue 36; all exited 0).
+TEST_F(CliTest, AHolderFrozenPastItsTtlNeverExitsZero) {
+  strays left;
+  const std::string ttl = std::to_string(test::scaled(1s).count()) + "ms";
+  const std::string other = test_key("other");
+  const std::vector<std::vector<std::string>> modes{
+      {"run"}, {"run", "--read"}, {"run", "--write"}, {"run", "--semaphore", "1"},
+      {"run", "--also", other}, {"elect"}};
+  int n = 0;
+  for (const auto& mode : modes) {
+    const std::string key = test_key(std::to_string(++n)), tag = std::to_string(n);
+    const std::string pids = path(tag + "pids"), go = path(tag + "go");
+    std::vector<std::string> args{"-r", server_.url()};
+    args.insert(args.end(), mode.begin(), mode.end());
+    args.insert(args.end(), {"--ttl", ttl, key, "--", "perl", "-e",
+                             "open my $p, '>', shift; print $p \"$$ \", getppid(), \"\\n\"; "
+                             "close $p; select undef, undef, undef, 0.02 until -e $ARGV[0]",
+                             pids, go});
+    auto d = start(args);
+    pid_t cmd = 0, guard = 0;
+    ASSERT_TRUE(eventually([&] {
+      std::ifstream in(pids);
+      return static_cast<bool>(in >> cmd >> guard) && guard > 0;
+    })) << d->err();
+    left.add(cmd);
+    // Frozen together, dlock first so that it cannot act on the others' stop.
+    for (pid_t p : {d->pid(), guard, cmd}) ::kill(p, SIGSTOP);
+    // Past the TTL: another holder takes the name (a writer, where the frozen one reads).
+    std::vector<std::string> second{"-r", server_.url()};
+    if (mode == std::vector<std::string>{"run", "--read"}) {
+      second.insert(second.end(), {"run", "--write"});
+    } else {
+      second.insert(second.end(), mode.begin(), mode.end());
+    }
+    second.insert(second.end(), {"-n", key, "--", "true"});
+    EXPECT_TRUE(eventually([&] { return run(second).status == 0; })) << tag;
+    // Thawed CMD first: it finishes (its status would be 0), and the guard reaps it.
+    touch(go);
+    ::kill(cmd, SIGCONT);
+    EXPECT_TRUE(eventually([&] { return process_state(cmd) == 'Z'; })) << tag;
+    ::kill(guard, SIGCONT);
+    EXPECT_TRUE(eventually([&] { return !running(guard); })) << tag;
+    ::kill(d->pid(), SIGCONT);
+    EXPECT_EQ(d->wait(), 71) << tag << ": " << d->err();
+  }
+}
+
+// The release finds the lease gone (deleted on the server while CMD ran): exit 71, not CMD's 0.
+TEST_F(CliTest, AReleaseThatFindsTheLeaseGoneExits71) {
+  const std::string key = test_key();
+  auto d = start({"-r", server_.url(), "run", "--ttl", "60s", key, "--", "sh", "-c",
+                  "touch " + path("started") + "; while [ ! -e " + path("go") +
+                      " ]; do sleep 0.02; done"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("started")); })) << d->err();
+  ASSERT_EQ(test::raw_command(server_.port(), "DEL " + key).rfind(":1", 0), 0u);
+  touch(path("go"));
+  EXPECT_EQ(d->wait(), 71) << d->err();
 }
 
 }  // namespace

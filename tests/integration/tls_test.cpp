@@ -500,8 +500,9 @@ TEST_F(TlsTest, TheCommandLineToolSpeaksTlsWithItsFlags) {
   redis_server server{tls_server("server", /*auth_clients=*/true)};
   std::string url = rediss("localhost", server.port());
   auto dlock = [&](const std::string& flags, const std::string& out) {
-    std::string line = std::string(DLOCK_CLI_PATH) + " -r " + url + " --timeout 2s " + flags +
-                       " run " + test_key() + " -- /bin/sh -c 'echo held' >" + file(out) + " 2>&1";
+    std::string line = std::string(DLOCK_CLI_PATH) + " -r " + url + " --request-timeout 2s " +
+                       flags + " run " + test_key() + " -- /bin/sh -c 'echo held' >" + file(out) +
+                       " 2>&1";
     test::child_process p({"/bin/sh", "-c", line});
     int status = p.wait(30s);
     std::ifstream in(file(out));

@@ -1,5 +1,5 @@
-// The CLI's duration parser: 500ms, 30s, 2m, 1h and plain milliseconds, saturating at 100 years;
-// everything else refused.
+// The CLI's duration parser: bare numbers are seconds (as for flock, sleep and timeout),
+// decimals, the units ms s m h d and compounds, saturating at 100 years; everything else refused.
 #include "duration.hpp"
 
 #include <gtest/gtest.h>
@@ -18,22 +18,48 @@ TEST(DurationTest, AcceptsEachUnit) {
   EXPECT_EQ(parse_duration("30s"), 30s);
   EXPECT_EQ(parse_duration("2m"), 2min);
   EXPECT_EQ(parse_duration("1h"), 1h);
+  EXPECT_EQ(parse_duration("1d"), 24h);
 }
 
-TEST(DurationTest, PlainNumbersAreMilliseconds) {
-  EXPECT_EQ(parse_duration("250"), 250ms);
-  EXPECT_EQ(parse_duration("1"), 1ms);
-  EXPECT_EQ(parse_duration("007"), 7ms);
+// `flock -w 60` waits a minute; so does `dlock run -w 60` (it gave up after 60 ms).
+TEST(DurationTest, BareNumbersAreSecondsAsInFlock) {
+  EXPECT_EQ(parse_duration("60"), 60s);
+  EXPECT_EQ(parse_duration("1"), 1s);
+  EXPECT_EQ(parse_duration("007"), 7s);
+}
+
+TEST(DurationTest, DecimalsInAnyUnit) {
+  EXPECT_EQ(parse_duration("2.5"), 2500ms);
+  EXPECT_EQ(parse_duration(".5"), 500ms);
+  EXPECT_EQ(parse_duration("0.25s"), 250ms);
+  EXPECT_EQ(parse_duration("1.5m"), 90s);
+  EXPECT_EQ(parse_duration("0.5d"), 12h);
+  EXPECT_EQ(parse_duration("2.000"), 2s);
+  // Below a millisecond rounds up: a positive wait or TTL never becomes zero.
+  EXPECT_EQ(parse_duration("0.0001"), 1ms);
+  EXPECT_EQ(parse_duration("1.2ms"), 2ms);
+  EXPECT_EQ(parse_duration("0.0000000000001s"), 1ms);
+}
+
+TEST(DurationTest, CompoundsNameTheirUnitsLongestFirst) {
+  EXPECT_EQ(parse_duration("1m30s"), 90s);
+  EXPECT_EQ(parse_duration("1h30m"), 90min);
+  EXPECT_EQ(parse_duration("1d2h3m4s5ms"), 24h + 2h + 3min + 4s + 5ms);
+  EXPECT_EQ(parse_duration("1m0.5s"), 60500ms);
+  EXPECT_EQ(parse_duration("2s500ms"), 2500ms);
 }
 
 TEST(DurationTest, ZeroParsesSoCallersCanSayWhyItIsWrong) {
   EXPECT_EQ(parse_duration("0"), 0ms);
   EXPECT_EQ(parse_duration("0s"), 0ms);
+  EXPECT_EQ(parse_duration("0.0"), 0ms);
 }
 
 TEST(DurationTest, RefusesMalformedText) {
-  for (const char* bad : {"", "ms", "s", "-5", "+5", " 5", "5 ", "5 s", "1.5s", "5sec", "5S",
-                          "5MS", "5us", "5d", "0x10", "5s5", "5mss", "abc", "5ms\n"}) {
+  for (const char* bad :
+       {"", "ms", "s", ".", "-5", "+5", " 5", "5 ", "5 s", "5.", "5.s", "1..5", "1.2.3", "5sec",
+        "5S", "5MS", "5us", "5w", "0x10", "5s5", "1m30", "5mss", "30s1m", "1m1m", "1s1s",
+        "1ms1s", "abc", "5ms\n", "1e3", "inf", "nan", "5,5"}) {
     EXPECT_FALSE(parse_duration(bad).has_value()) << '"' << bad << '"';
   }
 }
@@ -44,18 +70,22 @@ TEST(DurationTest, SaturatesAtAHundredYears) {
   const auto max = std::numeric_limits<std::int64_t>::max();
   EXPECT_EQ(longest_duration, std::chrono::hours(876'600));  // 100 years of 365.25 days
   EXPECT_EQ(parse_duration("876600h"), longest_duration);
-  EXPECT_EQ(parse_duration(std::to_string(longest_duration.count())), longest_duration);
-  EXPECT_EQ(parse_duration(std::to_string(longest_duration.count() - 1)),
+  EXPECT_EQ(parse_duration("36525d"), longest_duration);
+  EXPECT_EQ(parse_duration(std::to_string(longest_duration.count()) + "ms"), longest_duration);
+  EXPECT_EQ(parse_duration(std::to_string(longest_duration.count() - 1) + "ms"),
             longest_duration - std::chrono::milliseconds(1));
   for (const std::string& huge : std::vector<std::string>{
            "876601h", "2562048h", std::to_string(max), std::to_string(max) + "0",
-        "99999999999999999999", std::to_string(max / 1000 + 1) + "s",
-        std::to_string(max / 3'600'000 + 1) + "h", std::string(400, '9') + "ms"}) {
+           "99999999999999999999", std::to_string(max / 1000 + 1) + "s",
+           std::to_string(max / 3'600'000 + 1) + "h", std::string(400, '9') + "ms",
+           std::string(400, '9') + ".5", "36524d23h59m59s999.5ms", "36525d1ms",
+           std::to_string(max) + "d" + std::to_string(max) + "h"}) {
     EXPECT_EQ(parse_duration(huge), longest_duration) << huge;
   }
   // Saturating does not make bad text good.
   EXPECT_FALSE(parse_duration("99999999999999999999x").has_value());
   EXPECT_FALSE(parse_duration("2562048 h").has_value());
+  EXPECT_FALSE(parse_duration(std::string(400, '9') + "h1d").has_value());
 }
 
 TEST(DurationTest, FormatsForPeople) {

@@ -34,7 +34,7 @@ int acquire_command(const global_options& g, const acquire_options& o) {
   w.nonblock = o.nonblock;
   w.wait = o.wait;
   w.node_count = nodes.size();
-  w.unavailable_grace = 2 * g.timeout;
+  w.unavailable_grace = outage_patience(o, g);
   w.key = o.key;
   w.show_status = !o.quiet;
   w.describe_holder = [&] { return lock_holder_status(nodes, o.key, g.copies); };

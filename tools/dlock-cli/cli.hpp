@@ -1,12 +1,13 @@
 // tools/dlock-cli/cli.hpp: what the subcommands of `dlock` share.
 //   exit_status       the documented exit codes (sysexits.h names where one fits)
 //   usage_error       bad input found after parsing; main() prints it on one line, exits 64
-//   global_options    -r/--redis, credentials, --timeout, -v, resolved by make_clients()
+//   global_options    -r/--redis, credentials, --request-timeout, -v, resolved by make_clients()
 //   subcommand        one subcommand: its CLI11 app and the function that runs it
 //   add_*_command     one per subcommand file (run.cpp, acquire.cpp, ...)
 //   say / say_verbose one "dlock: ..." line on stderr
 //   wait_flags        -w / -n / -E / -q of `run` and `acquire`, added by add_wait_flags
-//   duration_option   a CLI11 option that takes 500ms / 30s / 2m / plain milliseconds
+//   outage_patience   how long a wait rides out nodes that do not answer
+//   duration_option   a CLI11 option that takes 60 (seconds), 2.5, 500ms, 5m, 1h, 1m30s
 // Single-threaded by design: the CLI parses, then runs one command on the main thread.
 #pragma once
 
@@ -35,6 +36,7 @@ enum exit_status : int {
   exit_software = 70,     // EX_SOFTWARE: an internal error of dlock
   exit_lease_lost = 71,   // the lease was lost while CMD ran (or a token no longer holds the lock)
   exit_conflict = 75,     // EX_TEMPFAIL: not acquired within the wait (-n, -w); see -E
+  exit_no_permission = 77,  // EX_NOPERM: status: the nodes refused the credentials or the ACL
 };
 
 struct usage_error : std::runtime_error {
@@ -46,7 +48,7 @@ struct global_options {
   std::string password_file;      // --password-file; else $DLOCK_PASSWORD
   std::string user;               // --user; else $DLOCK_USER
   dlock::tls_options tls;         // --tls-ca, --tls-cert, --tls-key, --tls-server-name
-  std::chrono::milliseconds timeout{1000};  // --timeout: connect and per-request deadline
+  std::chrono::milliseconds request_timeout{1000};  // --request-timeout: connect and per request
   std::chrono::milliseconds quarantine{0};  // --quarantine: client_options::restart_quarantine
   bool replication_guard = false;           // --replication-guard: client_options::replication_guard
   bool cluster = false;  // --cluster: the URLs are seed nodes of one Redis Cluster
@@ -90,14 +92,18 @@ std::vector<subcommand> add_all_commands(CLI::App& parent, const global_options&
 
 // How long `run` and `acquire` wait for a held lock, and what they exit with when it stays held.
 struct wait_flags {
-  std::optional<std::chrono::milliseconds> wait;  // -w/--wait; none: wait until acquired
-  bool nonblock = false;                          // -n/--nonblock
+  std::optional<std::chrono::milliseconds> wait;  // -w/--wait/--timeout; none: until acquired
+  bool nonblock = false;                          // -n/--nb/--nonblock
   int conflict_status = exit_conflict;            // -E/--conflict-exit-code
   bool quiet = false;  // -q/--quiet: no status line while waiting
 };
-// Adds -w/--wait, -n/--nonblock (exclusive with -w), -E/--conflict-exit-code and -q/--quiet to
-// `app`.
+// Adds -w/--wait/--timeout, -n/--nb/--nonblock/--nonblocking (exclusive with -w),
+// -E/--conflict-exit-code and -q/--quiet to `app`: flock's spellings.
 void add_wait_flags(CLI::App& app, wait_flags& into);
+// How long a wait goes on retrying while no quorum of nodes answers: with -w, all of it (the
+// user's patience, then exit 69); without, twice --request-timeout, so that a job with no
+// limit does not hang on a dead server.
+std::chrono::milliseconds outage_patience(const wait_flags& w, const global_options& g);
 
 // `--name DURATION` stored into `into`; a malformed value fails the parse (exit 64).
 CLI::Option* duration_option(CLI::App& app, const std::string& name,

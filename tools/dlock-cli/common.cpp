@@ -162,10 +162,12 @@ void take_environment_credentials() {
 }
 
 std::vector<client> make_clients(const global_options& g) {
-  if (g.timeout < std::chrono::milliseconds(1)) throw usage_error("--timeout must be at least 1ms");
+  if (g.request_timeout < std::chrono::milliseconds(1)) {
+    throw usage_error("--request-timeout must be at least 1ms");
+  }
   client_options options;
-  options.connect_timeout = g.timeout;
-  options.request_timeout = g.timeout;
+  options.connect_timeout = g.request_timeout;
+  options.request_timeout = g.request_timeout;
   options.restart_quarantine = g.quarantine;
   options.replication_guard.enabled = g.replication_guard;
   if (!g.password_file.empty()) {
@@ -220,8 +222,10 @@ CLI::Option* add_duration_option(CLI::App& app, const std::string& name, Target&
       [&into, name](const std::string& text) {
         auto d = parse_duration(text);
         if (!d) {
-          throw CLI::ValidationError(name, "bad duration '" + text +
-                                               "' (use e.g. 500ms, 30s, 2m, or milliseconds)");
+          throw CLI::ValidationError(
+              name, "bad duration '" + text +
+                        "': give seconds (60, 2.5) or a number with a unit (500ms, 30s, 5m, "
+                        "1h, 1d), or several longest first (1m30s)");
         }
         into = *d;
       },
@@ -243,10 +247,13 @@ CLI::Option* duration_option(CLI::App& app, const std::string& name,
 }
 
 void add_wait_flags(CLI::App& app, wait_flags& into) {
-  auto* wait = duration_option(app, "-w,--wait", into.wait,
-                               "Give up (exit 75) if not acquired within this time (default: "
-                               "wait as long as it takes)");
-  auto* nb = app.add_flag("-n,--nonblock", into.nonblock, "Fail at once (exit 75) if the lock is held");
+  auto* wait = duration_option(app, "-w,--wait,--timeout", into.wait,
+                               "Give up (exit 75) if not acquired within this time, in seconds "
+                               "as for flock (or 500ms, 5m ...); nodes that do not answer are "
+                               "retried for as long (then exit 69). Default: wait as long as "
+                               "it takes");
+  auto* nb = app.add_flag("-n,--nb,--nonblock,--nonblocking", into.nonblock,
+                          "Fail at once (exit 75) if the lock is held");
   wait->excludes(nb);
   app.add_option("-E,--conflict-exit-code", into.conflict_status,
                  "Exit status when not acquired (default 75)")
@@ -255,6 +262,10 @@ void add_wait_flags(CLI::App& app, wait_flags& into) {
                "Say nothing while waiting. Otherwise, once the lock is found held, stderr shows "
                "who holds it, for how long, and how long we have waited: on a terminal one line "
                "updated in place, else (cron, a log) one line each time the holder changes");
+}
+
+std::chrono::milliseconds outage_patience(const wait_flags& w, const global_options& g) {
+  return w.wait ? longest_duration : 2 * g.request_timeout;
 }
 
 void check_ttl(std::chrono::milliseconds ttl, const char* option) {

@@ -1,37 +1,96 @@
 #include "duration.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
 
 namespace dlock::cli {
+namespace {
+
+constexpr std::int64_t cap = longest_duration.count();
+
+// The units, longest first: a compound ("1h30m") names them in this order, each once.
+struct unit {
+  std::string_view name;
+  std::int64_t ms;
+};
+constexpr std::array<unit, 5> units{{{"d", 86'400'000},
+                                     {"h", 3'600'000},
+                                     {"m", 60'000},
+                                     {"s", 1000},
+                                     {"ms", 1}}};
+constexpr std::size_t no_unit = units.size();
+constexpr std::size_t seconds = 3;
+
+// The unit that `text` starts with (longest match: "ms" before "m"), or no_unit.
+std::size_t unit_at(std::string_view text, std::size_t& length) {
+  std::size_t best = no_unit;
+  length = 0;
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    if (text.substr(0, units[i].name.size()) == units[i].name && units[i].name.size() > length) {
+      best = i;
+      length = units[i].name.size();
+    }
+  }
+  return best;
+}
+
+// `whole`.`fraction` (fraction_scale: 10^digits) of a unit of `ms` milliseconds, rounded up to
+// a whole millisecond (so that a positive duration never becomes zero), saturating past cap.
+std::int64_t component_ms(std::int64_t whole, std::int64_t fraction, std::int64_t fraction_scale,
+                          std::int64_t ms) {
+  if (whole > cap / ms) return cap + 1;
+  // fraction < fraction_scale <= 10^9 and ms <= 86'400'000: the product fits in int64.
+  return whole * ms + (fraction * ms + fraction_scale - 1) / fraction_scale;
+}
+
+}  // namespace
 
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) {
-  // Digits past the cap only need checking: the value is the cap whatever they are.
-  constexpr std::int64_t cap = longest_duration.count();
-  std::size_t i = 0;
-  std::int64_t value = 0;
-  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
-    value = std::min(value * 10 + (text[i] - '0'), cap + 1);
-    ++i;
+  std::int64_t total = 0;
+  std::size_t i = 0, previous_unit = 0, components = 0;
+  while (i < text.size()) {
+    // A number: digits, optionally a point and more digits ("2.5", ".5"; "5." is refused).
+    std::int64_t whole = 0, fraction = 0, fraction_scale = 1;
+    std::size_t digits = 0;
+    bool dropped = false;
+    for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i, ++digits) {
+      whole = std::min<std::int64_t>(whole * 10 + (text[i] - '0'), cap + 1);
+    }
+    if (i < text.size() && text[i] == '.') {
+      std::size_t fraction_digits = 0;
+      for (++i; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i, ++fraction_digits) {
+        if (fraction_scale < 1'000'000'000) {
+          fraction = fraction * 10 + (text[i] - '0');
+          fraction_scale *= 10;
+        } else if (text[i] != '0') {
+          dropped = true;  // finer than 10^-9 of the unit: kept only as "a little more"
+        }
+      }
+      if (fraction_digits == 0) return std::nullopt;
+      if (dropped) ++fraction;
+      digits += fraction_digits;
+    }
+    if (digits == 0) return std::nullopt;  // "", "-5", "ms", " 5"
+    std::size_t length = 0;
+    std::size_t u = unit_at(text.substr(i), length);
+    if (u == no_unit) {
+      // A bare number is seconds, as for flock, sleep and timeout; only alone ("90", not "1m30").
+      if (i != text.size() || components > 0) return std::nullopt;
+      u = seconds;
+    } else if (components > 0 && u <= previous_unit) {
+      return std::nullopt;  // "30s1m", "1m1m": units longest first, each once
+    }
+    i += length;
+    total = std::min(total + component_ms(whole, fraction, fraction_scale, units[u].ms), cap + 1);
+    previous_unit = u;
+    ++components;
   }
-  if (i == 0) return std::nullopt;  // no digits: empty, "-5", "ms", " 5"
-  std::string_view unit = text.substr(i);
-  std::int64_t scale = 0;
-  if (unit.empty() || unit == "ms") {
-    scale = 1;
-  } else if (unit == "s") {
-    scale = 1000;
-  } else if (unit == "m") {
-    scale = 60 * 1000;
-  } else if (unit == "h") {
-    scale = 3600 * 1000;
-  } else {
-    return std::nullopt;
-  }
-  if (value > cap / scale) return longest_duration;
-  return std::chrono::milliseconds(value * scale);
+  if (components == 0) return std::nullopt;
+  if (total > cap) return longest_duration;
+  return std::chrono::milliseconds(total);
 }
 
 std::string format_duration(std::chrono::milliseconds d) {

@@ -253,6 +253,14 @@ std::string node_label(const client& node, const std::string& key) {
 
 }  // namespace
 
+std::string lock_view::failures() const {
+  std::string why;
+  for (const auto& n : nodes) {
+    if (n.ec) why += (why.empty() ? "" : "; ") + n.node + ": " + n.message;
+  }
+  return why;
+}
+
 lock_view inspect_lock(std::vector<client>& given, const std::string& key, read_queue queue,
                        int copies) {
   lock_view view;

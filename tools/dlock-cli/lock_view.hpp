@@ -97,6 +97,11 @@ struct lock_view {
 
   bool answered() const noexcept { return reachable >= quorum; }
   bool held() const noexcept { return token && holding >= quorum; }
+  // Whether the nodes that answered settle it: held, or free even if every silent node held
+  // the lock for the owner seen most. Otherwise nobody can tell, and saying "free" would guess.
+  bool known() const noexcept { return held() || holding + (nodes.size() - reachable) < quorum; }
+  // The errors of the nodes that did not answer, "node: message; ...".
+  std::string failures() const;
 };
 
 // With `copies` K > 1 and one (cluster) client, the lock kept in K copies (lock_options::copies):

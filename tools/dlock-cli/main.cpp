@@ -1,5 +1,5 @@
 // dlock: a distributed flock(1) on Redis, built on the dlock library.
-//   dlock [-r URL]... [--password-file F] [--tls-ca F ...] [--timeout D] [-v] COMMAND ...
+//   dlock [-r URL]... [--password-file F] [--tls-ca F ...] [--request-timeout D] [-v] COMMAND ...
 //   run, acquire, release, extend, status, demo (see each file, and `dlock COMMAND --help`)
 // main() parses, runs the one chosen command and turns what went wrong into an exit status.
 #include <CLI/CLI.hpp>
@@ -24,7 +24,7 @@ sentinels name, followed across failovers; the sentinels' own credentials, if th
 come from $DLOCK_SENTINEL_USER and $DLOCK_SENTINEL_PASSWORD.
 redis-cluster://n1:7000,n2:7000 (or --cluster with -r seeds) is one Redis Cluster: each lock
 lives on the master of its key's slot, found from the seeds and followed through MOVED/ASK.
-Durations: 500ms, 30s, 2m, 1h, or plain milliseconds.
+Durations: seconds as for flock (60, 2.5), or with a unit: 500ms, 30s, 5m, 1h, 1d, 1m30s.
 
 Exit status:
   CMD's own    run: CMD ran (128 + N when a signal N ended it)
@@ -32,11 +32,15 @@ Exit status:
   1            doctor: warnings (one line each, with the fix); leader: nobody leads; latch set:
                it exists already; latch down/wait: there is no such latch
   64           usage error (bad option, duration, URL, TTL)
-  69           no quorum of Redis nodes reachable, or they refused (auth, ACL, wrong type)
+  69           no quorum of Redis nodes reachable, or they refused (auth, ACL, wrong type);
+               status: could not tell whether KEY is held
   70           internal error
-  71           the lease was lost while CMD ran; release/extend: TOKEN no longer holds KEY
+  71           the lease was lost while CMD ran, or CMD's end was learned only past the
+               lease's last safe moment, or the release found it gone; release/extend:
+               TOKEN no longer holds KEY
   75           not acquired: held by another (-n, or -w ran out); latch wait: not open
                within -w; change with -E
+  77           status: the nodes refused the credentials or the ACL user's rights
   128 + N      interrupted by signal N while waiting)";
 
 std::string one_line(std::string text) {
@@ -102,9 +106,20 @@ int main(int argc, char** argv) {
   app.add_option("--tls-server-name", g.tls.server_name,
                  "rediss://: the name the server's certificate must carry, if not the URL's host")
       ->type_name("NAME");
-  duration_option(app, "--timeout", g.timeout,
-                  "Per-request deadline, also for connecting (default 1s); a node outage is "
-                  "waited out for twice this");
+  duration_option(app, "--request-timeout", g.request_timeout,
+                  "Deadline of each Redis request, and of connecting (default 1s); without -w, "
+                  "a wait rides out a node outage for twice this");
+  // flock's --timeout is the wait (-w): given here, before the subcommand, it is refused, not
+  // taken for the request deadline that this option once was.
+  app.add_option_function<std::string>(
+         "--timeout",
+         [](const std::string&) {
+           throw CLI::ValidationError(
+               "--timeout", "it is the wait limit of run and acquire (flock's -w/--timeout), given "
+                            "after the subcommand (dlock run --timeout 60 NAME CMD); the "
+                            "deadline of each Redis request is --request-timeout");
+         })
+      ->group("");
   duration_option(app, "--quarantine", g.quarantine,
                   "On connecting, keep a node that restarted without its data, was restored "
                   "from disk or was promoted from a replica out of every grant for this long "

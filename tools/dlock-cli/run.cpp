@@ -47,6 +47,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -97,6 +98,7 @@ struct run_options : wait_flags {
   std::optional<int> semaphore_limit;
   // --read / --write: KEY is a read-write lock, held shared or exclusively.
   bool read = false, write = false;
+  bool exclusive = false;  // -x/--exclusive: flock's name for the plain lock (the default)
   // --also: more locks taken with KEY, all or none (dlock::lock_set).
   std::vector<std::string> also;
   // Whether the lease is the one holder of a mutex (or a leadership), which the advisory
@@ -158,6 +160,9 @@ enum class ending {
   stopped_too_long,  // dlock was stopped (SIGTSTP) past what it could renew
   guard_deadline,    // the guard's clock reached the last safe moment first (dlock was
                      // stopped or blocked and could neither renew nor act)
+  ended_too_late,    // the tree's end was learned only past the last safe moment, with no
+                     // renewal since (dlock, the guard and CMD frozen together, then thawed)
+  released_gone,     // CMD ended in time, but the release found the lease gone
   orphans,           // --orphans kill, after CMD exited
 };
 
@@ -215,8 +220,15 @@ class supervisor {
       finish(lost_, true);
       return exit_software;
     }
-    if (guard_->deadline_passed() && (ending_ == ending::none || ending_ == ending::orphans)) {
-      ending_ = ending::guard_deadline;
+    if (ending_ == ending::none || ending_ == ending::orphans) {
+      // The tree's end may be learned late: a frozen holder thawed CMD first, and the guard
+      // reaped it before its own deadline check. Work that may have gone on past the lease's
+      // validity is never reported as done under the lock.
+      if (guard_->deadline_passed()) {
+        ending_ = ending::guard_deadline;
+      } else if (held_.lost().stop_requested() || steady::now() >= last_safe_moment()) {
+        ending_ = ending::ended_too_late;
+      }
     }
     if (ending_ != ending::none && ending_ != ending::orphans) {
       say_ending(alarm->reason.load());
@@ -227,7 +239,12 @@ class supervisor {
     if (!cmd_exit_noted_) {
       say_verbose("`%s` exited with status %d", o_.cmd[0].c_str(), status);
     }
-    finish(false, true);
+    std::error_code released = finish(false, true);
+    if (released == errc::lease_lost || released == errc::not_held) {
+      ending_ = ending::released_gone;
+      say_ending(0);
+      return exit_lease_lost;
+    }
     return status;
   }
 
@@ -411,23 +428,35 @@ class supervisor {
         say("dlock could not renew the lock on '%s' in time (it was stopped or blocked); `%s` "
             "was killed at the lease's last safe moment", o_.key.c_str(), cmd);
         return;
+      case ending::ended_too_late:
+        say("`%s` ended, but dlock learned of it only after the lock on '%s' had passed its "
+            "last safe moment without a renewal (dlock and CMD stopped or frozen together?): "
+            "it may have run without the lock", cmd, o_.key.c_str());
+        return;
+      case ending::released_gone:
+        say("`%s` ended, but the release found the lock on '%s' gone (expired, or deleted on "
+            "the server): CMD may not have held it to the end", cmd, o_.key.c_str());
+        return;
       case ending::none:
       case ending::orphans:
         return;
     }
   }
 
-  void finish(bool lost, bool cmd_ran) {
-    if (!lost && cmd_ran && o_.min_hold && keep_for_min_hold()) return;
+  // Releases (or keeps for --min-hold) and says what went wrong; returns the release's error.
+  std::error_code finish(bool lost, bool cmd_ran) {
+    if (!lost && cmd_ran && o_.min_hold && keep_for_min_hold()) return {};
     if (!lost && o_.notes_holder()) clear_holder(nodes_, o_.key, held_.value());
     // A leader resigns, so that observers learn of it at once.
     std::error_code ec = election_ ? election_->resign(held_) : held_.release();
+    if (ec == errc::lease_lost || ec == errc::not_held) return ec;  // the caller says it
     if (ec && !lost) {
       say("releasing '%s' failed (%s); it expires within %s", o_.key.c_str(), ec.message().c_str(),
           format_duration(o_.ttl).c_str());
     } else if (!lost) {
       say_verbose("released '%s'", o_.key.c_str());
     }
+    return ec;
   }
 
   // --min-hold: while less than that has passed since the acquisition, the lock stays until
@@ -474,7 +503,6 @@ int run_command(const global_options& g, const run_options& o) {
                       "min(--lost-grace, TTL/3) + 20ms before the validity ends");
   }
   check_ttl(o.ttl);
-  if (o.cmd.empty()) throw usage_error("missing CMD: dlock run KEY -- CMD [ARGS...]");
   if (o.lost_grace < 0ms) throw usage_error("--lost-grace must not be negative");
   if (o.min_hold && *o.min_hold <= 0ms) throw usage_error("--min-hold must be positive");
   // The lock then lives on as a key with that TTL.
@@ -559,7 +587,7 @@ int run_command(const global_options& g, const run_options& o) {
   w.nonblock = o.nonblock;
   w.wait = o.wait;
   w.node_count = nodes.size();
-  w.unavailable_grace = 2 * g.timeout;
+  w.unavailable_grace = outage_patience(o, g);
   w.key = o.key;
   // Nothing is held yet: a signal that would end dlock ends the wait, a stop stops it.
   w.watch = [&](milliseconds d, int wake_fd) {
@@ -652,6 +680,42 @@ void add_supervision_flags(CLI::App& app, run_options& o) {
   app.footer(supervision_rules);
 }
 
+// What follows the lock's name is the command's, as for flock: `NAME cmd -n x` runs `cmd -n
+// x`; a leading `--` is dropped; `NAME -c STRING` runs STRING with $SHELL -c (else /bin/sh).
+// Another word with a dash where CMD should be is an option put after NAME: refused with
+// where options go, rather than run as a command or taken for one of ours.
+std::vector<std::string> command_after_name(std::vector<std::string> words, const char* form) {
+  const std::string forms = std::string("dlock ") + form + " [OPTIONS] NAME CMD [ARGS...], or " +
+                            "dlock " + form + " [OPTIONS] NAME -c 'SHELL COMMAND'";
+  if (!words.empty() && words[0] == "--") {
+    words.erase(words.begin());
+  } else if (!words.empty() && (words[0] == "-c" || words[0] == "--command")) {
+    if (words.size() != 2) {
+      throw usage_error(words[0] + " takes exactly one command string, as in flock: " + forms);
+    }
+    const char* shell = std::getenv("SHELL");
+    return {shell && *shell ? shell : "/bin/sh", "-c", words[1]};
+  } else if (!words.empty() && words[0].size() > 1 && words[0][0] == '-') {
+    throw usage_error("'" + words[0] + "' after the lock's name: options go before NAME, " +
+                      "since everything after NAME is the command, as in flock (" + forms +
+                      "); to run a command whose name starts with '-', put -- before it");
+  }
+  if (words.empty()) throw usage_error("no command to run: " + forms);
+  return words;
+}
+
+// The name (KEY of run, NAME of elect), then CMD: every word after the name, options of ours
+// included (positionals_at_end).
+void add_name_and_command(CLI::App& app, run_options& o, const std::string& name,
+                          const std::string& name_help) {
+  app.positionals_at_end();
+  app.add_option(name, o.key, name_help)->required();
+  app.add_option("CMD", o.cmd,
+                 "The command and its arguments: every word after " + name +
+                     " is CMD's, as for flock (-- before CMD is optional); -c STRING runs "
+                     "STRING with $SHELL -c");
+}
+
 // This host's name and dlock's pid: who leads, for `dlock leader`.
 std::string default_candidate_value() {
   char host[256] = {};
@@ -673,7 +737,7 @@ subcommand add_run_command(CLI::App& parent, const global_options& g) {
                   "KEY is a semaphore: up to LIMIT CMDs at once (one Redis node only)")
       ->type_name("LIMIT")
       ->check(CLI::Range(1, 1'000'000));
-  auto* read = app->add_flag("--read", o->read,
+  auto* read = app->add_flag("-s,--shared,--read", o->read,
                              "KEY is a read-write lock (one Redis node only), held shared: CMDs "
                              "run with --read run together, never beside one with --write");
   auto* write = app->add_flag("--write", o->write,
@@ -686,12 +750,17 @@ subcommand add_run_command(CLI::App& parent, const global_options& g) {
                                "any order never deadlock (one Redis node or one cluster)")
                    ->type_name("KEY2")
                    ->allow_extra_args(false);
+  auto* exclusive = app->add_flag("-x,-e,--exclusive", o->exclusive,
+                                  "Hold KEY alone, as flock -x (the default)");
   read->excludes(write)->excludes("--semaphore")->excludes(also);
   write->excludes("--semaphore")->excludes(also);
   also->excludes("--semaphore");
-  app->add_option("KEY", o->key, "The lock's name (its Redis key)")->required();
-  app->add_option("CMD", o->cmd, "The command and its arguments, after --")->required();
-  return {app, [&g, o] { return run_command(g, *o); }};
+  exclusive->excludes(read)->excludes(write)->excludes("--semaphore");
+  add_name_and_command(*app, *o, "KEY", "The lock's name (its Redis key)");
+  return {app, [&g, o] {
+            o->cmd = command_after_name(std::move(o->cmd), "run");
+            return run_command(g, *o);
+          }};
 }
 
 subcommand add_elect_command(CLI::App& parent, const global_options& g) {
@@ -704,9 +773,9 @@ subcommand add_elect_command(CLI::App& parent, const global_options& g) {
   app->add_option("--value", *value,
                   "What `dlock leader NAME` shows while this candidate leads (default: "
                   "\"HOST pid PID\")");
-  app->add_option("NAME", o->key, "The election's name (its lock's Redis key)")->required();
-  app->add_option("CMD", o->cmd, "The command and its arguments, after --")->required();
+  add_name_and_command(*app, *o, "NAME", "The election's name (its lock's Redis key)");
   return {app, [&g, o, value] {
+            o->cmd = command_after_name(std::move(o->cmd), "elect");
             o->elect_value = value->empty() ? default_candidate_value() : *value;
             return run_command(g, *o);
           }};

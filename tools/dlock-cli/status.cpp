@@ -4,7 +4,9 @@
 // they hold out of LIMIT, and its waiters. A semaphore stores neither its limit nor whether it
 // is fair (every user passes them), so status takes them the way `dlock run --semaphore` does.
 // Reads only: plain GET/PTTL/ZRANGE/HGETALL/TIME, never a script, so looking changes nothing.
-// Exit 0 when a quorum of nodes answered (held or free alike), 69 when too few did to say.
+// Exit 0 when the nodes that answered settle it (held or free alike); when they cannot, it
+// says "unknown" (JSON "held": null) and exits 69, or 77 when the nodes refused our
+// credentials or ACL user. It never reports a guess as a fact.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -61,11 +63,30 @@ std::string json_holder(const holder_info& h) {
 
 void write_out(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
 
+// The node turned our credentials or our ACL user's rights down: exit 77, not 69.
+bool is_refusal(std::error_code ec) {
+  return ec == errc::auth_failed || ec == errc::no_permission;
+}
+
 // ---- lock ----
+
+// Why the nodes that answered cannot settle whether the lock is held.
+std::string unknown_text(const lock_view& v) {
+  std::string text = "could not tell whether it is held: " + std::to_string(v.reachable) +
+                     " of " + std::to_string(v.nodes.size()) + " nodes answered";
+  if (v.answered()) {
+    text += ", and " + std::to_string(v.holding) + " of them hold it for one owner, who holds " +
+            "it if the nodes that did not answer do";
+  } else {
+    text += " (a quorum is " + std::to_string(v.quorum) + ")";
+  }
+  return text + ": " + v.failures();
+}
 
 void print_lock_json(const lock_view& v) {
   std::string out = "{\"key\":" + json_string(v.key) + ",\"type\":\"lock\"";
-  out += ",\"held\":" + std::string(json_bool(v.held()));
+  // null: the nodes that answered cannot settle it (see "error").
+  out += ",\"held\":" + std::string(v.known() ? json_bool(v.held()) : "null");
   out += ",\"token\":" + (v.held() ? json_string(*v.token) : std::string("null"));
   out += ",\"pttl_ms\":" + (v.held() ? std::to_string(v.pttl_ms) : std::string("null"));
   out += ",\"fence\":" + std::to_string(v.fence);
@@ -81,6 +102,7 @@ void print_lock_json(const lock_view& v) {
   }
   out += "],\"quorum\":" + std::to_string(v.quorum) +
          ",\"reachable\":" + std::to_string(v.reachable);
+  if (!v.known()) out += ",\"error\":" + json_string(unknown_text(v));
   out += ",\"nodes\":[";
   for (std::size_t i = 0; i < v.nodes.size(); ++i) {
     const auto& n = v.nodes[i];
@@ -122,7 +144,9 @@ std::string waiters_heading(std::size_t count) {
 }
 
 void print_lock_text(const lock_view& v) {
-  if (v.held()) {
+  if (!v.known()) {
+    std::printf("%s: unknown\n", v.key.c_str());
+  } else if (v.held()) {
     std::printf("%s: held", v.key.c_str());
     if (v.holder) std::printf(" by %s", describe(*v.holder).c_str());
     if (v.pttl_ms >= 0) std::printf(", expires in %.1f s", static_cast<double>(v.pttl_ms) / 1000.0);
@@ -133,8 +157,9 @@ void print_lock_text(const lock_view& v) {
   } else {
     std::printf("%s: free\n", v.key.c_str());
   }
-  std::printf("%s", fence_text(v.fence).c_str());
-  std::string queue = waiters_heading(v.waiters.size());
+  // With no quorum, "no waiters" or "no fence counter" would be guesses too.
+  if (v.answered()) std::printf("%s", fence_text(v.fence).c_str());
+  std::string queue = v.answered() ? waiters_heading(v.waiters.size()) : "";
   for (std::size_t i = 0; i < v.waiters.size(); ++i) {
     const auto& w = v.waiters[i];
     queue += "    " + std::to_string(i + 1) + ". " + w.id + "  ";
@@ -149,7 +174,7 @@ void print_lock_text(const lock_view& v) {
   if (v.nodes.size() == 1 && !v.nodes[0].ec) return;
   for (const auto& n : v.nodes) {
     if (n.ec) {
-      std::printf("  %-24s down: %s\n", n.node.c_str(), n.message.c_str());
+      std::printf("  %-24s no answer: %s\n", n.node.c_str(), n.message.c_str());
     } else if (n.token) {
       std::printf("  %-24s %s, PTTL %lld ms, fence %llu\n", n.node.c_str(),
                   n.token == v.token && v.held() ? "held" : "other owner", n.pttl_ms,
@@ -177,16 +202,12 @@ int lock_status(const global_options& g, const status_options& o) {
     print_lock_text(view);
   }
   std::fflush(stdout);
-  if (!view.answered()) {
-    std::string why;
-    for (const auto& n : view.nodes) {
-      if (n.ec) why += (why.empty() ? "" : "; ") + n.node + ": " + n.message;
-    }
-    say("only %zu of %zu nodes answered (a quorum is %zu): %s", view.reachable, view.nodes.size(),
-        view.quorum, why.c_str());
-    return exit_unavailable;
-  }
-  return exit_ok;
+  if (view.known()) return exit_ok;
+  say("%s", unknown_text(view).c_str());
+  bool refused = std::all_of(view.nodes.begin(), view.nodes.end(), [](const node_view& n) {
+    return !n.ec || is_refusal(n.ec);
+  });
+  return refused ? exit_no_permission : exit_unavailable;
 }
 
 // ---- semaphore ----
@@ -194,6 +215,12 @@ int lock_status(const global_options& g, const status_options& o) {
 void print_semaphore_json(const semaphore_view& v, long long limit) {
   std::string out = "{\"key\":" + json_string(v.key) + ",\"type\":\"semaphore\",\"fair\":" +
                     json_bool(v.fair) + ",\"limit\":" + std::to_string(limit);
+  if (!v.answered()) {  // nothing known: no counts that would read as "all free"
+    out += ",\"in_use\":null,\"free\":null,\"holders\":null,\"waiters\":null,\"node\":" +
+           json_string(v.node) + ",\"reachable\":false,\"error\":" + json_string(v.message) +
+           "}\n";
+    return write_out(out);
+  }
   out += ",\"in_use\":" + std::to_string(v.in_use) +
          ",\"free\":" + std::to_string(std::max(limit - v.in_use, 0LL)) +
          ",\"fence\":" + std::to_string(v.fence) + ",\"holders\":[";
@@ -212,15 +239,13 @@ void print_semaphore_json(const semaphore_view& v, long long limit) {
            ",\"woken\":" + json_bool(w.woken) +
            ",\"takes_handoff\":" + json_bool(w.takes_handoff) + "}";
   }
-  out += "],\"node\":" + json_string(v.node) + ",\"reachable\":" + json_bool(v.answered());
-  if (!v.answered()) out += ",\"error\":" + json_string(v.message);
-  out += "}\n";
+  out += "],\"node\":" + json_string(v.node) + ",\"reachable\":true}\n";
   write_out(out);
 }
 
 void print_semaphore_text(const semaphore_view& v, long long limit) {
   if (!v.answered()) {
-    std::printf("%s: semaphore on %s: no answer\n", v.key.c_str(), v.node.c_str());
+    std::printf("%s: unknown (semaphore on %s: no answer)\n", v.key.c_str(), v.node.c_str());
     return;
   }
   std::string out = v.key + ": semaphore, " + std::to_string(v.in_use) + " of " +
@@ -260,8 +285,9 @@ int semaphore_status(const global_options& g, const status_options& o) {
   }
   std::fflush(stdout);
   if (!view.answered()) {
-    say("%s did not answer: %s", view.node.c_str(), view.message.c_str());
-    return exit_unavailable;
+    say("could not tell who holds the semaphore: %s did not answer: %s", view.node.c_str(),
+        view.message.c_str());
+    return is_refusal(view.ec) ? exit_no_permission : exit_unavailable;
   }
   return exit_ok;
 }
