@@ -53,7 +53,11 @@ std::error_code error_from_reply(const reply& r) noexcept {
   // command ..." (or "... access at least one of the keys ...", "... publish to the channel ...").
   if (starts("NOPERM") || starts("ERR The user executing the script can't"))
     return errc::no_permission;
-  if (starts("NOAUTH") || starts("WRONGPASS")) return errc::auth_failed;
+  // A server that needs a password refuses a client that sent none with NOAUTH, or, when the
+  // first command is a long one (a script with its keys), with "ERR Protocol error:
+  // unauthenticated multibulk length" (or "... bulk length") before closing the connection.
+  if (starts("NOAUTH") || starts("WRONGPASS") || starts("ERR Protocol error: unauthenticated"))
+    return errc::auth_failed;
   if (starts("READONLY")) return errc::read_only;
   // A node restarting with persistence refuses every command while it loads its AOF/RDB: the
   // command did not run and the node will serve again, as after a refused connect. As

@@ -39,6 +39,10 @@ TEST(DurationTest, DecimalsInAnyUnit) {
   EXPECT_EQ(parse_duration("0.0001"), 1ms);
   EXPECT_EQ(parse_duration("1.2ms"), 2ms);
   EXPECT_EQ(parse_duration("0.0000000000001s"), 1ms);
+  // Up to 18 digits count exactly: 0.0000000111 d is 0.959 ms, so 1 ms (not 2).
+  EXPECT_EQ(parse_duration("0.0000000111d"), 1ms);
+  EXPECT_EQ(parse_duration("0.0000166661m"), 1ms);
+  EXPECT_EQ(parse_duration("0.000000000000000000001"), 1ms);
 }
 
 TEST(DurationTest, CompoundsNameTheirUnitsLongestFirst) {

@@ -39,6 +39,9 @@ TEST(ErrorTest, MapsRedisErrorPrefixes) {
                 "user. Are you sure your configuration is correct?"),
             errc::auth_failed);
   EXPECT_EQ(map("ERR invalid password"), errc::auth_failed);  // Redis < 6
+  // No password sent, and a first command too long for an unauthenticated client.
+  EXPECT_EQ(map("ERR Protocol error: unauthenticated multibulk length"), errc::auth_failed);
+  EXPECT_EQ(map("ERR Protocol error: unauthenticated bulk length"), errc::auth_failed);
   EXPECT_EQ(map("READONLY You can't write against a read only replica."), errc::read_only);
   EXPECT_EQ(map("OOM command not allowed when used memory > 'maxmemory'."), errc::out_of_memory);
   EXPECT_EQ(map("NOSCRIPT No matching script. Please use EVAL."), errc::script_error);

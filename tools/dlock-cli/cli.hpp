@@ -117,6 +117,12 @@ CLI::Option* duration_option(CLI::App& app, const std::string& name,
 // 33 ms; below it a round trip that is slow for a moment (a loaded host, a remote node) no
 // longer fits, and `--ttl 1` could never take the lock at all.
 inline constexpr std::chrono::milliseconds min_ttl{100};
+// `message` (a node's error text) with what to do about it, for the errors a user can fix:
+// a missing or refused password, an ACL user without a permission. Others unchanged.
+std::string with_remedy(std::error_code ec, std::string message);
+// The token in what `dlock acquire` printed ("TOKEN FENCE"): its first word, so that
+// `dlock release KEY "$(dlock acquire KEY)"` works. A token never holds a space.
+std::string acquired_token(std::string_view printed);
 // Throws usage_error unless min_ttl <= ttl <= dlock::max_ttl.
 void check_ttl(std::chrono::milliseconds ttl, const char* option = "--ttl");
 

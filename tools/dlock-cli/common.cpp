@@ -213,6 +213,8 @@ std::vector<client> make_clients(const global_options& g) {
 
 namespace {
 
+constexpr std::chrono::milliseconds kilo_seconds{1'000'000};
+
 // Both duration_option overloads: `into` is a milliseconds or an optional of one.
 template <class Target>
 CLI::Option* add_duration_option(CLI::App& app, const std::string& name, Target& into,
@@ -226,6 +228,14 @@ CLI::Option* add_duration_option(CLI::App& app, const std::string& name, Target&
               name, "bad duration '" + text +
                         "': give seconds (60, 2.5) or a number with a unit (500ms, 30s, 5m, "
                         "1h, 1d), or several longest first (1m30s)");
+        }
+        // Bare numbers were milliseconds before they became seconds, as for flock: a large one
+        // is likely an old script's, so what it now means is said (a unit silences it).
+        if (text.find_first_not_of("0123456789") == std::string::npos && *d >= kilo_seconds) {
+          say("%s %s means %s: a bare number is seconds, as for flock (write %sms for "
+              "milliseconds, or %ss to silence this)",
+              name.substr(0, name.find(',')).c_str(), text.c_str(), format_duration(*d).c_str(),
+              text.c_str(), text.c_str());
         }
         into = *d;
       },
@@ -262,6 +272,30 @@ void add_wait_flags(CLI::App& app, wait_flags& into) {
                "Say nothing while waiting. Otherwise, once the lock is found held, stderr shows "
                "who holds it, for how long, and how long we have waited: on a terminal one line "
                "updated in place, else (cron, a log) one line each time the holder changes");
+}
+
+std::string with_remedy(std::error_code ec, std::string message) {
+  if (ec == errc::auth_failed && (message.find("NOAUTH") != std::string::npos ||
+                                  message.find("unauthenticated") != std::string::npos)) {
+    return message + " (needs a password: put it in the URL, redis://:PASSWORD@host:port, or " +
+           "in $DLOCK_PASSWORD or --password-file)";
+  }
+  if (ec == errc::auth_failed) {
+    return message + " (the user or password was refused: check --user or $DLOCK_USER, and " +
+           "the password in the URL, $DLOCK_PASSWORD or --password-file)";
+  }
+  if (ec == errc::no_permission) {
+    return message + " (the ACL user lacks a permission dlock needs: docs/security.md, \"Least " +
+           "privilege\", has the rule that grants it)";
+  }
+  return message;
+}
+
+std::string acquired_token(std::string_view printed) {
+  auto first = printed.find_first_not_of(" \t\n");
+  if (first == std::string_view::npos) return {};
+  printed.remove_prefix(first);
+  return std::string(printed.substr(0, printed.find_first_of(" \t\n")));
 }
 
 std::chrono::milliseconds outage_patience(const wait_flags& w, const global_options& g) {

@@ -37,13 +37,18 @@ std::size_t unit_at(std::string_view text, std::size_t& length) {
   return best;
 }
 
+// The most fraction digits kept: finer ones only count as "a little more" (see below).
+constexpr std::int64_t finest_fraction = 1'000'000'000'000'000'000;  // 10^18
+
 // `whole`.`fraction` (fraction_scale: 10^digits) of a unit of `ms` milliseconds, rounded up to
 // a whole millisecond (so that a positive duration never becomes zero), saturating past cap.
 std::int64_t component_ms(std::int64_t whole, std::int64_t fraction, std::int64_t fraction_scale,
                           std::int64_t ms) {
   if (whole > cap / ms) return cap + 1;
-  // fraction < fraction_scale <= 10^9 and ms <= 86'400'000: the product fits in int64.
-  return whole * ms + (fraction * ms + fraction_scale - 1) / fraction_scale;
+  // fraction <= fraction_scale <= 10^18 and ms <= 86'400'000: the product needs 128 bits.
+  __extension__ using wide = __int128;  // GCC's and Clang's; __extension__: no -Wpedantic
+  const wide part = (static_cast<wide>(fraction) * ms + fraction_scale - 1) / fraction_scale;
+  return whole * ms + static_cast<std::int64_t>(part);
 }
 
 }  // namespace
@@ -62,11 +67,11 @@ std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) {
     if (i < text.size() && text[i] == '.') {
       std::size_t fraction_digits = 0;
       for (++i; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i, ++fraction_digits) {
-        if (fraction_scale < 1'000'000'000) {
+        if (fraction_scale < finest_fraction) {
           fraction = fraction * 10 + (text[i] - '0');
           fraction_scale *= 10;
         } else if (text[i] != '0') {
-          dropped = true;  // finer than 10^-9 of the unit: kept only as "a little more"
+          dropped = true;  // finer than 10^-18 of the unit: kept only as "a little more"
         }
       }
       if (fraction_digits == 0) return std::nullopt;

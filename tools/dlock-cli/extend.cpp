@@ -23,7 +23,7 @@ int extend_command(const global_options& g, const extend_options& o) {
   check_ttl(o.ttl);
   auto nodes = make_clients(g);
   mutex lock{nodes, o.key, {.ttl = o.ttl, .copies = g.copies}};
-  lease held = lock.adopt(o.token);
+  lease held = lock.adopt(acquired_token(o.token));
   std::error_code ec = held.extend(o.ttl);
   held.detach();  // an adopted lease would otherwise release the lock when it goes
   if (ec == errc::lease_lost || ec == errc::not_held) {
@@ -49,7 +49,9 @@ subcommand add_extend_command(CLI::App& parent, const global_options& g) {
   app->fallthrough();
   duration_option(*app, "--ttl", o->ttl, "The new TTL, from now; a longer one left is kept (default 30s)");
   app->add_option("KEY", o->key, "The lock's name")->required();
-  app->add_option("TOKEN", o->token, "The token `dlock acquire` printed")->required();
+  app->add_option("TOKEN", o->token,
+                  "The token `dlock acquire` printed (its whole line \"TOKEN FENCE\" will do)")
+      ->required();
   return {app, [&g, o] { return extend_command(g, *o); }};
 }
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <future>
 #include <map>
 #include <memory>
@@ -301,11 +302,11 @@ lock_view inspect_lock(std::vector<client>& given, const std::string& key, read_
     const auto& e = r.value.elements();
     if (r.ec || !r.value.is_array() || e.size() != expected) {
       n.ec = r.ec ? r.ec : std::error_code(errc::protocol_error);
-      n.message = r.value.is_error() ? r.value.str() : n.ec.message();
+      n.message = with_remedy(n.ec, r.value.is_error() ? r.value.str() : n.ec.message());
     } else if (const reply* wrong = first_error(e)) {
       // WRONGTYPE: the key exists but is not a lock.
       n.ec = error_from_reply(*wrong);
-      n.message = wrong->str();
+      n.message = with_remedy(n.ec, wrong->str());
     } else {
       ++view.reachable;
       if (e[0].is_string()) {
@@ -344,7 +345,11 @@ lock_view inspect_lock(std::vector<client>& given, const std::string& key, read_
         if (n.holder && n.holder->token == *view.token) view.holder = n.holder;
       }
     }
-    std::sort(pttls.rbegin(), pttls.rend());
+    // A key without a TTL (PTTL -1) never expires: the longest of all.
+    auto longer = [](long long a, long long b) {
+      return (a == -1 ? LLONG_MAX : a) > (b == -1 ? LLONG_MAX : b);
+    };
+    std::sort(pttls.begin(), pttls.end(), longer);
     std::size_t idx = std::min(view.quorum, pttls.size()) - 1;
     view.pttl_ms = pttls[idx];
     // The CLI notes the holder once, beside the name's own key (publish_holder on the client).
@@ -362,11 +367,15 @@ lock_view inspect_lock(std::vector<client>& given, const std::string& key, read_
 
 semaphore_view inspect_semaphore(client& node, const std::string& key, bool fair,
                                  read_queue queue) {
+  return inspect_semaphore(node, key, semaphore_keys_for(key, fair), fair, queue);
+}
+
+semaphore_view inspect_semaphore(client& node, const std::string& key,
+                                 const semaphore_keys& keys, bool fair, read_queue queue) {
   semaphore_view view;
   view.key = key;
   view.fair = fair;
   view.node = node_label(node, key);
-  const auto keys = semaphore_keys_for(key, fair);
   // A fair semaphore's waiters sit in its expiry set too, told apart from holders by their info
   // entry, so it reads the info even when the queue is not wanted.
   const bool with_queue = queue == read_queue::yes, with_info = with_queue || fair;
@@ -382,12 +391,12 @@ semaphore_view inspect_semaphore(client& node, const std::string& key, bool fair
   const auto& e = r.elements();
   if (ec || !r.is_array() || e.size() != expected) {
     view.ec = ec ? ec : std::error_code(errc::protocol_error);
-    view.message = r.is_error() ? r.str() : view.ec.message();
+    view.message = with_remedy(view.ec, r.is_error() ? r.str() : view.ec.message());
     return view;
   }
   if (const reply* wrong = first_error(e)) {
     view.ec = error_from_reply(*wrong);
-    view.message = wrong->str();
+    view.message = with_remedy(view.ec, wrong->str());
     return view;
   }
   const long long now = server_ms(e[0]);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "dlock/client.hpp"
+#include "dlock/key_layout.hpp"
 
 namespace dlock::cli {
 
@@ -131,6 +132,11 @@ struct semaphore_view {
 };
 
 semaphore_view inspect_semaphore(client& node, const std::string& key, bool fair,
+                                 read_queue queue = read_queue::no);
+// The same for the semaphore set kept under `keys` (shared_mutex_keys_for: a read-write lock,
+// which is a fair semaphore's set).
+semaphore_view inspect_semaphore(client& node, const std::string& key,
+                                 const semaphore_keys& keys, bool fair,
                                  read_queue queue = read_queue::no);
 
 }  // namespace dlock::cli

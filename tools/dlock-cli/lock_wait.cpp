@@ -41,7 +41,7 @@ std::string node_failures(const node_results& votes) {
   for (const auto& v : votes) {
     if (v.outcome != node_result::vote::failed) continue;
     if (!out.empty()) out += "; ";
-    out += v.node + ": " + v.message;
+    out += v.node + ": " + with_remedy(v.error, v.message);
   }
   return out;
 }
@@ -69,8 +69,9 @@ wait_result judge(const wait_options& o, std::error_code ec, const node_results&
       result.outcome =
           ec == errc::invalid_argument ? wait_outcome::failed : wait_outcome::unavailable;
       std::string why = node_failures(votes);
-      result.message = "cannot lock '" + o.key + "': " + ec.message() +
-                       (why.empty() ? "" : " (" + why + ")");
+      // The remedy once: with the nodes' errors when there are any, else with ours.
+      result.message = "cannot lock '" + o.key + "': " +
+                       (why.empty() ? with_remedy(ec, ec.message()) : ec.message() + " (" + why + ")");
       return result;
     }
   }

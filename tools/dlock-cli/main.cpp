@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
+#include <string_view>
+#include <vector>
 
 #include "cli.hpp"
 #include "run_metrics.hpp"
@@ -47,6 +50,49 @@ std::string one_line(std::string text) {
   std::replace(text.begin(), text.end(), '\n', ' ');
   while (!text.empty() && text.back() == ' ') text.pop_back();
   return text;
+}
+
+// Edits (insert, delete, replace) between a and b: how far a typo is from a subcommand.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// A parse error, with where to look: the chosen subcommand's help, or for a word that is no
+// subcommand but close to one, that one ("did you mean").
+std::string parse_error_text(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  std::string text = one_line(e.what());
+  auto chosen = app.get_subcommands();
+  if (!chosen.empty()) return text + " (see dlock " + chosen.front()->get_name() + " --help)";
+  for (int i = 1; i < argc; ++i) {
+    std::string_view word = argv[i];
+    if (word.empty() || word[0] == '-') continue;
+    std::string best;
+    std::size_t best_distance = 3;  // two edits at most: a typo, not another word
+    for (const CLI::App* sub : app.get_subcommands(std::function<bool(CLI::App*)>{})) {
+      if (sub->get_group().empty()) continue;  // hidden (demo-worker)
+      std::size_t d = edit_distance(word, sub->get_name());
+      if (d > 0 && d < best_distance) {
+        best = sub->get_name();
+        best_distance = d;
+      }
+    }
+    if (!best.empty()) {
+      return "unknown command '" + std::string(word) + "': did you mean '" + best +
+             "'? (see dlock --help)";
+    }
+  }
+  return text + " (see dlock --help)";
 }
 
 // Runs the chosen command and turns what it threw into an exit status.
@@ -142,7 +188,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    say("%s (see dlock --help)", one_line(e.what()).c_str());
+    say("%s", parse_error_text(app, e, argc, argv).c_str());
     return exit_usage;
   }
   set_verbose(g.verbose);

@@ -129,6 +129,13 @@ void send_news(int fd, guard_news_kind kind, int value) {
   (void)!::write(fd, &n, sizeof n);
 }
 
+// CMD's end and the tree's, in one write: dlock reads them together, so it never sees CMD gone
+// with the tree not yet known empty, and says CMD left processes running when it did not.
+void send_cmd_exit_and_tree_empty(int fd, int status) {
+  guard_news both[2] = {{news_cmd_exited, status}, {news_tree_empty, 0}};
+  (void)!::write(fd, both, sizeof both);
+}
+
 // Processes below the guard, from one pass over /proc. The table grows (mmap, which is a
 // system call and safe after fork) to hold every process on the machine: a fixed one skipped
 // the newest PIDs, CMD's among them, on every pass on a busy host. Should growing fail, the
@@ -282,23 +289,31 @@ void signal_below(pid_t self, pid_t cmd_group, int sig) {
   bool ending = false, cmd_reaped = false;
   std::int64_t deadline = p.deadline;
   for (;;) {
+    // CMD's end is told once this pass has reaped what it can: with the tree's end, if that
+    // came too.
+    std::optional<int> cmd_status;
     for (;;) {
       int status = 0;
       pid_t r = ::waitpid(-1, &status, WNOHANG);
       if (r > 0) {
         if (r == cmd) {
           cmd_reaped = true;
-          send_news(p.news, news_cmd_exited, status);
+          cmd_status = status;
         }
         continue;
       }
       if (r < 0 && errno == EINTR) continue;
       if (r < 0) {  // ECHILD: nothing is left below the guard
-        send_news(p.news, news_tree_empty, 0);
+        if (cmd_status) {
+          send_cmd_exit_and_tree_empty(p.news, *cmd_status);
+        } else {
+          send_news(p.news, news_tree_empty, 0);
+        }
         ::_exit(0);
       }
       break;
     }
+    if (cmd_status) send_news(p.news, news_cmd_exited, *cmd_status);
     pid_t cmd_group = p.own_group && !cmd_reaped ? cmd : 0;
     std::int64_t now = monotonic_ns();
     if (!ending && now >= deadline) {

@@ -19,8 +19,9 @@ struct release_options {
 int release_command(const global_options& g, const release_options& o) {
   auto nodes = make_clients(g);
   mutex lock{nodes, o.key, {.copies = g.copies}};
-  lease held = lock.adopt(o.token);
-  clear_holder(nodes, o.key, o.token);
+  const std::string token = acquired_token(o.token);
+  lease held = lock.adopt(token);
+  clear_holder(nodes, o.key, token);
   std::error_code ec = held.release();
   if (ec == errc::not_held) {
     say("'%s' was not held with this token (expired, released, or taken by another)",
@@ -42,7 +43,9 @@ subcommand add_release_command(CLI::App& parent, const global_options& g) {
   auto* app = parent.add_subcommand("release", "Release the lock KEY held with TOKEN");
   app->fallthrough();
   app->add_option("KEY", o->key, "The lock's name")->required();
-  app->add_option("TOKEN", o->token, "The token `dlock acquire` printed")->required();
+  app->add_option("TOKEN", o->token,
+                  "The token `dlock acquire` printed (its whole line \"TOKEN FENCE\" will do)")
+      ->required();
   return {app, [&g, o] { return release_command(g, *o); }};
 }
 

@@ -51,6 +51,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "cli.hpp"
 #include "dlock/election.hpp"
@@ -99,6 +100,7 @@ struct run_options : wait_flags {
   // --read / --write: KEY is a read-write lock, held shared or exclusively.
   bool read = false, write = false;
   bool exclusive = false;  // -x/--exclusive: flock's name for the plain lock (the default)
+  bool shared = false;     // -s/--shared: refused until it excludes the plain lock
   // --also: more locks taken with KEY, all or none (dlock::lock_set).
   std::vector<std::string> also;
   // Whether the lease is the one holder of a mutex (or a leadership), which the advisory
@@ -443,9 +445,12 @@ class supervisor {
     }
   }
 
-  // Releases (or keeps for --min-hold) and says what went wrong; returns the release's error.
+  // Releases (or keeps for --min-hold) and says what went wrong; returns the release's error
+  // (lease_lost or not_held: the lease was gone).
   std::error_code finish(bool lost, bool cmd_ran) {
-    if (!lost && cmd_ran && o_.min_hold && keep_for_min_hold()) return {};
+    if (!lost && cmd_ran && o_.min_hold) {
+      if (auto kept = keep_for_min_hold()) return *kept;
+    }
     if (!lost && o_.notes_holder()) clear_holder(nodes_, o_.key, held_.value());
     // A leader resigns, so that observers learn of it at once.
     std::error_code ec = election_ ? election_->resign(held_) : held_.release();
@@ -460,18 +465,21 @@ class supervisor {
   }
 
   // --min-hold: while less than that has passed since the acquisition, the lock stays until
-  // then (the holder annotation too, naming the run that finished). True when kept.
-  bool keep_for_min_hold() {
+  // then (the holder annotation too, naming the run that finished). When kept, the outcome
+  // of keeping it: lease_lost or not_held when the lease was found gone (the caller says so).
+  std::optional<std::error_code> keep_for_min_hold() {
     auto left = std::chrono::ceil<milliseconds>(*o_.min_hold - (steady::now() - acquired_at_));
-    if (left <= 0ms) return false;
-    if (auto ec = held_.release_after(left)) {
+    if (left <= 0ms) return std::nullopt;
+    std::error_code ec = held_.release_after(left);
+    if (ec == errc::lease_lost || ec == errc::not_held) return ec;
+    if (ec) {
       say("keeping '%s' for --min-hold failed (%s); released where it could be", o_.key.c_str(),
           ec.message().c_str());
-      return true;
+      return std::error_code();
     }
     say_verbose("kept '%s' for --min-hold: it expires in %s", o_.key.c_str(),
                 seconds_text(left).c_str());
-    return true;
+    return std::error_code();
   }
 
   const run_options& o_;
@@ -737,7 +745,7 @@ subcommand add_run_command(CLI::App& parent, const global_options& g) {
                   "KEY is a semaphore: up to LIMIT CMDs at once (one Redis node only)")
       ->type_name("LIMIT")
       ->check(CLI::Range(1, 1'000'000));
-  auto* read = app->add_flag("-s,--shared,--read", o->read,
+  auto* read = app->add_flag("--read", o->read,
                              "KEY is a read-write lock (one Redis node only), held shared: CMDs "
                              "run with --read run together, never beside one with --write");
   auto* write = app->add_flag("--write", o->write,
@@ -752,12 +760,22 @@ subcommand add_run_command(CLI::App& parent, const global_options& g) {
                    ->allow_extra_args(false);
   auto* exclusive = app->add_flag("-x,-e,--exclusive", o->exclusive,
                                   "Hold KEY alone, as flock -x (the default)");
+  auto* shared = app->add_flag("-s,--shared", o->shared,
+                               "flock's shared hold: refused for now, as it would not keep out "
+                               "a plain run of KEY (--read/--write are a read-write lock of "
+                               "their own)");
   read->excludes(write)->excludes("--semaphore")->excludes(also);
   write->excludes("--semaphore")->excludes(also);
   also->excludes("--semaphore");
-  exclusive->excludes(read)->excludes(write)->excludes("--semaphore");
+  exclusive->excludes(read)->excludes(write)->excludes("--semaphore")->excludes(shared);
   add_name_and_command(*app, *o, "KEY", "The lock's name (its Redis key)");
   return {app, [&g, o] {
+            if (o->shared) {
+              throw usage_error(
+                  "-s/--shared is not there yet: a shared hold would not keep out `dlock run "
+                  "KEY` (one name is not yet one lock); --read and --write are a read-write "
+                  "lock whose modes exclude each other");
+            }
             o->cmd = command_after_name(std::move(o->cmd), "run");
             return run_command(g, *o);
           }};

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "cli.hpp"
 #include "dlock/key_layout.hpp"
@@ -70,6 +71,29 @@ bool is_refusal(std::error_code ec) {
 
 // ---- lock ----
 
+// Another kind of dlock object kept under the name (one Redis node): it does not exclude the
+// plain lock yet, so status says it is there rather than call the name free.
+struct other_kind {
+  const char* kind;
+  std::size_t holders;
+};
+
+std::vector<other_kind> other_kinds_held(std::vector<client>& nodes, const std::string& key) {
+  std::vector<other_kind> out;
+  if (nodes.size() != 1) return out;  // read-write locks and semaphores live on one node
+  auto look = [&](const char* kind, const semaphore_view& v) {
+    if (v.answered() && !v.holders.empty()) out.push_back({kind, v.holders.size()});
+  };
+  look("read-write lock", inspect_semaphore(nodes[0], key, shared_mutex_keys_for(key), true));
+  look("semaphore", inspect_semaphore(nodes[0], key, false));
+  look("fair semaphore", inspect_semaphore(nodes[0], key, true));
+  return out;
+}
+
+std::string holders_text(std::size_t n) {
+  return std::to_string(n) + (n == 1 ? " holder" : " holders");
+}
+
 // Why the nodes that answered cannot settle whether the lock is held.
 std::string unknown_text(const lock_view& v) {
   std::string text = "could not tell whether it is held: " + std::to_string(v.reachable) +
@@ -83,16 +107,23 @@ std::string unknown_text(const lock_view& v) {
   return text + ": " + v.failures();
 }
 
-void print_lock_json(const lock_view& v) {
+void print_lock_json(const lock_view& v, const std::vector<other_kind>& others) {
   std::string out = "{\"key\":" + json_string(v.key) + ",\"type\":\"lock\"";
   // null: the nodes that answered cannot settle it (see "error").
   out += ",\"held\":" + std::string(v.known() ? json_bool(v.held()) : "null");
   out += ",\"token\":" + (v.held() ? json_string(*v.token) : std::string("null"));
   out += ",\"pttl_ms\":" + (v.held() ? std::to_string(v.pttl_ms) : std::string("null"));
-  out += ",\"fence\":" + std::to_string(v.fence);
+  // With no quorum, the fence and the queue are not known either.
+  out += ",\"fence\":" + (v.answered() ? std::to_string(v.fence) : std::string("null"));
   out += ",\"holder\":" + (v.held() && v.holder ? json_holder(*v.holder) : std::string("null"));
-  out += ",\"waiters\":[";
-  for (std::size_t i = 0; i < v.waiters.size(); ++i) {
+  out += ",\"other_kinds\":[";
+  for (std::size_t i = 0; i < others.size(); ++i) {
+    out += std::string(i ? "," : "") + "{\"kind\":" + json_string(others[i].kind) +
+           ",\"holders\":" + std::to_string(others[i].holders) + "}";
+  }
+  out += "],\"waiters\":";
+  out += v.answered() ? "[" : "null";
+  for (std::size_t i = 0; v.answered() && i < v.waiters.size(); ++i) {
     const auto& w = v.waiters[i];
     if (i) out += ",";
     out += "{\"id\":" + json_string(w.id) + ",\"position\":" + std::to_string(i + 1) +
@@ -100,7 +131,8 @@ void print_lock_json(const lock_view& v) {
            ",\"expires_in_ms\":" + std::to_string(w.expires_in_ms) +
            ",\"takes_handoff\":" + json_bool(w.takes_handoff) + "}";
   }
-  out += "],\"quorum\":" + std::to_string(v.quorum) +
+  if (v.answered()) out += "]";
+  out += ",\"quorum\":" + std::to_string(v.quorum) +
          ",\"reachable\":" + std::to_string(v.reachable);
   if (!v.known()) out += ",\"error\":" + json_string(unknown_text(v));
   out += ",\"nodes\":[";
@@ -143,19 +175,29 @@ std::string waiters_heading(std::size_t count) {
          ", first in line first:\n";
 }
 
-void print_lock_text(const lock_view& v) {
+void print_lock_text(const lock_view& v, const std::vector<other_kind>& others) {
   if (!v.known()) {
     std::printf("%s: unknown\n", v.key.c_str());
   } else if (v.held()) {
     std::printf("%s: held", v.key.c_str());
     if (v.holder) std::printf(" by %s", describe(*v.holder).c_str());
     if (v.pttl_ms >= 0) std::printf(", expires in %.1f s", static_cast<double>(v.pttl_ms) / 1000.0);
+    if (v.pttl_ms == -1) {
+      std::printf(", never expires (no TTL: not a dlock lock, or one taken without a TTL and "
+                  "never released)");
+    }
     std::printf(" (on %zu of %zu nodes)\n", v.holding, v.nodes.size());
   } else if (v.token) {
     std::printf("%s: free (a stale or partial key on %zu of %zu nodes, fewer than the quorum of %zu)\n",
                 v.key.c_str(), v.holding, v.nodes.size(), v.quorum);
+  } else if (!others.empty()) {
+    std::printf("%s: free as a lock, but not free:\n", v.key.c_str());
   } else {
     std::printf("%s: free\n", v.key.c_str());
+  }
+  for (const auto& o : others) {
+    std::printf("  held as a %s by %s (a plain run of the name does not wait for it yet)\n",
+                o.kind, holders_text(o.holders).c_str());
   }
   // With no quorum, "no waiters" or "no fence counter" would be guesses too.
   if (v.answered()) std::printf("%s", fence_text(v.fence).c_str());
@@ -196,10 +238,11 @@ int lock_status(const global_options& g, const status_options& o) {
   // --copies as the lock takes it (refused, with the library's reason, as run refuses it).
   if (g.copies > 1) (void)mutex{nodes, o.key, {.copies = g.copies}};
   auto view = inspect_lock(nodes, o.key, read_queue::yes, g.copies);
+  const auto others = other_kinds_held(nodes, o.key);
   if (o.json) {
-    print_lock_json(view);
+    print_lock_json(view, others);
   } else {
-    print_lock_text(view);
+    print_lock_text(view, others);
   }
   std::fflush(stdout);
   if (view.known()) return exit_ok;
