@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
@@ -2120,7 +2121,22 @@ TEST_F(CliTest, StatusShowsOtherKindsHeldUnderTheName) {
 // read CMD's end before the guard's word that the tree was empty (issue 36).
 TEST_F(CliTest, VerboseNeverSaysCmdLeftProcessesWhenItDidNot) {
   const std::string key = test_key();
-  for (int i = 0; i < 10; ++i) {
+  // A core kept busy widens the window between the guard's two words (19 in 40 runs said it
+  // with one busy loop beside them, 2 in 40 on a quiet machine).
+  std::atomic<bool> busy{true};
+  std::thread spinner([&] {
+    while (busy.load(std::memory_order_relaxed)) {
+    }
+  });
+  struct stop_spinning {
+    std::atomic<bool>& busy;
+    std::thread& spinner;
+    ~stop_spinning() {
+      busy = false;
+      spinner.join();
+    }
+  } stop{busy, spinner};
+  for (int i = 0; i < 30; ++i) {
     auto r = run({"-v", "-r", server_.url(), "run", key, "true"});
     EXPECT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.err.find("left running"), std::string::npos) << i << ": " << r.err;
