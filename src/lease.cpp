@@ -13,8 +13,12 @@ bool held(const std::shared_ptr<detail::lease_state>& state) noexcept {
 }
 
 // Tells the observer how a release ended.
-void report_release(const detail::lease_owner& owner, std::error_code ec) noexcept {
-  if (auto* o = detail::current_observer()) o->on_release({owner.key(), owner.kind(), ec});
+void report_release(const detail::lease_owner& owner, const detail::lease_state& state,
+                    std::error_code ec) noexcept {
+  if (auto* o = detail::current_observer()) {
+    o->on_release(
+        {owner.key(), owner.kind(), ec, std::chrono::steady_clock::now() - state.granted_at});
+  }
 }
 
 // Starts the owner's release without waiting. The completion keeps the owner and the state
@@ -27,7 +31,7 @@ void start_release_detached(std::shared_ptr<detail::lease_owner> owner,
   auto& core = *owner;
   core.start_release(state, [owner = std::move(owner), state, h = std::move(handler)](
                                 std::error_code ec) mutable {
-    report_release(*owner, ec);
+    report_release(*owner, *state, ec);
     h(ec);
   });
 }
@@ -136,7 +140,7 @@ std::error_code lease::release() noexcept {
       });
     });
   }
-  report_release(*owner_, ec);
+  report_release(*owner_, *state_, ec);
   return ec;
 }
 

@@ -27,6 +27,8 @@ using steady = std::chrono::steady_clock;
 class keep_alive_task;
 
 struct lease_state {
+  // Made when the grant becomes a lease: the start of the hold (release_event::held).
+  const steady::time_point granted_at = steady::now();
   std::string token;
   std::uint64_t fence = 0;
   std::atomic<steady::rep> valid_until{0};  // steady_clock ticks since its epoch

@@ -18,6 +18,8 @@
 #include <span>
 #include <vector>
 
+#include "dlock/error.hpp"
+
 namespace dlock {
 namespace {
 
@@ -32,6 +34,9 @@ constexpr std::array<double, 12> wait_bounds{0.001, 0.005, 0.01, 0.05, 0.1, 0.5,
                                              1,     5,     10,   30,   60,  300};
 constexpr std::array<double, 10> lag_bounds{0.001, 0.005, 0.01, 0.025, 0.05,
                                             0.1,   0.25,  0.5,  1,     5};
+// Holds last from a critical section's milliseconds to a batch job's hours.
+constexpr std::array<double, 13> hold_bounds{0.001, 0.01, 0.1, 0.5,  1,    5,    10,
+                                             30,    60,   300, 900,  3600, 14400};
 
 // A label value as the exposition format wants it: valid UTF-8 (an invalid byte becomes
 // U+FFFD), with backslash, double quote and newline escaped.
@@ -179,6 +184,9 @@ struct prometheus_metrics::impl {
   counter_family handoffs{"dlock_handoffs_total",
                           "Acquisitions granted by a release's handoff to a queued waiter.", {}};
   counter_family releases{"dlock_releases_total", "Releases that ended, by result.", {}};
+  histogram_family hold{"dlock_hold_seconds",
+                        "Time from a grant to its release's outcome: how long it was held.",
+                        hold_bounds, {}};
   counter_family renewals{"dlock_renewals_total",
                           "Keep-alive renewals that ended, by result.", {}};
   histogram_family renewal_lag{"dlock_renewal_lag_seconds",
@@ -196,16 +204,43 @@ struct prometheus_metrics::impl {
   counter_family connections{"dlock_node_connection_events_total",
                              "Connections to a node made, failed and dropped.", {}};
 
+  labels base;  // the constant labels, which every series starts with
+
   // The labels every per-key metric starts with.
   labels of(std::string_view key, primitive what) const {
-    labels l;
+    labels l = base;
     if (options.key_label) return std::move(l).add("key", key).add("primitive", to_string(what));
     return std::move(l).add("primitive", to_string(what));
   }
 };
 
+namespace {
+
+// A constant label's name: Prometheus' syntax, not reserved, not one of dlock's own.
+bool usable_label_name(std::string_view name, bool key_label) {
+  auto letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  if (name.empty() || !letter(name[0]) || name.starts_with("__")) return false;
+  for (char c : name) {
+    if (!letter(c) && !(c >= '0' && c <= '9')) return false;
+  }
+  for (std::string_view own : {"primitive", "result", "reason", "node", "event", "le"}) {
+    if (name == own) return false;
+  }
+  return !(key_label && name == "key");
+}
+
+}  // namespace
+
 prometheus_metrics::prometheus_metrics(prometheus_options options) : impl_(std::make_unique<impl>()) {
-  impl_->options = options;
+  for (const auto& [name, value] : options.constant_labels) {
+    if (!usable_label_name(name, options.key_label)) {
+      throw std::system_error(make_error_code(errc::invalid_argument),
+                              "prometheus_options::constant_labels: '" + name +
+                                  "' is not a label name dlock can add");
+    }
+    std::move(impl_->base).add(name, value);  // adds in place
+  }
+  impl_->options = std::move(options);
 }
 
 prometheus_metrics::~prometheus_metrics() = default;
@@ -222,6 +257,7 @@ void prometheus_metrics::on_acquire(const acquire_event& e) {
 void prometheus_metrics::on_release(const release_event& e) {
   std::lock_guard lock(impl_->guard);
   impl_->releases.add(impl_->of(e.key, e.what).add("result", result_label(e.ec)).text);
+  impl_->hold.observe(impl_->of(e.key, e.what).text, e.held);
 }
 
 void prometheus_metrics::on_renewal(const renewal_event& e) {
@@ -237,7 +273,7 @@ void prometheus_metrics::on_lease_lost(const lease_lost_event& e) {
 }
 
 void prometheus_metrics::on_node_request(const node_request_event& e) {
-  std::string node = labels{}.add("node", e.node).text;
+  std::string node = labels{impl_->base}.add("node", e.node).text;
   std::string with_result = labels{node}.add("result", result_label(e.ec)).text;
   std::lock_guard lock(impl_->guard);
   impl_->requests.add(std::move(with_result));
@@ -245,7 +281,8 @@ void prometheus_metrics::on_node_request(const node_request_event& e) {
 }
 
 void prometheus_metrics::on_connection(const connection_event& e) {
-  std::string label_set = labels{}.add("node", e.node).add("event", to_string(e.what)).text;
+  std::string label_set =
+      labels{impl_->base}.add("node", e.node).add("event", to_string(e.what)).text;
   std::lock_guard lock(impl_->guard);
   impl_->connections.add(std::move(label_set));
 }
@@ -258,6 +295,7 @@ std::string prometheus_metrics::render() const {
   impl_->wait.render(out);
   impl_->handoffs.render(out);
   impl_->releases.render(out);
+  impl_->hold.render(out);
   impl_->renewals.render(out);
   impl_->renewal_lag.render(out);
   impl_->renewal_duration.render(out);
@@ -265,6 +303,21 @@ std::string prometheus_metrics::render() const {
   impl_->requests.render(out);
   impl_->request_duration.render(out);
   impl_->connections.render(out);
+  return out;
+}
+
+std::string prometheus_metrics::gauge_text(
+    std::string_view name, std::string_view help, double value,
+    const std::vector<std::pair<std::string, std::string>>& more) const {
+  labels l = impl_->base;
+  for (const auto& [label, label_value] : more) std::move(l).add(label, label_value);
+  std::string out = "# HELP ";
+  out.append(name).append(" ").append(help).append("\n# TYPE ").append(name).append(" gauge\n");
+  out.append(name);
+  if (!l.text.empty()) out += "{" + l.text + "}";
+  out += ' ';
+  append_number(out, value);
+  out += '\n';
   return out;
 }
 

@@ -55,6 +55,8 @@ struct release_event {
   std::string_view key;              ///< the lock's or semaphore's key
   primitive what = primitive::lock;  ///< a lock's or a semaphore's
   std::error_code ec;  ///< empty: released; not_held: it was gone already; else the failure
+  /// From the grant (the lease's creation) to the release's outcome: how long it was held.
+  std::chrono::steady_clock::duration held{};
 };
 
 /// A renewal by a lease's keep-alive (the watchdog) ended. Manual extends are not renewals.

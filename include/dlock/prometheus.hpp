@@ -14,7 +14,8 @@
 /// Thread-safe: events may arrive on any thread while render() runs on another.
 ///
 /// The metrics (`primitive` is lock or semaphore; `result` is "ok" or an errc's name, see
-/// to_string(errc); with key_label, the first nine also carry `key`):
+/// to_string(errc); with key_label, the first ten also carry `key`; every series starts with
+/// the constant_labels):
 /// | metric                                         | what it counts                              |
 /// |------------------------------------------------|---------------------------------------------|
 /// | dlock_acquisitions_total{primitive,result}     | counter: acquisitions ended                 |
@@ -22,6 +23,7 @@
 /// | dlock_acquire_wait_seconds{primitive,result}   | histogram: call to outcome                  |
 /// | dlock_handoffs_total{primitive}                | counter: granted by a handoff               |
 /// | dlock_releases_total{primitive,result}         | counter: releases ended                     |
+/// | dlock_hold_seconds{primitive}                  | histogram: grant to the release's outcome   |
 /// | dlock_renewals_total{primitive,result}         | counter: keep-alive renewals                |
 /// | dlock_renewal_lag_seconds{primitive}           | histogram: lateness of renewals             |
 /// | dlock_renewal_duration_seconds{primitive}      | histogram: send to verdict                  |
@@ -35,6 +37,8 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include "dlock/export.hpp"
 #include "dlock/observer.hpp"
@@ -47,6 +51,12 @@ struct prometheus_options {
   /// leave it off when a process uses many keys (Prometheus keeps every series it ever saw);
   /// the `dlock` command turns it on, as one run uses one key.
   bool key_label = false;
+  /// Labels every series carries first, as (name, value): for several processes whose files
+  /// share one textfile directory (node_exporter refuses a series that two files both have).
+  /// A name must match [a-zA-Z_][a-zA-Z0-9_]*, not start with "__", and not be one of
+  /// dlock's own labels (primitive, result, reason, node, event, le; key with key_label):
+  /// the constructor throws std::system_error(errc::invalid_argument) otherwise.
+  std::vector<std::pair<std::string, std::string>> constant_labels;
 };
 
 /// Counters and histograms of dlock's events; see the file comment for the list.
@@ -69,6 +79,12 @@ class DLOCK_EXPORT prometheus_metrics final : public observer {
   /// a scrape never reads half a file. Returns the error of the step that failed (and
   /// removes the temporary file); `path` is then unchanged.
   std::error_code write_textfile(const std::string& path, std::string_view extra = {}) const;
+
+  /// The caller's own gauge in the same format, for write_textfile's `extra`: its # HELP and
+  /// # TYPE lines and one series with the constant_labels, then `labels`, escaped as render()
+  /// escapes them. `name` and the label names must be valid Prometheus names (not checked).
+  std::string gauge_text(std::string_view name, std::string_view help, double value,
+                         const std::vector<std::pair<std::string, std::string>>& labels = {}) const;
 
   /// @name observer
   /// Count the events; called by dlock once installed with set_observer.

@@ -21,6 +21,7 @@
 #include <future>
 #include <optional>
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -1247,8 +1248,11 @@ TEST_F(CliTest, MetricsFileCountsTheRunForTheTextfileCollector) {
   std::string labels = "key=\"" + key + "\",primitive=\"lock\"";
   EXPECT_EQ(test::metric_value(text, "dlock_acquisitions_total{" + labels + ",result=\"ok\"}"), 1);
   EXPECT_EQ(test::metric_value(text, "dlock_releases_total{" + labels + ",result=\"ok\"}"), 1);
-  EXPECT_EQ(test::metric_value(text, "dlock_cli_exit_status{command=\"run\"}"), 0);
-  EXPECT_GT(test::metric_value(text, "dlock_cli_end_timestamp_seconds{command=\"run\"}"), 1.7e9);
+  const std::string cli = "{key=\"" + key + "\",command=\"run\"}";
+  EXPECT_EQ(test::metric_value(text, "dlock_cli_exit_status" + cli), 0);
+  EXPECT_GT(test::metric_value(text, "dlock_cli_end_timestamp_seconds" + cli), 1.7e9);
+  EXPECT_EQ(test::metric_value(text, "dlock_cli_running" + cli), 0);
+  EXPECT_EQ(test::metric_value(text, "dlock_hold_seconds_count{" + labels + "}"), 1);
 
   auto holder = start({"-r", server_.url(), "run", key, "--", "sleep", "100000"});
   ASSERT_TRUE(eventually([&] { return exists(key); }));
@@ -1258,11 +1262,86 @@ TEST_F(CliTest, MetricsFileCountsTheRunForTheTextfileCollector) {
   EXPECT_EQ(test::metric_value(text, "dlock_acquisitions_total{" + labels + ",result=\"not_acquired\"}"), 1);
   EXPECT_EQ(test::metric_value(text, "dlock_acquisitions_total{" + labels + ",result=\"ok\"}"), -1)
       << "each run writes its own counts";
-  EXPECT_EQ(test::metric_value(text, "dlock_cli_exit_status{command=\"run\"}"), 75);
+  EXPECT_EQ(test::metric_value(text, "dlock_cli_exit_status" + cli), 75);
   std::tie(status, out) = test::promtool_check(text);
   EXPECT_EQ(status, 0) << out;
   holder->signal(SIGTERM);
   EXPECT_EQ(holder->wait(10s), 128 + SIGTERM);
+}
+
+// The series of one metrics file, without their values: "name{labels}" per line.
+std::set<std::string> series_of(const std::string& text) {
+  std::set<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    out.insert(line.substr(0, line.rfind(' ')));
+  }
+  return out;
+}
+
+// Two jobs' files in one textfile directory (issue 36): node_exporter refuses a series that
+// two files both have, and the node series had no key, so two jobs on one node collided. Each
+// series now carries the name (and --metrics-label's); while `run` holds the lock the file
+// says so, for the shipped alert on a lock held too long.
+TEST_F(CliTest, MetricsFilesOfTwoJobsNeverShareASeries) {
+  strays left;
+  const std::string backup = test_key("backup"), report = test_key("report");
+  const std::string a = path("backup.prom"), b = path("report.prom"), c = path("again.prom");
+  ASSERT_EQ(run({"-r", server_.url(), "--metrics-file", a, "run", backup, "true"}).status, 0);
+  ASSERT_EQ(run({"-r", server_.url(), "--metrics-file", b, "run", report, "true"}).status, 0);
+  // The same name twice on one host, told apart by a label of the user's.
+  ASSERT_EQ(run({"-r", server_.url(), "--metrics-file", c, "--metrics-label", "job=again", "run",
+                 backup, "true"})
+                .status,
+            0);
+  const std::string ta = read_file(a), tb = read_file(b), tc = read_file(c);
+  for (const auto* text : {&ta, &tb, &tc}) {
+    auto [status, out] = test::promtool_check(*text);
+    EXPECT_EQ(status, 0) << out << *text;
+  }
+  auto sa = series_of(ta), sb = series_of(tb), sc = series_of(tc);
+  ASSERT_FALSE(sa.empty());
+  for (const auto& s : sa) {
+    EXPECT_FALSE(sb.contains(s)) << s;
+    EXPECT_FALSE(sc.contains(s)) << s;
+  }
+  EXPECT_NE(tc.find("dlock_node_requests_total{key=\"" + backup + "\",job=\"again\",node="),
+            std::string::npos)
+      << tc;
+
+  // While the lock is held: running, and since when.
+  const std::string held = path("held.prom");
+  auto holder = start({"-r", server_.url(), "--metrics-file", held, "run", report, "sh", "-c",
+                       "touch " + path("holding") + "; exec sleep 100000"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("holding")); })) << holder->err();
+  const std::string during = read_file(held);
+  const std::string cli = "{key=\"" + report + "\",command=\"run\"}";
+  EXPECT_EQ(test::metric_value(during, "dlock_cli_running" + cli), 1) << during;
+  EXPECT_GT(test::metric_value(during, "dlock_cli_held_since_timestamp_seconds" + cli), 1.7e9);
+  holder->signal(SIGTERM);
+  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+  EXPECT_EQ(test::metric_value(read_file(held), "dlock_cli_running" + cli), 0);
+
+  for (const auto& bad : {"job", "key=x", "command=x", "__x=1", "9x=1", "node=x"}) {
+    auto r = run({"-r", server_.url(), "--metrics-file", path("bad.prom"), "--metrics-label",
+                  bad, "run", backup, "touch", path("never")});
+    EXPECT_EQ(r.status, 64) << bad << ": " << r.err;
+    expect_one_line_message(r);
+  }
+  EXPECT_FALSE(fs::exists(path("never")));
+}
+
+// The shipped alert rules (docs/prometheus) load, and their unit tests pass: each alert fires
+// on the series a stuck, a vanished, a struggling and a lease-losing job leave.
+TEST_F(CliTest, ShippedAlertRulesPassPromtool) {
+  const std::string tool = test::promtool_path();
+  ASSERT_FALSE(tool.empty());
+  const std::string dir = std::string(DLOCK_SOURCE_DIR) + "/docs/prometheus";
+  for (const char* check : {"check rules dlock-alerts.yml", "test rules dlock-alerts-test.yml"}) {
+    auto r = test::child_process({"/bin/sh", "-c", "cd " + dir + " && " + tool + " " + check});
+    EXPECT_EQ(r.wait(60s), 0) << check;
+  }
 }
 
 }  // namespace

@@ -216,6 +216,44 @@ TEST_F(ObserverTest, KeyLabelsAreEscapedIntoValidExpositionText) {
   EXPECT_EQ(metrics_->render(), "") << "the observer replaced counts nothing more";
 }
 
+// Constant labels come first on every series, the node series included; a hold is timed from
+// the grant to the release; gauge_text renders the caller's gauge with the same labels.
+// Names that Prometheus or dlock's own labels forbid are refused.
+TEST_F(ObserverTest, ConstantLabelsLeadEverySeriesAndHoldsAreTimed) {
+  auto labelled = std::make_shared<prometheus_metrics>(prometheus_options{
+      .constant_labels = {{"job", "nightly \"a\""}, {"team", "ops"}}});
+  set_observer(labelled);
+  mutex m{client_, test_key()};
+  auto held = m.acquire();
+  std::this_thread::sleep_for(20ms);  // a hold of at least this long, to be seen in the sum
+  EXPECT_FALSE(held.release());
+
+  std::string text = labelled->render() +
+                     labelled->gauge_text("my_level", "A caller's gauge.", 2.5, {{"x", "y"}});
+  SCOPED_TRACE(text);
+  const std::string lead = R"(job="nightly \"a\"",team="ops")";
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    EXPECT_NE(line.find("{" + lead), std::string::npos) << line;
+  }
+  EXPECT_EQ(value_of(text, "dlock_hold_seconds_count{" + lead + R"(,primitive="lock"})"), 1);
+  EXPECT_GE(test::metric_value(text, "dlock_hold_seconds_sum{" + lead + R"(,primitive="lock"})"),
+            0.02);
+  EXPECT_EQ(test::metric_value(text, "my_level{" + lead + R"(,x="y"})"), 2.5);
+  auto [status, out] = promtool_check(text);
+  EXPECT_EQ(status, 0) << out;
+
+  for (const char* bad : {"", "9job", "__job", "a-b", "primitive", "node", "le", "result"}) {
+    EXPECT_TRUE(test::is_invalid_argument([&] {
+      prometheus_metrics refused{prometheus_options{.constant_labels = {{bad, "v"}}}};
+    })) << '"' << bad << '"';
+  }
+  EXPECT_TRUE(test::is_invalid_argument([&] {
+    prometheus_metrics refused{prometheus_options{.key_label = true, .constant_labels = {{"key", "v"}}}};
+  }));
+}
+
 TEST_F(ObserverTest, WritesTheTextfileAtomicallyOrNotAtAll) {
   mutex m{client_, test_key()};
   EXPECT_FALSE(m.acquire().release());

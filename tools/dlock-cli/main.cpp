@@ -95,6 +95,19 @@ std::string parse_error_text(CLI::App& app, const CLI::ParseError& e, int argc, 
   return text + " (see dlock --help)";
 }
 
+// The name the chosen command works on (its KEY or NAME, in it or in its own subcommand: latch
+// set NAME), or "" for one without (doctor, demo).
+std::string name_argument(const CLI::App& app) {
+  for (const char* positional : {"KEY", "NAME"}) {
+    const CLI::Option* o = app.get_option_no_throw(positional);
+    if (o && o->count() > 0) return o->as<std::string>();
+  }
+  for (const CLI::App* sub : app.get_subcommands()) {
+    if (auto name = name_argument(*sub); !name.empty()) return name;
+  }
+  return {};
+}
+
 // Runs the chosen command and turns what it threw into an exit status.
 int run_command(const dlock::cli::subcommand& c) {
   using namespace dlock::cli;
@@ -181,6 +194,12 @@ int main(int argc, char** argv) {
                  "At the end, write Prometheus metrics of this run to FILE, atomically (for "
                  "node_exporter's textfile collector: name it *.prom)")
       ->type_name("FILE");
+  std::vector<std::string> metrics_labels;
+  app.add_option("--metrics-label", metrics_labels,
+                 "With --metrics-file: add this label to every series (repeatable), so that "
+                 "jobs of one name on one host stay apart (the name is a label already)")
+      ->type_name("NAME=VALUE")
+      ->needs("--metrics-file");
 
   std::vector<subcommand> commands = add_all_commands(app, g);
 
@@ -192,13 +211,18 @@ int main(int argc, char** argv) {
     return exit_usage;
   }
   set_verbose(g.verbose);
-  std::optional<run_metrics> metrics;
-  if (!metrics_file.empty()) metrics.emplace(metrics_file);
 
   for (auto& c : commands) {
     if (!c.app->parsed()) continue;
-    int status = run_command(c);
-    if (metrics) metrics->write(c.app->get_name(), status);
+    std::optional<run_metrics> metrics;  // set up as part of the command: its errors are its
+    int status = run_command({c.app, [&] {
+      if (!metrics_file.empty()) {
+        metrics.emplace(metrics_file, c.app->get_name(), name_argument(*c.app),
+                        parse_metrics_labels(metrics_labels));
+      }
+      return c.execute();
+    }});
+    if (metrics) metrics->write(status);
     return status;
   }
   return exit_usage;

@@ -63,6 +63,7 @@
 #include "lock_view.hpp"
 #include "lock_wait.hpp"
 #include "process.hpp"
+#include "run_metrics.hpp"
 
 extern char** environ;
 
@@ -632,6 +633,7 @@ int run_command(const global_options& g, const run_options& o) {
       return exit_status_for(result.ec, o.conflict_status);
   }
   lease held = std::move(result.held);
+  note_lock_held();  // --metrics-file: a lock held past its expected time can be seen
   say_verbose("acquired '%s' after %s (fence %llu, valid %s)", o.key.c_str(),
               seconds_text(steady::now() - started).c_str(),
               static_cast<unsigned long long>(held.fencing_token()),
