@@ -2273,5 +2273,36 @@ TEST_F(CliTest, MessagesSayWhatToDo) {
   EXPECT_FALSE(exists(key));
 }
 
+// dlock release --force KEY (issue 36): evicts whoever holds KEY, says who it was, hands the
+// lock to the waiter at once with a higher fence, and the evicted run learns of it at its next
+// renewal and ends its CMD (71). A free KEY is nothing to do; TOKEN and --force are one or
+// the other.
+TEST_F(CliTest, ForceReleaseEvictsTheHolderSaysWhoAndHandsTheLockOn) {
+  strays left;
+  const std::string key = test_key();
+  auto holder = start({"-r", server_.url(), "run", "--ttl", "3s", key, "sh", "-c",
+                       "echo $DLOCK_FENCE > " + path("fence1") + "; exec sleep 100000"});
+  ASSERT_TRUE(eventually([&] { return !read_file(path("fence1")).empty(); })) << holder->err();
+  auto waiter = start({"-r", server_.url(), "run", "-q", key, "sh", "-c",
+                       "echo $DLOCK_FENCE > " + path("fence2")});
+  ASSERT_TRUE(eventually([&] { return !queued(lock_keys_for(key).waiters).empty(); }))
+      << waiter->err();
+
+  auto forced = run({"-r", server_.url(), "release", "--force", key});
+  EXPECT_EQ(forced.status, 0) << forced.err;
+  EXPECT_NE(forced.err.find("held by"), std::string::npos) << forced.err;
+  EXPECT_NE(forced.err.find("pid " + std::to_string(holder->pid())), std::string::npos)
+      << forced.err;
+  EXPECT_EQ(waiter->wait(), 0) << waiter->err();
+  EXPECT_GT(std::stoull(read_file(path("fence2"))), std::stoull(read_file(path("fence1"))));
+  EXPECT_EQ(holder->wait(), 71) << holder->err();
+
+  auto nothing = run({"-r", server_.url(), "release", "--force", key});
+  EXPECT_EQ(nothing.status, 0) << nothing.err;
+  EXPECT_NE(nothing.err.find("is free"), std::string::npos) << nothing.err;
+  EXPECT_EQ(run({"-r", server_.url(), "release", "--force", key, "sometoken"}).status, 64);
+  EXPECT_EQ(run({"-r", server_.url(), "release", key}).status, 64);
+}
+
 }  // namespace
 }  // namespace dlock
