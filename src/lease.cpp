@@ -16,8 +16,9 @@ bool held(const std::shared_ptr<detail::lease_state>& state) noexcept {
 void report_release(const detail::lease_owner& owner, const detail::lease_state& state,
                     std::error_code ec) noexcept {
   if (auto* o = detail::current_observer()) {
-    o->on_release(
-        {owner.key(), owner.kind(), ec, std::chrono::steady_clock::now() - state.granted_at});
+    release_event e{owner.key(), owner.kind(), ec};
+    if (state.validity_known) e.held = std::chrono::steady_clock::now() - state.granted_at;
+    o->on_release(e);
   }
 }
 

@@ -232,11 +232,15 @@ bool usable_label_name(std::string_view name, bool key_label) {
 }  // namespace
 
 prometheus_metrics::prometheus_metrics(prometheus_options options) : impl_(std::make_unique<impl>()) {
-  for (const auto& [name, value] : options.constant_labels) {
-    if (!usable_label_name(name, options.key_label)) {
+  for (std::size_t i = 0; i < options.constant_labels.size(); ++i) {
+    const auto& [name, value] = options.constant_labels[i];
+    bool repeated = false;
+    for (std::size_t j = 0; j < i; ++j) repeated |= options.constant_labels[j].first == name;
+    if (!usable_label_name(name, options.key_label) || repeated) {
       throw std::system_error(make_error_code(errc::invalid_argument),
                               "prometheus_options::constant_labels: '" + name +
-                                  "' is not a label name dlock can add");
+                                  (repeated ? "' is given twice"
+                                            : "' is not a label name dlock can add"));
     }
     std::move(impl_->base).add(name, value);  // adds in place
   }
@@ -257,7 +261,7 @@ void prometheus_metrics::on_acquire(const acquire_event& e) {
 void prometheus_metrics::on_release(const release_event& e) {
   std::lock_guard lock(impl_->guard);
   impl_->releases.add(impl_->of(e.key, e.what).add("result", result_label(e.ec)).text);
-  impl_->hold.observe(impl_->of(e.key, e.what).text, e.held);
+  if (e.held) impl_->hold.observe(impl_->of(e.key, e.what).text, *e.held);
 }
 
 void prometheus_metrics::on_renewal(const renewal_event& e) {
@@ -312,7 +316,17 @@ std::string prometheus_metrics::gauge_text(
   labels l = impl_->base;
   for (const auto& [label, label_value] : more) std::move(l).add(label, label_value);
   std::string out = "# HELP ";
-  out.append(name).append(" ").append(help).append("\n# TYPE ").append(name).append(" gauge\n");
+  out.append(name).append(" ");
+  for (char c : help) {  // HELP text escapes backslash and newline
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  out.append("\n# TYPE ").append(name).append(" gauge\n");
   out.append(name);
   if (!l.text.empty()) out += "{" + l.text + "}";
   out += ' ';

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <system_error>
 
@@ -55,8 +56,9 @@ struct release_event {
   std::string_view key;              ///< the lock's or semaphore's key
   primitive what = primitive::lock;  ///< a lock's or a semaphore's
   std::error_code ec;  ///< empty: released; not_held: it was gone already; else the failure
-  /// From the grant (the lease's creation) to the release's outcome: how long it was held.
-  std::chrono::steady_clock::duration held{};
+  /// From the grant (the lease's creation) to the release's outcome: how long it was held;
+  /// empty for an adopted token (mutex::adopt), whose grant this process did not see.
+  std::optional<std::chrono::steady_clock::duration> held;
 };
 
 /// A renewal by a lease's keep-alive (the watchdog) ended. Manual extends are not renewals.

@@ -53,9 +53,9 @@ struct prometheus_options {
   bool key_label = false;
   /// Labels every series carries first, as (name, value): for several processes whose files
   /// share one textfile directory (node_exporter refuses a series that two files both have).
-  /// A name must match [a-zA-Z_][a-zA-Z0-9_]*, not start with "__", and not be one of
-  /// dlock's own labels (primitive, result, reason, node, event, le; key with key_label):
-  /// the constructor throws std::system_error(errc::invalid_argument) otherwise.
+  /// A name must match [a-zA-Z_][a-zA-Z0-9_]*, not start with "__", appear once, and not be
+  /// one of dlock's own labels (primitive, result, reason, node, event, le; key with
+  /// key_label): the constructor throws std::system_error(errc::invalid_argument) otherwise.
   std::vector<std::pair<std::string, std::string>> constant_labels;
 };
 
@@ -82,7 +82,8 @@ class DLOCK_EXPORT prometheus_metrics final : public observer {
 
   /// The caller's own gauge in the same format, for write_textfile's `extra`: its # HELP and
   /// # TYPE lines and one series with the constant_labels, then `labels`, escaped as render()
-  /// escapes them. `name` and the label names must be valid Prometheus names (not checked).
+  /// escapes them. `name` and the label names must be valid Prometheus names, and `labels`
+  /// must not repeat a constant one (not checked).
   std::string gauge_text(std::string_view name, std::string_view help, double value,
                          const std::vector<std::pair<std::string, std::string>>& labels = {}) const;
 

@@ -252,6 +252,17 @@ TEST_F(ObserverTest, ConstantLabelsLeadEverySeriesAndHoldsAreTimed) {
   EXPECT_TRUE(test::is_invalid_argument([&] {
     prometheus_metrics refused{prometheus_options{.key_label = true, .constant_labels = {{"key", "v"}}}};
   }));
+  EXPECT_TRUE(test::is_invalid_argument([&] {
+    prometheus_metrics refused{prometheus_options{.constant_labels = {{"job", "a"}, {"job", "b"}}}};
+  }));
+
+  // An adopted token's grant was not seen here: its release times no hold.
+  auto again = m.acquire();
+  std::string token = again.value();
+  again.detach();
+  EXPECT_FALSE(m.adopt(token).release());
+  EXPECT_EQ(value_of(labelled->render(), "dlock_hold_seconds_count{" + lead + R"(,primitive="lock"})"),
+            1);
 }
 
 TEST_F(ObserverTest, WritesTheTextfileAtomicallyOrNotAtAll) {

@@ -262,6 +262,18 @@ std::string lock_view::failures() const {
   return why;
 }
 
+std::vector<other_kind> other_kinds_held(std::vector<client>& nodes, const std::string& key) {
+  std::vector<other_kind> out;
+  if (nodes.size() != 1) return out;  // read-write locks and semaphores live on one node
+  auto look = [&](const char* kind, const semaphore_view& v) {
+    if (v.answered() && !v.holders.empty()) out.push_back({kind, v.holders.size()});
+  };
+  look("read-write lock", inspect_semaphore(nodes[0], key, shared_mutex_keys_for(key), true));
+  look("semaphore", inspect_semaphore(nodes[0], key, false));
+  look("fair semaphore", inspect_semaphore(nodes[0], key, true));
+  return out;
+}
+
 lock_view inspect_lock(std::vector<client>& given, const std::string& key, read_queue queue,
                        int copies) {
   lock_view view;

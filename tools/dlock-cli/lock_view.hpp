@@ -133,6 +133,14 @@ struct semaphore_view {
 
 semaphore_view inspect_semaphore(client& node, const std::string& key, bool fair,
                                  read_queue queue = read_queue::no);
+// Another kind of dlock object kept under a lock's name (one Redis node): a read-write lock or
+// a semaphore, which does not exclude the plain lock yet. Its holders, when it has any.
+struct other_kind {
+  const char* kind;
+  std::size_t holders;
+};
+std::vector<other_kind> other_kinds_held(std::vector<client>& nodes, const std::string& key);
+
 // The same for the semaphore set kept under `keys` (shared_mutex_keys_for: a read-write lock,
 // which is a fair semaphore's set).
 semaphore_view inspect_semaphore(client& node, const std::string& key,

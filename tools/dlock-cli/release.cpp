@@ -4,8 +4,11 @@
 // dlock release --force KEY: evict whoever holds KEY now (a stuck job, a crashed host whose
 // lock has a long TTL): says who held it, then releases with that holder's token, so the next
 // waiter is handed the lock at once and gets a higher fencing token, above which fenced
-// writes (dlock::fenced_set) refuse the evicted holder's late ones. Exit 0 when evicted or
-// free already, 69 (77: refused credentials) when the nodes cannot tell who holds it.
+// writes (dlock::fenced_set) refuse the evicted holder's late ones. The evicted `dlock run`
+// learns it from its key watch (at its next renewal on a cluster) and ends its CMD: SIGTERM,
+// SIGKILL after --lost-grace; until then the two overlap, which is what forcing means. Exit
+// 0 when evicted or free already, 69 when the nodes cannot tell who holds it, 64 for a name
+// held as a read-write lock or semaphore, or a key without a TTL (not a lock).
 #include <CLI/CLI.hpp>
 
 #include <memory>
@@ -39,8 +42,20 @@ int force_release(const global_options& g, const release_options& o) {
     return exit_unavailable;
   }
   if (!view.held()) {
+    // A read-write lock or a semaphore keeps no lock key: --force cannot evict its holders.
+    if (auto others = other_kinds_held(nodes, o.key); !others.empty()) {
+      say("'%s' is held as a %s, not as a lock: --force evicts only a lock's holder",
+          o.key.c_str(), others.front().kind);
+      return exit_usage;
+    }
     say("'%s' is free: nothing to release", o.key.c_str());
     return exit_ok;
+  }
+  if (view.pttl_ms == -1) {  // dlock and the other Redlock clients always set a TTL
+    say("'%s' has no TTL: not a lock (an application's key?), so --force leaves it; DEL it "
+        "yourself if it is a stuck lock",
+        o.key.c_str());
+    return exit_usage;
   }
   std::string who = view.holder ? describe(*view.holder) : "an owner that left no note";
   std::error_code ec = release_with(nodes, o.key, *view.token, g.copies);
@@ -86,8 +101,9 @@ subcommand add_release_command(CLI::App& parent, const global_options& g) {
   app->fallthrough();
   app->add_flag("--force", o->force,
                 "Evict whoever holds KEY (no TOKEN): says who held it; the next waiter is handed "
-                "the lock, with a higher fence, at once. The evicted CMD's dlock learns it at "
-                "its next renewal and ends it (exit 71)");
+                "the lock, with a higher fence, at once. The evicted run ends its CMD (SIGTERM, "
+                "SIGKILL after its --lost-grace; exit 71) once it learns of it: the two overlap "
+                "until then");
   app->add_option("KEY", o->key, "The lock's name")->required();
   app->add_option("TOKEN", o->token,
                   "The token `dlock acquire` printed (its whole line \"TOKEN FENCE\" will do)");

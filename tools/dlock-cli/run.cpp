@@ -183,6 +183,9 @@ class supervisor {
     auto alarm = std::make_shared<loss_alarm>();
     if (alarm->fd < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
     held_.keep_alive({.on_lost = [alarm](std::error_code ec) { alarm->ring(ec); }});
+    // --metrics-file: a lock held past its expected time can be seen. After keep_alive, so that
+    // a slow file system does not eat the lease's validity unrenewed.
+    note_lock_held();
 
     // The wait, the holder note or a stop may have taken what the lease had to give.
     if (steady::now() >= last_safe_moment()) {
@@ -633,7 +636,6 @@ int run_command(const global_options& g, const run_options& o) {
       return exit_status_for(result.ec, o.conflict_status);
   }
   lease held = std::move(result.held);
-  note_lock_held();  // --metrics-file: a lock held past its expected time can be seen
   say_verbose("acquired '%s' after %s (fence %llu, valid %s)", o.key.c_str(),
               seconds_text(steady::now() - started).c_str(),
               static_cast<unsigned long long>(held.fencing_token()),

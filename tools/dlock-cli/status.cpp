@@ -71,25 +71,6 @@ bool is_refusal(std::error_code ec) {
 
 // ---- lock ----
 
-// Another kind of dlock object kept under the name (one Redis node): it does not exclude the
-// plain lock yet, so status says it is there rather than call the name free.
-struct other_kind {
-  const char* kind;
-  std::size_t holders;
-};
-
-std::vector<other_kind> other_kinds_held(std::vector<client>& nodes, const std::string& key) {
-  std::vector<other_kind> out;
-  if (nodes.size() != 1) return out;  // read-write locks and semaphores live on one node
-  auto look = [&](const char* kind, const semaphore_view& v) {
-    if (v.answered() && !v.holders.empty()) out.push_back({kind, v.holders.size()});
-  };
-  look("read-write lock", inspect_semaphore(nodes[0], key, shared_mutex_keys_for(key), true));
-  look("semaphore", inspect_semaphore(nodes[0], key, false));
-  look("fair semaphore", inspect_semaphore(nodes[0], key, true));
-  return out;
-}
-
 std::string holders_text(std::size_t n) {
   return std::to_string(n) + (n == 1 ? " holder" : " holders");
 }
