@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <random>
-
+#include <algorithm>
+#include <cstdio>
 #include <future>
+#include <random>
+#include <vector>
 
 #include "dlock/mutex.hpp"
 #include "fault/scenario.hpp"
@@ -56,12 +58,41 @@ void expect_rwlock_and_lockset_ran(const outcome& o) {
   }
 }
 
-// Rows that need fencing: the fault did break mutual exclusion (so the suite can tell), and the
-// fenced resource refused the stale holders.
+std::size_t overlaps_of(const outcome& o, const std::string& lock) {
+  return o.overlaps_by_lock.count(lock) ? o.overlaps_by_lock.at(lock) : 0u;
+}
+
+// Rows that need fencing: the fault did break mutual exclusion (so the suite can tell); the
+// fenced resource refused the stale holders (expect_sound, in run_until_bitten).
 void expect_bites(const outcome& o, const std::string& lock) {
-  expect_sound(o);
-  EXPECT_GT(o.overlaps_by_lock.count(lock) ? o.overlaps_by_lock.at(lock) : 0u, 0u)
-      << lock << " never overlapped: the fault no longer bites. " << o.line;
+  EXPECT_GT(overlaps_of(o, lock), 0u) << lock << " never overlapped: the fault no longer bites. "
+                                      << o.line;
+}
+
+// Whether a fault that needs fencing breaks a lock in one run is a matter of timing: a waiter
+// must take the key before its holder learns of the loss, a few times in a run of about ten
+// faults. A run in a few dozen misses a lock that the fault breaks in every other run (CI saw
+// it). So a scenario that missed runs again, up to `runs` in all, until one run shows all of
+// `bitten`; every run must be sound on its own (no stale write accepted). Returns the run that
+// showed it, or the last.
+template <class RunOnce, class Bitten>
+outcome run_until_bitten(RunOnce run_once, Bitten bitten, int runs = 3) {
+  outcome o;
+  for (int run = 1; run <= runs; ++run) {
+    o = run_once();
+    expect_sound(o);
+    if (bitten(o)) break;
+    if (run < runs) std::printf("[ report   ] run %d of %d missed; once more\n", run, runs);
+  }
+  return o;
+}
+
+// The usual test of bitten: each of `locks` overlapped.
+auto overlapped(std::vector<std::string> locks) {
+  return [locks](const outcome& o) {
+    return std::all_of(locks.begin(), locks.end(),
+                       [&](const std::string& lock) { return overlaps_of(o, lock) > 0; });
+  };
 }
 
 // A minority of the nodes hangs (SIGSTOP) for longer than the TTL, in turn. The single lock and the
@@ -149,15 +180,19 @@ TEST(fault, crash_restart_aof) {
 // (single lock, semaphore) while someone holds there, and every third time nodes 0 and 1 together
 // (a Redlock majority).
 TEST(fault, restart_without_persistence) {
-  scenario s{"restart_without_persistence"};
-  auto o = s.run([](scenario& s) {
-    for (int i = 0; s.running(); ++i) {
-      await_holder(s, "single", 500ms);
-      s.node(0).restart();
-      if (i % 3 == 2) s.node(1).restart();
-      s.sleep(600ms);
-    }
-  });
+  auto o = run_until_bitten(
+      [] {
+        scenario s{"restart_without_persistence"};
+        return s.run([](scenario& s) {
+          for (int i = 0; s.running(); ++i) {
+            await_holder(s, "single", 500ms);
+            s.node(0).restart();
+            if (i % 3 == 2) s.node(1).restart();
+            s.sleep(600ms);
+          }
+        });
+      },
+      overlapped({"single"}));
   expect_bites(o, "single");
 }
 
@@ -374,8 +409,12 @@ outcome run_clock_jumps(scenario& s) {
 // the key. Not a guarantee (the report may come late: a slow network, a paused holder), so
 // overlaps are counted, not forbidden; the semaphore's permits are not watched and break.
 TEST(fault, clock_jump) {
-  scenario s{"clock_jump", {.shimmed = {0, 1}}};
-  auto o = run_clock_jumps(s);
+  auto o = run_until_bitten(
+      [] {
+        scenario s{"clock_jump", {.shimmed = {0, 1}}};
+        return run_clock_jumps(s);
+      },
+      [](const outcome& o) { return overlaps_of(o, "sem") > 0 && o.lost > 0; });
   expect_bites(o, "sem");
   EXPECT_GT(o.lost, 0) << "no holder learned of its loss. " << o.line;
 }
@@ -383,9 +422,13 @@ TEST(fault, clock_jump) {
 // The same without keep_alive (holders extend by hand, as long holds need): nothing watches the
 // keys, and the single lock and the Redlock break.
 TEST(fault, clock_jump_unwatched) {
-  scenario s{"clock_jump_unwatched",
-             {.shimmed = {0, 1}, .worker_flags = {"--no-keep-alive", "--hold", "300-800"}}};
-  auto o = run_clock_jumps(s);
+  auto o = run_until_bitten(
+      [] {
+        scenario s{"clock_jump_unwatched",
+                   {.shimmed = {0, 1}, .worker_flags = {"--no-keep-alive", "--hold", "300-800"}}};
+        return run_clock_jumps(s);
+      },
+      overlapped({"single", "sem", "redlock"}));
   expect_bites(o, "single");
   expect_bites(o, "sem");
   expect_bites(o, "redlock");
@@ -395,13 +438,17 @@ TEST(fault, clock_jump_unwatched) {
 // thirds of their TTL. Holders renew by hand only when holding longer (no keep_alive), which is
 // when the fast clock shows.
 TEST(fault, clock_fast) {
-  scenario s{"clock_fast",
-             {.shimmed = {0, 1}, .worker_flags = {"--no-keep-alive", "--hold", "300-800"}}};
-  auto o = s.run([](scenario& s) {
-    s.set_clock(0, 0ms, 1.5);
-    s.set_clock(1, 0ms, 1.5);
-    while (s.running()) s.sleep(100ms);
-  });
+  auto o = run_until_bitten(
+      [] {
+        scenario s{"clock_fast",
+                   {.shimmed = {0, 1}, .worker_flags = {"--no-keep-alive", "--hold", "300-800"}}};
+        return s.run([](scenario& s) {
+          s.set_clock(0, 0ms, 1.5);
+          s.set_clock(1, 0ms, 1.5);
+          while (s.running()) s.sleep(100ms);
+        });
+      },
+      overlapped({"single"}));
   expect_bites(o, "single");
 }
 
@@ -409,18 +456,22 @@ TEST(fault, clock_fast) {
 // single lock (and means to go on holding it), between checking its lease and writing
 // (--stale-check): when it wakes it writes with its old token. Only the fence stops it.
 TEST(fault, client_pause) {
-  scenario s{"client_pause", {.duration = 6500ms, .worker_flags = {"--stale-check"}}};
-  auto o = s.run([](scenario& s) {
-    for (int i = 0; s.running(); ++i) {
-      const char* lock = i % 2 ? "single" : "redlock";
-      int holder = await_holder(s, lock, 1000ms, 200ms);
-      if (holder < 0) continue;
-      s.pause_worker(holder);
-      s.sleep(s.options().ttl * 3 / 2);
-      s.resume_worker(holder);
-      s.sleep(300ms);
-    }
-  });
+  auto o = run_until_bitten(
+      [] {
+        scenario s{"client_pause", {.duration = 6500ms, .worker_flags = {"--stale-check"}}};
+        return s.run([](scenario& s) {
+          for (int i = 0; s.running(); ++i) {
+            const char* lock = i % 2 ? "single" : "redlock";
+            int holder = await_holder(s, lock, 1000ms, 200ms);
+            if (holder < 0) continue;
+            s.pause_worker(holder);
+            s.sleep(s.options().ttl * 3 / 2);
+            s.resume_worker(holder);
+            s.sleep(300ms);
+          }
+        });
+      },
+      [](const outcome& o) { return overlapped({"single", "redlock"})(o) && o.fence.rejected > 0; });
   expect_bites(o, "single");
   expect_bites(o, "redlock");
   EXPECT_GT(o.fence.rejected, 0u) << "no stale write reached the resource. " << o.line;
