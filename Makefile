@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The two commands a newcomer needs (see README.md), the tiers of tests, and the benchmark.
 #   make demo   install what is missing, build (release), run the demo on throwaway redis-servers
 #   make check  the inner loop (<= 2 min after an incremental build): unit tests, the single-node

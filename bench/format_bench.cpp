@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // format_bench: the client-side cost of turning a lock command into RESP bytes (dlock::command,
 // hiredis's redisFormatCommandArgv underneath), per command a lock cycle sends.
 #include <benchmark/benchmark.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // lock_bench: dlock's macro benchmark. Starts five throwaway redis-servers on loopback ports,
 // then in one run measures, on those same servers:
 //   the ceiling      redis-benchmark: SET NX PX, EVALSHA <release>, plain and -P 16; PING RTT

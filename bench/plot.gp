@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # plot.gp: the two pictures of docs/benchmarks.md, from lock_bench's plot data.
 #   gnuplot -e "results='bench/results'; docs='docs'" bench/plot.gp
 # throughput.dat: lockers, then cycles/s per series ("?" = not measured); columns 9-11 are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // quorum_round_bench: the client-side cost of the sans-io Redlock round (algo/quorum_round):
 // construct, record every node's vote, decide, judge validity and plan the fence.
 #include <benchmark/benchmark.h>

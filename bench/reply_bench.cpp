@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // reply_bench: the client-side cost of decoding replies (resp/reply_reader: hiredis's reader,
 // then conversion into dlock::reply), for the replies a lock cycle receives.
 #include <benchmark/benchmark.h>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Embeds Lua scripts into generated/dlock/detail/scripts.hpp at build time.
 # As a function: dlock_embed_lua(OUT_VAR file.lua ...) adds the custom command.
 # As a script (cmake -P): reads -DSCRIPTS=a.lua;b.lua and writes -DOUTPUT.
@@ -15,6 +16,8 @@ if(CMAKE_SCRIPT_MODE_FILE)
     foreach(line IN LISTS includes)
       string(REGEX REPLACE "-- #include ([a-z_]+\\.lua)\n" "\\1" part "${line}")
       file(READ ${dir}/include/${part} part_text)
+      # The part's license line is the including script's too: said once, at its top.
+      string(REGEX REPLACE "^-- SPDX-License-Identifier: [^\n]*\n" "" part_text "${part_text}")
       string(REPLACE "${line}" "${part_text}" content "${content}")
     endforeach()
     string(HEX "${content}" hex)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Debian's libhiredis-dev ships a config without targets, and a pkg-config file.
 # This turns either into the imported target hiredis::hiredis.
 if(TARGET hiredis::hiredis)

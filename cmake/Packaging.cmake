@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Debian packages through CPack (`make package`, which configures build/package for /usr):
 #   dlock         the command and its man page (component cli); Depends from dpkg-shlibdeps
 #   libdlock-dev  headers, libdlock.a, the CMake package and dlock.pc (component dev); Depends
@@ -15,6 +16,8 @@ set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_CONTACT "dlock maintainers <maintainers@dlock.invalid>")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES TRUE)
+# Apache-2.0 (LICENSE); each package carries it as /usr/share/doc/PACKAGE/copyright (DEP-5).
+set(CPACK_RESOURCE_FILE_LICENSE ${PROJECT_SOURCE_DIR}/LICENSE)
 
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_COMPONENTS_ALL cli dev)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // counter_demo: what `make demo` runs. Starts a throwaway redis-server, then has several worker
 // processes increment one counter in Redis with a plain GET then SET (a read-modify-write that
 // is not atomic): first without a lock, then under a dlock::mutex. Prints both final counts.

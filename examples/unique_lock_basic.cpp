@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // unique_lock_basic: the README's usage example. Takes the Redis URL from $DLOCK_REDIS.
 #include <dlock/dlock.hpp>
 

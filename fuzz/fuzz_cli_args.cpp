@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fuzz_cli_args: arbitrary command lines into the `dlock` CLI's argument parsing. The input is
 // split at NUL bytes into at most 32 arguments after "dlock"; the app is built as main.cpp
 // builds it (every subcommand registered through cli.hpp) and parsed, but no command runs:

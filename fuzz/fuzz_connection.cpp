@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fuzz_connection: arbitrary bytes from a fake Redis server into a real dlock::client and what
 // is built on it. A server thread listens on a unix socket; the first connection of each input
 // receives the input's bytes and then EOF, later ones EOF at once; requests are read and

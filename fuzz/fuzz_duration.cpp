@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fuzz_duration: arbitrary text into the CLI's parse_duration (tools/dlock-cli/duration.hpp).
 // Checks: a parsed duration is never negative nor past longest_duration; it reads back the same
 // when written as "<n>ms" and as plain seconds with three decimals ("<s>.<mmm>", a bare number

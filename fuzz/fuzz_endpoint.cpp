@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fuzz_endpoint: arbitrary text into parse_endpoint (redis:// and unix:// URLs).
 // Checks, for every URL that parses: a TCP endpoint has a non-empty host and a port in
 // 1-65535; to_string() does not depend on the credentials (it never shows them);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fuzz_reply_reader: arbitrary bytes from a "server" into resp/reply_reader, as the connection
 // feeds it: in reads of any size, taking every complete reply after each read, until the
 // stream is found not to be RESP. The first byte picks the read size (0: all at once), so

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // replay_main: runs a fuzz target over files, without libFuzzer, so that its seed corpus and
 // the inputs that once crashed it (fuzz/regressions/<target>/) replay as ordinary tests with
 // any compiler.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // access.hpp: the library's way in to the private members of public classes. Private.
 //   access  static forwarders to client's and mutex's type-erased cores, client's inbox and
 //           cluster router, and the switch that gives a transaction its own connection

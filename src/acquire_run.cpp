@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The driver of algo/acquisition: it moves the engine's decisions to and from the wire and the
 // I/O thread's timers, and decides nothing itself.
 #include "acquire_run.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // acquire_run.hpp: carries out one acquisition engine's decisions on real nodes. Private.
 //   acquire_run  sends the engine's requests (run_request), sleeps between attempts with a
 //                wake_waiter (inboxes, handoffs), and turns the outcome into a lease; for the

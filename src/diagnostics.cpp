@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Start-up diagnostics: the deployment facts that silently weaken Redlock (SPEC section 3-4).
 //
 // Every node is asked at once, with one pipelined request (four INFO sections and CONFIG GET

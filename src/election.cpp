@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock::election: leadership is a mutex lease; what observers see is the election's record.
 //
 // Why a record and not just the lock key: the lock's value is an owner id that the scripts

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // election_record.hpp: reading and following an election's record (dlock/election.hpp). Private.
 //   record_entry     one entry of the record: a term that began (elected) or ended (resigned)
 //   record_view      one node's answer to a read: the lock key's value and PTTL, the entries

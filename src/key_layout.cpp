@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The key layout (see dlock/key_layout.hpp for its rules and why they hold).
 //
 // Why a name that has no hash tag but contains '}' gets a tag of its own in front. Appending
@@ -169,10 +170,11 @@ semaphore_keys shared_mutex_keys_for(std::string_view key) {
   keys.expiries = with(rw_timeouts);
   keys.owners = with(rw_owners);
   keys.weights = with(rw_weights);
-  keys.fence = with(rw_fence);
+  keys.fence = with(fence_suffix);  // one counter for every mode of the name
   keys.waiters = keys.owners;  // as a fair semaphore's: holders and waiters rank in one set
   keys.waiter_info = with(rw_waiter_info);
   keys.tickets = with(rw_tickets);
+  keys.name = std::string(key);
   return keys;
 }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock::latch: a count in one key (latch.lua), and waits that subscribe to its channel.
 //
 // A wait reads the count after each confirmed subscription and each message, so an opening

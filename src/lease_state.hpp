@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // lease_state.hpp: what every lease is made of, whatever granted it. Private.
 //   lease_state  owner token, fence, validity, loss signal, released and let-go flags
 //   lease_owner  what a lease asks of the thing that granted it (a lock, a semaphore):

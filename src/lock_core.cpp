@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock::mutex's core: the lock's state and the wiring of its operations to the engine
 // (algo/acquisition.cpp decides; acquire_run and the helpers here carry it out).
 #include "lock_core.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // lock_core.hpp: what a dlock::mutex is on the inside. Private.
 //   lock_core  the lock's nodes, key and options; runs its acquisitions (algo/acquisition,
 //              driven by acquire_run) and is the lease_owner of its leases: release and extend

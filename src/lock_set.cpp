@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock::lock_set: acquire_all.lua takes every key or none; the lease's owner releases and
 // extends the keys one script each (release.lua, extend.lua, pipelined on the connection), so
 // that each name's queued mutex waiter is handed its key as after a mutex's release.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // lockable.hpp: what the Lockable facades (mutex, shared_mutex) share. Private.
 //   release_for_unlock  releases the lease an unlock() finds, and says why it did not count
 #pragma once

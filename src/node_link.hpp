@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // node_link.hpp: what the copies of one dlock::client share. Private.
 //   node_link  the node's request connection (or, for a cluster, the router to its masters), the
 //              spare connections of blocking calls, its wake-up inbox and its replication

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // observe.hpp: how the library reports to the process's observer and log sink. Private.
 //   current_observer  the installed observer, or null (one atomic load: the cost when unset)
 //   logging / log     whether a sink is installed, and one line to it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The process-wide observer and log sink (dlock/observer.hpp).
 //
 // Readers take a raw pointer with one atomic load and never a lock: that is the whole cost of

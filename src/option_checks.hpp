@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One home for the argument checks that a lock and a semaphore share, made before any I/O:
 //   reject_argument        throws std::system_error(invalid_argument) with the text given
 //   check_shared_options   the name and key, ttl, retry_delay, node_timeout and drift_factor,

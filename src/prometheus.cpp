@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // prometheus_metrics (dlock/prometheus.hpp): counts events into labelled series under one
 // mutex, and renders them in the text exposition format.
 //

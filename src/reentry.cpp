@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reentrancy (reentry.hpp). A holding is the lock's own lease, taken apart into its owner (the
 // lock_core) and state, plus a count of the nested leases on it. Each nested lease has a
 // lease_state of its own, so that it can be let go on its own, and a reentry_hold as its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // reentry.hpp: opt-in reentrancy of a mutex (lock_options::reentrant). Private.
 //   reentry_enter   a lease on what `owner` already holds of a lock in this process, or empty
 //   reentry_hold_first  makes a freshly granted lease the first of its owner's nested ones

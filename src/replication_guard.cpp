@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // WAIT only counts the writes of its own connection: on a fresh connection it returns at once,
 // whatever the replicas hold. So each batch first PUBLISHes (a write that replicates and sets
 // this connection's offset past every write the server ran before it, ours on the request

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // replication_guard.hpp: the replication guard (client_options::replication_guard). Private.
 //   replication_guard  one per node: confirms, on a connection of its own, that enough of the
 //                      node's replicas have every write this process saw answered before the

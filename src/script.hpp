@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // script.hpp: the embedded Lua scripts and how to run them. Private.
 //   script      a script's body and SHA1 (generated at build time from src/lua/*.lua)
 //   run_script         EVALSHA, falling back to EVAL when the node answers NOSCRIPT
@@ -49,7 +50,7 @@ struct fallback_gate {
   bool (*wanted)(const void* owner, std::uint64_t request_id) = nullptr;
 };
 
-// A script's KEYS, held inline (dlock's scripts take at most 6: sem_fair_acquire.lua), so that
+// A script's KEYS, held inline (dlock's scripts take at most 7: sem_fair_acquire.lua), so that
 // a request allocates nothing for them: a vector was two allocations per lock cycle.
 class script_keys {
  public:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock::semaphore: argument checks before any I/O, and the blocking facade over
 // semaphore_core's asynchronous acquire.
 #include "dlock/semaphore.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock::semaphore's core: the semaphore's state and the wiring of its operations. Attempts,
 // waiting, pacing and giving up are the engine's (algo/acquisition.cpp), carried out by
 // acquire_run; this file adds release and refresh, one script each.
@@ -133,9 +134,10 @@ void semaphore_core::refresh_entry(const std::shared_ptr<lease_state>& state,
   };
   std::string ttl_ms = std::to_string(ttl.count());
   if (options_.fair) {
-    run_script(nodes_.front(), sem_refresh_script,
-               {target_.keys.expiries, target_.keys.weights, target_.keys.owners,
-                target_.keys.waiter_info, target_.keys.tickets},
+    std::vector<std::string> keys{target_.keys.expiries, target_.keys.weights, target_.keys.owners,
+                                  target_.keys.waiter_info, target_.keys.tickets};
+    if (!target_.keys.name.empty()) keys.push_back(target_.keys.name);  // rw_name.lua
+    run_script(nodes_.front(), sem_refresh_script, std::move(keys),
                {state->token, ttl_ms, successor}, target_.node_timeout, std::move(on_reply));
   } else {
     run_script(nodes_.front(), sem_refresh_script, {target_.keys.expiries, target_.keys.weights},

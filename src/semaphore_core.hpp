@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // semaphore_core.hpp: the engine behind dlock::semaphore and its permits. Private.
 //   semaphore_core       runs its acquisitions (algo/acquisition, driven by acquire_run), and
 //                        is the lease_owner of every permit: release (which wakes waiters) and

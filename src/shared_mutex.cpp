@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock::shared_mutex: a fair semaphore of max_readers permits under keys of its own, where a
 // reader takes one permit and a writer all of them. The fair semaphore's ranking by ticket is
 // what gives the read-write rules (dlock/shared_mutex.hpp): a grant needs the permits of

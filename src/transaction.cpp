@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Optimistic transactions: WATCH, the caller's reads, MULTI + queued writes, EXEC; again on
 // conflict. The header explains why each run needs a connection of its own; this file adds how
 // a silently replaced connection is caught before it can run writes without their WATCH:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The watchdog: one timer per kept-alive lease on dlock's I/O thread.
 //
 // It wakes at the earlier of the next renewal and the end of validity. The next renewal comes

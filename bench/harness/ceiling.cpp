@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ceiling: what the server itself does at the same concurrency, with redis-benchmark's
 // C client, which costs next to nothing per request. A lock + unlock cycle needs at least one
 // SET NX PX and one EVALSHA of the release script, so redis-benchmark running each of them at

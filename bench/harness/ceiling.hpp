@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // harness/ceiling.hpp: the Redis server's own ceiling, measured with redis-benchmark.
 //   run_ceiling  SET NX PX and EVALSHA <release> at each concurrency, plain and pipelined,
 //                combined as 1 / (1/SET + 1/EVALSHA) lock+unlock cycles/s; PING round trip

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // harness/election.hpp: the leader election's failover, measured.
 //   run_election_failover  `candidates` threads campaign in one election (TTL `ttl`); `rounds`
 //                          times the leader "crashes" (its lease is detached: no renewal, no

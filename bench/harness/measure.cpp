@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The dlock side of lock_bench: threads that use the public API exactly as an application
 // would (dlock::mutex's lock()/unlock()), and callback chains that use its async API
 // (async_acquire, lease::async_release) on dlock's I/O thread, timed with steady_clock.

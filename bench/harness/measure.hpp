@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // harness/measure.hpp: the measuring parts of lock_bench.
 //   row              one result line: scenario, library, variant, nodes, concurrency, figures
 //   summarize        p50/p99/mean of latency samples (ms)

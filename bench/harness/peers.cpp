@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The peers run in node, one process per scenario, against the same servers as dlock and in
 // the same run. The script prints one JSON object; this file turns it into a row and adds
 // the commands per operation measured on the servers around the run (node's own connection

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // harness/peers.hpp: the npm peer libraries, run by bench/peers/peer_bench.cjs under node.
 //   peers        where they are installed and whether they can run (else: why not)
 //   run_peer     one scenario of one peer against the given ports; its JSON line as a row

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reporting: ratios to the same run's ceiling, the targets, JSON, Markdown, plot data.
 //
 // Every absolute figure here depends on how busy the shared machine was during the run, so the

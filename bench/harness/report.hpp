@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // harness/report.hpp: what lock_bench writes.
 //   add_ratios       every dlock and peer figure as a ratio to the ceiling of the same run
 //   judge_targets    issue 8's targets, each as measured ratio + met/missed

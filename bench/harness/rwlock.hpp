@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // harness/rwlock.hpp: the read-write lock under a mixed load, measured.
 //   run_rwlock_mix  `workers` threads on one name, each drawing a read (`read_percent` %) or a
 //                   write per cycle, holding it ~`t.hold`: through a dlock::shared_mutex

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // peer_bench.cjs: the peers' side of dlock's lock_bench. Runs one scenario of one npm library
 // against the given loopback ports and prints one JSON object on stdout.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/client.hpp: a connection to one Redis node, shared by many threads.
 /// - tls_options:     CA, client certificate and server name for rediss:// endpoints

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/diagnostics.hpp: start-up checks of the nodes a lock will run on.
 /// - warning:           one finding: what is wrong, on which node, and a short fix

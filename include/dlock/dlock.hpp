@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/dlock.hpp: everything of dlock's API in one include.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/election.hpp: leader election over one Redis node or N independent ones (Redlock).
 /// - election_options:  the leadership's lock options and its keep-alive

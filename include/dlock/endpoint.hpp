@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/endpoint.hpp: where a Redis node is and how to log in.
 /// - endpoint:        host/port or unix socket path, credentials, database

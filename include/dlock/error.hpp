@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/error.hpp: the library's one error model.
 /// - errc:             the conditions dlock reports, as std::error_code values

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/fencing.hpp: the resource's side of fencing tokens, which stops a holder that lost its
 /// lease without knowing (paused, partitioned) from writing after the next holder.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/key_layout.hpp: the Redis keys dlock keeps for a lock or a semaphore name.
 /// - hash_slot:          the Redis Cluster slot of a key
@@ -85,15 +86,25 @@ struct semaphore_keys {
   /// fair variant's offer starts with "f")
   std::string waiter_info;
   std::string tickets;      ///< the counter that hands out the queue's tickets
+  /// A read-write lock's only (empty for a semaphore): the name's own key, the one a mutex of
+  /// the name holds. While readers or a writer hold, it holds "dlock:read-write-lock", so that
+  /// one name is one lock: a mutex, a lock set or another client's SET NX finds it taken, and
+  /// no reader or writer is granted while any other value holds it.
+  std::string name;
 };
 
 /// The keys of the semaphore whose key (key_prefix + name) is `key`.
 DLOCK_EXPORT semaphore_keys semaphore_keys_for(std::string_view key, bool fair);
 
+/// What a read-write lock's holders keep in the name's own key (semaphore_keys::name) while
+/// they hold: a mutex, a lock set or another client finds the name taken.
+inline constexpr std::string_view read_write_lock_mark = "dlock:read-write-lock";
+
 /// The keys of the read-write lock (dlock::shared_mutex) whose key is `key`: a fair semaphore's
-/// set under suffixes of its own, so that a semaphore of the same name is another object:
-/// :rw:timeouts, :rw:owners (also the waiters), :rw:weights, :rw:fence, :rw:waiter-info,
-/// :rw:counter.
+/// set under suffixes of its own (:rw:timeouts, :rw:owners, also the waiters, :rw:weights,
+/// :rw:waiter-info, :rw:counter), the name's own key `key`, which its holders mark, and the
+/// fencing counter of the mutex of that name (:fence), so that tokens grow across the modes
+/// of one name.
 DLOCK_EXPORT semaphore_keys shared_mutex_keys_for(std::string_view key);
 
 /// Copy `copy` (0 .. copies-1) of the lock whose key is `key`, for a Redis Cluster lock kept

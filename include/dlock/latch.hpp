@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/latch.hpp: a distributed count-down latch on one Redis node or one Redis Cluster.
 /// - latch_options:  TTL (how long an abandoned latch lives) and key prefix (an aggregate)

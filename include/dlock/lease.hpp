@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/lease.hpp: proof of holding a lock.
 /// - lease:  move-only value: owner token, fencing token, validity, loss signal; releases the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/lock_set.hpp: several locks taken together, all or none, under one lease.
 /// - lock_set:  a fixed set of lock names on one Redis node or a Redis Cluster; acquire,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/mutex.hpp: a distributed mutex over one Redis node or N independent ones (Redlock).
 /// - mutex:  Lockable + TimedLockable facade (works with std::unique_lock, std::scoped_lock),

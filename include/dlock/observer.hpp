@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/observer.hpp: hooks for metrics, tracing and logs.
 /// - observer:      what dlock reports as it works: acquisitions, releases, renewals, lost

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/options.hpp: the knobs of a lock, as an aggregate for designated initializers:
 /// ```

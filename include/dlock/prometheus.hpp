@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/prometheus.hpp: a ready observer that counts in Prometheus' terms.
 /// - prometheus_options:  whether the metrics carry the key as a label

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/reply.hpp: a decoded RESP2 reply.
 /// - reply:  nil, integer, simple string (status), bulk string, error or array of replies

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/semaphore.hpp: a distributed counting semaphore on one Redis node.
 /// - semaphore_options:  TTL, fairness, retry pacing, wake-ups, key prefix (an aggregate)

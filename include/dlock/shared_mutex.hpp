@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/shared_mutex.hpp: a distributed read-write lock on one Redis node (or one Redis Cluster
 /// slot).

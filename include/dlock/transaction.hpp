@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/transaction.hpp: optimistic transactions with WATCH / MULTI / EXEC, retried on conflict.
 /// - transaction_options:  attempt limit, backoff, idle connections kept

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/watchdog.hpp: keeping a lease alive automatically.
 /// - keep_alive_options:  renewal interval, caps, an optional callback for the loss

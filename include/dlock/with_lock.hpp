@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /// @file
 /// dlock/with_lock.hpp: run a function while holding a lock, kept alive throughout.
 /// - with_lock(lock, fn):           acquire(), keep_alive(), fn(lease&), release()

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one acquisition engine: every lock (1 and N nodes) and every semaphore attempt, retry,
 // handoff and give-up is decided here, from the events the driver feeds in.
 //
@@ -64,7 +65,9 @@ script_keys lock_release_keys(const lock_keys& k) {
 }
 
 script_keys semaphore_release_keys(const semaphore_keys& k) {
-  return {k.expiries, k.weights, k.waiters, k.waiter_info, k.fence, k.tickets};
+  script_keys keys{k.expiries, k.weights, k.waiters, k.waiter_info, k.fence, k.tickets};
+  if (!k.name.empty()) keys.push_back(k.name);  // a read-write lock's mark (sem_release.lua)
+  return keys;
 }
 
 }  // namespace dlock::detail
@@ -96,7 +99,9 @@ semaphore_reply parse_semaphore_reply(const reply& r, bool fair, std::error_code
   ec.clear();
   const auto& e = r.elements();
   std::size_t expected = fair ? 3 : 2;
-  bool shape = r.is_array() && e.size() == expected;
+  // Fair, not granted: a fourth element 1 says the name's own key holds another kind of lock.
+  bool name_held = fair && e.size() == 4;
+  bool shape = r.is_array() && (e.size() == expected || name_held);
   for (std::size_t i = 0; shape && i < e.size(); ++i) shape = e[i].is_integer();
   if (!shape || (e[0].integer() != 0 && e[0].integer() != 1)) {
     ec = errc::protocol_error;
@@ -104,6 +109,11 @@ semaphore_reply parse_semaphore_reply(const reply& r, bool fair, std::error_code
   }
   semaphore_reply out;
   out.granted = e[0].integer() == 1;
+  if (name_held && (out.granted || e[3].integer() != 1)) {
+    ec = errc::protocol_error;
+    return {};
+  }
+  out.name_held = name_held;
   if (fair) {
     out.ticket = e[1].integer();
     out.queued = !out.granted && out.ticket != 0;
@@ -619,6 +629,7 @@ struct acquisition::impl {
   }
 
   void begin_semaphore_attempt(steady::time_point now, const std::vector<std::string>& channels) {
+    foreign_holders.clear();
     round_started.push_back(now);  // index made - 1: a handoff names the attempt it answers
     round.emplace(round_state{static_cast<std::size_t>(made - 1), id,
                               quorum_round(1, now, sem->ttl, sem->drift_factor)});
@@ -635,8 +646,9 @@ struct acquisition::impl {
       if (!channel.empty() && accepts_handoff()) {
         channel.append(" ").append(std::to_string(made - 1));
       }
-      emit(0, sem_fair_acquire_script,
-           {k.owners, k.expiries, k.weights, k.tickets, k.waiter_info, k.fence},
+      script_keys keys{k.owners, k.expiries, k.weights, k.tickets, k.waiter_info, k.fence};
+      if (!k.name.empty()) keys.push_back(k.name);  // a read-write lock's name (rw_name.lua)
+      emit(0, sem_fair_acquire_script, std::move(keys),
            {id, limit, permits, ttl, std::to_string(queue_ms.count()), channel},
            purpose::sem_attempt);
     } else {
@@ -662,6 +674,8 @@ struct acquisition::impl {
       votes.granted(0, parsed.ticket);
     } else {
       votes.taken(0, parsed.next_expiry_ms);
+      // Another kind of lock holds the name: its release wakes nobody here; watch its key.
+      if (parsed.name_held) foreign_holders.push_back(0);
     }
     round_state done_round = std::move(*round);
     round.reset();
@@ -892,9 +906,9 @@ std::optional<steady::duration> acquisition::take_sleep() {
 
 std::vector<acquisition::foreign_holder> acquisition::take_foreign_holders() {
   std::vector<foreign_holder> out;
-  if (!impl_->lock) return out;
   for (auto node : std::exchange(impl_->foreign_holders, {})) {
-    out.push_back({node, impl_->lock->keys_on(node).key});
+    out.push_back({node, impl_->lock ? std::string_view(impl_->lock->keys_on(node).key)
+                                     : std::string_view(impl_->sem->keys.name)});
   }
   return out;
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo/acquisition.hpp: the one acquisition engine of every primitive, sans-io.
 //   lock_target    what all acquisitions of one lock share: node count, keys, pacing
 //   semaphore_target  the same for one semaphore
@@ -113,6 +114,7 @@ struct semaphore_reply {
   std::int64_t ticket = 0;           // granted: the fencing token; fair, queued: the ticket
   bool queued = false;               // fair: not granted, but our place in the queue is kept
   std::int64_t next_expiry_ms = -1;  // unfair, not granted: ms until the earliest holder expires
+  bool name_held = false;  // fair, not granted: another kind of lock holds the name (rw_name.lua)
 };
 // Decodes sem_acquire.lua / sem_fair_acquire.lua replies: protocol_error (and an empty result)
 // for any shape the scripts do not produce.

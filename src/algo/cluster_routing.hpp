@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo/cluster_routing.hpp: where a request goes in a Redis Cluster, without sockets.
 //   slot_map        which master serves each of the 16384 slots, read from CLUSTER SHARDS (7.0)
 //                   or CLUSTER SLOTS; patched by MOVED between two reads

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo/quorum_round.hpp: the arithmetic of one Redlock round, without sockets or clocks.
 //   quorum_round  collects each node's vote, says when the round is decided (a quorum granted,
 //                 or a quorum became impossible), and judges it: validity, fence, error

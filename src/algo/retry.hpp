@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo/retry.hpp: whether to try again, and how long to sleep between two lock rounds.
 // Private; no clocks read here.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo/sentinel_vote.hpp: which master the sentinels agree on. Private; no I/O.
 //   sentinel_answer   what one sentinel said to SENTINEL GET-MASTER-ADDR-BY-NAME
 //   sentinel_verdict  the master that a majority of the configured sentinels name, or why none

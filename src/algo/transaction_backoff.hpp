@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo/transaction_backoff.hpp: how long an optimistic transaction waits after a conflict.
 // Private; no clocks read here.
 #pragma once

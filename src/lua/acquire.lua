@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Acquire a lock and draw its fencing token, atomically; optionally queue as a waiter.
 -- KEYS[1]: the lock key (value = owner value, expiry = PX).
 -- KEYS[2]: the lock's fencing counter; it expires one TTL after it was set (next_fence, in

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Acquire several locks at once, all or none (dlock::lock_set), and draw one fencing token for
 -- them all. Atomic, so a client never holds part of a set: no hold-and-wait, no deadlock.
 -- KEYS: for each lock, its key then its fencing counter (2 per lock; key_layout.hpp).

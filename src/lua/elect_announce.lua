@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Announce an election's news on one node, while (and only while) the announcing leader still
 -- holds the leadership's lock: append it to the election's record and tell the observers.
 -- KEYS[1]: the lock key; KEYS[2]: the record (a stream, key_layout.hpp: election_record_key),

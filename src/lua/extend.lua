@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Extend a lock only if this owner holds it (compare-and-pexpire).
 -- KEYS[1]: the lock key; KEYS[2], optional: a key that lives as long as the lock (a leader
 -- election's record, dlock::election), whose expiry follows the lock's where it has one;

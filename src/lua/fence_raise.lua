@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Raise a fencing counter to at least a value (set-if-greater), for Redlock's fencing round.
 -- KEYS[1]: the fencing counter; ARGV[1]: the value it must reach; ARGV[2]: the grant's TTL in
 -- ms: a counter raised lives that long, as one made does (next_fence, in node_state.lua).

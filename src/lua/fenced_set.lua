@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Write a value only if the writer's fencing token is not older than any seen before.
 -- KEYS[1]: the data key; KEYS[2]: the highest token seen for it (same hash slot).
 -- ARGV[1]: the writer's fencing token; ARGV[2]: the value.

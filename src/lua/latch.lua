@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- A count-down latch (dlock::latch): one key holding the count, which each change keeps alive
 -- for another TTL.
 -- KEYS[1]: the latch; KEYS[2]: the channel its opening is published on (key_layout.hpp:

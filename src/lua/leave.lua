@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Leave a lock's waiter queue (a waiter that gave up or was granted elsewhere).
 -- KEYS[1]: the waiter queue; KEYS[2]: waiter info (see acquire.lua); ARGV[1]: the owner token.
 -- Returns the number of entries removed.

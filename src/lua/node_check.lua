@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Quarantine a node that may have forgotten locks. Each client with restart_quarantine set runs
 -- this on each new connection, before anything else goes out on it, so that no acquire reaches
 -- a node that lost its data before the quarantine is in place.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Release a lock only if this owner holds it (compare-and-delete), and pass it on.
 -- KEYS[1]: the lock key; KEYS[2]: the waiter queue; KEYS[3]: waiter info; KEYS[4]: the fencing
 -- counter (see acquire.lua).

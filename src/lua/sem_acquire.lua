@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Take permits of an unfair counting semaphore, atomically, judged by the server's clock;
 -- optionally queue as a waiter that a release will wake.
 -- KEYS[1]: holders, a sorted set: member = owner token, score = its expiry in server ms.

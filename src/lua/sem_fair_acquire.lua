@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Take permits of a fair (first come, first served) counting semaphore, atomically, judged by
 -- the server's clock. Each new arrival draws a ticket from a counter; the owners set ranks by
 -- ticket, so nobody who came later can take a permit before an earlier waiter.
@@ -22,11 +23,15 @@
 --          "<token> <fence> <attempt>". The entry then carries " f<permits>:<ttl ms>:<attempt>:
 --          <limit>" ("f", not the unfair variant's "h": a release of an earlier version, which
 --          would hand over as to an unfair waiter, only wakes such an entry).
+-- KEYS[7], a read-write lock's only: the name's own key, which its holders mark (rw_name.lua):
+--          nobody is granted while another value holds it.
 -- Returns {1, fence, rank} when granted (also when this token already holds: a retried attempt
 -- whose reply was lost, which draws a new fence), {0, ticket, rank} when queued, {0, 0, rank}
--- when not granted and not queued. Time comes from TIME.
+-- when not granted and not queued; {0, ticket or 0, rank, 1} when the name's own key is held by
+-- another kind of lock or another client, whose release wakes nobody in this line: the waiter
+-- watches that key. Time comes from TIME.
 local owners, timeouts, weights, counter, info = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local fence_key = KEYS[6]
+local fence_key, name = KEYS[6], KEYS[7]
 local owner, limit, want = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local ttl_ms, queue_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
 local channel, attempt = string.match(ARGV[6] or '', '^(%S*) ?(%d*)$')
@@ -34,6 +39,15 @@ channel, attempt = channel or '', attempt or ''
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- #include rw_name.lua
+-- Read before anything is written: a name's key that is no lock raises WRONGTYPE here, and a
+-- script is not rolled back.
+local name_held = name_taken(name)
+local function not_granted(ticket_or_0, rank)
+  if name_held then return {0, ticket_or_0, rank, 1} end
+  return {0, ticket_or_0, rank}
+end
 
 -- The keys vanish by themselves when the last member's expiry passes, all five at once: owners
 -- must never outlive timeouts, or members whose expiry and weight are gone would stay in line
@@ -110,7 +124,7 @@ if want > 1 then redis.call('HSET', weights, owner, want) end
 
 -- Granted when the permits wanted by everyone up to and including us fit in the limit.
 local rank = redis.call('ZRANK', owners, owner)
-if rank < limit and quarantine_left() == 0 then
+if rank < limit and quarantine_left() == 0 and not name_held then
   local used = rank + 1
   if redis.call('EXISTS', weights) == 1 then
     local ahead = redis.call('ZRANGE', owners, 0, rank)
@@ -122,6 +136,7 @@ if rank < limit and quarantine_left() == 0 then
   if used <= limit then
     redis.call('HDEL', info, owner)
     keep(now + ttl_ms)
+    mark_name(name, timeouts, now)
     return {1, draw_fence(), rank}
   end
 end
@@ -133,7 +148,7 @@ end
 -- gives it back). An offer queued onto a holder would be handed over again after quarantine.
 local place = redis.call('HGET', info, owner)
 local expiry = redis.call('ZSCORE', timeouts, owner)
-if expiry and not place then return {0, 0, rank} end
+if expiry and not place then return not_granted(0, rank) end
 
 if queue_ms > 0 then
   -- Rewriting the entry clears a " woken" mark: this poll was the wake-up's answer.
@@ -146,13 +161,13 @@ if queue_ms > 0 then
   end
   redis.call('HSET', info, owner, entry)
   keep(now + queue_ms)
-  return {0, ticket, rank}
+  return not_granted(ticket, rank)
 end
 -- Not queueing (a try, or an acquisition's last attempt). A live place that an earlier attempt
 -- of this acquisition queued for with a wake channel stays until the give-up that follows
 -- (sem_release.lua, which the engine sends after any attempt queued with a channel), so that
 -- its leaving wakes those it kept waiting. Any other entry of this token goes now.
-if expiry and string.find(place, ' ', 1, true) then return {0, 0, rank} end
+if expiry and string.find(place, ' ', 1, true) then return not_granted(0, rank) end
 redis.call('ZREM', owners, owner)
 redis.call('ZREM', timeouts, owner)
 redis.call('HDEL', weights, owner)
@@ -166,4 +181,4 @@ if redis.call('PTTL', counter) == -1 then
     redis.call('DEL', counter)
   end
 end
-return {0, 0, rank}
+return not_granted(0, rank)

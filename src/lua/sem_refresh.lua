@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Extend a semaphore permit, if it is still live.
 -- KEYS[1]: the expiry set (holders, or the fair variant's timeouts); KEYS[2]: weights;
 -- KEYS[3], KEYS[4], KEYS[5] (fair variant only): owners, waiter info, the ticket counter; all
@@ -5,6 +6,9 @@
 -- that outlived owners would keep the entries of waiters that left, found by review; a counter
 -- that went before a refreshed holder would let a client of an earlier version, which does not
 -- restart it above the tickets in line, rank a newcomer ahead of it).
+-- KEYS[6], a read-write lock's only: the name's own key, which its holders mark (rw_name.lua);
+-- a holder that finds another value there has lost the name (its mark was lost: a restart, a
+-- FLUSH) and is refused, as a lost permit is.
 -- ARGV[1]: the owner token; ARGV[2]: the TTL in milliseconds; ARGV[3]: "" to extend, or a
 -- successor token to settle (as extend.lua):
 --   extend  the permit's expiry becomes at least the server's now + TTL; it never moves earlier,
@@ -14,14 +18,17 @@
 -- Returns 1 when extended, 0 when the permit was gone or had expired: a lost permit is never
 -- added back (an expired entry is removed instead), so the caller learns it was lost.
 local expiries, weights, owners, info, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local name = KEYS[6]
 local owner, ttl_ms, successor = ARGV[1], tonumber(ARGV[2]), ARGV[3] or ''
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
+-- #include rw_name.lua
+
 local expiry = redis.call('ZSCORE', expiries, owner)
 if not expiry then return 0 end
-if tonumber(expiry) <= now then
+if tonumber(expiry) <= now or name_taken(name) then
   redis.call('ZREM', expiries, owner)
   redis.call('HDEL', weights, owner)
   if owners then redis.call('ZREM', owners, owner) end
@@ -51,4 +58,5 @@ local last = redis.call('ZRANGE', expiries, -1, -1, 'WITHSCORES')
 for _, key in ipairs({expiries, weights, owners, info, tickets}) do
   if redis.call('EXISTS', key) == 1 then redis.call('PEXPIREAT', key, last[2]) end
 end
+mark_name(name, expiries, now)
 return 1

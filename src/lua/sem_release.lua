@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Give back a semaphore permit (or leave the queue), and pass the permits it freed on to the
 -- waiters. Removes only this owner's entries. Serves both variants.
 -- KEYS[1]: the expiry set (holders, or the fair variant's timeouts); KEYS[2]: weights;
@@ -6,7 +7,8 @@
 --          <ttl ms>:<attempt>:<limit>| f...| woken]]" ("h" unfair, "f" fair: a handoff offer),
 --          present for queued waiters only (sem_acquire.lua, sem_fair_acquire.lua); KEYS[5]: the
 --          fencing counter (for handoffs); KEYS[6]: the fair variant's ticket counter, which
---          expires with its last member.
+--          expires with its last member; KEYS[7], a read-write lock's only: the name's own
+--          key, which the lock's holders mark (rw_name.lua): the mark goes with the last holder.
 -- ARGV[1]: the owner token; ARGV[2]: the limit (for handoffs; "" for none); ARGV[3]: "fair" for
 --          the fair variant, whose waiters serve_fair_line (below) serves.
 -- Returns 1 when the token had an unexpired entry in KEYS[1], 0 when it was gone or already
@@ -26,12 +28,13 @@
 -- (they crashed) are dropped. An expired entry frees nothing here: its permits came back at its
 -- expiry.
 local expiries, weights, queue, info, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local tickets = KEYS[6]
+local tickets, name = KEYS[6], KEYS[7]
 local owner, limit, fair = ARGV[1], tonumber(ARGV[2] or ''), ARGV[3] == 'fair'
 
 -- #include wake.lua
 -- #include node_state.lua
 -- #include sem_holders.lua
+-- #include rw_name.lua
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -106,6 +109,8 @@ local function drop_from_line(member)
 end
 local function serve_fair_line()
   local handed = false
+  -- Another kind of lock holds the name: nobody in this line can hold now.
+  if name_taken(name) then return handed end
   local quarantined = quarantine_left() > 0
   local in_line = 0  -- the permits wanted by the live members walked so far
   local start = 0
@@ -242,5 +247,8 @@ while to_wake > 0 do
   start = start + #batch - dropped
 end
 
+-- The name's mark lasts while a holder is left (a handoff may have made new ones), and goes with
+-- the last: a mutex waiting on the name watches its key, and wakes.
+if name then remark_name(name, queue, expiries, weights, info, limit, now) end
 if live then return 1 end
 return 0

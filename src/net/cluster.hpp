@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // net/cluster.hpp: a redis-cluster:// endpoint's requests, each sent to the master of its slot.
 // Private.
 //   cluster_router  reads the slot map (CLUSTER SHARDS, else CLUSTER SLOTS) from the seeds or

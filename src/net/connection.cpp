@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The connection's life: idle -> connecting (resolve, connect, [TLS handshake], AUTH/SELECT)
 // -> ready -> idle.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // net/connection.hpp: one pipelined connection to one Redis node. Private.
 //   connection  queues requests from any thread, writes them in batches, matches replies in
 //               order, enforces deadlines, reconnects on demand with backoff, speaks TLS with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The direct path of a connection (see net/connection.hpp, `driver_`).
 //
 // Blocking calls take a shorter road when they can (try_exchange_direct): on a plain connection

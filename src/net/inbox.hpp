@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // net/inbox.hpp: where waiters of this process are woken. Private.
 //   inbox             one pub/sub channel per client (dlock:wake:<random>), subscribed on a
 //                     connection of its own; a release publishes the token of the waiter it

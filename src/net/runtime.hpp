@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // net/runtime.hpp: the I/O thread that runs every connection and timer of dlock. Private.
 #pragma once
 

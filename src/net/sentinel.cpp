@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The vote is asked afresh on every connect, not cached: a connect usually follows a failure,
 // which is when the master may have moved. +switch-master on any sentinel is only a cue to ask
 // the majority again; the connections that watch move when it names a master other than theirs.

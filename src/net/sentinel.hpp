@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // net/sentinel.hpp: the master of a redis-sentinel:// endpoint. Private.
 //   sentinel_resolver  asks every sentinel for the master on each connect (one round for all
 //                      the connections that ask meanwhile), decides by majority

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // net/socket_link.hpp: one connect's socket, TLS session and buffers. Private to the
 // connection (net/connection.cpp, and its direct path in net/connection_direct.cpp).
 #pragma once

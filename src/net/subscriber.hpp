@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // net/subscriber.hpp: a Pub/Sub subscription on a connection of its own. Private.
 //   channel_subscriber  SUBSCRIBEs one channel and calls on_news with each message's payload,
 //                       and with "" after each confirmed (re)subscription, since messages

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Formats commands as RESP multibulks (the wire format hiredis's formatter also produces).
 #include <array>
 #include <charconv>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "resp/reply_reader.hpp"
 
 #include <hiredis/hiredis.h>

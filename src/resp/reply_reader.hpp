@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // resp/reply_reader.hpp: incremental RESP2 decoding with hiredis's reader. Private.
 #pragma once
 

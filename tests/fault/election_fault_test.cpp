@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Leader election under faults (label fault): five candidate processes (lock_worker elect),
 // each behind a proxy of its own, write a fenced resource while they lead. The test observes the
 // election in-process and strikes whoever leads: SIGKILL, SIGSTOP past the TTL, a partition

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fault kit checks itself, so that a quiet scenario means a safe library, not a broken
 // tool: the proxy delays, stalls, drops and refuses; the clock shim moves a live redis-server's
 // wall clock (and expires its keys); the overlap detector and the fence audit count what they

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fault-injection suite: one test per row of docs/guarantees.md's "Faults" table. Each runs
 // three worker processes contending for a single-node lock, a Redlock over three nodes and a
 // two-permit semaphore for a few seconds while the test injects its fault, then prints one line

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fault_worker: one client process of a fault scenario; one thread per lock it contends for.
 //   fault_worker --out FILE --resource URL --prefix P --seconds S
 //                --lock KIND:NAME:LIMIT:URL[,URL...]   (repeat; KIND = mutex | semaphore |

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/fault/history.hpp: what the holders saw, and the two checkers that judge it without
 // trusting dlock.
 //   stamp            steady_clock nanoseconds; CLOCK_MONOTONIC is one clock for every process on

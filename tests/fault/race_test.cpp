@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Races between one client's own requests that only a slow network shows: each test puts the
 // client behind tcp_proxy, delays its requests or replies so that the server runs them in an
 // order the client did not send them in, and checks that no key of a live lease is lost and no

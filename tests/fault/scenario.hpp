@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/fault/scenario.hpp: one fault scenario, from the servers up to its one-line verdict.
 //   scenario_options  how many nodes, persistence, proxies, clock shims, workers, duration
 //   outcome           what the checkers found: acquisitions, overlaps, fence audit, errors

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The soak run: mixed operations (acquire_until + keep_alive, the Lockable facade with manual
 // extend, one-round tries, async_acquire; release, drop or detach) on the single lock, the
 // Redlock and the semaphore, under a random sequence of the faults that docs/guarantees.md

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One poll() loop forwards every connection. Bytes read from either side are queued with the
 // time they may leave (now + that direction's latency, never before the bytes queued ahead of
 // them, so order is kept); the loop writes what is due and sleeps until the next byte is due.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/fault/tcp_proxy.hpp: a loopback TCP proxy between clients and one redis-server, for the
 // network faults that netem would give elsewhere (this kernel has none; MACHINE-NOTES.md).
 //   tcp_proxy  listens on a free 127.0.0.1 port and forwards to a target port, one thread;

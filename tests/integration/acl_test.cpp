@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ACL least privilege: a user with exactly the rule docs/security.md documents can lock, unlock,
 // extend, wait and be woken, and (with the semaphore additions) use semaphores, without a single
 // denial in the server's ACL LOG; a user missing one permission gets errc::no_permission with

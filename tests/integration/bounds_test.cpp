@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bounds the API promises, against real redis-servers and a server that never answers: a
 // bounded wait ends by its deadline however silent a node is, a full server (maxclients) is an
 // outage that passes, a client that is gone closes its sockets at once, and a forked child

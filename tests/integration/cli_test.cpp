@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `dlock` binary against real redis-servers: what issue 7 says it must show. Every test
 // runs the built CLI as a child process (DLOCK_CLI_PATH) and checks exit statuses, output and
 // the servers' state; every wait is bounded.
@@ -2027,9 +2028,7 @@ TEST_F(CliTest, FlockHabitsSecondsTheCommandAfterTheNameAndFlocksSpellings) {
       {{"-r", url, "run", "-w", "1m30", key, "touch", path("never")}, "longest first"},
       {{"-r", url, "run", "-w", "5sec", key, "touch", path("never")}, "seconds (60, 2.5)"},
       {{"-r", url, "run", "-x", "--read", key, "touch", path("never")}, "excludes"},
-      // Not yet: a shared hold would run beside `dlock run KEY` (issue 36, part 1).
-      {{"-r", url, "run", "-s", key, "touch", path("never")}, "not there yet"},
-      {{"-r", url, "run", "--shared", key, "touch", path("never")}, "not there yet"},
+      {{"-r", url, "run", "-s", "-x", key, "touch", path("never")}, "excludes"},
       {{"--timeout", "5", "-r", url, "status", key}, "--request-timeout"},
       {{"-r", url, "status", "--timeout", "5", key}, "--request-timeout"},
   };
@@ -2041,6 +2040,53 @@ TEST_F(CliTest, FlockHabitsSecondsTheCommandAfterTheNameAndFlocksSpellings) {
     expect_one_line_message(r);
     EXPECT_NE(r.err.find(says), std::string::npos) << shown << "\n" << r.err;
   }
+  EXPECT_FALSE(fs::exists(path("never")));
+  EXPECT_FALSE(exists(key));
+}
+
+// util-linux's own flock cases (tests/ts/flock/flock), with dlock in flock's place: a shared
+// holder lets another shared run in, keeps out an exclusive one (--nonblock with flock's
+// --conflict-exit-code, here -E), and one that waits (--timeout) runs as soon as the shared
+// holder ends. Not ported: --no-fork and the file-descriptor form, which dlock does not have
+// (the man page's FLOCK COMPATIBILITY). Beyond flock, one name is one lock (issue 36): the
+// writer, a lock set naming it and another client's SET NX are kept out as well.
+TEST_F(CliTest, UtilLinuxFlockCasesAgainstASharedHolder) {
+  strays left;
+  const std::string key = test_key(), url = server_.url();
+  auto holder = start({"-r", url, "run", "--shared", key, "--", "sh", "-c",
+                       "touch " + path("locking") + "; exec sleep 100000"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("locking")); }));
+  auto never = [&] { return std::vector<std::string>{"touch", path("never")}; };
+  auto with = [&](std::vector<std::string> args, std::vector<std::string> cmd) {
+    args.insert(args.begin(), {"-r", url, "run"});
+    args.push_back(key);
+    args.insert(args.end(), cmd.begin(), cmd.end());
+    return args;
+  };
+  // non-block (exclusive is the default), exclusive
+  for (auto args : {std::vector<std::string>{"--nonblock", "-E", "123"},
+                    std::vector<std::string>{"--nonblock", "--exclusive", "-E", "123"},
+                    // beyond flock
+                    std::vector<std::string>{"--write", "--nonblock", "-E", "123"},
+                    std::vector<std::string>{"--nonblock", "-E", "123", "--also", key + "-b"}}) {
+    auto r = run(with(args, never()));
+    EXPECT_EQ(r.status, 123) << args[0] << ": " << r.err;
+  }
+  EXPECT_EQ(test::raw_command(server_.port(), "SET " + key + " theirs NX PX 60000").rfind("$-1", 0), 0u)
+      << "another client's SET NX took a name a shared run holds";
+  // shared
+  auto shared = run(with({"--shared"}, {"echo", "Have shared lock"}));
+  EXPECT_EQ(shared.status, 0) << shared.err;
+  EXPECT_EQ(shared.out, "Have shared lock\n");
+  // timeout: waits while the shared holder holds, runs once it ended
+  auto waiter = start(with({"--timeout", "30", "-E", "5"}, {"touch", path("after")}));
+  ASSERT_TRUE(eventually([&] { return !queued(lock_keys_for(key).waiters).empty(); }))
+      << "the exclusive run did not wait in line";
+  EXPECT_FALSE(fs::exists(path("after"))) << "an exclusive run ran beside a shared one";
+  holder->signal(SIGTERM);
+  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+  EXPECT_EQ(waiter->wait(), 0) << waiter->err();
+  EXPECT_TRUE(fs::exists(path("after")));
   EXPECT_FALSE(fs::exists(path("never")));
   EXPECT_FALSE(exists(key));
 }
@@ -2177,8 +2223,8 @@ TEST_F(CliTest, AReleaseThatFindsTheLeaseGoneExits71) {
   EXPECT_FALSE(exists(kept)) << "kept a lock it had lost";
 }
 
-// status tells of a read-write lock or a semaphore held under the name, which a plain run does
-// not wait for yet, rather than call the name free (issue 36).
+// status tells of a read-write lock or a semaphore held under the name rather than call the name
+// free (issue 36): a read-write lock holds the name (its mark), a semaphore is a kind apart.
 TEST_F(CliTest, StatusShowsOtherKindsHeldUnderTheName) {
   strays left;
   const std::string key = test_key();
@@ -2187,8 +2233,9 @@ TEST_F(CliTest, StatusShowsOtherKindsHeldUnderTheName) {
   ASSERT_TRUE(eventually([&] { return fs::exists(path("reading")); })) << reader->err();
   auto text = run({"-r", server_.url(), "status", key});
   EXPECT_EQ(text.status, 0) << text.err;
-  EXPECT_EQ(text.out.rfind(key + ": free as a lock, but not free", 0), 0u) << text.out;
-  EXPECT_NE(text.out.find("held as a read-write lock by 1 holder"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.rfind(key + ": held as a read-write lock, its mark expires in", 0), 0u)
+      << text.out;
+  EXPECT_NE(text.out.find("held as a read-write lock by 1 holder\n"), std::string::npos) << text.out;
   auto json = run({"-r", server_.url(), "status", "--json", key});
   EXPECT_NE(json.out.find("\"other_kinds\":[{\"kind\":\"read-write lock\",\"holders\":1}]"),
             std::string::npos)
@@ -2308,6 +2355,7 @@ TEST_F(CliTest, ForceReleaseEvictsTheHolderSaysWhoAndHandsTheLockOn) {
   EXPECT_EQ(rw.status, 64) << rw.err;
   EXPECT_NE(rw.err.find("read-write lock"), std::string::npos) << rw.err;
   EXPECT_FALSE(reader->try_wait().has_value()) << "the reader was ended";
+  EXPECT_TRUE(exists(shared)) << "--force took the readers' mark off the name";
 }
 
 }  // namespace

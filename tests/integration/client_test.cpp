@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The client against real redis-server processes (and two small non-Redis TCP peers): replies
 // pair with their own requests under load and after faults, log-in and SELECT, unix sockets,
 // deadlines, fast failure while a node is down, reconnection, error replies, completion tokens.

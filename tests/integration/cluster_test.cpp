@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redis-cluster:// against real Redis Clusters on loopback (tests/support/redis_cluster.hpp):
 // each request reaches the master of its slot, MOVED and ASK are followed through a slot
 // migration, locks and semaphores keep their promises on a cluster, and bad setups fail with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // check_deployment against real redis-server processes configured to be wrong in one way each:
 // node counts, one server listed twice, a replica, an evicting policy, weak persistence, a
 // dead node and a user who may not run CONFIG.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The blocking fast path (connection::try_exchange_direct, client::exec, run_script_direct)
 // against real redis-server processes and a scripted non-Redis peer: blocking calls take it,
 // replies never shift between direct and queued requests, pipelined commands, a server that

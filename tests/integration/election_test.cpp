@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Leader election against real redis-server processes: one leader at a time, terms that grow,
 // observers that see each change in order, and leadership that ends when its lease does.
 #include "dlock/election.hpp"

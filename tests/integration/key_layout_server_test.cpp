@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The key layout against a real redis-server. hash_slot agrees with CLUSTER KEYSLOT, and locks
 // whose names differ only by braces ("x", "{x}") never share a companion key.
 #include "dlock/key_layout.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The count-down latch against a real redis-server: waiters released at zero and not before,
 // woken through Pub/Sub, and an abandoned latch that disappears instead of opening.
 #include "dlock/latch.hpp"

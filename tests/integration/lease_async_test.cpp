@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // lease::async_release() and async_extend() against a real redis-server: the same outcomes as
 // the blocking calls, completions on dlock's I/O thread, and lock cycles chained purely on
 // callbacks.

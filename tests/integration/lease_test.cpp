@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Leases that never lie: the watchdog keeps them, the loss signal fires when they are gone,
 // fencing tokens increase, and the resource-side helpers refuse stale holders.
 #include "dlock/lease.hpp"

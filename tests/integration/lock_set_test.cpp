@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Several locks at once, all or none, against a real redis-server: no client ever holds part
 // of a set, overlapping sets in any order never deadlock, and the per-key counters they guard
 // come out exact.

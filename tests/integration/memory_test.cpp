@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bounded Redis memory: a lock or a semaphore costs no key once it is released and its TTL has
 // passed, however many distinct names were used (per-entity locks such as orders:<id>), and its
 // fencing tokens still rise when it is used again after its counter expired. Against real
@@ -68,7 +69,11 @@ TEST(MemoryTest, ContendedLocksLeaveNoKeyOnceTheirWaitersAreGone) {
       client c{server.url()};
       for (int i = 0; i < 50; ++i) {
         mutex m{c, prefix + std::to_string(i), {.ttl = ttl, .retry_delay = 10ms}};
-        auto l = m.acquire();
+        // Waits as long as it takes (acquire() gives up after 1 + retry_count rounds, which a
+        // loaded host's four contending threads outlasted).
+        std::error_code ec;
+        auto l = m.acquire_until(std::chrono::steady_clock::now() + test::scaled(60s), ec);
+        ASSERT_TRUE(l) << ec.message();
         std::this_thread::sleep_for(1ms);
         EXPECT_FALSE(l.release());
       }

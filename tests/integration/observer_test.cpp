@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The observer and the log sink (dlock/observer.hpp) and the Prometheus observer
 // (dlock/prometheus.hpp), against a real redis-server: each count matches what the test made
 // happen, and promtool (support/promtool.hpp) accepts the exposition text.

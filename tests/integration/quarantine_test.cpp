@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // client_options::restart_quarantine: a node that may have forgotten locks (restarted without
 // its data, restored from disk, or promoted from a replica) grants nothing, to any client, for
 // one quarantine after the client that connects first sees it; the fencing counters it lost

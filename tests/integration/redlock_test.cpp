@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Redlock (dlock::mutex over N = 5 nodes) against five real redis-server processes: mutual
 // exclusion across processes while a node crashes and restarts, nodes down, a hung node,
 // cleanup after failed rounds, a TTL shorter than the round, every subset of busy nodes,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Opt-in reentrancy (lock_options::reentrant) against real redis-servers: an owner re-enters
 // the lock it holds, through any mutex object, sync or async, on one node or a Redlock; the
 // nested leases share one owner value, fence and validity; the lock is released, and handed to

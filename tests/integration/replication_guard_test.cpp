@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // client_options::replication_guard: a grant or an extend on a master counts only once enough
 // of its replicas acknowledged it (WAIT, on a connection of the guard's own); a miss releases
 // the grant, or leaves the lease's validity as it was, and says errc::replication_not_confirmed.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every embedded script's SHA1 matches what the server computes for the same bytes.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The counting semaphore against a real redis-server: the limit holds under threads and
 // processes, expiry by server time, refresh of lost permits, fairness, bad input.
 #include "dlock/semaphore.hpp"

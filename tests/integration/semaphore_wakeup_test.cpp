@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Waiting for a permit without polling: a release wakes as many queued waiters as permits it
 // freed, through pub/sub; the retry delay is only a backstop; fair mode still serves in ticket
 // order; the limit holds. Each test runs once per variant (unfair and fair).

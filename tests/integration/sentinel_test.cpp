@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redis-sentinel:// endpoints: the master is the one a majority of the sentinels names, checked
 // with ROLE on every connect; a switch (+switch-master) moves every connection, and requests
 // sent meanwhile wait for the new master within their deadlines. Real redis-server processes in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The read-write lock against a real redis-server: readers overlap, a writer overlaps nobody,
 // fences grow across both kinds, a waiting writer is overtaken by no reader that came after it,
 // one release hands the lock to a whole batch of readers, and each reader's hold expires on its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rediss:// against real TLS redis-server processes, with throwaway certificates made by the
 // `openssl` command for each run: the right certificate works (commands, locks, wake-ups, mutual
 // TLS); a trusted certificate for another host name, an untrusted one and a missing or untrusted

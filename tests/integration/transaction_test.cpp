@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Optimistic transactions against a real redis-server: exact results under contention, retry
 // counts, give-up, discard, queueing errors, and a connection replaced behind WATCH's back.
 #include "dlock/transaction.hpp"

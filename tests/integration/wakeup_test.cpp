@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Waiting without polling: a release wakes the first queued waiter through pub/sub; the
 // retry delay is only a backstop; fair mode serves waiters in arrival order.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The invariants. Claims are kept in true time: a claim's end is first the true time at which
 // its client's clock reaches valid_until (a pure function of true time, so known in advance),
 // and only ever moves to an earlier "now" (release sent, lease lost) or, by an extend while it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/sim/sim_checker.hpp: the simulator's invariants, checked as the world runs.
 //   checker  keeps every client's claim on the lock or on semaphore permits, in true time, and
 //            the node-side view; a lock checker may watch several lock keys (a lock_set's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The checker checked: clients with a deliberate bug must be caught within a few hundred
 // seeds, by the invariant the bug breaks. Without this, a sweep that passes could mean an
 // invariant that cannot fail.

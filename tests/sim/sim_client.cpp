@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The client's loop. Acquiring follows the engine's driver loop (algo/acquisition.hpp) as
 // acquire_run carries it out: channels for the subscribed inboxes when queues_next(),
 // begin_attempt, send what take_requests gives, feed the answers, and then either sleep what

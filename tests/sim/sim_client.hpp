@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/sim/sim_client.hpp: one simulated client process running the library's own engine.
 //   client_bug     deliberate mistakes, to prove the checker catches them
 //   liveness_rule  when faults are over, and how long an unbounded waiter may then wait

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The simulator's sweep: seeds 0 .. DLOCK_SIM_SEEDS-1, each a schedule of 2-5 clients running
 // the real acquisition engine against simulated nodes under faults, checked after every step.
 // Seed s belongs to the configuration family s % 6, each family is split in two tests, and so

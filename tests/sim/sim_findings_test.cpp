@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the simulator found, each reduced to the smallest schedule that shows it, now fixed:
 // each test failed before its fix and guards it since (findings 1 and 2, 2026-11-25). The
 // hunts that found finding 2 stay DISABLED_ (run them with --gtest_also_run_disabled_tests):

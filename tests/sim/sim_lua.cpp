@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The script engine follows Redis 7.0.15's script_lua.c and eval.c where a script can tell the
 // difference:
 // - Lua -> reply: a string is a bulk string; a number an integer (truncated toward zero); true

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/sim/sim_lua.hpp: the simulated node's script engine (private to tests/sim).
 //   lua_engine   one Lua 5.1 interpreter (the version Redis embeds) with Redis 7.0's script
 //                environment: the `redis` table (call, pcall, error_reply, status_reply),

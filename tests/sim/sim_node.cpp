@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The simulated node's keyspace and commands. Each command follows Redis 7.0.15's code path
 // closely enough that its replies, error texts and side effects (a key emptied by ZREM or HDEL
 // is deleted; ZINTERSTORE's destination loses its TTL; PEXPIRE into the past deletes) are the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/sim/sim_node.hpp: a simulated Redis 7.0 node for the deterministic simulator.
 //   node        an in-memory keyspace (strings, hashes, sorted sets) with expiry by an
 //               injected clock, a script cache, pub/sub delivery counts, and restarts; it runs

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The simulated node against a real redis-server: the same random sequences of script calls and
 // plain commands go to both, and every reply, every delivered pub/sub message and, after each
 // step, the whole keyspace (type, value, PTTL) must be equal.

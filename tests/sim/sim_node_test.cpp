@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The simulated node alone: expiry by its clock, the script cache, restarts, pub/sub counts,
 // and the Lua <-> reply conversions. sim_node_diff_test holds the same node to a real server.
 #include "sim_node.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/sim/sim_random.hpp: the simulator's one source of randomness.
 //   splitmix64  expands a seed into well-mixed 64-bit words (seeds xoshiro, derives sub-seeds)
 //   rng         xoshiro256** with the uniform helpers the simulator needs: below, between,

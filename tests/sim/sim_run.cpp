@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One schedule. The seed decides the configuration (make_config) and, through the world's one
 // generator, everything after it: the fault times are drawn up front so that the moment the
 // faults are over (and the liveness bound starts) is known before the run; which link drops or

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/sim/sim_run.hpp: one simulated schedule, from a seed to a verdict.
 //   topology      the configuration families (two test shards each): a single node (handoff,
 //                 sometimes polling), a single fair node, Redlock on 3 and on 5 nodes, a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The lock set's client loop. Each step names the function of src/lock_set.cpp it follows, for
 // one node (one key group: every key is the node's, so no fence_raise.lua round):
 // - attempt (start_attempt, take_group, grant): a fresh token, random_token() + ".0";

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/sim/sim_set_client.hpp: one simulated client of dlock::lock_set (src/lock_set.cpp).
 //   sim_set_client  a loop of cycles on one node: pick a random non-empty subset of a pool of
 //                   lock names, in random order (normalized as lock_set does: sorted, unique);

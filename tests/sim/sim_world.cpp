@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The simulated world: events, clocks, links, nodes and faults. The header lists what the
 // network reproduces of src/net/connection.cpp; the comments here say how.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/sim/sim_world.hpp: the deterministic simulator's world (issue 14).
 //   sim_time         true time, in microseconds since the world began
 //   network_profile  how long a message takes on a link: usually short, sometimes very long

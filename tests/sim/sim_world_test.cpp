@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The simulated world without the engine: per-link FIFO and cross-link reordering, timeouts
 // that fail the whole connection while the requests still run late, the NOSCRIPT -> EVAL
 // fallback within one timeout, crashes and refused connections, pub/sub delivery and its loss,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/background_wait.hpp: timing how soon a release wakes a waiter (wakeup_test,
 // semaphore_wakeup_test).
 //   backstop         the retry delay of a waiter whose wake-up a test times: it sleeps a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/checks.hpp: small predicates and time bounds the tests share.
 //   slowdown            how many times slower this build runs than a plain one (sanitizers),
 //                       times DLOCK_TEST_SLOWDOWN (a loaded or slow machine)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // clock_shim: the tests' one LD_PRELOAD library that moves a process's wall clock. Three ways,
 // each set by an environment variable read at load time:
 //   DLOCK_FROZEN_CLOCK=<file>          the file's first 8 bytes are the wall time in microseconds

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/commandstats.hpp: what the server says it ran, from INFO commandstats.
 #pragma once
 

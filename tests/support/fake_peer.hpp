@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/fake_peer.hpp: a loopback TCP peer that is not Redis, for the error paths.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // lock_worker: a separate process that contends for a lock, for the multi-process tests.
 //   lock_worker counter --lock URL [--lock URL ...] --resource URL --key K --iterations N
 //                       [--ttl MS] [--threads T] [--nolock] [--fair] [--retry-delay MS]

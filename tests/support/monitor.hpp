@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/monitor.hpp: talking to a redis-server without dlock in between.
 //   raw_connection  a plain loopback socket: for MONITOR, for DEBUG SLEEP, which must stay in
 //                   flight while the test goes on, and for checking the fault proxy itself

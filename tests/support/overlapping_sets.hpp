@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/overlapping_sets.hpp: many clients lock random overlapping sets of names.
 //   lock_overlapping_sets  `threads` clients, each `rounds` times: 1 to 3 of `names` names, in a
 //                          random order, taken with a dlock::lock_set, then a non-atomic

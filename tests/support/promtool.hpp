@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/promtool.hpp: Prometheus' own checker, for the tests of dlock's metrics.
 //   promtool_check  runs `promtool check metrics` on a text; its exit status and output
 //   metric_value    one series' value in a text, by its exact name{labels}

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/redis_cluster.hpp: a Redis Cluster of real redis-server processes on loopback
 // (local_redis), for the tests of redis-cluster:// URLs: masters, their replicas, slot
 // migration in steps and failover. Checked over plain sockets, independent of dlock. Not

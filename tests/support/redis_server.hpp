@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/redis_server.hpp: the tests' name for the throwaway redis-server processes
 // (tools/local_redis, which `dlock demo` uses too): redis_server, child_process, free_port,
 // raw_command, self_dir.

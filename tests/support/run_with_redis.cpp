@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // run_with_redis CMD [ARGS...]: runs CMD with DLOCK_REDIS pointing at a throwaway redis-server
 // (free loopback port, temp dir), then stops the server. Exits with CMD's status. Lets the
 // examples run as tests exactly as a user would run them.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/seen_events.hpp: what an election's observer saw, for the test thread.
 //   seen_events  sink() is the observe() callback (dlock's I/O thread); size() and copy() read
 //                what it collected, under its mutex

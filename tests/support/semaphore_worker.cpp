@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // semaphore_worker: a separate process that contends for a semaphore, for the multi-process tests.
 //   semaphore_worker hammer --url URL --name N --limit L [--threads T] [--iterations I]
 //                           [--hold-us U] [--fair]

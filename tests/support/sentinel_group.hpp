@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/sentinel_group.hpp: a master, its replica and the Redis Sentinels that watch
 // them, as real processes on loopback (local_redis), for the tests of redis-sentinel:// URLs.
 // Checked with raw_command, independent of dlock. Not thread-safe.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/test_keys.hpp: a key prefix of its own for each test, so tests never share keys.
 #pragma once
 

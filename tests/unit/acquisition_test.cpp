@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo/acquisition: the engine's decisions, with no server and no clock (time points are made
 // up, replies are written by hand). The simulator (tests/sim) drives the same engine against
 // simulated nodes; these tests pin the single decisions down.

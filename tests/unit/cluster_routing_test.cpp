@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo/cluster_routing: the slot map read from CLUSTER SHARDS and CLUSTER SLOTS (replies in the
 // shapes Redis 7.0 sends, checked against a real cluster by tests/integration/cluster_test),
 // MOVED/ASK parsing, and which key a command is routed by.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock::command writes the same bytes as hiredis's formatter, and refuses commands that would
 // break reply pairing on a shared connection.
 #include "dlock/client.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CLI's duration parser: bare numbers are seconds (as for flock, sleep and timeout),
 // decimals, the units ms s m h d and compounds, saturating at 100 years; everything else refused.
 #include "duration.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The election observer's sans-io core: reads of the nodes' records in, events out.
 #include "election_record.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // parse_endpoint and endpoint::to_string: the URL forms dlock accepts, the ones it rejects
 // before any I/O, and that a printed endpoint never leaks the password.
 #include "dlock/endpoint.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock's error model: the category, its messages, and error_from_reply's mapping of Redis
 // error replies to errc values.
 #include "dlock/error.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The key layout without a server. Checked: hash_slot against Redis Cluster's documented
 // examples, the keys that plain names keep, and, with rapidcheck and over every short name of a
 // brace-heavy alphabet, the properties: each key is in its name's slot, no two names share a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Redlock round's arithmetic, driven vote by vote with time points we construct (no
 // sockets, no clock reads): quorum sizes, early decision, first-vote-wins, failure
 // classification, drift and validity, and the fencing plan.

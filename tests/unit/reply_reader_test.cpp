@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // reply_reader: RESP2 decoding of every reply type, replies split at any byte, pipelines of
 // several replies in one chunk, and streams that are not RESP at all.
 #include "resp/reply_reader.hpp"

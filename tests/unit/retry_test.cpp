@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // jittered_delay: the sleep between two lock rounds is uniform in [d/2, d].
 #include "algo/retry.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // algo/sentinel_vote: a master counts only when a majority of all the sentinels in the URL name
 // it; what each sentinel's reply means; and that the verdict's text says what each one said.
 #include "algo/sentinel_vote.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Owner tokens: 128 random bits as hex, never repeated, also not across fork().
 #include "token.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transaction_backoff: doubling, capped, jittered in [d/2, d].
 #include "algo/transaction_backoff.hpp"
 

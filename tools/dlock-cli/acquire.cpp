@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock acquire KEY [--ttl D] [-w D | -n] [-E N]: take the lock and leave it held, printing
 // "TOKEN FENCE" on one line for a script, which later runs `dlock extend KEY TOKEN` and
 // `dlock release KEY TOKEN`. Nothing renews the lock: it expires after the TTL unless extended.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/dlock-cli/cli.hpp: what the subcommands of `dlock` share.
 //   exit_status       the documented exit codes (sysexits.h names where one fits)
 //   usage_error       bad input found after parsing; main() prints it on one line, exits 64

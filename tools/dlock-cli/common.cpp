@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The plumbing every subcommand shares: where the nodes are, how to log in, what to print and
 // which exit status an error becomes.
 #include <CLI/CLI.hpp>

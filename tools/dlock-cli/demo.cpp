@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock demo: what `make demo` runs, on throwaway servers only.
 //
 // Three redis-server processes carry one Redlock, a fourth holds a fenced record (a counter).

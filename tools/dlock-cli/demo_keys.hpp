@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/dlock-cli/demo_keys.hpp: the keys `dlock demo` and its workers share on the resource
 // server. Plain values.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock demo-worker (hidden): one worker process of `dlock demo`.
 //
 // It makes `--increments` read-modify-write increments of a counter kept on the resource

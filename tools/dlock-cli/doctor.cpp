@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock doctor: checks the Redis nodes a lock would run on (dlock::check_deployment) and prints
 // one line per finding with its fix: too few or an even number of nodes, the same server listed
 // twice, replicas, an evicting maxmemory-policy, persistence that forgets locks on restart, a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/dlock-cli/duration.hpp: the command line's durations.
 //   parse_duration   "60" (seconds, as in flock), "2.5", "500ms", "30s", "5m", "1h", "1d",
 //                    "1m30s" -> milliseconds

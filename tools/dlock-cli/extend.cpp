@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock extend KEY TOKEN [--ttl D]: reset the expiry of a lock taken by `dlock acquire` to D
 // from now, on a quorum of nodes, if TOKEN still holds it (compare-and-pexpire). Exit 0 when
 // extended, 71 when the token no longer holds it, 69 when too few nodes answered.

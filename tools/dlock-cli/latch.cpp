@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock latch set|down|wait NAME: a count-down latch (dlock::latch) from the shell, for a batch
 // fanned out to workers: the coordinator sets the count, each worker counts down once done, and
 // whoever must wait for all of them waits for zero.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock leader NAME [--watch]: who leads the election NAME (dlock::election, `dlock elect`).
 // Prints "<term> <value>" and exits 0, or exits 1 with nothing on stdout when nobody leads;
 // 69 when too few nodes answer. With --watch it prints each change as it happens instead,

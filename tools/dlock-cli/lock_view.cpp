@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading a lock or a semaphore the way the library lays it out (dlock/key_layout.hpp names the
 // keys; src/lua/acquire.lua and sem_*acquire.lua say what they hold): a lock's value = owner
 // token with a PX expiry, its fencing counter, its waiter queue (zset: acquisition id -> ticket)

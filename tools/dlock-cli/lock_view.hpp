@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/dlock-cli/lock_view.hpp: reading and annotating a lock or a semaphore, for the CLI.
 //   exec_all       one command to every node at once; waits for all replies (each bounded by
 //                  the client's request timeout)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The wait of `dlock run` and `dlock acquire`: the library waits (and queues, and takes the
 // handoff); this adds signals, the wait's status line, the outage grace and the exit classes.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/dlock-cli/lock_wait.hpp: waiting for a lock the way flock(1) does, for `run`/`acquire`.
 //   holder_status who holds what a wait waits for, as its status line says it
 //   lock_holder_status / semaphore_holder_status  read it from the nodes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock: a distributed flock(1) on Redis, built on the dlock library.
 //   dlock [-r URL]... [--password-file F] [--tls-ca F ...] [--request-timeout D] [-v] COMMAND ...
 //   run, acquire, release, extend, status, demo (see each file, and `dlock COMMAND --help`)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Writes dlock(1), gzipped, from the command's own help: help2man turns `dlock --help` and
 # `dlock --version` into the page, and each subcommand's `dlock CMD --help` (up to the notes
 # on nodes and exit statuses that every subcommand repeats from the main help) becomes a

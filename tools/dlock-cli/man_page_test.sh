@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The built dlock(1) has the sections a user looks for and fits in 80 columns, as man renders
 # it. Usage: man_page_test.sh dlock.1.gz   (ctest runs it as cli.man_page)
 set -euo pipefail

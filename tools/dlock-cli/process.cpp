@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Process control for `dlock run`: signals, and CMD under its guard.
 //
 // Why a guard process: dlock is CMD's supervisor, and whatever kills dlock (SIGKILL, the OOM

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/dlock-cli/process.hpp: running CMD under `dlock run`.
 //   remember_inherited_fds  notes the descriptors dlock was started with (CMD gets exactly
 //                           these; dlock's own sockets to Redis are closed in the child)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock release KEY TOKEN: give back a lock taken by `dlock acquire` (compare-and-delete: a
 // wrong or stale token never deletes another holder's key). Exit 0 when released, 71 when the
 // token no longer held it (expired, released, or taken over), 69 when the nodes did not answer.
@@ -50,6 +51,11 @@ int force_release(const global_options& g, const release_options& o) {
     }
     say("'%s' is free: nothing to release", o.key.c_str());
     return exit_ok;
+  }
+  if (*view.token == read_write_lock_mark) {  // its readers' or writer's mark, no lock's token
+    say("'%s' is held as a read-write lock, not as a lock: --force evicts only a lock's holder",
+        o.key.c_str());
+    return exit_usage;
   }
   if (view.pttl_ms == -1) {  // dlock and the other Redlock clients always set a TTL
     say("'%s' has no TTL: not a lock (an application's key?), so --force leaves it; DEL it "

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock run [--ttl D] [-w D | -n] [-E N] [--lost-grace D] [--min-hold D] [--orphans wait|kill]
 //           [--foreground] [--semaphore LIMIT | --read | --write] KEY -- CMD [ARGS...]
 //
@@ -101,7 +102,6 @@ struct run_options : wait_flags {
   // --read / --write: KEY is a read-write lock, held shared or exclusively.
   bool read = false, write = false;
   bool exclusive = false;  // -x/--exclusive: flock's name for the plain lock (the default)
-  bool shared = false;     // -s/--shared: refused until it excludes the plain lock
   // --also: more locks taken with KEY, all or none (dlock::lock_set).
   std::vector<std::string> also;
   // Whether the lease is the one holder of a mutex (or a leadership), which the advisory
@@ -749,13 +749,13 @@ subcommand add_run_command(CLI::App& parent, const global_options& g) {
                   "KEY is a semaphore: up to LIMIT CMDs at once (one Redis node only)")
       ->type_name("LIMIT")
       ->check(CLI::Range(1, 1'000'000));
-  auto* read = app->add_flag("--read", o->read,
-                             "KEY is a read-write lock (one Redis node only), held shared: CMDs "
-                             "run with --read run together, never beside one with --write");
+  auto* read = app->add_flag("-s,--shared,--read", o->read,
+                             "Hold KEY shared, as flock -s (one Redis node only): CMDs run with "
+                             "--read run together, never beside a plain run, --write, --also or "
+                             "another client's lock of KEY");
   auto* write = app->add_flag("--write", o->write,
-                              "KEY is a read-write lock (one Redis node only), held alone: never "
-                              "beside another --read or --write of KEY; readers that come after "
-                              "a waiting writer wait for it");
+                              "Hold KEY alone as a read-write lock's writer (one Redis node "
+                              "only): readers that come after a waiting writer wait for it");
   auto* also = app->add_option("--also", o->also,
                                "Hold this lock too (repeatable): KEY and every --also are taken "
                                "together or not at all, so jobs that lock overlapping sets in "
@@ -764,22 +764,12 @@ subcommand add_run_command(CLI::App& parent, const global_options& g) {
                    ->allow_extra_args(false);
   auto* exclusive = app->add_flag("-x,-e,--exclusive", o->exclusive,
                                   "Hold KEY alone, as flock -x (the default)");
-  auto* shared = app->add_flag("-s,--shared", o->shared,
-                               "flock's shared hold: refused for now, as it would not keep out "
-                               "a plain run of KEY (--read/--write are a read-write lock of "
-                               "their own)");
   read->excludes(write)->excludes("--semaphore")->excludes(also);
   write->excludes("--semaphore")->excludes(also);
   also->excludes("--semaphore");
-  exclusive->excludes(read)->excludes(write)->excludes("--semaphore")->excludes(shared);
+  exclusive->excludes(read)->excludes(write)->excludes("--semaphore");
   add_name_and_command(*app, *o, "KEY", "The lock's name (its Redis key)");
   return {app, [&g, o] {
-            if (o->shared) {
-              throw usage_error(
-                  "-s/--shared is not there yet: a shared hold would not keep out `dlock run "
-                  "KEY` (one name is not yet one lock); --read and --write are a read-write "
-                  "lock whose modes exclude each other");
-            }
             o->cmd = command_after_name(std::move(o->cmd), "run");
             return run_command(g, *o);
           }};

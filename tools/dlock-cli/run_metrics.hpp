@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tools/dlock-cli/run_metrics.hpp: --metrics-file, the metrics of one `dlock` run for
 // node_exporter's textfile collector.
 //   run_metrics  installs a dlock::prometheus_metrics for the whole run, every series labelled

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock status KEY [--json]: is the lock held, by whom, until when, who queues for it, and where
 // its fencing counter stands, node by node.
 // dlock status --semaphore LIMIT [--fair] KEY [--json]: the semaphore's holders, the permits
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "cli.hpp"
@@ -157,8 +159,13 @@ std::string waiters_heading(std::size_t count) {
 }
 
 void print_lock_text(const lock_view& v, const std::vector<other_kind>& others) {
+  // Readers or a writer hold the name: the lines below say how many.
+  const bool marked = v.held() && *v.token == read_write_lock_mark;
   if (!v.known()) {
     std::printf("%s: unknown\n", v.key.c_str());
+  } else if (marked) {
+    std::printf("%s: held as a read-write lock, its mark expires in %.1f s\n", v.key.c_str(),
+                static_cast<double>(v.pttl_ms) / 1000.0);
   } else if (v.held()) {
     std::printf("%s: held", v.key.c_str());
     if (v.holder) std::printf(" by %s", describe(*v.holder).c_str());
@@ -177,8 +184,11 @@ void print_lock_text(const lock_view& v, const std::vector<other_kind>& others) 
     std::printf("%s: free\n", v.key.c_str());
   }
   for (const auto& o : others) {
-    std::printf("  held as a %s by %s (a plain run of the name does not wait for it yet)\n",
-                o.kind, holders_text(o.holders).c_str());
+    // A read-write lock is the name's lock (its mark keeps every other mode out); a
+    // semaphore of the name is not yet.
+    const bool excludes = std::string_view(o.kind) == "read-write lock";
+    std::printf("  held as a %s by %s%s\n", o.kind, holders_text(o.holders).c_str(),
+                excludes ? "" : " (a plain run of the name does not wait for it yet)");
   }
   // With no quorum, "no waiters" or "no fence counter" would be guesses too.
   if (v.answered()) std::printf("%s", fence_text(v.fence).c_str());

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "local_redis/local_redis.hpp"
 
 #include <arpa/inet.h>

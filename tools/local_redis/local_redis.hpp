@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // local_redis.hpp: throwaway real redis-server processes, for `dlock demo`, the examples, the
 // benchmarks and the tests (which see it as dlock::test, tests/support/redis_server.hpp).
 //   redis_server   RAII process on a free loopback port (or a unix socket) in a temp dir;

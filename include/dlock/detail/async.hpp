@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock/detail/async.hpp: glue between completion tokens and dlock's type-erased async core.
 //   initiate<Sig>(token, io_executor, start)  runs start(unique_function<Sig>) and returns what
 //       the token asks for; the erased handler completes on the handler's associated executor

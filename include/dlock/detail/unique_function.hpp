@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlock/detail/unique_function.hpp: a move-only std::function, for completion handlers
 // (Asio's handlers are often move-only, and Asio 1.22 has no any_completion_handler). Not API.
 #pragma once

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Shared by the acquire and release scripts: cmake/EmbedLua.cmake pastes it where they name it.
 -- The node's quarantine and fence floor (client_options::restart_quarantine; node_check.lua
 -- sets them; dlock/key_layout.hpp). While the quarantine lasts the node grants nothing: a lock

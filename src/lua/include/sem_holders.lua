@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Shared by the unfair semaphore's scripts: cmake/EmbedLua.cmake pastes it where they name it.
 -- `holders`: member = owner token, score = its expiry in server ms; `weights`: token ->
 -- permits, for holders of more than one (sem_acquire.lua).

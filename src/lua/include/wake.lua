@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Shared by the release scripts: tells a waiter on its channel. A cluster client's channel
 -- ("s:{tag}dlock:wake:<random>", net/inbox.hpp) is sharded: it hashes to the lock's slot, and
 -- SPUBLISH reaches only that slot's master, where the waiter subscribed, rather than every node

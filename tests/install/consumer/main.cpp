@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Takes a lock with fencing token on the server that $DLOCK_REDIS names, through nothing but
 // the installed headers and library; exits 0 when it held and released it.
 #include <dlock/dlock.hpp>
