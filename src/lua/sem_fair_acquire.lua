@@ -136,7 +136,7 @@ if rank < limit and quarantine_left() == 0 and not name_held then
   if used <= limit then
     redis.call('HDEL', info, owner)
     keep(now + ttl_ms)
-    mark_name(name, timeouts, now)
+    mark_name_until(name, tonumber(redis.call('ZSCORE', timeouts, owner)), now)
     return {1, draw_fence(), rank}
   end
 end

@@ -6,7 +6,8 @@
 -- that outlived owners would keep the entries of waiters that left, found by review; a counter
 -- that went before a refreshed holder would let a client of an earlier version, which does not
 -- restart it above the tickets in line, rank a newcomer ahead of it).
--- KEYS[6], a read-write lock's only: the name's own key, which its holders mark (rw_name.lua);
+-- KEYS[6], a read-write lock's only: the name's own key, which its holders mark (rw_name.lua):
+-- an extend moves the mark out with the permit, a settle sets it to the latest holder's expiry;
 -- a holder that finds another value there has lost the name (its mark was lost: a restart, a
 -- FLUSH) and is refused, as a lost permit is.
 -- ARGV[1]: the owner token; ARGV[2]: the TTL in milliseconds; ARGV[3]: "" to extend, or a
@@ -54,9 +55,13 @@ if successor ~= '' then
 elseif now + ttl_ms > tonumber(expiry) then
   redis.call('ZADD', expiries, 'XX', now + ttl_ms, owner)
 end
+if successor ~= '' then
+  remark_name(name, owners, expiries, weights, info, nil, now)
+else
+  mark_name_until(name, math.max(now + ttl_ms, tonumber(expiry)), now)
+end
 local last = redis.call('ZRANGE', expiries, -1, -1, 'WITHSCORES')
 for _, key in ipairs({expiries, weights, owners, info, tickets}) do
   if redis.call('EXISTS', key) == 1 then redis.call('PEXPIREAT', key, last[2]) end
 end
-mark_name(name, expiries, now)
 return 1

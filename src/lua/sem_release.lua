@@ -39,6 +39,10 @@ local owner, limit, fair = ARGV[1], tonumber(ARGV[2] or ''), ARGV[3] == 'fair'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
+-- Read before anything is written: a name's key that is no lock raises WRONGTYPE here, and a
+-- script is not rolled back. Held by another kind of lock: nobody in this line can hold now.
+local name_held = name_taken(name)
+
 local expiry = redis.call('ZSCORE', expiries, owner)
 local live = expiry and tonumber(expiry) > now
 local entry = redis.call('HGET', info, owner)
@@ -109,8 +113,6 @@ local function drop_from_line(member)
 end
 local function serve_fair_line()
   local handed = false
-  -- Another kind of lock holds the name: nobody in this line can hold now.
-  if name_taken(name) then return handed end
   local quarantined = quarantine_left() > 0
   local in_line = 0  -- the permits wanted by the live members walked so far
   local start = 0
@@ -137,11 +139,14 @@ local function serve_fair_line()
           local ttl_ms, attempt, their_limit = string.match(rest, '^f%d+:(%d+):(%d+):(%d+)$')
           -- No handoff in quarantine, which grants nothing; within the smaller limit, as in
           -- the unfair variant.
-          if ttl_ms and not quarantined and in_line <= tonumber(their_limit) then
+          -- While another kind holds the name, the waiters are only woken: their next attempt
+          -- learns what holds it, and watches that key.
+          if ttl_ms and not quarantined and not name_held and in_line <= tonumber(their_limit) then
             ttl_ms = tonumber(ttl_ms)
             -- The place in line becomes a holder's permit: same ticket, the TTL as its expiry.
-            -- Every write comes before the publish, as in hand_over.
+            -- Every write comes before the publish, as in hand_over: the name's mark too.
             redis.call('ZADD', expiries, math.max(expiry, now + ttl_ms), member)
+            mark_name_until(name, math.max(expiry, now + ttl_ms), now)
             local fence = string.format('%.0f', next_fence(fence_key, now, ttl_ms))
             local receivers = publish_wake(channel, member .. ' ' .. fence .. ' ' .. attempt)
             if type(receivers) ~= 'number' then
@@ -247,8 +252,8 @@ while to_wake > 0 do
   start = start + #batch - dropped
 end
 
--- The name's mark lasts while a holder is left (a handoff may have made new ones), and goes with
--- the last: a mutex waiting on the name watches its key, and wakes.
-if name then remark_name(name, queue, expiries, weights, info, limit, now) end
+-- The name's mark lasts as long as the latest holder left (a handoff may have made new ones),
+-- and goes with the last: a mutex waiting on the name watches its key, and wakes.
+if name and not name_held then remark_name(name, queue, expiries, weights, info, limit, now) end
 if live then return 1 end
 return 0

@@ -160,6 +160,57 @@ TEST_F(OneNameTest, ARenewalMovesTheMarkOut) {
   EXPECT_GT(admin_.exec({"PTTL", test_key()}).integer(), 1000);
 }
 
+// A reader that settles its hold short (release_after, `dlock run --min-hold`) takes the mark
+// down to its new end: a mutex gets the name then, not a whole TTL later.
+TEST_F(OneNameTest, AReaderSettledShortLetsAMutexInWhenItsHoldEnds) {
+  shared_mutex rw{client_, test_key(), {.ttl = 30s}};
+  std::error_code ec;
+  lease held = rw.try_acquire_shared(ec);
+  ASSERT_TRUE(held) << ec.message();
+  ASSERT_FALSE(held.release_after(500ms));
+  EXPECT_LE(admin_.exec({"PTTL", test_key()}).integer(), 1000) << "the mark kept the long TTL";
+  mutex plain{client_, test_key()};
+  EXPECT_TRUE(eventually([&] { return bool(plain.try_acquire(ec)); }, test::scaled(5s)));
+}
+
+// A writer's release hands the lock to the readers queued behind it inside the script; the
+// name is marked for as long as the longest of their holds before any of them is told.
+TEST_F(OneNameTest, ReadersHandedTheLockByAWritersReleaseKeepTheName) {
+  shared_mutex writer_lock{client_, test_key(), {.ttl = 2s}};
+  std::error_code ec;
+  lease writer = writer_lock.try_acquire(ec);
+  ASSERT_TRUE(writer) << ec.message();
+  client readers_client{server_.url()};
+  shared_mutex readers{readers_client, test_key(), {.ttl = 30s, .retry_delay = test::scaled(20s)}};
+  auto got = std::async(std::launch::async, [&] {
+    std::error_code wait_ec;
+    return readers.acquire_shared_until(std::chrono::steady_clock::now() + test::scaled(20s), wait_ec);
+  });
+  const auto owners = shared_mutex_keys_for(test_key()).owners;
+  ASSERT_TRUE(eventually([&] { return admin_.exec({"ZCARD", owners}).integer() == 2; }))
+      << "the reader never queued";
+  writer.release();
+  lease reader = got.get();
+  ASSERT_TRUE(reader);
+  EXPECT_EQ(name_value(), rw_mark);
+  EXPECT_GT(admin_.exec({"PTTL", test_key()}).integer(), 20'000)
+      << "the mark ends before the reader's hold";
+}
+
+// A release that finds the name's key turned into something that is no lock (a hash) says so,
+// and changes nothing: the read-write lock's scripts read the name before they write.
+TEST_F(OneNameTest, AReleaseThatFindsTheNameNoLockChangesNothing) {
+  shared_mutex rw{client_, test_key(), {.ttl = 10s}};
+  std::error_code ec;
+  lease held = rw.try_acquire_shared(ec);
+  ASSERT_TRUE(held) << ec.message();
+  admin_.exec({"DEL", test_key()});
+  admin_.exec({"HSET", test_key(), "field", "value"});
+  EXPECT_EQ(held.release(), errc::wrong_type);
+  EXPECT_EQ(admin_.exec({"ZCARD", shared_mutex_keys_for(test_key()).expiries}).integer(), 1)
+      << "the release wrote before it failed";
+}
+
 // A reader whose mark was lost (a restart, a FLUSH) while another took the name learns at its
 // next renewal that it holds no more.
 TEST_F(OneNameTest, AReaderThatLostTheNameIsToldAtItsRenewal) {

@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "cli.hpp"
+#include "dlock/key_layout.hpp"
 #include "duration.hpp"
 #include "lock_view.hpp"
 
@@ -167,7 +168,9 @@ holder_status lock_holder_status(std::vector<client>& nodes, const std::string& 
   // The note arrives just after the lock (the holder writes it once it holds): its arrival is
   // news too.
   status.who = *view.token + (view.holder ? " noted" : "");
-  status.text = view.holder ? describe(*view.holder) : "another owner";
+  status.text = view.holder                              ? describe(*view.holder)
+                : *view.token == read_write_lock_mark ? "readers or a writer (--read/--write)"
+                                                       : "another owner";
   if (view.pttl_ms >= 0) status.text += ", expires in " + seconds_text(milliseconds(view.pttl_ms));
   return status;
 }
