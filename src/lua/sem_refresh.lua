@@ -56,7 +56,9 @@ elseif now + ttl_ms > tonumber(expiry) then
   redis.call('ZADD', expiries, 'XX', now + ttl_ms, owner)
 end
 if successor ~= '' then
-  remark_name(name, owners, expiries, weights, info, nil, now)
+  -- Exact when the walk can tell; and never shorter than the successor's own hold.
+  remark_name(name, expiries, info, now)
+  mark_name_until(name, now + ttl_ms, now)
 else
   mark_name_until(name, math.max(now + ttl_ms, tonumber(expiry)), now)
 end

@@ -145,8 +145,16 @@ local function serve_fair_line()
             ttl_ms = tonumber(ttl_ms)
             -- The place in line becomes a holder's permit: same ticket, the TTL as its expiry.
             -- Every write comes before the publish, as in hand_over: the name's mark too.
-            redis.call('ZADD', expiries, math.max(expiry, now + ttl_ms), member)
-            mark_name_until(name, math.max(expiry, now + ttl_ms), now)
+            local until_ms = math.max(expiry, now + ttl_ms)
+            redis.call('ZADD', expiries, until_ms, member)
+            mark_name_until(name, until_ms, now)
+            -- The line's keys live as long as their last member (pushed out at the end too):
+            -- an error later in this script must not let them expire under a told holder.
+            for _, key in ipairs({queue, expiries, weights, info, tickets}) do
+              if redis.call('PTTL', key) >= 0 and now + redis.call('PTTL', key) < until_ms then
+                redis.call('PEXPIREAT', key, until_ms)
+              end
+            end
             local fence = string.format('%.0f', next_fence(fence_key, now, ttl_ms))
             local receivers = publish_wake(channel, member .. ' ' .. fence .. ' ' .. attempt)
             if type(receivers) ~= 'number' then
@@ -254,6 +262,6 @@ end
 
 -- The name's mark lasts as long as the latest holder left (a handoff may have made new ones),
 -- and goes with the last: a mutex waiting on the name watches its key, and wakes.
-if name and not name_held then remark_name(name, queue, expiries, weights, info, limit, now) end
+if name and not name_held then remark_name(name, expiries, info, now) end
 if live then return 1 end
 return 0

@@ -211,6 +211,22 @@ TEST_F(OneNameTest, AReleaseThatFindsTheNameNoLockChangesNothing) {
       << "the release wrote before it failed";
 }
 
+// The mark is nobody's owner value: a mutex that adopts it (as `dlock release NAME TOKEN` with
+// the value `dlock status` shows) neither releases nor extends it, and the readers keep the name.
+TEST_F(OneNameTest, TheMarkIsNobodysOwnerValue) {
+  shared_mutex rw{client_, test_key(), {.ttl = 10s}};
+  std::error_code ec;
+  lease reader = rw.try_acquire_shared(ec);
+  ASSERT_TRUE(reader) << ec.message();
+  mutex plain{client_, test_key()};
+  lease adopted = plain.adopt(rw_mark);
+  EXPECT_EQ(adopted.extend(), errc::lease_lost);
+  lease again = plain.adopt(rw_mark);
+  EXPECT_TRUE(again.release()) << "released the readers' mark";
+  EXPECT_EQ(name_value(), rw_mark);
+  EXPECT_FALSE(plain.try_acquire(ec)) << "a mutex got in beside a reader";
+}
+
 // A reader whose mark was lost (a restart, a FLUSH) while another took the name learns at its
 // next renewal that it holds no more.
 TEST_F(OneNameTest, AReaderThatLostTheNameIsToldAtItsRenewal) {

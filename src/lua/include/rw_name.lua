@@ -25,36 +25,35 @@ local function mark_name_until(name, until_ms, now)
   if redis.call('PTTL', name) < ms then redis.call('SET', name, rw_mark, 'PX', ms) end
 end
 
--- The latest expiry among the line's live holders (0 when none holds), or nil when the line is
--- too long to walk. A holder has a live expiry and no waiter entry. It was granted when the
--- permits of the live members up to and including it fitted in `limit`, and those ahead of it
--- can only have left since, so every holder lies before the point where the sum passes it.
-local function latest_holder_expiry(queue, expiries, weights, info, limit, now)
-  local latest, in_line, start = 0, 0, 0
-  while start < 1000 do
-    local batch = redis.call('ZRANGE', queue, start, start + 99)
-    if #batch == 0 then return latest end
-    local entries = redis.call('HMGET', info, unpack(batch))
-    local wants = redis.call('HMGET', weights, unpack(batch))
-    for i, member in ipairs(batch) do
-      local expiry = tonumber(redis.call('ZSCORE', expiries, member))
-      if expiry and expiry > now then
-        if not entries[i] then latest = math.max(latest, expiry) end
-        in_line = in_line + (tonumber(wants[i]) or 1)
-        if limit and in_line > limit then return latest end
-      end
+-- The latest expiry among the live holders (0 when none holds), or nil when more than 1000
+-- waiters' entries expire later than every holder. A holder has a live expiry and no waiter
+-- entry; the walk goes down the expiries, latest first, and stops at the first holder, so a
+-- release among many readers reads a few entries, not the whole line.
+local function latest_holder_expiry(expiries, info, now)
+  local from = 1  -- counted from the latest
+  while from <= 1000 do
+    local batch = redis.call('ZRANGE', expiries, -(from + 99), -from, 'WITHSCORES')
+    local members = {}
+    for i = 1, #batch, 2 do members[#members + 1] = batch[i] end
+    if #members == 0 then return 0 end
+    local entries = redis.call('HMGET', info, unpack(members))
+    for i = #members, 1, -1 do
+      local expiry = tonumber(batch[2 * i])
+      if expiry <= now then return 0 end
+      if not entries[i] then return expiry end
     end
-    start = start + #batch
+    if #members < 100 then return 0 end
+    from = from + 100
   end
   return nil
 end
 
 -- After a member left or settled: the mark lasts exactly as long as the latest holder, and goes
--- with the last. A line too long to walk keeps the mark it has (it lasts as long as every
--- holder), which then expires by itself.
-local function remark_name(name, queue, expiries, weights, info, limit, now)
+-- with the last. When the walk cannot tell, the mark keeps what it has (it lasts as long as
+-- every holder), and expires by itself.
+local function remark_name(name, expiries, info, now)
   if not name or name_taken(name) then return end
-  local latest = latest_holder_expiry(queue, expiries, weights, info, limit, now)
+  local latest = latest_holder_expiry(expiries, info, now)
   if latest == nil then return end
   if latest > now then
     redis.call('SET', name, rw_mark, 'PX', latest - now)
