@@ -28,16 +28,9 @@ namespace {
 
 using namespace std::chrono_literals;
 using test::eventually;
+using test::raise_to;
 using test::redis_server;
 using test::test_key;
-
-// Raises `most` to `value` if it is lower, whatever other threads do meanwhile.
-template <class T>
-void raise_to(std::atomic<T>& most, T value) {
-  T seen = most.load();
-  while (value > seen && !most.compare_exchange_weak(seen, value)) {
-  }
-}
 
 // The Lua scripts' mark (rw_name.lua) is the header's.
 const std::string rw_mark{read_write_lock_mark};

@@ -7,11 +7,13 @@
 //   holds_within        the same with the limit as given: for a bound a test already scaled
 //                       and capped (it must stay below another mechanism's time)
 //   is_invalid_argument runs a callable and says whether it threw errc::invalid_argument
+//   raise_to            raises an atomic maximum (the most readers seen at once, a fence)
 // A test waits for a condition, never for a guessed time: every bound it gives is an upper
 // bound on a wait that normally ends much sooner, so making it generous costs nothing while the
 // test passes, and keeps a slow build or a busy machine from failing it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <system_error>
@@ -74,6 +76,14 @@ bool is_invalid_argument(Make make) {
     return e.code() == errc::invalid_argument;
   }
   return false;
+}
+
+// Raises `most` to `value` if it is lower, whatever other threads do meanwhile.
+template <class T>
+void raise_to(std::atomic<T>& most, T value) {
+  T seen = most.load();
+  while (value > seen && !most.compare_exchange_weak(seen, value)) {
+  }
 }
 
 }  // namespace dlock::test
