@@ -151,9 +151,8 @@ local function serve_fair_line()
             -- The line's keys live as long as their last member (pushed out at the end too):
             -- an error later in this script must not let them expire under a told holder.
             for _, key in ipairs({queue, expiries, weights, info, tickets}) do
-              if redis.call('PTTL', key) >= 0 and now + redis.call('PTTL', key) < until_ms then
-                redis.call('PEXPIREAT', key, until_ms)
-              end
+              local left = redis.call('PTTL', key)
+              if left >= 0 and now + left < until_ms then redis.call('PEXPIREAT', key, until_ms) end
             end
             local fence = string.format('%.0f', next_fence(fence_key, now, ttl_ms))
             local receivers = publish_wake(channel, member .. ' ' .. fence .. ' ' .. attempt)
@@ -187,11 +186,17 @@ local quarantined = nil
 local start = 0
 if fair and limit and fence_key then
   -- (Nobody to serve without a waiter's entry.) The keys live as long as their last member,
-  -- which a handoff may have become.
-  if to_wake > 0 and redis.call('EXISTS', info) == 1 and serve_fair_line() then
+  -- which a handoff may have become; a handoff undone (nobody listened, or the publish was
+  -- refused) may have pushed them out for nothing, and an emptied line keeps none of them.
+  if to_wake > 0 and redis.call('EXISTS', info) == 1 then
+    serve_fair_line()
     local last = redis.call('ZRANGE', expiries, -1, -1, 'WITHSCORES')
     for _, key in ipairs({queue, expiries, weights, info, tickets}) do
-      if redis.call('EXISTS', key) == 1 then redis.call('PEXPIREAT', key, last[2]) end
+      if not last[2] then
+        redis.call('DEL', key)
+      elseif redis.call('EXISTS', key) == 1 then
+        redis.call('PEXPIREAT', key, last[2])
+      end
     end
   end
   to_wake = 0

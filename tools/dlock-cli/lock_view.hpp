@@ -134,8 +134,9 @@ struct semaphore_view {
 
 semaphore_view inspect_semaphore(client& node, const std::string& key, bool fair,
                                  read_queue queue = read_queue::no);
-// Another kind of dlock object kept under a lock's name (one Redis node): a read-write lock or
-// a semaphore, which does not exclude the plain lock yet. Its holders, when it has any.
+// Another kind of dlock object kept under a lock's name (one Redis node): a read-write lock
+// (whose holders also mark the name's key) or a semaphore (which does not exclude the plain
+// lock yet). Its holders, when it has any.
 struct other_kind {
   const char* kind;
   std::size_t holders;

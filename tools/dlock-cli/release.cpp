@@ -43,7 +43,8 @@ int force_release(const global_options& g, const release_options& o) {
     return exit_unavailable;
   }
   if (!view.held()) {
-    // A read-write lock or a semaphore keeps no lock key: --force cannot evict its holders.
+    // A semaphore keeps no lock key, nor does a read-write lock held by clients of an earlier
+    // version (they do not mark the name): --force cannot evict their holders.
     if (auto others = other_kinds_held(nodes, o.key); !others.empty()) {
       say("'%s' is held as a %s, not as a lock: --force evicts only a lock's holder",
           o.key.c_str(), others.front().kind);

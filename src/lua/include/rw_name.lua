@@ -25,8 +25,8 @@ local function mark_name_until(name, until_ms, now)
   if redis.call('PTTL', name) < ms then redis.call('SET', name, rw_mark, 'PX', ms) end
 end
 
--- The latest expiry among the live holders (0 when none holds), or nil when more than 1000
--- waiters' entries expire later than every holder. A holder has a live expiry and no waiter
+-- The latest expiry among the live holders (0 when none holds), or nil when the 1000 latest
+-- entries are all waiters'. A holder has a live expiry and no waiter
 -- entry; the walk goes down the expiries, latest first, and stops at the first holder, so a
 -- release among many readers reads a few entries, not the whole line.
 local function latest_holder_expiry(expiries, info, now)
