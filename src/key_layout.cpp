@@ -160,7 +160,12 @@ semaphore_keys semaphore_keys_for(std::string_view key, bool fair) {
     keys.waiter_info = with(sem_waiter_info);
     keys.tickets = with(sem_tickets);
   }
+  keys.name = std::string(key);  // its holders' mark (semaphore_mark)
   return keys;
+}
+
+std::string semaphore_mark(std::int64_t limit, bool fair) {
+  return std::string(semaphore_mark_prefix) + std::to_string(limit) + (fair ? " fair" : " unfair");
 }
 
 semaphore_keys shared_mutex_keys_for(std::string_view key) {

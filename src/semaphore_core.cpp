@@ -32,6 +32,7 @@ semaphore_core::semaphore_core(client node, std::string key, std::ptrdiff_t limi
                                semaphore_options options, semaphore_keys keys, primitive kind)
     : semaphore_core(std::move(node), std::move(key), limit, std::move(options)) {
   target_.keys = std::move(keys);
+  if (kind == primitive::shared_mutex) target_.name_mark = read_write_lock_mark;
   kind_ = kind;
 }
 
@@ -56,7 +57,8 @@ lease semaphore_core::acquire_blocking(steady::time_point deadline, int attempts
 void semaphore_core::release_entry(const std::string& token,
                                    unique_function<void(std::error_code, reply)> handler) {
   request r{0, 0, &sem_release_script, semaphore_release_keys(target_.keys),
-            {token, target_.limit_text, target_.variant_text}, target_.node_timeout};
+            {token, target_.limit_text, target_.variant_text, target_.name_mark},
+            target_.node_timeout};
   run_request(nodes_.front(), std::move(r), std::move(handler));
 }
 
@@ -78,7 +80,8 @@ bool semaphore_core::try_release_direct(const std::shared_ptr<lease_state>& stat
   reply r;
   std::error_code run_ec;
   if (!run_script_direct(nodes_.front(), sem_release_script, semaphore_release_keys(target_.keys),
-                         {state->token, target_.limit_text, target_.variant_text},
+                         {state->token, target_.limit_text, target_.variant_text,
+                          target_.name_mark},
                          target_.node_timeout, run_ec, r)) {
     state->released.store(false);  // nothing sent: start_release takes over
     return false;
@@ -132,17 +135,10 @@ void semaphore_core::refresh_entry(const std::shared_ptr<lease_state>& state,
                    handler(guard_ec ? guard_ec : apply_guarded_extend(*self, *state, until));
                  });
   };
-  std::string ttl_ms = std::to_string(ttl.count());
-  if (options_.fair) {
-    std::vector<std::string> keys{target_.keys.expiries, target_.keys.weights, target_.keys.owners,
-                                  target_.keys.waiter_info, target_.keys.tickets};
-    if (!target_.keys.name.empty()) keys.push_back(target_.keys.name);  // rw_name.lua
-    run_script(nodes_.front(), sem_refresh_script, std::move(keys),
-               {state->token, ttl_ms, successor}, target_.node_timeout, std::move(on_reply));
-  } else {
-    run_script(nodes_.front(), sem_refresh_script, {target_.keys.expiries, target_.keys.weights},
-               {state->token, ttl_ms, successor}, target_.node_timeout, std::move(on_reply));
-  }
+  auto keys = semaphore_refresh_keys(target_.keys, options_.fair);
+  run_script(nodes_.front(), sem_refresh_script, std::vector<std::string>(keys.begin(), keys.end()),
+             {state->token, std::to_string(ttl.count()), successor, target_.name_mark},
+             target_.node_timeout, std::move(on_reply));
 }
 
 }  // namespace dlock::detail

@@ -86,10 +86,12 @@ struct semaphore_keys {
   /// fair variant's offer starts with "f")
   std::string waiter_info;
   std::string tickets;      ///< the counter that hands out the queue's tickets
-  /// A read-write lock's only (empty for a semaphore): the name's own key, the one a mutex of
-  /// the name holds. While readers or a writer hold, it holds "dlock:read-write-lock", so that
-  /// one name is one lock: a mutex, a lock set or another client's SET NX finds it taken, and
-  /// no reader or writer is granted while any other value holds it.
+  /// The name's own key, the one a mutex of the name holds. While readers or a writer hold a
+  /// read-write lock, it holds read_write_lock_mark, so that one name is one lock: a mutex, a
+  /// lock set or another client's SET NX finds it taken, and no reader or writer is granted
+  /// while any other value holds it. While a semaphore's permits are held, it holds
+  /// semaphore_mark(limit, fair): a lock of the name, or a semaphore that counts another limit
+  /// or fairness, is refused (errc::wrong_type) instead of running beside it.
   std::string name;
 };
 
@@ -99,6 +101,13 @@ DLOCK_EXPORT semaphore_keys semaphore_keys_for(std::string_view key, bool fair);
 /// What a read-write lock's holders keep in the name's own key (semaphore_keys::name) while
 /// they hold: a mutex, a lock set or another client finds the name taken.
 inline constexpr std::string_view read_write_lock_mark = "dlock:read-write-lock";
+
+/// What a semaphore's holders keep in the name's own key (semaphore_keys::name) while they
+/// hold: this prefix, then "<limit> fair" or "<limit> unfair" (semaphore_mark).
+inline constexpr std::string_view semaphore_mark_prefix = "dlock:semaphore ";
+
+/// The mark of a semaphore of `limit` permits, fair or not: "dlock:semaphore 3 fair".
+DLOCK_EXPORT std::string semaphore_mark(std::int64_t limit, bool fair);
 
 /// The keys of the read-write lock (dlock::shared_mutex) whose key is `key`: a fair semaphore's
 /// set under suffixes of its own (:rw:timeouts, :rw:owners, also the waiters, :rw:weights,

@@ -64,9 +64,20 @@ script_keys lock_release_keys(const lock_keys& k) {
   return {k.key, k.waiters, k.waiter_info, k.fence};
 }
 
+script_keys semaphore_refresh_keys(const semaphore_keys& k, bool fair) {
+  script_keys keys{k.expiries, k.weights};
+  if (fair) {
+    keys.push_back(k.owners);
+    keys.push_back(k.waiter_info);
+    keys.push_back(k.tickets);
+  }
+  if (!k.name.empty()) keys.push_back(k.name);  // the holders' mark (name_mark.lua)
+  return keys;
+}
+
 script_keys semaphore_release_keys(const semaphore_keys& k) {
   script_keys keys{k.expiries, k.weights, k.waiters, k.waiter_info, k.fence, k.tickets};
-  if (!k.name.empty()) keys.push_back(k.name);  // a read-write lock's mark (sem_release.lua)
+  if (!k.name.empty()) keys.push_back(k.name);  // the holders' mark (name_mark.lua)
   return keys;
 }
 
@@ -165,6 +176,7 @@ semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limi
   t.ttl_text = std::to_string(o.ttl.count());
   t.fair = o.fair;
   t.variant_text = o.fair ? "fair" : "";
+  t.name_mark = semaphore_mark(limit, o.fair);
   t.wake_on_release = o.wake_on_release;
   t.ttl = o.ttl;
   t.retry_delay = o.retry_delay;
@@ -647,9 +659,9 @@ struct acquisition::impl {
         channel.append(" ").append(std::to_string(made - 1));
       }
       script_keys keys{k.owners, k.expiries, k.weights, k.tickets, k.waiter_info, k.fence};
-      if (!k.name.empty()) keys.push_back(k.name);  // a read-write lock's name (rw_name.lua)
+      if (!k.name.empty()) keys.push_back(k.name);  // the holders' mark (name_mark.lua)
       emit(0, sem_fair_acquire_script, std::move(keys),
-           {id, limit, permits, ttl, std::to_string(queue_ms.count()), channel},
+           {id, limit, permits, ttl, std::to_string(queue_ms.count()), channel, sem->name_mark},
            purpose::sem_attempt);
     } else {
       std::string waiter;
@@ -658,9 +670,10 @@ struct acquisition::impl {
         // "<attempt>": sem_release.lua may make this token a holder (see on_handoff).
         if (accepts_handoff()) waiter.append(" ").append(std::to_string(made - 1));
       }
-      emit(0, sem_acquire_script,
-           {k.expiries, k.weights, k.fence, k.waiters, k.waiter_info, k.tickets},
-           {id, limit, permits, ttl, waiter}, purpose::sem_attempt);
+      script_keys keys{k.expiries, k.weights, k.fence, k.waiters, k.waiter_info, k.tickets};
+      if (!k.name.empty()) keys.push_back(k.name);  // the holders' mark (name_mark.lua)
+      emit(0, sem_acquire_script, std::move(keys), {id, limit, permits, ttl, waiter, sem->name_mark},
+           purpose::sem_attempt);
     }
   }
 
@@ -729,7 +742,7 @@ struct acquisition::impl {
     if (!cleanup && !queued && !attempt_lost) return finish_failed(ec, std::move(votes));
     const auto& k = sem->keys;
     emit(0, sem_release_script, semaphore_release_keys(k),
-         {id, sem->limit_text, sem->variant_text}, purpose::final_cleanup);
+         {id, sem->limit_text, sem->variant_text, sem->name_mark}, purpose::final_cleanup);
     finish_failed(ec, std::move(votes));
   }
 };
@@ -827,7 +840,8 @@ acquisition::late_handoff_give_back acquisition::give_back_plan() const {
   } else {
     keys = semaphore_release_keys(impl_->sem->keys);
     plan.code = &sem_release_script;
-    plan.args = {impl_->id, impl_->sem->limit_text, impl_->sem->variant_text};
+    plan.args = {impl_->id, impl_->sem->limit_text, impl_->sem->variant_text,
+                 impl_->sem->name_mark};
   }
   plan.keys.assign(keys.begin(), keys.end());
   plan.timeout = impl_->node_timeout();

@@ -80,6 +80,9 @@ struct semaphore_target {
   semaphore_keys keys;
   std::string ttl_text, limit_text;     // as the scripts take them
   std::string variant_text;             // sem_release.lua's ARGV[3]: "fair" or ""
+  // What the holders keep in the name's key (keys.name; name_mark.lua): semaphore_mark(limit,
+  // fair), or a read-write lock's read_write_lock_mark.
+  std::string name_mark;
   std::vector<std::string> node_names;  // label the votes (may be empty)
   std::ptrdiff_t limit = 1;
   bool fair = false;
@@ -105,8 +108,12 @@ semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limi
 script_keys lock_release_keys(const lock_keys& k);
 
 // sem_release.lua's keys, for a release, a leave and a give-up alike (ARGV: the token, the
-// target's limit_text and variant_text).
+// target's limit_text, variant_text and name_mark).
 script_keys semaphore_release_keys(const semaphore_keys& k);
+
+// sem_refresh.lua's keys, for an extend and a settle alike (ARGV: the token, the TTL in ms, ""
+// or the successor token, the target's name_mark).
+script_keys semaphore_refresh_keys(const semaphore_keys& k, bool fair);
 
 // One semaphore acquire script's answer, decoded.
 struct semaphore_reply {

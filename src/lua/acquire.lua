@@ -22,7 +22,8 @@
 -- mode; the quarantine's remaining ms when the node is quarantined and the lock is free),
 -- {0, holder's PTTL, 1} when the holder is not a dlock client (see the end),
 -- and a WRONGTYPE error when the key holds something that is not a lock (SET NX alone would
--- say "busy" forever; GET raises it).
+-- say "busy" forever; GET raises it), or the name is a semaphore's or a latch's
+-- (name_mark.lua; a read-write lock's mark is this lock's: it waits for it).
 local key, fence_key, queue, info, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, ttl_ms, waiter, fair = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == 'fair'
 local id = string.match(owner, '^[^.]*')
@@ -46,6 +47,7 @@ local function live_head(now)
 end
 
 -- #include node_state.lua
+-- #include name_mark.lua
 
 local now  -- the server's time in ms, read once it is needed
 local function draw_fence() return next_fence(fence_key, now or now_ms, ttl_ms) end
@@ -82,6 +84,7 @@ local function order(value)
 end
 
 local holder = redis.call('GET', key)
+if holder and holder ~= rw_mark and kind_of(holder) then return kind_error(holder, 'a lock') end
 if holder and string.sub(holder, 1, #id + 1) == id .. '.' then
   local theirs, ours = order(holder), order(owner)
   if holder ~= owner and not (theirs and ours and theirs < ours) then

@@ -9,7 +9,8 @@
 -- highest of the keys' next tokens, and every counter is raised to it: it is above any token
 -- drawn before for any of these names, and each name's next token will be above it.
 -- Returns {0, i, PTTL} when lock i (1-based) is held (by anyone), {0, 0, ms} while the node is
--- quarantined, and WRONGTYPE when a key holds something that is not a lock (GET raises it).
+-- quarantined, and WRONGTYPE when a key holds something that is not a lock (GET raises it), or
+-- a name is a semaphore's or a latch's (name_mark.lua).
 local owner, ttl_ms = ARGV[1], ARGV[2]
 local count = #KEYS / 2
 
@@ -19,12 +20,14 @@ local function now_ms()
 end
 
 -- #include node_state.lua
+-- #include name_mark.lua
 
 local quarantined = quarantine_left()
 if quarantined > 0 then return {0, 0, quarantined} end
 -- Everything that could fail is read before anything is written: a script is not rolled back.
 for i = 1, count do
   local holder = redis.call('GET', KEYS[2 * i - 1])
+  if holder and holder ~= rw_mark and kind_of(holder) then return kind_error(holder, 'a lock') end
   if holder then return {0, i, redis.call('PTTL', KEYS[2 * i - 1])} end
   local counter = redis.call('GET', KEYS[2 * i])
   if counter and not tonumber(counter) then

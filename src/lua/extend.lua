@@ -13,9 +13,9 @@
 -- is lost).
 local key, owner, ttl_ms, successor = KEYS[1], ARGV[1], ARGV[2], ARGV[3] or ''
 
--- #include rw_name.lua
--- A read-write lock's mark on the name is nobody's owner value.
-if owner == rw_mark or redis.call('GET', key) ~= owner then return 0 end
+-- #include name_mark.lua
+-- A read-write lock's or semaphore's mark on the name is nobody's owner value.
+if is_mark(owner) or redis.call('GET', key) ~= owner then return 0 end
 if successor ~= '' then
   redis.call('SET', key, successor, 'PX', ttl_ms)
 elseif redis.call('PTTL', key) < tonumber(ttl_ms) then

@@ -8,22 +8,23 @@
 -- set:  creates the latch unless it exists; returns 1 when created, 0 when it existed.
 -- down: returns what is left, not below 0 (0: open, and the waiters are told), or -1 when the
 --       latch does not exist. An open latch stays as it is.
--- A key that holds no count answers WRONGTYPE (one of another type, for set and down; a string
--- that is no count, for down).
+-- A key that holds no count answers WRONGTYPE (one of another type, or a string that is no
+-- count: the name is a lock's, a read-write lock's or a semaphore's, name_mark.lua).
 local key, channel = KEYS[1], KEYS[2]
 local op, n, ttl = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
+-- #include name_mark.lua
 local held = redis.call('GET', key)  -- raises WRONGTYPE for a key of another type
+local left = held and tonumber(held)
+if held and (not left or left < 0 or left ~= math.floor(left)) then
+  return kind_error(held, 'a latch')
+end
 if op == 'set' then
   if held then return 0 end
   redis.call('SET', key, ARGV[2], 'PX', ttl)
   return 1
 end
 if not held then return -1 end
-local left = tonumber(held)
-if not left or left < 0 or left ~= math.floor(left) then
-  return redis.error_reply('WRONGTYPE the key holds no latch count')
-end
 if left == 0 then return 0 end
 left = math.max(0, left - n)
 redis.call('SET', key, string.format('%.0f', left), 'PX', ttl)

@@ -19,10 +19,10 @@
 local key, queue, info, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, give_up = ARGV[1], ARGV[2] == 'give-up'
 
--- #include rw_name.lua
--- A read-write lock's mark on the name is nobody's owner value (`dlock release NAME` with it,
--- copied from `dlock status`, would take the name from its readers).
-if owner == rw_mark then return 0 end
+-- #include name_mark.lua
+-- A read-write lock's or semaphore's mark on the name is nobody's owner value (`dlock release
+-- NAME` with it, copied from `dlock status`, would take the name from its holders).
+if is_mark(owner) then return 0 end
 
 local holder = redis.call('GET', key)
 -- A key this script empties is deleted, and on a Redis Cluster node whose slot is migrating

@@ -8,6 +8,9 @@
 --          token -> "<deadline ms> <wake channel>", " woken" appended by sem_release.lua);
 --          KEYS[6]: the queue's ticket counter. The queue only orders wake-ups: a permit still
 --          goes to whoever asks while it is free.
+-- KEYS[7]: the name's own key, which the holders mark with ARGV[6] (name_mark.lua) until the
+--          latest holder's expiry: a lock or another kind of the name, or a semaphore of
+--          another limit or fairness, is refused (WRONGTYPE) instead of counting beside them.
 -- ARGV[1]: the owner token; ARGV[2]: the limit; ARGV[3]: permits wanted (1..limit);
 -- ARGV[4]: the TTL in milliseconds;
 -- ARGV[5]: "<waiter ttl ms> <wake channel>" to queue when not granted, or "" not to queue;
@@ -15,7 +18,9 @@
 --          sem_release.lua may then make this token a holder of ARGV[3] permits for ARGV[4] ms
 --          and send it "<token> <fence> <attempt>", which saves it the round trip of trying
 --          again; the entry then reads "<deadline> <channel> h<permits>:<ttl ms>:<attempt>:<limit>"
---          (the release grants within the smaller of its own limit and this one).
+--          (the release grants within the smaller of its own limit and this one);
+-- ARGV[6]: the mark, semaphore_mark(limit, false) (key_layout.hpp); without it (a caller of an
+--          earlier version) KEYS[7] is ignored.
 -- Returns {1, fence} when granted (also when this token already holds: a retried attempt whose
 -- reply was lost; its expiry is pushed out), {0, ms until the earliest holder expires} when
 -- fewer than ARGV[3] permits are free. Time comes from TIME, never from a client.
@@ -23,9 +28,16 @@ local holders, weights, fence_key = KEYS[1], KEYS[2], KEYS[3]
 local queue, info, tickets = KEYS[4], KEYS[5], KEYS[6]
 local owner, limit, want, ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local waiter = ARGV[5] or ''
+local name = KEYS[7]
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- #include name_mark.lua
+if ARGV[6] and ARGV[6] ~= '' then mark = ARGV[6] else name = nil end
+-- Read before anything is written: a script is not rolled back.
+local refused = other_kind_error(name)
+if refused then return refused end
 
 -- #include sem_holders.lua
 
@@ -35,12 +47,13 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 drop_expired_holders(holders, weights, now)
 
 -- The keys vanish by themselves when the last holder's expiry passes (the fence counter
--- expires on its own).
+-- expires on its own), and so does the name's mark, which lasts as long as they do.
 local function expire_with_last_holder()
   local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
   if last[2] then
     redis.call('PEXPIREAT', holders, last[2])
     if redis.call('EXISTS', weights) == 1 then redis.call('PEXPIREAT', weights, last[2]) end
+    mark_name_until(name, tonumber(last[2]), now)
   end
 end
 

@@ -23,8 +23,12 @@
 --          "<token> <fence> <attempt>". The entry then carries " f<permits>:<ttl ms>:<attempt>:
 --          <limit>" ("f", not the unfair variant's "h": a release of an earlier version, which
 --          would hand over as to an unfair waiter, only wakes such an entry).
--- KEYS[7], a read-write lock's only: the name's own key, which its holders mark (rw_name.lua):
---          nobody is granted while another value holds it.
+-- KEYS[7]: the name's own key, which the holders mark with ARGV[7] (name_mark.lua): a read-
+--          write lock grants nobody while a lock of the name holds it, and is refused (WRONGTYPE)
+--          where another kind holds it; a semaphore is refused wherever anything but its own
+--          mark holds it (another kind, or a semaphore of another limit or fairness).
+-- ARGV[7]: the mark: read_write_lock_mark or semaphore_mark(limit, fair) (key_layout.hpp);
+--          without it, KEYS[7] is ignored (no mark, as callers of earlier versions).
 -- Returns {1, fence, rank} when granted (also when this token already holds: a retried attempt
 -- whose reply was lost, which draws a new fence), {0, ticket, rank} when queued, {0, 0, rank}
 -- when not granted and not queued; {0, ticket or 0, rank, 1} when the name's own key is held by
@@ -40,9 +44,12 @@ channel, attempt = channel or '', attempt or ''
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
--- #include rw_name.lua
--- Read before anything is written: a name's key that is no lock raises WRONGTYPE here, and a
--- script is not rolled back.
+-- #include name_mark.lua
+if ARGV[7] and ARGV[7] ~= '' then mark = ARGV[7] else name = nil end
+-- Read before anything is written: a name's key of another kind is refused here (a key that is
+-- no string raises WRONGTYPE), and a script is not rolled back.
+local refused = other_kind_error(name)
+if refused then return refused end
 local name_held = name_taken(name)
 local function not_granted(ticket_or_0, rank)
   if name_held then return {0, ticket_or_0, rank, 1} end

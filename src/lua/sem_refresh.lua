@@ -6,10 +6,11 @@
 -- that outlived owners would keep the entries of waiters that left, found by review; a counter
 -- that went before a refreshed holder would let a client of an earlier version, which does not
 -- restart it above the tickets in line, rank a newcomer ahead of it).
--- KEYS[6], a read-write lock's only: the name's own key, which its holders mark (rw_name.lua):
--- an extend moves the mark out with the permit, a settle sets it to the latest holder's expiry;
--- a holder that finds another value there has lost the name (its mark was lost: a restart, a
--- FLUSH) and is refused, as a lost permit is.
+-- KEYS[6] (KEYS[3] for the unfair variant, which has no KEYS[3..5]): the name's own key, which
+-- the holders mark with ARGV[4] (name_mark.lua): an extend moves the mark out with the permit, a
+-- settle sets it to the latest holder's expiry; a holder that finds another value there has
+-- lost the name (its mark was lost: a restart, a FLUSH) and is refused, as a lost permit is.
+-- Without ARGV[4] (a caller of an earlier version) there is no mark.
 -- ARGV[1]: the owner token; ARGV[2]: the TTL in milliseconds; ARGV[3]: "" to extend, or a
 -- successor token to settle (as extend.lua):
 --   extend  the permit's expiry becomes at least the server's now + TTL; it never moves earlier,
@@ -18,14 +19,19 @@
 --           exactly TTL from now: refreshes still on their way for the old token find nothing.
 -- Returns 1 when extended, 0 when the permit was gone or had expired: a lost permit is never
 -- added back (an expired entry is removed instead), so the caller learns it was lost.
-local expiries, weights, owners, info, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local name = KEYS[6]
+local expiries, weights, owners, info, tickets, name
+if #KEYS == 3 then
+  expiries, weights, name = KEYS[1], KEYS[2], KEYS[3]
+else
+  expiries, weights, owners, info, tickets, name = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+end
 local owner, ttl_ms, successor = ARGV[1], tonumber(ARGV[2]), ARGV[3] or ''
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
--- #include rw_name.lua
+-- #include name_mark.lua
+if ARGV[4] and ARGV[4] ~= '' then mark = ARGV[4] else name = nil end
 
 local expiry = redis.call('ZSCORE', expiries, owner)
 if not expiry then return 0 end

@@ -7,10 +7,12 @@
 --          <ttl ms>:<attempt>:<limit>| f...| woken]]" ("h" unfair, "f" fair: a handoff offer),
 --          present for queued waiters only (sem_acquire.lua, sem_fair_acquire.lua); KEYS[5]: the
 --          fencing counter (for handoffs); KEYS[6]: the fair variant's ticket counter, which
---          expires with its last member; KEYS[7], a read-write lock's only: the name's own
---          key, which the lock's holders mark (rw_name.lua): the mark goes with the last holder.
+--          expires with its last member; KEYS[7]: the name's own key, which the holders mark
+--          with ARGV[4] (name_mark.lua): the mark goes with the last holder.
 -- ARGV[1]: the owner token; ARGV[2]: the limit (for handoffs; "" for none); ARGV[3]: "fair" for
---          the fair variant, whose waiters serve_fair_line (below) serves.
+--          the fair variant, whose waiters serve_fair_line (below) serves; ARGV[4]: the mark
+--          (read_write_lock_mark or semaphore_mark, key_layout.hpp); without it (a caller of an
+--          earlier version) KEYS[7] is ignored.
 -- Returns 1 when the token had an unexpired entry in KEYS[1], 0 when it was gone or already
 -- expired (an expired entry is removed too: it was ours, and no one else's entry is touched).
 -- Passing on: a live holder frees its weight in permits (1 unless weights says more); a waiter
@@ -34,7 +36,8 @@ local owner, limit, fair = ARGV[1], tonumber(ARGV[2] or ''), ARGV[3] == 'fair'
 -- #include wake.lua
 -- #include node_state.lua
 -- #include sem_holders.lua
--- #include rw_name.lua
+-- #include name_mark.lua
+if ARGV[4] and ARGV[4] ~= '' then mark = ARGV[4] else name = nil end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -78,6 +81,7 @@ local function hand_over(member, channel, want, ttl_ms, attempt)
   if redis.call('ZSCORE', expiries, member) then return 'holder' end
   redis.call('ZADD', expiries, now + ttl_ms, member)
   if want > 1 then redis.call('HSET', weights, member, want) end
+  mark_name_until(name, now + ttl_ms, now)  -- undone by the remark at the end, if undone
   local fence = string.format('%.0f', next_fence(fence_key, now, ttl_ms))
   local receivers = publish_wake(channel, member .. ' ' .. fence .. ' ' .. attempt)
   if type(receivers) == 'number' and receivers > 0 then
@@ -230,7 +234,9 @@ while to_wake > 0 do
           -- No handoff in quarantine, which grants nothing: the waiter is only woken.
           -- Within the smaller limit: clients that disagree (a limit being lowered) never
           -- grant past either.
-          if not quarantined and used + want <= math.min(limit, tonumber(their_limit)) then
+          -- Nor while another kind holds the name (its mark was lost under us).
+          if not quarantined and not name_held and
+              used + want <= math.min(limit, tonumber(their_limit)) then
             outcome = hand_over(member, channel, want, tonumber(ttl_ms), attempt)
           end
         end

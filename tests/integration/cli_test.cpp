@@ -2246,6 +2246,42 @@ TEST_F(CliTest, StatusShowsOtherKindsHeldUnderTheName) {
   EXPECT_EQ(after.out.rfind(key + ": free\n", 0), 0u) << after.out;
 }
 
+// One name is one lock, for semaphores too (issue 36): a `--semaphore 3` holder marks the name
+// with its limit, so a plain run, a read-write run, `--semaphore 5` and a latch of the name are
+// refused (exit 65, naming what holds it) instead of running beside it; status names it.
+TEST_F(CliTest, ASemaphoresNameRefusesEveryOtherKindAndLimit) {
+  strays left;
+  const std::string key = test_key(), url = server_.url();
+  auto holder = start({"-r", url, "run", "--semaphore", "3", key, "sh", "-c",
+                       "touch " + path("holding") + "; exec sleep 100000"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("holding")); })) << holder->err();
+  for (auto args : {std::vector<std::string>{"-r", url, "run", key},
+                    std::vector<std::string>{"-r", url, "run", "-w", "30", key},
+                    std::vector<std::string>{"-r", url, "run", "--read", key},
+                    std::vector<std::string>{"-r", url, "run", "--semaphore", "5", key}}) {
+    args.insert(args.end(), {"touch", path("never")});
+    auto r = run(args);
+    EXPECT_EQ(r.status, 65) << args[3] << ": " << r.err;
+    EXPECT_NE(r.err.find("'" + key + "' is held as a semaphore of 3 permits (unfair)"),
+              std::string::npos)
+        << r.err;
+  }
+  auto latch = run({"-r", url, "latch", "set", key, "2"});
+  EXPECT_EQ(latch.status, 65) << latch.err;
+  auto text = run({"-r", url, "status", key});
+  EXPECT_EQ(text.out.rfind(key + ": held as a semaphore of 3 permits (unfair), its mark expires", 0),
+            0u)
+      << text.out;
+  auto same = run({"-r", url, "run", "--semaphore", "3", key, "true"});
+  EXPECT_EQ(same.status, 0) << same.err;
+  holder->signal(SIGTERM);
+  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+  EXPECT_FALSE(fs::exists(path("never")));
+  EXPECT_FALSE(exists(key)) << "the mark outlived the last holder";
+  auto plain = run({"-r", url, "run", key, "true"});
+  EXPECT_EQ(plain.status, 0) << plain.err;
+}
+
 // `-v run K true` said in 2 of 3 runs that CMD left processes running when it did not: dlock
 // read CMD's end before the guard's word that the tree was empty (issue 36).
 TEST_F(CliTest, VerboseNeverSaysCmdLeftProcessesWhenItDidNot) {

@@ -340,8 +340,9 @@ TEST(LeaseRestartTest, TokensStillRiseAfterARestartWithoutPersistence) {
   client c{server.url()};
   const std::string key = test_key();
   mutex single{c, key};
-  semaphore unfair{c, key, 3};
-  semaphore fair{c, key, 3, {.fair = true}};
+  // Names of their own: one name is one lock, and these three are held at once.
+  semaphore unfair{c, key + ":unfair", 3};
+  semaphore fair{c, key + ":fair", 3, {.fair = true}};
   auto before = std::array{single.acquire().fencing_token(), unfair.acquire().fencing_token(),
                            fair.acquire().fencing_token()};
   server.restart();

@@ -365,11 +365,15 @@ TEST_F(SharedMutexTest, AThreadThatHoldsItCannotLockItAgain) {
 }
 
 TEST_F(SharedMutexTest, AsyncFormsAndKeysOfItsOwn) {
-  // A fair semaphore of the same name (the same scripts) is another object: both can be fully
-  // taken at once.
+  // A fair semaphore of the same name (the same scripts) keeps keys of its own, and one name is
+  // one lock: while it holds, the read-write lock is refused (NameKindTest has the rest).
   semaphore same_name{client_, test_key(), 1, {.fair = true}};
   lease permit = same_name.acquire();
   shared_mutex rw{client_, test_key()};
+  std::error_code ec;
+  EXPECT_FALSE(rw.try_acquire(ec));
+  EXPECT_EQ(ec, errc::wrong_type);
+  EXPECT_FALSE(permit.release());
   auto write = rw.async_acquire(asio::use_future);
   ASSERT_EQ(write.wait_for(test::scaled(5s)), std::future_status::ready);
   lease writer = write.get();

@@ -474,12 +474,8 @@ void sim_client::refresh_permit(milliseconds by) {
   detail::request r;
   r.id = serial;
   r.code = &detail::sem_refresh_script;
-  r.keys = {k.expiries, k.weights};
-  if (sem_->fair) {
-    r.keys.push_back(k.owners);
-    r.keys.push_back(k.waiter_info);
-  }
-  r.args = {token_, std::to_string(by.count()), ""};
+  r.keys = detail::semaphore_refresh_keys(k, sem_->fair);
+  r.args = {token_, std::to_string(by.count()), "", sem_->name_mark};
   r.timeout = sem_->node_timeout;
   w_.call(c_, r, [this, cycle = cycle_, serial, by, start](std::error_code ec,
                                                             const reply& answer) {
@@ -556,7 +552,7 @@ void sim_client::release_permit() {
   r.id = ++release_serial_;
   r.code = &detail::sem_release_script;
   r.keys = detail::semaphore_release_keys(k);
-  r.args = {token_, sem_->limit_text, sem_->variant_text};
+  r.args = {token_, sem_->limit_text, sem_->variant_text, sem_->name_mark};
   r.timeout = sem_->node_timeout;
   w_.call(c_, r, [this, cycle = cycle_](std::error_code ec, const reply& answer) {
     if (cycle != cycle_ || phase_ != phase::releasing) return;

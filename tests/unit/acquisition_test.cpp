@@ -235,12 +235,14 @@ TEST(SemaphoreAcquisitionTest, QueuesForWakeUpsOnlyWhenAnotherAttemptCanFollow) 
     EXPECT_TRUE(a.queues_next(t0)) << fair;
     auto r = attempt(a, t0, "dlock:wake:c");
     // The entry also offers a handoff for attempt 0 (sem_release.lua).
-    EXPECT_EQ(r.args.back(), fair ? "dlock:wake:c 0" : "1000 dlock:wake:c 0") << fair;
+    // The channel's argument (ARGV[6] fair, ARGV[5] unfair); the holders' mark comes last.
+    EXPECT_EQ(r.args[fair ? 5 : 4], fair ? "dlock:wake:c 0" : "1000 dlock:wake:c 0") << fair;
+    EXPECT_EQ(r.args.back(), fair ? "dlock:semaphore 2 fair" : "dlock:semaphore 2 unfair");
     answer(a, r, t0, fair ? ints({0, 4, 1}) : ints({0, 9}));
     ASSERT_TRUE(a.take_sleep()) << fair;
     EXPECT_FALSE(a.queues_next(t0 + 40ms)) << fair;  // out of attempts
     // Even when the driver offers a channel, the last attempt does not queue.
-    EXPECT_EQ(attempt(a, t0 + 40ms, "dlock:wake:c").args.back(), "") << fair;
+    EXPECT_EQ(attempt(a, t0 + 40ms, "dlock:wake:c").args[fair ? 5 : 4], "") << fair;
     acquisition near(t, "tok", 1, t0 + 50ms, INT_MAX, 0);
     // A sleep that would end later is cut to end 1 ms before the deadline, for a last
     // attempt: it queues while that one could follow.
@@ -345,7 +347,7 @@ TEST(SemaphoreAcquisitionTest, TheFairVariantTakesAHandoffButNotOnACluster) {
   t.cluster = true;
   acquisition on_cluster(t, "tok2", 1, no_deadline, INT_MAX, 0);
   auto r = attempt(on_cluster, t0, "dlock:wake:c");
-  EXPECT_EQ(r.args.back(), "dlock:wake:c");
+  EXPECT_EQ(r.args[5], "dlock:wake:c");
   answer(on_cluster, r, t0, ints({0, 4, 1}));
   ASSERT_TRUE(on_cluster.take_sleep());
   EXPECT_FALSE(on_cluster.on_handoff(t0 + 5ms, "77 0"));
@@ -373,7 +375,7 @@ TEST(SemaphoreAcquisitionTest, AGiveUpAfterALostOrLateAnswerCleansUp) {
     auto cleanup = a.take_requests();
     ASSERT_EQ(cleanup.size(), 1u);
     EXPECT_EQ(cleanup[0].code, &sem_release_script);
-    EXPECT_EQ(cleanup[0].args, (std::vector<std::string>{"tok", "2", "fair"}));
+    EXPECT_EQ(cleanup[0].args, (std::vector<std::string>{"tok", "2", "fair", "dlock:semaphore 2 fair"}));
   }
 }
 

@@ -33,6 +33,7 @@ namespace dlock::cli {
 enum exit_status : int {
   exit_ok = 0,
   exit_usage = 64,        // EX_USAGE: bad option, duration, URL, TTL ...
+  exit_data = 65,         // EX_DATAERR: the name is held as another kind (a semaphore, not a lock)
   exit_unavailable = 69,  // EX_UNAVAILABLE: no quorum of Redis nodes reachable (or they refuse)
   exit_software = 70,     // EX_SOFTWARE: an internal error of dlock
   exit_lease_lost = 71,   // the lease was lost while CMD ran (or a token no longer holds the lock)

@@ -344,6 +344,7 @@ void say_verbose(const char* format, ...) {
 int exit_status_for(std::error_code ec, int conflict_status) {
   if (!ec) return exit_ok;
   if (ec == errc::invalid_argument) return exit_usage;
+  if (ec == errc::wrong_type) return exit_data;
   if (ec == errc::not_acquired) return conflict_status;
   if (ec == errc::lease_lost || ec == errc::not_held) return exit_lease_lost;
   if (ec == errc::would_block_io_thread) return exit_software;

@@ -50,6 +50,12 @@ int no_latch(const std::string& name) {
 
 // The nodes' error, said once; not_found is the caller's to judge.
 int failed(const char* what, const std::string& name, std::error_code ec) {
+  if (ec == errc::wrong_type) {
+    say("cannot %s the latch '%s': its key holds no latch count but a lock, a semaphore or "
+        "other data (see `dlock status %s`); one name is one lock: use another name",
+        what, name.c_str(), name.c_str());
+    return exit_status_for(ec);
+  }
   say("cannot %s the latch '%s': %s", what, name.c_str(), ec.message().c_str());
   return exit_status_for(ec);
 }

@@ -275,6 +275,25 @@ std::vector<other_kind> other_kinds_held(std::vector<client>& nodes, const std::
   return out;
 }
 
+std::optional<std::string> marked_kind(std::string_view value) {
+  if (value == read_write_lock_mark) return "a read-write lock";
+  if (!value.starts_with(semaphore_mark_prefix)) return std::nullopt;
+  value.remove_prefix(semaphore_mark_prefix.size());
+  auto space = value.find(' ');  // "<limit> fair|unfair"
+  if (space == std::string_view::npos) return "a semaphore";
+  auto limit = value.substr(0, space);
+  return "a semaphore of " + std::string(limit) + (limit == "1" ? " permit (" : " permits (") +
+         std::string(value.substr(space + 1)) + ")";
+}
+
+std::string held_as(std::string_view value) {
+  if (auto kind = marked_kind(value)) return *kind;
+  bool count = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
+    return c >= '0' && c <= '9';
+  });
+  return count ? "a latch or a lock" : "a lock";
+}
+
 lock_view inspect_lock(std::vector<client>& given, const std::string& key, read_queue queue,
                        int copies) {
   lock_view view;

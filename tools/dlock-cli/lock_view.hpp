@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -134,14 +135,21 @@ struct semaphore_view {
 
 semaphore_view inspect_semaphore(client& node, const std::string& key, bool fair,
                                  read_queue queue = read_queue::no);
-// Another kind of dlock object kept under a lock's name (one Redis node): a read-write lock
-// (whose holders also mark the name's key) or a semaphore (which does not exclude the plain
-// lock yet). Its holders, when it has any.
+// Another kind of dlock object kept under a lock's name (one Redis node): a read-write lock or
+// a semaphore, whose holders mark the name's key (a semaphore of an earlier version does not).
+// Its holders, when it has any.
 struct other_kind {
   const char* kind;
   std::size_t holders;
 };
 std::vector<other_kind> other_kinds_held(std::vector<client>& nodes, const std::string& key);
+
+// The kind whose mark a name's key holds (key_layout.hpp): "a read-write lock", "a semaphore of
+// 3 permits (fair)"; nothing for any other value (a lock's owner, another client's token).
+std::optional<std::string> marked_kind(std::string_view value);
+// What holds a name whose key holds `value`, for a message (name_mark.lua's held_as): the
+// marked kind, "a latch or a lock" for a count (hand-made locks write "1" too), else "a lock".
+std::string held_as(std::string_view value);
 
 // The same for the semaphore set kept under `keys` (shared_mutex_keys_for: a read-write lock,
 // which is a fair semaphore's set).

@@ -48,6 +48,17 @@ std::string node_failures(const node_results& votes) {
   return out;
 }
 
+// "held as a semaphore of 3 permits (fair), not as a lock" when a node refused the name as held
+// by another kind (name_mark.lua's WRONGTYPE), else nothing.
+std::optional<std::string> held_as_another_kind(const node_results& votes) {
+  static constexpr std::string_view said = "WRONGTYPE dlock: the name is ";
+  for (const auto& v : votes) {
+    if (v.error != errc::wrong_type || !v.message.starts_with(said)) continue;
+    return v.message.substr(said.size());
+  }
+  return std::nullopt;
+}
+
 wait_result judge(const wait_options& o, std::error_code ec, const node_results& votes,
                   steady::duration waited) {
   wait_result result;
@@ -68,6 +79,16 @@ wait_result judge(const wait_options& o, std::error_code ec, const node_results&
       return result;
     }
     case failure_kind::fatal: {
+      auto kind = held_as_another_kind(votes);
+      if (!kind && ec == errc::wrong_type && o.kind_found) kind = o.kind_found();
+      if (kind) {
+        // One name is one lock: a semaphore where a lock was asked for, or a semaphore of
+        // another limit. Waiting cannot cure it; the user must pick one.
+        result.outcome = wait_outcome::failed;
+        result.message = "'" + o.key + "' is " + *kind + " (see `dlock status " + o.key +
+                         "`); one name is one lock: use the same kind and limit, or another name";
+        return result;
+      }
       result.outcome =
           ec == errc::invalid_argument ? wait_outcome::failed : wait_outcome::unavailable;
       std::string why = node_failures(votes);

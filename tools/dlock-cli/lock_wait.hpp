@@ -56,6 +56,10 @@ struct wait_options {
   // The current holder, for the status; looked up about once a second. Runs on the watcher
   // thread, so it may block. Empty: "another owner".
   std::function<holder_status()> describe_holder;
+  // For a wrong_type whose node said nothing (the semaphore and read-write lock report no
+  // node_results): "held as a semaphore of 3 permits (unfair), not as a lock", read from the
+  // name's key, or nothing when it holds no other kind.
+  std::function<std::optional<std::string>()> kind_found;
   std::string key;  // for messages
 };
 

@@ -36,6 +36,8 @@ Exit status:
   1            doctor: warnings (one line each, with the fix); leader: nobody leads; latch set:
                it exists already; latch down/wait: there is no such latch
   64           usage error (bad option, duration, URL, TTL)
+  65           the name is held as another kind: a semaphore (or one of another limit or
+               fairness) where a lock was asked for, a lock where a semaphore or latch was
   69           no quorum of Redis nodes reachable, or they refused (auth, ACL, wrong type);
                status: could not tell whether KEY is held
   70           internal error

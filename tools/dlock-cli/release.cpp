@@ -43,8 +43,8 @@ int force_release(const global_options& g, const release_options& o) {
     return exit_unavailable;
   }
   if (!view.held()) {
-    // A semaphore keeps no lock key, nor does a read-write lock held by clients of an earlier
-    // version (they do not mark the name): --force cannot evict their holders.
+    // A read-write lock or semaphore held by clients of an earlier version leaves no mark on
+    // the name: --force cannot evict their holders.
     if (auto others = other_kinds_held(nodes, o.key); !others.empty()) {
       say("'%s' is held as a %s, not as a lock: --force evicts only a lock's holder",
           o.key.c_str(), others.front().kind);
@@ -53,9 +53,9 @@ int force_release(const global_options& g, const release_options& o) {
     say("'%s' is free: nothing to release", o.key.c_str());
     return exit_ok;
   }
-  if (*view.token == read_write_lock_mark) {  // its readers' or writer's mark, no lock's token
-    say("'%s' is held as a read-write lock, not as a lock: --force evicts only a lock's holder",
-        o.key.c_str());
+  if (auto kind = marked_kind(*view.token)) {  // its holders' mark, no lock's token
+    say("'%s' is held as %s, not as a lock: --force evicts only a lock's holder", o.key.c_str(),
+        kind->c_str());
     return exit_usage;
   }
   if (view.pttl_ms == -1) {  // dlock and the other Redlock clients always set a TTL

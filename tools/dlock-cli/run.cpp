@@ -617,6 +617,15 @@ int run_command(const global_options& g, const run_options& o) {
     if (o.read || o.write) return holder_status{};  // not shown yet
     return lock_holder_status(nodes, o.key, g.copies);
   };
+  w.kind_found = [&]() -> std::optional<std::string> {
+    std::error_code ec;
+    auto value = nodes.front().exec({"GET", o.key}, ec);
+    if (ec || !value.is_string()) return std::nullopt;
+    std::string wanted = o.semaphore_limit ? *marked_kind(semaphore_mark(*o.semaphore_limit, false))
+                         : o.read || o.write ? "a read-write lock"
+                                             : "a lock";
+    return "held as " + held_as(value.str()) + ", not as " + wanted;
+  };
   auto started = steady::now();
   auto result = wait_for_lock(calls, w);
   switch (result.outcome) {

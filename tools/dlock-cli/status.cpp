@@ -159,12 +159,12 @@ std::string waiters_heading(std::size_t count) {
 }
 
 void print_lock_text(const lock_view& v, const std::vector<other_kind>& others) {
-  // Readers or a writer hold the name: the lines below say how many.
-  const bool marked = v.held() && *v.token == read_write_lock_mark;
+  // Readers, a writer or a semaphore's holders hold the name: the lines below say how many.
+  const auto marked = v.held() ? marked_kind(*v.token) : std::nullopt;
   if (!v.known()) {
     std::printf("%s: unknown\n", v.key.c_str());
   } else if (marked) {
-    std::printf("%s: held as a read-write lock, its mark expires in %.1f s\n", v.key.c_str(),
+    std::printf("%s: held as %s, its mark expires in %.1f s\n", v.key.c_str(), marked->c_str(),
                 static_cast<double>(v.pttl_ms) / 1000.0);
   } else if (v.held()) {
     std::printf("%s: held", v.key.c_str());
@@ -184,11 +184,11 @@ void print_lock_text(const lock_view& v, const std::vector<other_kind>& others) 
     std::printf("%s: free\n", v.key.c_str());
   }
   for (const auto& o : others) {
-    // A read-write lock is the name's lock (its mark keeps every other mode out); a
-    // semaphore of the name is not yet.
-    const bool excludes = std::string_view(o.kind) == "read-write lock";
+    // A read-write lock and a semaphore keep every other kind out with their mark; a
+    // semaphore of an earlier version marks nothing.
     std::printf("  held as a %s by %s%s\n", o.kind, holders_text(o.holders).c_str(),
-                excludes ? "" : " (a plain run of the name does not wait for it yet)");
+                marked ? "" : " (its holders left no mark on the name: an earlier dlock's, which "
+                              "a plain run does not see)");
   }
   // With no quorum, "no waiters" or "no fence counter" would be guesses too.
   if (v.answered()) std::printf("%s", fence_text(v.fence).c_str());

@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: Apache-2.0
+// One name is one lock, across kinds (issue 36), against a real redis-server: a semaphore's
+// holders mark the name with its limit and fairness (name_mark.lua), so that a mutex, a lock
+// set, a read-write lock, a latch, another client's SET NX, or a semaphore that counts another
+// limit or fairness, is refused (errc::wrong_type) or kept out instead of running beside them;
+// the mark lasts as long as the latest holder and goes with the last.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <system_error>
+#include <thread>
+
+#include "dlock/key_layout.hpp"
+#include "dlock/latch.hpp"
+#include "dlock/lock_set.hpp"
+#include "dlock/mutex.hpp"
+#include "dlock/semaphore.hpp"
+#include "dlock/shared_mutex.hpp"
+#include "support/redis_server.hpp"
+#include "support/test_keys.hpp"
+
+namespace dlock {
+namespace {
+
+using namespace std::chrono_literals;
+using test::redis_server;
+using test::test_key;
+
+class NameKindTest : public ::testing::TestWithParam<bool> {  // fair?
+ protected:
+  bool fair() const { return GetParam(); }
+  semaphore_options sem_options(std::chrono::milliseconds ttl = 10s) const {
+    return {.ttl = ttl, .fair = fair()};
+  }
+  // What the name's own key holds, or "" when nothing does.
+  std::string name_value() {
+    auto r = admin_.exec({"GET", test_key()});
+    return r.is_nil() ? std::string() : r.str();
+  }
+  long long name_pttl() { return admin_.exec({"PTTL", test_key()}).integer(); }
+
+  redis_server server_;
+  client admin_{server_.url()};
+  client client_{server_.url()};
+};
+
+INSTANTIATE_TEST_SUITE_P(Variants, NameKindTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Fair" : "Unfair"; });
+
+TEST_P(NameKindTest, ASemaphoresHoldersMarkTheNameWithItsLimitAndFairnessUntilTheLastGoes) {
+  semaphore sem{client_, test_key(), 3, sem_options()};
+  std::error_code ec;
+  lease first = sem.try_acquire(ec);
+  ASSERT_TRUE(first) << ec.message();
+  EXPECT_EQ(name_value(), semaphore_mark(3, fair()));
+  EXPECT_EQ(name_value(), std::string("dlock:semaphore 3 ") + (fair() ? "fair" : "unfair"));
+  EXPECT_GT(name_pttl(), 9'000);
+  EXPECT_LE(name_pttl(), 10'000);
+  lease second = sem.try_acquire(ec);
+  ASSERT_TRUE(second) << ec.message();
+  first.release();
+  EXPECT_EQ(name_value(), semaphore_mark(3, fair())) << "the mark went before the last holder";
+  second.release();
+  EXPECT_EQ(name_value(), "") << "the mark outlived the last holder";
+}
+
+TEST_P(NameKindTest, AHeldSemaphoreRefusesAMutexALockSetAReadWriteLockAndALatch) {
+  semaphore sem{client_, test_key(), 2, sem_options()};
+  std::error_code ec;
+  lease held = sem.try_acquire(ec);
+  ASSERT_TRUE(held) << ec.message();
+  mutex plain{client_, test_key()};
+  EXPECT_FALSE(plain.try_acquire(ec));
+  EXPECT_EQ(ec, errc::wrong_type) << ec.message();
+  // A wait is refused at once too, not after its time: waiting cannot cure it.
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(plain.acquire_until(std::chrono::steady_clock::now() + 5s, ec));
+  EXPECT_EQ(ec, errc::wrong_type) << ec.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);
+  lock_set set{client_, {test_key() + "-other", test_key()}};
+  EXPECT_FALSE(set.try_acquire(ec));
+  EXPECT_EQ(ec, errc::wrong_type) << ec.message();
+  shared_mutex rw{client_, test_key()};
+  EXPECT_FALSE(rw.try_acquire_shared(ec));
+  EXPECT_EQ(ec, errc::wrong_type) << ec.message();
+  EXPECT_FALSE(rw.try_acquire(ec));
+  EXPECT_EQ(ec, errc::wrong_type) << ec.message();
+  latch gate{client_, test_key()};
+  EXPECT_FALSE(gate.try_set_count(3, ec));
+  EXPECT_EQ(ec, errc::wrong_type) << ec.message();
+  EXPECT_TRUE(admin_.exec({"SET", test_key(), "x", "NX", "PX", "60000"}).is_nil())
+      << "another client's SET NX took a name a semaphore holds";
+  EXPECT_EQ(name_value(), semaphore_mark(2, fair()));
+  held.release();
+  EXPECT_TRUE(plain.try_acquire(ec)) << ec.message();
+}
+
+TEST_P(NameKindTest, ASemaphoreIsRefusedWhereALockAReadWriteLockOrALatchHoldsTheName) {
+  semaphore sem{client_, test_key(), 2, sem_options()};
+  std::error_code ec;
+  {
+    mutex plain{client_, test_key()};
+    lease held = plain.try_acquire(ec);
+    ASSERT_TRUE(held) << ec.message();
+    EXPECT_FALSE(sem.try_acquire(ec));
+    EXPECT_EQ(ec, errc::wrong_type) << ec.message();
+  }
+  {
+    shared_mutex rw{client_, test_key()};
+    lease held = rw.try_acquire_shared(ec);
+    ASSERT_TRUE(held) << ec.message();
+    EXPECT_FALSE(sem.try_acquire(ec));
+    EXPECT_EQ(ec, errc::wrong_type) << ec.message();
+  }
+  {
+    latch gate{client_, test_key(), {.ttl = 10s}};
+    ASSERT_TRUE(gate.try_set_count(2, ec)) << ec.message();
+    EXPECT_FALSE(sem.try_acquire(ec));
+    EXPECT_EQ(ec, errc::wrong_type) << ec.message();
+    EXPECT_EQ(name_value(), "2") << "the refused semaphore touched the latch";
+    admin_.exec({"DEL", test_key()});
+  }
+  // Nothing of the refused attempts is left in the semaphore's keys: with the name free, both
+  // permits are there.
+  lease a = sem.try_acquire(ec), b = sem.try_acquire(ec);
+  EXPECT_TRUE(a && b) << ec.message();
+}
+
+// Holders that disagree about the limit or the fairness are refused while the first ones hold
+// (consul lock -n gives the same error); once they are gone, a new limit may start.
+TEST_P(NameKindTest, ASemaphoreOfAnotherLimitOrFairnessIsRefusedWhileTheFirstHolds) {
+  semaphore three{client_, test_key(), 3, sem_options()};
+  semaphore five{client_, test_key(), 5, sem_options()};
+  semaphore other_fairness{client_, test_key(), 3, {.ttl = 10s, .fair = !fair()}};
+  std::error_code ec;
+  lease held = three.try_acquire(ec);
+  ASSERT_TRUE(held) << ec.message();
+  EXPECT_FALSE(five.try_acquire(ec));
+  EXPECT_EQ(ec, errc::wrong_type) << ec.message();
+  EXPECT_FALSE(other_fairness.try_acquire(ec));
+  EXPECT_EQ(ec, errc::wrong_type) << ec.message();
+  EXPECT_EQ(name_value(), semaphore_mark(3, fair()));
+  lease again = three.try_acquire(ec);
+  EXPECT_TRUE(again) << ec.message();
+  held.release();
+  again.release();
+  lease now_five = five.try_acquire(ec);
+  EXPECT_TRUE(now_five) << ec.message();
+  EXPECT_EQ(name_value(), semaphore_mark(5, fair()));
+}
+
+// The mark follows each holder's renewal, and is never the owner value of a lock.
+TEST_P(NameKindTest, TheMarkFollowsARenewalAndReleasesNothingAsAnOwnerValue) {
+  semaphore sem{client_, test_key(), 2, sem_options(1s)};
+  std::error_code ec;
+  lease held = sem.try_acquire(ec);
+  ASSERT_TRUE(held) << ec.message();
+  ASSERT_LE(name_pttl(), 1'000);
+  ec = held.extend(20s);
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_GT(name_pttl(), 19'000) << "the mark did not follow the renewal";
+  // dlock release NAME "dlock:semaphore 2 ...", copied from a status line, frees nothing.
+  mutex plain{client_, test_key()};
+  lease adopted = plain.adopt(name_value());
+  EXPECT_EQ(adopted.release(), errc::not_held);
+  EXPECT_EQ(name_value(), semaphore_mark(2, fair()));
+}
+
+// A release that hands permits to a queued waiter marks the name for the new holder.
+TEST_P(NameKindTest, AHandoffKeepsTheNameMarkedForTheNewHolder) {
+  semaphore sem{client_, test_key(), 1, sem_options(2s)};
+  std::error_code ec;
+  lease first = sem.try_acquire(ec);
+  ASSERT_TRUE(first) << ec.message();
+  std::error_code waited_ec;
+  lease second;
+  std::thread waiter(
+      [&] { second = sem.acquire_until(std::chrono::steady_clock::now() + 10s, waited_ec); });
+  std::this_thread::sleep_for(300ms);  // let it queue
+  first.release();
+  waiter.join();
+  ASSERT_TRUE(second) << waited_ec.message();
+  EXPECT_EQ(name_value(), semaphore_mark(1, fair()));
+  EXPECT_GT(name_pttl(), 1'000);
+  mutex plain{client_, test_key()};
+  EXPECT_FALSE(plain.try_acquire(ec));
+  EXPECT_EQ(ec, errc::wrong_type);
+  second.release();
+  EXPECT_EQ(name_value(), "");
+}
+
+// A latch is refused where a lock holds the name; a lock waits for a count as for another
+// client's lock (hand-made locks write "1"), never beside it.
+TEST(NameKindLatchTest, ALatchIsRefusedWhereALockHoldsTheNameAndALockWaitsForALatch) {
+  redis_server server;
+  client c{server.url()};
+  std::error_code ec;
+  mutex plain{c, test_key()};
+  latch gate{c, test_key(), {.ttl = 10s}};
+  {
+    lease held = plain.try_acquire(ec);
+    ASSERT_TRUE(held) << ec.message();
+    EXPECT_FALSE(gate.try_set_count(2, ec));
+    EXPECT_EQ(ec, errc::wrong_type) << ec.message();
+    EXPECT_EQ(gate.count_down(1, ec), -1);
+    EXPECT_EQ(ec, errc::wrong_type) << ec.message();
+  }
+  ASSERT_TRUE(gate.try_set_count(2, ec)) << ec.message();
+  EXPECT_FALSE(plain.try_acquire(ec));
+  EXPECT_EQ(ec, errc::not_acquired) << ec.message();
+}
+
+}  // namespace
+}  // namespace dlock
