@@ -151,6 +151,7 @@ void acquire_run::pump() {
       progress.last_error = engine_.last_error();
       progress.kind = classify_failure(progress.last_error, engine_.last_votes());
       progress.votes = &engine_.last_votes();
+      progress.waiter_id = engine_.id();
       if (!control_.on_retry(progress)) return stop(engine_.last_error());
     }
     // A holder that is not dlock's wakes nobody when it lets go: watch its key instead.

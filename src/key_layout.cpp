@@ -25,7 +25,8 @@ namespace {
 // Every companion suffix, each written once; none may contain '}'.
 constexpr std::string_view fence_suffix = ":fence", waiters_suffix = ":waiters",
                            waiter_info_suffix = ":waiter-info", tickets_suffix = ":tickets";
-constexpr std::string_view holder_suffix = ":holder", high_fence_suffix = ":high-fence",
+constexpr std::string_view holder_suffix = ":holder", waiter_notes_suffix = ":waiter-notes",
+                           high_fence_suffix = ":high-fence",
                            election_suffix = ":election", latch_suffix = ":latch";
 constexpr std::string_view sem_holders = ":sem:holders", sem_weights = ":sem:weights",
                            sem_fence = ":sem:fence", sem_waiters = ":sem:waiters",
@@ -38,13 +39,13 @@ constexpr std::string_view fair_timeouts = ":fairsem:timeouts", fair_owners = ":
 constexpr std::string_view rw_timeouts = ":rw:timeouts", rw_owners = ":rw:owners",
                            rw_weights = ":rw:weights", rw_fence = ":rw:fence",
                            rw_waiter_info = ":rw:waiter-info", rw_tickets = ":rw:counter";
-constexpr std::array<std::string_view, 26> suffixes{
+constexpr std::array<std::string_view, 27> suffixes{
     fence_suffix,      waiters_suffix,   waiter_info_suffix, tickets_suffix, holder_suffix,
     high_fence_suffix, sem_holders,      sem_weights,        sem_fence,      sem_waiters,
     sem_waiter_info,   sem_tickets,      fair_timeouts,      fair_owners,    fair_weights,
     fair_fence,        fair_waiter_info, fair_tickets,       election_suffix,
     latch_suffix,      rw_timeouts,      rw_owners,          rw_weights,     rw_fence,
-    rw_waiter_info,    rw_tickets};
+    rw_waiter_info,    rw_tickets,       waiter_notes_suffix};
 
 constexpr std::array<std::uint16_t, 256> crc_table = [] {
   std::array<std::uint16_t, 256> table{};
@@ -202,6 +203,10 @@ std::string high_fence_key(std::string_view data_key) {
 }
 
 std::string holder_key(std::string_view lock_key) { return companion(lock_key, holder_suffix); }
+
+std::string waiter_notes_key(std::string_view lock_key) {
+  return companion(lock_key, waiter_notes_suffix);
+}
 
 std::string election_record_key(std::string_view lock_key) {
   return companion(lock_key, election_suffix);

@@ -106,7 +106,9 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
     if (!ec && r.elements()[0].is_error()) ec = error_from_reply(r.elements()[0]);
     if (ec) {
       // Nodes down, timeouts: the subscriber reconnects and reads again; so does the timer.
-      if (!is_retryable(ec)) return finish(ec);
+      // So does a Redis Cluster slot without a master: its replica is promoted within the
+      // failover (seen: a wait that gave up with cluster_error while the replica took over).
+      if (!is_retryable(ec) && ec != errc::cluster_error) return finish(ec);
       expires_in_ = 250;
       return arm_timer();
     }

@@ -8,6 +8,7 @@
 ///                       shared_mutex_keys_for: a read-write lock's, the same set under :rw:
 /// - high_fence_key:     where dlock::fenced_set keeps the highest token of a data key
 /// - holder_key:         the `dlock` CLI's note of who holds a lock
+/// - waiter_notes_key:   the `dlock` CLI's notes of who waits for a name
 /// - election_record_key: a leader election's record of its terms (dlock::election)
 /// - latch_channel:      the Pub/Sub channel on which a latch's opening is published
 /// - is_companion_key:   whether a key is one of those companions (no lock may use one)
@@ -129,6 +130,12 @@ DLOCK_EXPORT std::string high_fence_key(std::string_view data_key);
 
 /// The `dlock` CLI's advisory note of who holds the lock `lock_key`. Only the CLI writes it.
 DLOCK_EXPORT std::string holder_key(std::string_view lock_key);
+
+/// The `dlock` CLI's advisory notes of who waits for the lock, read-write lock or semaphore
+/// `lock_key`: a hash, waiter id (wait_progress::waiter_id) -> a note like holder_key's. Only
+/// the CLI writes it; each waiter removes its own field when its wait ends, and the hash
+/// expires soon after the last waiter stopped renewing it.
+DLOCK_EXPORT std::string waiter_notes_key(std::string_view lock_key);
 
 /// The run_id of the Redis process that last checked the node's identity
 /// (client_options::restart_quarantine); it never expires. One per node.

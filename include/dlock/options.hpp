@@ -11,6 +11,7 @@
 #include <functional>
 #include <stop_token>
 #include <string>
+#include <string_view>
 
 #include "dlock/error.hpp"
 
@@ -82,6 +83,10 @@ struct wait_progress {
   std::error_code last_error;                    ///< why the last one failed
   failure_kind kind = failure_kind::contention;  ///< what that failure means
   const node_results* votes = nullptr;           ///< the last attempt's, per node
+  /// The id this wait queues under, as waiters are listed on the server (a mutex's
+  /// acquisition id, a semaphore's or read-write lock's owner token); empty for a lock set,
+  /// which does not queue. Valid during the call only.
+  std::string_view waiter_id;
 };
 
 /// Control over a blocking wait (mutex::acquire_until, semaphore::acquire_until), for callers

@@ -66,6 +66,12 @@ redis.call('HDEL', weights, owner)
 redis.call('ZREM', queue, owner)
 redis.call('HDEL', info, owner)
 
+-- Whether a waiter's offer (its limit) may be taken up here: where the name is marked, the mark
+-- stores the limit, and a waiter of another limit would hold beside it under the wrong mark.
+local function same_limit(their_limit)
+  return not name or tonumber(their_limit) == limit
+end
+
 -- Permits in use by live holders, for a handoff (as sem_acquire.lua counts them).
 local function permits_used()
   drop_expired_holders(expiries, weights, now)
@@ -145,7 +151,9 @@ local function serve_fair_line()
           -- the unfair variant.
           -- While another kind holds the name, the waiters are only woken: their next attempt
           -- learns what holds it, and watches that key.
-          if ttl_ms and not quarantined and not name_held and in_line <= tonumber(their_limit) then
+          -- Nor to a waiter that counts another limit where the name is marked (as above).
+          if ttl_ms and not quarantined and not name_held and same_limit(their_limit) and
+              in_line <= tonumber(their_limit) then
             ttl_ms = tonumber(ttl_ms)
             -- The place in line becomes a holder's permit: same ticket, the TTL as its expiry.
             -- Every write comes before the publish, as in hand_over: the name's mark too.
@@ -234,8 +242,10 @@ while to_wake > 0 do
           -- No handoff in quarantine, which grants nothing: the waiter is only woken.
           -- Within the smaller limit: clients that disagree (a limit being lowered) never
           -- grant past either.
-          -- Nor while another kind holds the name (its mark was lost under us).
-          if not quarantined and not name_held and
+          -- Nor while another kind holds the name (its mark was lost under us), nor to a
+          -- waiter that counts another limit where the name is marked: it is only woken, and
+          -- its next attempt is refused (name_mark.lua), as it would have been had it come now.
+          if not quarantined and not name_held and same_limit(their_limit) and
               used + want <= math.min(limit, tonumber(their_limit)) then
             outcome = hand_over(member, channel, want, tonumber(ttl_ms), attempt)
           end

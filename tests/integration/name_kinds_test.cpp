@@ -17,6 +17,7 @@
 #include "dlock/mutex.hpp"
 #include "dlock/semaphore.hpp"
 #include "dlock/shared_mutex.hpp"
+#include "support/checks.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
@@ -24,6 +25,7 @@ namespace dlock {
 namespace {
 
 using namespace std::chrono_literals;
+using test::eventually;
 using test::redis_server;
 using test::test_key;
 
@@ -187,6 +189,49 @@ TEST_P(NameKindTest, AHandoffKeepsTheNameMarkedForTheNewHolder) {
   EXPECT_FALSE(plain.try_acquire(ec));
   EXPECT_EQ(ec, errc::wrong_type);
   second.release();
+  EXPECT_EQ(name_value(), "");
+}
+
+// A waiter that counts another limit is never handed permits by a release where the name is
+// marked: it would hold under the wrong mark (its renewals refused, the mark stale). It is
+// woken, and its next attempt is refused while the other limit's holders hold (found by review:
+// before, the release handed it a permit).
+TEST_P(NameKindTest, AReleaseNeverHandsPermitsToAWaiterThatCountsAnotherLimit) {
+  // The waiter polls only after the release: what the release does decides.
+  semaphore five{client_, test_key(), 5, {.ttl = 10s, .fair = fair(), .retry_delay = 5s}};
+  semaphore three{client_, test_key(), 3, sem_options()};
+  const auto keys = semaphore_keys_for(test_key(), fair());
+  std::error_code ec;
+  lease all = five.try_acquire(5, ec);
+  ASSERT_TRUE(all) << ec.message();
+  std::error_code waited_ec;
+  lease waited;
+  std::thread waiter(
+      [&] { waited = five.acquire_until(std::chrono::steady_clock::now() + 10s, waited_ec); });
+  // Queued with its wake channel and an offer to take a handoff (" h..." unfair, " f..." fair):
+  // it then sleeps until woken or handed permits.
+  auto offers_handoff = [&] {
+    auto entries = admin_.exec({"HVALS", keys.waiter_info});
+    return entries.elements().size() == 1 &&
+           entries.elements()[0].str().find(fair() ? " f" : " h") != std::string::npos;
+  };
+  bool queued = eventually(offers_handoff);
+  // The limit-5 holder vanishes as if its TTL had passed: its entries and its mark go.
+  admin_.exec({"ZREM", keys.expiries, all.value()});
+  admin_.exec({"HDEL", keys.weights, all.value()});
+  if (fair()) admin_.exec({"ZREM", keys.owners, all.value()});
+  admin_.exec({"DEL", test_key()});
+  lease a = three.try_acquire(ec), b = three.try_acquire(ec);
+  bool both = a && b;
+  EXPECT_EQ(name_value(), semaphore_mark(3, fair()));
+  a.release();
+  waiter.join();
+  ASSERT_TRUE(queued) << "the waiter never queued with a handoff offer";
+  ASSERT_TRUE(both) << ec.message();
+  EXPECT_FALSE(waited) << "a limit-5 waiter was handed a permit under a limit-3 mark";
+  EXPECT_EQ(waited_ec, errc::wrong_type) << waited_ec.message();
+  EXPECT_EQ(name_value(), semaphore_mark(3, fair()));
+  b.release();
   EXPECT_EQ(name_value(), "");
 }
 

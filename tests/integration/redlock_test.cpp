@@ -224,7 +224,8 @@ TEST_F(RedlockTest, TwoNodesDownStillLocksThreeDownFailsNamingThem) {
   EXPECT_GE(l.valid_until(), before + 2s - 22ms);
   EXPECT_LE(l.valid_until(), after + 2s - 22ms);
   EXPECT_FALSE(l.release());
-  EXPECT_TRUE(ours_left(test_key()).empty());
+  // The release reports once a quorum released; the rest are on their way.
+  EXPECT_TRUE(test::eventually([&] { return ours_left(test_key()).empty(); }));
 
   // Held by another owner on all three live nodes: that is what is reported, although the two
   // dead nodes refuse first.
@@ -316,6 +317,9 @@ TEST_F(RedlockTest, FailedRoundLeavesNothingOfOursAndTheHungNodesLateSetDoesNotL
   constexpr auto ttl = 1500ms;
   mutex m{nodes_, test_key(), {.ttl = ttl, .retry_count = 0, .node_timeout = 200ms}};
   { auto warm = m.acquire(); }
+  // The release reports once a quorum released; the rest may still be on their way (seen:
+  // node 3 still held the warm-up's key, and voted "taken").
+  ASSERT_TRUE(test::eventually([&] { return ours_left(test_key()).empty(); }));
   lock_by_other(0, test_key());
   lock_by_other(1, test_key());
   servers_[2]->pause();
@@ -403,7 +407,8 @@ TEST_F(RedlockTest, ARetryIsNotRefusedByOurOwnLateSet) {
   }
   EXPECT_EQ(get(2, test_key()), l.value());
   EXPECT_FALSE(l.release());
-  EXPECT_TRUE(ours_left(test_key()).empty());
+  // The release reports once a quorum released; the rest are on their way (seen under load).
+  EXPECT_TRUE(test::eventually([&] { return ours_left(test_key()).empty(); }));
 }
 
 TEST_F(RedlockTest, KeyOfAnotherTypeEverywhereIsWrongTypeNotNoQuorum) {

@@ -86,6 +86,7 @@ subcommand add_acquire_command(CLI::App& parent, const global_options& g);
 subcommand add_release_command(CLI::App& parent, const global_options& g);
 subcommand add_extend_command(CLI::App& parent, const global_options& g);
 subcommand add_status_command(CLI::App& parent, const global_options& g);
+subcommand add_list_command(CLI::App& parent, const global_options& g);
 subcommand add_demo_command(CLI::App& parent, const global_options& g);
 subcommand add_demo_worker_command(CLI::App& parent, const global_options& g);
 subcommand add_doctor_command(CLI::App& parent, const global_options& g);
@@ -142,6 +143,8 @@ void say_verbose(const char* format, ...) __attribute__((format(printf, 1, 2)));
 // The exit status for a failed lock operation: 64 for invalid_argument, 75 (or the override)
 // for not_acquired, 71 for lease_lost / not_held, 69 for everything the nodes caused.
 int exit_status_for(std::error_code ec, int conflict_status = exit_conflict);
+// The node turned our credentials or our ACL user's rights down (status, list: exit 77, not 69).
+bool is_refusal(std::error_code ec);
 
 // A duration in seconds with one decimal, for progress lines ("4.2 s").
 std::string seconds_text(std::chrono::steady_clock::duration d);

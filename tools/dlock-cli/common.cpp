@@ -341,6 +341,10 @@ void say_verbose(const char* format, ...) {
   va_end(args);
 }
 
+bool is_refusal(std::error_code ec) {
+  return ec == errc::auth_failed || ec == errc::no_permission;
+}
+
 int exit_status_for(std::error_code ec, int conflict_status) {
   if (!ec) return exit_ok;
   if (ec == errc::invalid_argument) return exit_usage;
@@ -362,7 +366,8 @@ std::vector<subcommand> add_all_commands(CLI::App& parent, const global_options&
           add_leader_command(parent, g), add_latch_command(parent, g),
           add_acquire_command(parent, g),
           add_release_command(parent, g), add_extend_command(parent, g),
-          add_status_command(parent, g),  add_doctor_command(parent, g),
+          add_status_command(parent, g),  add_list_command(parent, g),
+          add_doctor_command(parent, g),
           add_demo_command(parent, g),    add_demo_worker_command(parent, g)};
 }
 

@@ -16,6 +16,7 @@
 
 #include "cli.hpp"
 #include "dlock/key_layout.hpp"
+#include "key_names.hpp"
 
 namespace dlock::cli {
 namespace {
@@ -75,6 +76,16 @@ std::vector<std::pair<std::string, std::string>> pairs(const reply& flat) {
 std::map<std::string, std::string> hash_of(const reply& flat) {
   auto p = pairs(flat);
   return {p.begin(), p.end()};
+}
+
+// Each waiter's note, where its command left one (publish_waiter).
+void add_notes(std::vector<waiter_view>& waiters, const std::map<std::string, std::string>& notes) {
+  for (auto& w : waiters) {
+    auto note = notes.find(w.id);
+    if (note == notes.end()) continue;
+    auto who = decode_holder(note->second);
+    if (who && who->token == w.id) w.who = std::move(who);
+  }
 }
 
 // A waiter info entry split at its spaces; its first field is the deadline in server ms.
@@ -228,6 +239,17 @@ void publish_holder(std::vector<client>& nodes, const std::string& key, const ho
   for (auto& node : nodes) node.async_exec(cmd, [](std::error_code, reply) {});
 }
 
+void publish_waiter(std::vector<client>& nodes, const std::string& key, const holder_info& w) {
+  const auto notes = waiter_notes_key(key);
+  command cmd{"HSET", notes, w.token, encode(w)};
+  cmd.then({"PEXPIRE", notes, std::to_string(waiter_note_ttl.count())});
+  for (auto& node : nodes) node.async_exec(cmd, [](std::error_code, reply) {});
+}
+
+void clear_waiter(std::vector<client>& nodes, const std::string& key, const std::string& id) {
+  (void)exec_all(nodes, command{"HDEL", waiter_notes_key(key), id});
+}
+
 void clear_holder(std::vector<client>& nodes, const std::string& key, const std::string& token) {
   // GET, then DEL only where it names us: not atomic, but the annotation is advisory and we
   // still hold the lock here, so no other holder can have written it in between.
@@ -277,13 +299,11 @@ std::vector<other_kind> other_kinds_held(std::vector<client>& nodes, const std::
 
 std::optional<std::string> marked_kind(std::string_view value) {
   if (value == read_write_lock_mark) return "a read-write lock";
-  if (!value.starts_with(semaphore_mark_prefix)) return std::nullopt;
-  value.remove_prefix(semaphore_mark_prefix.size());
-  auto space = value.find(' ');  // "<limit> fair|unfair"
-  if (space == std::string_view::npos) return "a semaphore";
-  auto limit = value.substr(0, space);
-  return "a semaphore of " + std::string(limit) + (limit == "1" ? " permit (" : " permits (") +
-         std::string(value.substr(space + 1)) + ")";
+  auto mark = parse_semaphore_mark(value);
+  if (!mark) return value.starts_with(semaphore_mark_prefix) ? std::optional("a semaphore")
+                                                             : std::nullopt;
+  return "a semaphore of " + std::to_string(mark->limit) +
+         (mark->limit == 1 ? " permit (" : " permits (") + (mark->fair ? "fair)" : "unfair)");
 }
 
 std::string held_as(std::string_view value) {
@@ -318,11 +338,13 @@ lock_view inspect_lock(std::vector<client>& given, const std::string& key, read_
     if (with_queue) {
       cmd.then({"ZRANGE", keys.waiters, "0", "-1"})
           .then({"HGETALL", keys.waiter_info})
-          .then({"TIME"});
+          .then({"TIME"})
+          .then({"HGETALL", waiter_notes_key(lock_key)});  // in the lock key's slot
     }
     cmds.push_back(std::move(cmd));
   }
-  const std::size_t expected = with_queue ? 7 : 4;
+  const std::size_t expected = with_queue ? 8 : 4;
+  std::map<std::string, std::string> notes;  // waiter id -> note, from any node
   auto replies = exec_each(nodes, cmds);
   std::map<std::string, std::size_t> votes;
   std::vector<std::vector<waiter_view>> queues;
@@ -356,11 +378,18 @@ lock_view inspect_lock(std::vector<client>& given, const std::string& key, read_
                                         w.takes_handoff = f.size() >= 4;
                                       }));
         n.waiters = queues.back().size();
+        notes.merge(hash_of(e[7]));
       }
     }
     view.nodes.push_back(std::move(n));
   }
   view.waiters = merge_queues(queues);
+  if (in_copies && with_queue) {  // the CLI notes its waiters once, beside the name's own key
+    std::error_code ec;
+    reply all = given.front().exec(command{"HGETALL", waiter_notes_key(key)}, ec);
+    if (!ec && all.is_array()) notes = hash_of(all);
+  }
+  add_notes(view.waiters, notes);
   for (const auto& [token, count] : votes) {
     if (count > view.holding) {
       view.token = token;
@@ -416,8 +445,10 @@ semaphore_view inspect_semaphore(client& node, const std::string& key,
       .then({"HGETALL", keys.weights})
       .then({"GET", keys.fence});
   if (with_info) cmd.then({"HGETALL", keys.waiter_info});
-  if (with_queue) cmd.then({"ZRANGE", keys.waiters, "0", "-1"});
-  const std::size_t expected = 4 + (with_info ? 1 : 0) + (with_queue ? 1 : 0);
+  if (with_queue) {
+    cmd.then({"ZRANGE", keys.waiters, "0", "-1"}).then({"HGETALL", waiter_notes_key(key)});
+  }
+  const std::size_t expected = 4 + (with_info ? 1 : 0) + (with_queue ? 2 : 0);
   std::error_code ec;
   reply r = node.exec(cmd, ec);
   const auto& e = r.elements();
@@ -455,6 +486,7 @@ semaphore_view inspect_semaphore(client& node, const std::string& key,
                                   w.takes_handoff = f.size() >= 3 && (f[2].starts_with('h') ||
                                                                       f[2].starts_with('f'));
                                 });
+    add_notes(view.waiters, hash_of(e[6]));
   }
   return view;
 }

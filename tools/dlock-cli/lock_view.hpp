@@ -60,6 +60,14 @@ void publish_holder(std::vector<client>& nodes, const std::string& key, const ho
 // Deletes holder_key(K) on every node where it names `token`.
 void clear_holder(std::vector<client>& nodes, const std::string& key, const std::string& token);
 
+// How long a waiter's note outlives its last renewal (a waiter renews it about once a second).
+inline constexpr std::chrono::milliseconds waiter_note_ttl{10'000};
+// HSET waiter_notes_key(K) <w.token> <info>, PEXPIRE waiter_note_ttl, on every node, without
+// waiting for the replies: a waiting command says who it is, as a holder does.
+void publish_waiter(std::vector<client>& nodes, const std::string& key, const holder_info& w);
+// HDEL of that field on every node, waiting for the replies (the wait is over).
+void clear_waiter(std::vector<client>& nodes, const std::string& key, const std::string& id);
+
 // Whether inspect_lock / inspect_semaphore read the waiter queue too (a status does; a waiting
 // command that only names the holder does not, so that many waiters do not each read the
 // whole queue every second).
@@ -71,6 +79,7 @@ struct waiter_view {
   long long expires_in_ms = 0;  // until its entry lapses unless it polls again (server clock)
   bool takes_handoff = false; // a release hands the lock, or the permits, straight to it
   bool woken = false;         // semaphore: a release woke it; its next attempt takes the permit
+  std::optional<holder_info> who;  // a waiting `dlock` command's note (publish_waiter)
 };
 
 struct node_view {

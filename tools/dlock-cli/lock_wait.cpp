@@ -48,13 +48,14 @@ std::string node_failures(const node_results& votes) {
   return out;
 }
 
-// "held as a semaphore of 3 permits (fair), not as a lock" when a node refused the name as held
-// by another kind (name_mark.lua's WRONGTYPE), else nothing.
-std::optional<std::string> held_as_another_kind(const node_results& votes) {
+// "'KEY' is held as a semaphore of 3 permits (fair), not as a lock" when a node refused the
+// name as held by another kind (name_mark.lua's WRONGTYPE), else nothing.
+std::optional<std::string> held_as_another_kind(const std::string& key,
+                                                const node_results& votes) {
   static constexpr std::string_view said = "WRONGTYPE dlock: the name is ";
   for (const auto& v : votes) {
     if (v.error != errc::wrong_type || !v.message.starts_with(said)) continue;
-    return v.message.substr(said.size());
+    return "'" + key + "' is " + v.message.substr(said.size());
   }
   return std::nullopt;
 }
@@ -79,14 +80,14 @@ wait_result judge(const wait_options& o, std::error_code ec, const node_results&
       return result;
     }
     case failure_kind::fatal: {
-      auto kind = held_as_another_kind(votes);
+      auto kind = held_as_another_kind(o.key, votes);
       if (!kind && ec == errc::wrong_type && o.kind_found) kind = o.kind_found();
       if (kind) {
         // One name is one lock: a semaphore where a lock was asked for, or a semaphore of
         // another limit. Waiting cannot cure it; the user must pick one.
         result.outcome = wait_outcome::failed;
-        result.message = "'" + o.key + "' is " + *kind + " (see `dlock status " + o.key +
-                         "`); one name is one lock: use the same kind and limit, or another name";
+        result.message = *kind + " (see `dlock status`); one name is one lock: use the same " +
+                         "kind and limit, or another name";
         return result;
       }
       result.outcome =
@@ -107,6 +108,7 @@ struct progress_note {
   bool any = false;
   failure_kind kind = failure_kind::contention;
   std::string why;
+  std::string waiter_id;  // what the wait queues under (wait_progress::waiter_id)
 };
 
 // A terminal that understands "\r" and clear-to-end-of-line ("\x1b[K"); TERM=dumb does not.
@@ -244,13 +246,15 @@ wait_result wait_for_lock(const lock_calls& calls, const wait_options& o) {
     note.kind = p.kind;
     note.why = p.kind == failure_kind::unavailable && p.votes ? node_failures(*p.votes) : "";
     if (note.why.empty()) note.why = p.last_error.message();
+    if (note.waiter_id != p.waiter_id) note.waiter_id = p.waiter_id;
     return true;
   };
 
   wake_fd done;
+  std::string noted;  // the waiter id the note was written under (watcher thread)
   std::thread watcher([&] {
     status_line line(o.key);
-    auto next_look = start;
+    auto next_look = start, next_note = start;
     for (;;) {
       int sig = 0;
       if (o.watch) {
@@ -266,14 +270,24 @@ wait_result wait_for_lock(const lock_calls& calls, const wait_options& o) {
       }
       pollfd p{done.get(), POLLIN, 0};
       if (::poll(&p, 1, 0) > 0) break;
-      if (!o.show_status || steady::now() < next_look) continue;
       progress_note copy;
       {
         std::lock_guard lock(note.guard);
         if (!note.any) continue;
         copy.kind = note.kind;
         copy.why = note.why;
+        copy.waiter_id = note.waiter_id;
       }
+      // Who waits, as a holder says who holds: renewed about once a second.
+      if (o.note_waiter && !copy.waiter_id.empty() && steady::now() >= next_note) {
+        if (!noted.empty() && noted != copy.waiter_id && o.clear_waiter_note) {
+          o.clear_waiter_note(noted);
+        }
+        o.note_waiter(copy.waiter_id);
+        noted = copy.waiter_id;
+        next_note = steady::now() + std::chrono::seconds(1);
+      }
+      if (!o.show_status || steady::now() < next_look) continue;
       // The holder is read about once a second: each look costs a round trip to every node.
       next_look = steady::now() + std::chrono::seconds(1);
       if (copy.kind == failure_kind::contention) {
@@ -291,6 +305,7 @@ wait_result wait_for_lock(const lock_calls& calls, const wait_options& o) {
   lease l = calls.wait_until(deadline, ec, &votes, control);
   done.wake();
   watcher.join();
+  if (!noted.empty() && o.clear_waiter_note) o.clear_waiter_note(noted);
   if (l && signal.load() == 0) return {wait_outcome::acquired, std::move(l), {}, {}, 0};
   if (signal.load() != 0) {
     // The watcher took the signal from the queue, so nobody else will see it: a lock granted

@@ -56,10 +56,15 @@ struct wait_options {
   // The current holder, for the status; looked up about once a second. Runs on the watcher
   // thread, so it may block. Empty: "another owner".
   std::function<holder_status()> describe_holder;
-  // For a wrong_type whose node said nothing (the semaphore and read-write lock report no
-  // node_results): "held as a semaphore of 3 permits (unfair), not as a lock", read from the
-  // name's key, or nothing when it holds no other kind.
+  // For a wrong_type whose node said nothing (the semaphore, read-write lock and lock set report
+  // no node_results): "'NAME' is held as a semaphore of 3 permits (unfair), not as a lock",
+  // read from the names' keys, or nothing when none holds another kind.
   std::function<std::optional<std::string>()> kind_found;
+  // While the wait lasts, about once a second: tell who waits under `id`, the id it queues
+  // under (wait_progress::waiter_id; publish_waiter); once it is over: take that back
+  // (clear_waiter). Run on the watcher thread. Empty: no note.
+  std::function<void(const std::string& id)> note_waiter;
+  std::function<void(const std::string& id)> clear_waiter_note;
   std::string key;  // for messages
 };
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // dlock: a distributed flock(1) on Redis, built on the dlock library.
 //   dlock [-r URL]... [--password-file F] [--tls-ca F ...] [--request-timeout D] [-v] COMMAND ...
-//   run, acquire, release, extend, status, demo (see each file, and `dlock COMMAND --help`)
+//   run, acquire, release, extend, status, list, demo (see each file, and `dlock COMMAND --help`)
 // main() parses, runs the one chosen command and turns what went wrong into an exit status.
 #include <CLI/CLI.hpp>
 
@@ -34,19 +34,21 @@ Exit status:
   CMD's own    run: CMD ran (128 + N when a signal N ended it)
   0            acquire/release/extend/status/latch succeeded; doctor found nothing to warn about
   1            doctor: warnings (one line each, with the fix); leader: nobody leads; latch set:
-               it exists already; latch down/wait: there is no such latch
+               it exists already; latch down/wait: there is no such latch; list: stopped at
+               --limit or --max-keys (the list says so)
   64           usage error (bad option, duration, URL, TTL)
   65           the name is held as another kind: a semaphore (or one of another limit or
                fairness) where a lock was asked for, a lock where a semaphore or latch was
   69           no quorum of Redis nodes reachable, or they refused (auth, ACL, wrong type);
-               status: could not tell whether KEY is held
+               status: could not tell whether KEY is held; list: a node or a name could not
+               be read (the list is incomplete)
   70           internal error
   71           the lease was lost while CMD ran, or CMD's end was learned only past the
                lease's last safe moment, or the release found it gone; release/extend:
                TOKEN no longer holds KEY
   75           not acquired: held by another (-n, or -w ran out); latch wait: not open
                within -w; change with -E
-  77           status: the nodes refused the credentials or the ACL user's rights
+  77           status, list: the nodes refused the credentials or the ACL user's rights
   128 + N      interrupted by signal N while waiting)";
 
 std::string one_line(std::string text) {

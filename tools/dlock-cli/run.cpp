@@ -617,14 +617,30 @@ int run_command(const global_options& g, const run_options& o) {
     if (o.read || o.write) return holder_status{};  // not shown yet
     return lock_holder_status(nodes, o.key, g.copies);
   };
+  // A waiting run says who it is, as a holder does (status lists it beside its place in line).
+  const auto waiting = make_holder_info("", static_cast<long>(::getpid()), command_text(o.cmd));
+  w.note_waiter = [&](const std::string& id) {
+    auto note = waiting;
+    note.token = id;
+    publish_waiter(nodes, o.key, note);
+  };
+  w.clear_waiter_note = [&](const std::string& id) { clear_waiter(nodes, o.key, id); };
+  // KEY's (or an --also name's) kind, read from its key when the library's error did not say.
   w.kind_found = [&]() -> std::optional<std::string> {
-    std::error_code ec;
-    auto value = nodes.front().exec({"GET", o.key}, ec);
-    if (ec || !value.is_string()) return std::nullopt;
     std::string wanted = o.semaphore_limit ? *marked_kind(semaphore_mark(*o.semaphore_limit, false))
                          : o.read || o.write ? "a read-write lock"
                                              : "a lock";
-    return "held as " + held_as(value.str()) + ", not as " + wanted;
+    std::vector<std::string> names{o.key};
+    names.insert(names.end(), o.also.begin(), o.also.end());
+    for (const auto& name : names) {
+      std::error_code ec;
+      auto value = nodes.front().exec({"GET", name}, ec);
+      if (ec || !value.is_string()) continue;
+      // A lock set is refused only by another kind's mark; a semaphore by any other value.
+      if (!o.semaphore_limit && !marked_kind(value.str())) continue;
+      return "'" + name + "' is held as " + held_as(value.str()) + ", not as " + wanted;
+    }
+    return std::nullopt;
   };
   auto started = steady::now();
   auto result = wait_for_lock(calls, w);

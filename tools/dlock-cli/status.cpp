@@ -19,6 +19,7 @@
 
 #include "cli.hpp"
 #include "dlock/key_layout.hpp"
+#include "key_names.hpp"
 #include "dlock/mutex.hpp"
 #include "lock_view.hpp"
 
@@ -34,28 +35,6 @@ struct status_options {
   bool fair = false;
 };
 
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
 const char* json_bool(bool b) { return b ? "true" : "false"; }
 
 std::string json_holder(const holder_info& h) {
@@ -65,11 +44,6 @@ std::string json_holder(const holder_info& h) {
 }
 
 void write_out(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
-
-// The node turned our credentials or our ACL user's rights down: exit 77, not 69.
-bool is_refusal(std::error_code ec) {
-  return ec == errc::auth_failed || ec == errc::no_permission;
-}
 
 // ---- lock ----
 
@@ -112,7 +86,8 @@ void print_lock_json(const lock_view& v, const std::vector<other_kind>& others) 
     out += "{\"id\":" + json_string(w.id) + ",\"position\":" + std::to_string(i + 1) +
            ",\"nodes\":" + std::to_string(w.nodes) +
            ",\"expires_in_ms\":" + std::to_string(w.expires_in_ms) +
-           ",\"takes_handoff\":" + json_bool(w.takes_handoff) + "}";
+           ",\"takes_handoff\":" + json_bool(w.takes_handoff) +
+           ",\"who\":" + (w.who ? json_holder(*w.who) : std::string("null")) + "}";
   }
   if (v.answered()) out += "]";
   out += ",\"quorum\":" + std::to_string(v.quorum) +
@@ -196,6 +171,7 @@ void print_lock_text(const lock_view& v, const std::vector<other_kind>& others) 
   for (std::size_t i = 0; i < v.waiters.size(); ++i) {
     const auto& w = v.waiters[i];
     queue += "    " + std::to_string(i + 1) + ". " + w.id + "  ";
+    if (w.who) queue += describe(*w.who) + ", ";
     if (v.nodes.size() > 1) {
       queue +=
           "on " + std::to_string(w.nodes) + " of " + std::to_string(v.nodes.size()) + " nodes, ";
@@ -271,7 +247,8 @@ void print_semaphore_json(const semaphore_view& v, long long limit) {
     out += "{\"token\":" + json_string(w.id) + ",\"position\":" + std::to_string(i + 1) +
            ",\"expires_in_ms\":" + std::to_string(w.expires_in_ms) +
            ",\"woken\":" + json_bool(w.woken) +
-           ",\"takes_handoff\":" + json_bool(w.takes_handoff) + "}";
+           ",\"takes_handoff\":" + json_bool(w.takes_handoff) +
+           ",\"who\":" + (w.who ? json_holder(*w.who) : std::string("null")) + "}";
   }
   out += "],\"node\":" + json_string(v.node) + ",\"reachable\":true}\n";
   write_out(out);
@@ -299,7 +276,8 @@ void print_semaphore_text(const semaphore_view& v, long long limit) {
   out += waiters_heading(v.waiters.size());
   for (std::size_t i = 0; i < v.waiters.size(); ++i) {
     const auto& w = v.waiters[i];
-    out += "    " + std::to_string(i + 1) + ". " + w.id + "  " + (w.woken ? "woken, " : "") +
+    out += "    " + std::to_string(i + 1) + ". " + w.id + "  " +
+           (w.who ? describe(*w.who) + ", " : std::string()) + (w.woken ? "woken, " : "") +
            (w.takes_handoff ? "takes a handoff, " : "") + entry_text(w) + "\n";
   }
   out += fence_text(v.fence);
