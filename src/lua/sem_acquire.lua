@@ -36,7 +36,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- #include name_mark.lua
 if ARGV[6] and ARGV[6] ~= '' then mark = ARGV[6] else name = nil end
 -- Read before anything is written: a script is not rolled back.
-local refused = other_kind_error(name)
+local refused = read_name(name)
 if refused then return refused end
 
 -- #include sem_holders.lua

@@ -48,9 +48,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[7] and ARGV[7] ~= '' then mark = ARGV[7] else name = nil end
 -- Read before anything is written: a name's key of another kind is refused here (a key that is
 -- no string raises WRONGTYPE), and a script is not rolled back.
-local refused = other_kind_error(name)
+local refused, name_held = read_name(name)
 if refused then return refused end
-local name_held = name_taken(name)
 local function not_granted(ticket_or_0, rank)
   if name_held then return {0, ticket_or_0, rank, 1} end
   return {0, ticket_or_0, rank}

@@ -11,7 +11,7 @@
 --                    client's lock: hand-made locks write "1" too.
 -- A mutex of the name and a read-write lock are one lock: each waits for the other. Any other
 -- two kinds cannot share a name, and the one that comes second is refused with WRONGTYPE,
--- which names the kind found (other_kind_error). The mark lasts until the latest holder's
+-- which names the kind found (read_name). The mark lasts until the latest holder's
 -- expiry at least: every grant and renewal marks the name before anyone is told (a script is
 -- not rolled back: an error later on must not leave a told holder unmarked), and a release or
 -- settle sets the mark to the latest holder's expiry exactly, or takes it off with the last
@@ -51,16 +51,17 @@ local function kind_error(value, wanted)
                                ', not as ' .. wanted)
 end
 
--- For an acquire of a semaphore or read-write lock: the error to answer when the name's key
--- holds a kind that cannot share the name with this one, else nil (free, our own mark, or a
--- lock of the name, which a read-write lock waits for). GET raises WRONGTYPE for a key that is
--- no string at all. Read before anything is written.
-local function other_kind_error(name)
-  if not name then return nil end
+-- For an acquire of a semaphore or read-write lock, with one GET: the error to answer when the
+-- name's key holds a kind that cannot share the name with this one, else nil (free, our own
+-- mark, or a lock of the name, which a read-write lock waits for); and whether anything but
+-- our mark holds it (name_taken). GET raises WRONGTYPE for a key that is no string at all.
+-- Read before anything is written.
+local function read_name(name)
+  if not name then return nil, false end
   local value = redis.call('GET', name)
-  if not value or value == mark then return nil end
-  if mark == rw_mark and kind_of(value) == nil then return nil end
-  return kind_error(value, held_as(mark))
+  if not value or value == mark then return nil, false end
+  if mark == rw_mark and kind_of(value) == nil then return nil, true end
+  return kind_error(value, held_as(mark)), true
 end
 
 -- Whether the name's key holds something other than this kind's mark.
