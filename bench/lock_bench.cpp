@@ -14,6 +14,8 @@
 //   election         dlock::election, 4 candidates, the leader crashes 20 times: failover time
 //   rwlock           16 workers, 90 % reads holding ~1 ms: dlock::shared_mutex against a
 //                    dlock::mutex taking every cycle exclusively
+//   command handoff  `dlock run` to `dlock run`: one CMD's end to the next waiting run's CMD
+//                    start, quiet and with 2 busy threads, beside a bare spawn of the same CMD
 //   client CPU       with --callgrind: instructions per cycle, counted by valgrind's callgrind
 // and writes bench/results/latest.{json,md} plus plot data, then prints the Markdown.
 //
@@ -27,6 +29,7 @@
 //                             (8 and 64 workers, defaults), in PING round trips; a line each
 //   lock_bench --election     the election scenario only, on 1 and 3 servers; a line each
 //   lock_bench --rwlock [--seconds S]   one server, the rwlock scenario only; a line each
+//   lock_bench --cli-handoff [--samples N]   one server, the command handoff only; a line each
 //
 // Every run is bounded: scenarios by their window, child processes by timeout(1). On SIGINT
 // or SIGTERM the servers are killed before exiting.
@@ -52,6 +55,7 @@
 #include "dlock/client.hpp"
 #include "dlock/options.hpp"
 #include "harness/ceiling.hpp"
+#include "harness/cli_handoff.hpp"
 #include "harness/election.hpp"
 #include "harness/rwlock.hpp"
 #include "harness/measure.hpp"
@@ -92,6 +96,8 @@ struct options {
   bool contended_only = false;  // only the contended lock and semaphore handoffs (defaults)
   bool election_only = false;   // only the election's failover
   bool rwlock_only = false;     // only the read-write lock's mixed load
+  bool cli_handoff_only = false;  // only the command handoff
+  int samples = 30;               // command handoffs per variant
   std::string command;
 };
 
@@ -120,6 +126,8 @@ options parse(int argc, char** argv) {
     else if (a == "--contended") o.contended_only = true;
     else if (a == "--election") o.election_only = true;
     else if (a == "--rwlock") o.rwlock_only = true;
+    else if (a == "--cli-handoff") o.cli_handoff_only = true;
+    else if (a == "--samples") o.samples = std::stoi(value());
     else throw std::runtime_error("unknown argument " + a + " (see the comment atop lock_bench.cpp)");
   }
   return o;
@@ -345,6 +353,31 @@ int run_rwlock_mode(const options& o) {
   return 0;
 }
 
+// The command handoff rows: quiet, then with two threads spinning (a busy 2-core machine).
+std::vector<row> cli_handoff_rows(dlock::client node, const std::string& url, const options& o) {
+  std::vector<row> rows;
+  std::vector<dlock::client> set{node};
+  for (int busy : {0, 2}) {
+    flush_all(set);
+    rows.push_back(run_cli_handoff(node, {DLOCK_BENCH_CLI, DLOCK_BENCH_STAMP, url, o.samples, busy}));
+  }
+  return rows;
+}
+
+int run_cli_handoff_mode(const options& o) {
+  redis_server server;
+  server_pids[0] = server.pid();
+  for (const auto& r : cli_handoff_rows(dlock::client{server.url()}, server.url(), o)) {
+    std::cout << "command handoff, " << r.variant << ": p50 " << r.get("handoff_p50_ms")
+              << " ms, p99 " << r.get("handoff_p99_ms") << " ms, max " << r.get("handoff_max_ms")
+              << " ms (" << r.get("samples") << " handoffs, " << r.get("unqueued")
+              << " not counted); a bare spawn of CMD p50 " << r.get("floor_p50_ms")
+              << " ms: the handoff is " << r.get("handoff_p50_floors") << " of them\n";
+  }
+  server_pids[0] = 0;
+  return 0;
+}
+
 int run_single_scenario_mode(const options& o) {
   redis_server server;
   server_pids[0] = server.pid();
@@ -552,6 +585,8 @@ int run_all(const options& o) {
   for (auto& r : election_rows(first(3))) rows.push_back(std::move(r));
   progress("dlock read-write lock, 90 % reads, 16 workers ...");
   for (auto& r : rwlock_rows(clients[0], contended_t)) rows.push_back(std::move(r));
+  progress("dlock run -> dlock run, the command handoff, quiet and busy ...");
+  for (auto& r : cli_handoff_rows(clients[0], servers[0]->url(), o)) rows.push_back(std::move(r));
 
   if (o.callgrind) {
     if (auto r = client_cpu(o)) rows.push_back(*r);
@@ -584,6 +619,7 @@ int main(int argc, char** argv) {
     if (o.contended_only) return run_contended_mode(o);
     if (o.election_only) return run_election_mode();
     if (o.rwlock_only) return run_rwlock_mode(o);
+    if (o.cli_handoff_only) return run_cli_handoff_mode(o);
     return run_all(o);
   } catch (const std::exception& e) {
     std::cerr << "lock_bench: " << e.what() << "\n";

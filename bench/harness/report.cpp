@@ -2,8 +2,10 @@
 // Reporting: ratios to the same run's ceiling, the issue's targets, JSON, Markdown, plot data.
 //
 // Every absolute figure here depends on how busy the shared machine was during the run, so the
-// verdicts use only ratios between figures of the same run: dlock against redis-benchmark's
+// verdicts use ratios between figures of the same run: dlock against redis-benchmark's
 // ceiling, against the PING round trip, against itself on one node, and against the peers.
+// One exception, as its issue states it: the command handoff's median in milliseconds, judged
+// with the machine made busy on purpose (and the same run's bare spawn beside it).
 #include "harness/report.hpp"
 
 #include <algorithm>
@@ -279,6 +281,18 @@ std::vector<verdict> judge_targets(const std::vector<row>& rows) {
                    status(rw->get("most_readers") > 1 && rw->get("overlaps") == 0 &&
                           whole->get("overlaps") == 0 && ratio > 1)});
   }
+  // Issue 36: from one `dlock run`'s CMD ending to the next waiting run's CMD starting, median
+  // at most 10 ms on 2 cores, busy or not. An absolute bound, as the issue states it; the floor
+  // (a bare spawn of the same CMD in the same run) says how much of it any command pays.
+  for (const auto& r : rows) {
+    if (r.scenario != "cli_handoff") continue;
+    out.push_back({"dlock run -> dlock run handoff, " + r.variant + ": median <= 10 ms",
+                   "p50 " + fmt(r.get("handoff_p50_ms"), 2) + " ms, p99 " +
+                       fmt(r.get("handoff_p99_ms"), 2) + " ms (" + fmt(r.get("samples"), 0) +
+                       " handoffs); a bare spawn of CMD p50 " + fmt(r.get("floor_p50_ms"), 2) +
+                       " ms",
+                   status(r.get("handoff_p50_ms") <= 10)});
+  }
   return out;
 }
 
@@ -431,6 +445,23 @@ std::string markdown(const run_info& info, const std::vector<row>& rows,
        << fmt(r.get("read_wait_p99_ms"), 2) << " | " << fmt(r.get("write_wait_p50_ms"), 2)
        << " / " << fmt(r.get("write_wait_p99_ms"), 2) << " / "
        << fmt(r.get("write_wait_max_ms"), 1) << " | " << fmt(r.get("overlaps"), 0) << " |\n";
+  }
+
+  bool any_cli = false;
+  for (const auto& r : rows) {
+    if (r.scenario != "cli_handoff") continue;
+    if (!any_cli) {
+      md << "\n**Command handoff**: `dlock run K` holders one after another, each next one "
+            "waiting in K's queue; handoff = the end of one CMD (its last act stamps the clock) "
+            "-> the start of the next (its first act); floor = the same CMD spawned directly\n\n"
+         << "| variant | handoffs | p50 ms | p99 ms | max ms | floor p50 ms | p50 in floors |\n"
+            "|---|---:|---:|---:|---:|---:|---:|\n";
+      any_cli = true;
+    }
+    md << "| " << r.variant << " | " << fmt(r.get("samples"), 0) << " | "
+       << fmt(r.get("handoff_p50_ms"), 2) << " | " << fmt(r.get("handoff_p99_ms"), 2) << " | "
+       << fmt(r.get("handoff_max_ms"), 2) << " | " << fmt(r.get("floor_p50_ms"), 2) << " | "
+       << fmt(r.get("handoff_p50_floors"), 1) << " |\n";
   }
 
   if (auto* cpu = find(rows, [](const row& r) { return r.scenario == "client_cpu"; })) {

@@ -511,6 +511,31 @@ TEST_F(CliTest, ReplicationGuardWithoutReplicasRefusesAndSaysWhy) {
   EXPECT_NE(r.err.find("replica"), std::string::npos) << r.err;
 }
 
+// A replication guard's miss is an outage to the command: within -w it waits for a replica to
+// confirm, as for nodes that do not answer, instead of exiting 69 at once (loops then spun).
+TEST_F(CliTest, AReplicationGuardMissWaitsWithinTheWaitForAReplica) {
+  redis_server master{{.extra = {"--repl-diskless-sync-delay", "0"}}};
+  const std::string key = test_key(), ran = path("ran");
+  auto waiting = start({"-r", master.url(), "--replication-guard", "run", "-q", "-w", "60", key,
+                        "--", "touch", ran});
+  std::this_thread::sleep_for(test::scaled(1500ms));
+  EXPECT_FALSE(waiting->try_wait()) << "gave up at once: " << waiting->err();
+  EXPECT_FALSE(fs::exists(ran)) << "CMD ran without a confirmed grant";
+  redis_server replica{{.extra = {"--replicaof", "127.0.0.1", std::to_string(master.port())}}};
+  EXPECT_EQ(waiting->wait(test::scaled(30s)), 0) << waiting->err();
+  EXPECT_TRUE(fs::exists(ran));
+  EXPECT_FALSE(exists(key, &master)) << "released after CMD";
+}
+
+// ... and ends with 69 once -w is over, not sooner.
+TEST_F(CliTest, AReplicationGuardMissGivesUpWhenTheWaitIsOver) {
+  auto r = run({"-r", server_.url(), "--replication-guard", "run", "-q", "-w", "1.5",
+                test_key(), "--", "true"});
+  EXPECT_EQ(r.status, 69) << r.err;
+  EXPECT_GE(r.took, 1400ms) << r.err;
+  EXPECT_NE(r.err.find("replica"), std::string::npos) << r.err;
+}
+
 TEST_F(CliTest, TwoNonblockingRunsAtOnceOneRunsTheOtherExits75AtOnce) {
   const std::string key = test_key(), ran = path("ran"), go = path("go");
   // The winner holds the lock until the test lets it go, after the loser has exited: a loser
@@ -1387,6 +1412,23 @@ TEST_F(CliTest, ATtlBelowTheMinimumIsAUsageErrorNamingIt) {
   EXPECT_TRUE(least.status == 0 || least.status == 71) << least.status << ": " << least.err;
   auto acquired = run({"-r", server_.url(), "acquire", "--ttl", "100ms", key});
   EXPECT_EQ(acquired.status, 0) << acquired.err;
+}
+
+// A run's holder note goes with its release (one script, sent unawaited before it), and only
+// where it names that run: a note another holder wrote meanwhile stays.
+TEST_F(CliTest, ARunClearsItsOwnHolderNoteAndNoOtherOne) {
+  const std::string key = test_key(), note = holder_key(key);
+  auto r = run({"-r", server_.url(), "run", key, "--", "true"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_FALSE(exists(note)) << "the note outlived the run";
+  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
+                       "touch " + path("m") + "; while [ ! -e " + path("go") + " ]; do sleep 0.02; done"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("m")) && exists(note); }));
+  test::raw_command(server_.port(), "SET " + note + " \"other-token\\thost\\t1\\t0\\tcmd\"");
+  touch(path("go"));
+  EXPECT_EQ(holder->wait(), 0) << holder->err();
+  EXPECT_FALSE(exists(key));
+  EXPECT_TRUE(exists(note)) << "a note that named another holder was deleted";
 }
 
 // The keys dlock keeps beside a lock (its fence counter, waiter queue, the CLI's holder note, a

@@ -27,14 +27,29 @@ bool share_a_key(const std::vector<std::size_t>& a, const std::vector<std::size_
   return std::find_first_of(a.begin(), a.end(), b.begin(), b.end()) != a.end();
 }
 
+bool free_or_marked(const std::optional<std::string>& v) {
+  return !v || *v == read_write_lock_mark;
+}
+
 }  // namespace
 
 checker::checker(world& w, lock_keys keys, std::size_t nodes)
     : checker(w, std::vector<lock_keys>{std::move(keys)}, nodes) {}
 
 checker::checker(world& w, const std::vector<lock_keys>& pool, std::size_t nodes)
-    : w_(w), nodes_(nodes), quorum_(detail::quorum_of(nodes)), last_fence_(pool.size()) {
+    : w_(w),
+      nodes_(nodes),
+      quorum_(detail::quorum_of(nodes)),
+      last_fence_(pool.size()),
+      last_exclusive_fence_(pool.size()) {
   for (const auto& k : pool) keys_.push_back(k.key);
+}
+
+checker::checker(world& w, const std::vector<lock_keys>& pool, semaphore_keys read_write,
+                 std::ptrdiff_t readers)
+    : checker(w, pool, 1) {
+  rw_ = std::move(read_write);
+  limit_ = readers;
 }
 
 checker::checker(world& w, semaphore_keys keys, std::ptrdiff_t limit)
@@ -55,7 +70,8 @@ std::string checker::on_keys(const claim& k) const {
 }
 
 std::string checker::describe(const claim& k) const {
-  return "c" + std::to_string(k.client) + "'s claim" + on_keys(k) + " (token " + k.token +
+  std::string kind = !k.read_write ? "" : k.permits < limit_ ? " to read" : " to write";
+  return "c" + std::to_string(k.client) + "'s claim" + kind + on_keys(k) + " (token " + k.token +
          ", fence " + std::to_string(k.fence) +
          (sem_ ? ", " + std::to_string(k.permits) + " permit(s)" : std::string()) + ", from " +
          format_time(k.begin) + " until " + format_time(k.end) + ")";
@@ -99,7 +115,7 @@ std::vector<std::size_t> checker::key_indices(const std::vector<std::string>& ke
 
 void checker::granted(std::size_t c, const std::string& token, std::uint64_t fence,
                       steady::time_point valid_until, std::ptrdiff_t permits,
-                      const std::vector<std::string>& keys) {
+                      const std::vector<std::string>& keys, bool read_write_lock) {
   ++grants_;
   sim_time end = w_.when(c, valid_until);
   if (w_.tracing()) {
@@ -115,22 +131,28 @@ void checker::granted(std::size_t c, const std::string& token, std::uint64_t fen
     return;
   }
   auto claimed = sem_ ? std::vector<std::size_t>{} : key_indices(keys);
-  // A semaphore's grants may arrive out of the node's order: its fences are checked there.
+  // A semaphore's grants may arrive out of the node's order: its fences are checked there. So
+  // may readers' (two at once): a reader's fence is only above every exclusive grant's before.
+  bool exclusive = permits >= limit_;
   for (auto j : claimed) {
     auto& last = last_fence_[j];
-    if (safety_ && fences_ && fence_order_ && last && fence <= *last) {
+    auto& above = exclusive ? last : last_exclusive_fence_[j];
+    if (safety_ && fences_ && fence_order_ && above && fence <= *above) {
       violation("c" + std::to_string(c) + " granted " + token + " with fence " +
-                std::to_string(fence) + ", not above the previous grant's " +
-                std::to_string(*last) + (keys_.size() > 1 ? " on " + keys_[j] : ""));
+                std::to_string(fence) + ", not above the previous " +
+                (exclusive ? "grant's " : "exclusive grant's ") + std::to_string(*above) +
+                (keys_.size() > 1 ? " on " + keys_[j] : ""));
     }
-    last = fence;
+    last = std::max(last.value_or(0), fence);
+    if (exclusive) last_exclusive_fence_[j] = fence;
   }
-  open_claim(c, token, fence, end, permits, std::move(claimed));
+  open_claim(c, token, fence, end, permits, std::move(claimed), read_write_lock);
 }
 
-void checker::open_claim(std::size_t c, const std::string& token, std::uint64_t fence,
-                         sim_time end, std::ptrdiff_t permits, std::vector<std::size_t> keys) {
-  claim k{c, token, fence, w_.now(), end, std::vector<bool>(nodes_), permits, std::move(keys)};
+void checker::open_claim(std::size_t c, const std::string& token, std::uint64_t fence, sim_time end,
+                         std::ptrdiff_t permits, std::vector<std::size_t> keys, bool read_write) {
+  claim k{c, token, fence, w_.now(), end, std::vector<bool>(nodes_), permits, std::move(keys),
+          read_write};
   if (sem_) {
     if (safety_) check_limit(k);
     if (checks_holders()) check_permit_outlives(k);
@@ -158,7 +180,8 @@ void checker::check_limit(const claim& k) {
   }
 }
 
-// Also records which nodes hold the claim's token.
+// Also records which nodes hold the claim's token. Two claims on a key exclude each other
+// unless their permits fit together: only readers' do.
 void checker::check_exclusion(claim& k) {
   std::size_t c = k.client;
   const std::string& token = k.token;
@@ -166,12 +189,15 @@ void checker::check_exclusion(claim& k) {
     for (std::size_t other = 0; other < current_.size(); ++other) {
       if (other == c || !current_[other]) continue;
       const claim& theirs = claims_[*current_[other]];
-      if (theirs.end > w_.now() && share_a_key(k.keys, theirs.keys)) {
-        violation("MUTUAL EXCLUSION: c" + std::to_string(c) + " claims the lock" + on_keys(k) +
-                  " (token " + token + ", fence " + std::to_string(k.fence) + ") during " +
-                  describe(theirs));
+      if (theirs.end > w_.now() && share_a_key(k.keys, theirs.keys) &&
+          k.permits + theirs.permits > limit_) {
+        violation("MUTUAL EXCLUSION: " + describe(k) + " begins during " + describe(theirs));
       }
     }
+  }
+  if (k.read_write) {
+    if (checks_holders()) check_mark_outlives(k);
+    return;
   }
   std::size_t held = 0;
   std::string where;
@@ -218,17 +244,34 @@ void checker::check_key_outlives(const claim& k) {
 // The entry is gone once the node's clock reaches its score (the scripts drop score <= now),
 // or when its key expires, whichever comes first.
 void checker::check_permit_outlives(const claim& k) {
+  const auto& expiries = sem_ ? sem_->expiries : rw_->expiries;
   auto& n = w_.redis(0);
   n.set_time(w_.wall_ms());
-  auto score = n.peek_score(sem_->expiries, k.token);
+  auto score = n.peek_score(expiries, k.token);
   if (!score) return violation("HOLDERS: during " + describe(k) + ", the node has no entry for it");
   auto left_ms = static_cast<std::int64_t>(*score) - n.time();
   sim_time death = (w_.now() / 1000 + left_ms) * 1000;
-  auto pttl = n.peek_pttl(sem_->expiries);
+  auto pttl = n.peek_pttl(expiries);
   if (pttl >= 0) death = std::min(death, (w_.now() / 1000 + pttl + 1) * 1000);
   if (death < k.end) {
     violation("VALIDITY: " + describe(k) + " outlives its permit on the node (entry until " +
               format_time(death) + ", key PTTL " + std::to_string(pttl) + " ms)");
+  }
+}
+
+// The mark keeps every mutex and lock set out of the name while a reader or writer holds it.
+void checker::check_mark_outlives(const claim& k) {
+  check_permit_outlives(k);
+  auto mark = value_on(0);
+  if (mark != read_write_lock_mark) {
+    return violation("HOLDERS: during " + describe(k) + ", the name's key holds " + show(mark) +
+                     ", not the read-write lock's mark");
+  }
+  auto pttl = w_.redis(0).peek_pttl(keys_[0]);
+  sim_time death = pttl < 0 ? INT64_MAX : (w_.now() / 1000 + pttl + 1) * 1000;
+  if (death < k.end) {
+    violation("VALIDITY: " + describe(k) + " outlives the name's mark (until " +
+              format_time(death) + ")");
   }
 }
 
@@ -242,11 +285,11 @@ void checker::extended(std::size_t c, steady::time_point valid_until) {
     if (c >= current_.size() || !current_[c])
       return violation("c" + std::to_string(c) + " extended a lease it never had");
     claim old = claims_[*current_[c]];
-    return open_claim(c, old.token, old.fence, end, old.permits, old.keys);
+    return open_claim(c, old.token, old.fence, end, old.permits, old.keys, old.read_write);
   }
   k->end = end;
-  if (sem_) {
-    if (checks_holders()) check_permit_outlives(*k);
+  if (sem_ || k->read_write) {
+    if (checks_holders()) sem_ ? check_permit_outlives(*k) : check_mark_outlives(*k);
     return;
   }
   std::size_t held = 0;
@@ -288,6 +331,12 @@ void checker::after_script(std::size_t i, const detail::request& r, const reply&
     after_lock_script(i, r, result, looked_[n], before_values_[n]);
   }
   looked_.clear();
+  if (!rw_) return;
+  check_node_fence(r, result);
+  if (!checks_holders()) return;
+  for (const auto& k : claims_) {
+    if (k.read_write && k.end > w_.now()) check_mark_outlives(k);
+  }
 }
 
 void checker::after_lock_script(std::size_t i, const detail::request& r, const reply& result,
@@ -312,6 +361,11 @@ void checker::after_lock_script(std::size_t i, const detail::request& r, const r
     owns = !before || starts_with(before, owner.substr(0, owner.find('.')) + ".");
   } else if (r.code == &detail::acquire_all_script) {
     owns = !before;  // a fresh token per attempt: it only ever takes free keys
+  } else if (r.code == &detail::sem_fair_acquire_script || r.code == &detail::sem_release_script ||
+             r.code == &detail::sem_refresh_script) {
+    // A read-write lock's script marks the name where it is free, and moves or takes off its
+    // own mark: it never touches another holder's value, nor leaves one.
+    owns = free_or_marked(before) && free_or_marked(after);
   }
   if (!owns && after != before) {
     violation("OWNERSHIP: " + std::string(script_name(r.code)) + " for \"" + owner + "\" on n" +
@@ -333,18 +387,31 @@ void checker::after_lock_script(std::size_t i, const detail::request& r, const r
   }
 }
 
-void checker::after_semaphore_script(const detail::request& r, const reply& result) {
-  bool acquire = r.code == &detail::sem_acquire_script || r.code == &detail::sem_fair_acquire_script;
-  if (acquire && result.is_array() && result.elements().size() >= 2 &&
-      result.elements()[0].is_integer() && result.elements()[0].integer() == 1 &&
-      result.elements()[1].is_integer()) {
-    auto fence = result.elements()[1].integer();
-    if (safety_ && fences_ && fence_order_ && last_node_fence_ && fence <= *last_node_fence_) {
-      violation("FENCES: the node granted " + r.args.at(0) + " fence " + std::to_string(fence) +
-                ", not above its previous grant's " + std::to_string(*last_node_fence_));
-    }
-    last_node_fence_ = fence;
+void checker::check_node_fence(const detail::request& r, const reply& result) {
+  bool draws = r.code == &detail::sem_acquire_script ||
+               r.code == &detail::sem_fair_acquire_script || r.code == &detail::acquire_script ||
+               r.code == &detail::acquire_all_script;
+  if (!draws || !result.is_array() || result.elements().size() < 2 ||
+      !result.elements()[0].is_integer() || result.elements()[0].integer() != 1 ||
+      !result.elements()[1].is_integer()) {
+    return;
   }
+  // A lock set without the read-write lock's name draws from other counters.
+  if (rw_ && std::find(r.keys.begin(), r.keys.end(), rw_->fence) == r.keys.end()) return;
+  auto fence = result.elements()[1].integer();
+  // acquire.lua grants the holder of an earlier value of the acquisition again with the
+  // counter as it stands: nobody can have drawn since.
+  bool may_repeat = r.code == &detail::acquire_script;
+  if (safety_ && fences_ && fence_order_ && last_node_fence_ &&
+      (fence < *last_node_fence_ || (fence == *last_node_fence_ && !may_repeat))) {
+    violation("FENCES: the node granted " + r.args.at(0) + " fence " + std::to_string(fence) +
+              ", not above its previous grant's " + std::to_string(*last_node_fence_));
+  }
+  last_node_fence_ = std::max(last_node_fence_.value_or(0), fence);
+}
+
+void checker::after_semaphore_script(const detail::request& r, const reply& result) {
+  check_node_fence(r, result);
   if (!checks_holders()) return;
   for (const auto& k : claims_) {
     if (k.end > w_.now()) check_permit_outlives(k);
@@ -372,7 +439,7 @@ sim_time checker::free_time(sim_time from, sim_time to, std::ptrdiff_t wanted,
   }
   std::vector<std::pair<sim_time, std::ptrdiff_t>> changes;  // when, permits claimed (+) or back
   for (const auto& k : claims_) {
-    if (!keys.empty() && !share_a_key(k.keys, wanted_keys)) continue;
+    if (!sem_ && !keys.empty() && !share_a_key(k.keys, wanted_keys)) continue;
     sim_time b = std::max(k.begin, from), e = std::min(k.end, to);
     if (b >= e) continue;
     changes.emplace_back(b, k.permits);

@@ -27,6 +27,15 @@
 //                       a TTL)
 //     free time         how long enough permits for a waiter (the lock: it) stayed unclaimed
 //                       in an interval (the liveness bound)
+//     one name          (lock keys, one of them also a read-write lock's name) a lock's claim
+//                       takes all of the read-write lock's permits, a reader's one, a writer's
+//                       all: no claim of a mutex or lock set overlaps a reader's or a writer's,
+//                       nor two writers'; while a reader or writer claims, the name's key holds
+//                       the read-write lock's mark and the line its entry, both until the
+//                       claim's end; its scripts only mark the name where it is free or marked;
+//                       the fences drawn from the name's one counter go up in the node's order,
+//                       and arrive above every earlier grant's (a reader's: above every earlier
+//                       exclusive grant's, as readers' answers may cross)
 // The first violation is kept (with the true time); the run stops there. Faults outside the
 // algorithm's assumptions turn the safety checks off (leave_assumptions); a node that forgot
 // its data within the assumptions (down longer than any TTL) turns off the checks it cannot
@@ -50,13 +59,21 @@ class checker {
   checker(world& w, const std::vector<lock_keys>& pool, std::size_t nodes);
   // A semaphore of `limit` permits on one node.
   checker(world& w, semaphore_keys keys, std::ptrdiff_t limit);
+  // Locks on each key of `pool` (one node), whose first name is also the name of a read-write
+  // lock (`read_write`: its keys, whose name key is pool's first key) of `readers` permits.
+  checker(world& w, const std::vector<lock_keys>& pool, semaphore_keys read_write,
+          std::ptrdiff_t readers);
 
   // --- what the clients report ---
-  // A grant (a round's, or a handoff's) of `permits` (a lock: 1) arrived now, on the lock keys
-  // `keys` (empty: on every key the checker watches).
+  // A grant (a round's, or a handoff's) of `permits` (a lock: key_permits()) arrived now, on
+  // the lock keys `keys` (empty: on every key the checker watches); `read_write_lock`: a
+  // reader's or writer's, on the read-write lock's name.
   void granted(std::size_t c, const std::string& token, std::uint64_t fence,
                steady::time_point valid_until, std::ptrdiff_t permits = 1,
-               const std::vector<std::string>& keys = {});
+               const std::vector<std::string>& keys = {}, bool read_write_lock = false);
+  // What a lock's claim takes of each of its keys: 1, or with a read-write lock on one of
+  // them, all of its permits (a reader takes 1).
+  std::ptrdiff_t key_permits() const noexcept { return sem_ ? 1 : limit_; }
   void extended(std::size_t c, steady::time_point valid_until);
   // The claim ends now: the release was sent, an extend lost the lease, the client gave up.
   void ended(std::size_t c, const std::string& why);
@@ -96,10 +113,11 @@ class checker {
     std::vector<bool> holders;  // lock, per node: held the token (on every key) when last looked
     std::ptrdiff_t permits = 1;
     std::vector<std::size_t> keys;  // lock: the keys claimed, as indices into keys_
+    bool read_write = false;        // a reader's or writer's: the name's mark, not the token
   };
   claim* active(std::size_t c);
   void open_claim(std::size_t c, const std::string& token, std::uint64_t fence, sim_time end,
-                  std::ptrdiff_t permits, std::vector<std::size_t> keys);
+                  std::ptrdiff_t permits, std::vector<std::size_t> keys, bool read_write);
   // Indices into keys_ of `keys` (empty: all of them).
   std::vector<std::size_t> key_indices(const std::vector<std::string>& keys);
   void check_limit(const claim& k);
@@ -115,8 +133,13 @@ class checker {
   // Holds for the claim's nodes: the quorum-th longest remaining life of its keys (on a node,
   // the first of them to expire, by PTTL) covers the claim's end.
   void check_key_outlives(const claim& k);
-  // Semaphore: the claim's entry on the node lives until the claim's end.
+  // Semaphore, read-write lock: the claim's entry on the node lives until the claim's end.
   void check_permit_outlives(const claim& k);
+  // Read-write lock: so does its entry, and the name's key holds the mark as long.
+  void check_mark_outlives(const claim& k);
+  // A grant drawn from the counter of the semaphore or of the read-write lock's name: above
+  // the node's earlier grants (or, acquire.lua's re-grant of an earlier value, equal).
+  void check_node_fence(const detail::request& r, const reply& result);
   bool checks_holders() const noexcept { return safety_ && fences_ && holders_; }
   std::string describe(const claim& k) const;
   std::string on_keys(const claim& k) const;  // " on k1,k2" when the checker watches several
@@ -124,13 +147,15 @@ class checker {
   world& w_;
   std::vector<std::string> keys_;  // lock: the lock keys watched
   std::optional<semaphore_keys> sem_;  // set: the claims are on a semaphore's permits
-  std::ptrdiff_t limit_ = 1;
+  std::optional<semaphore_keys> rw_;   // set: keys_[0] is also this read-write lock's name
+  std::ptrdiff_t limit_ = 1;           // semaphore: its limit; lock: key_permits()
   std::size_t nodes_, quorum_;
   bool safety_ = true, fences_ = true, holders_ = true, fence_order_ = true;
   std::vector<claim> claims_;                        // every claim, in the order they began
   std::vector<std::optional<std::size_t>> current_;  // per client: its latest claim
-  std::vector<std::optional<std::uint64_t>> last_fence_;  // lock: per key
-  std::optional<std::int64_t> last_node_fence_;  // semaphore: the node's latest grant
+  std::vector<std::optional<std::uint64_t>> last_fence_;            // lock: per key, the highest
+  std::vector<std::optional<std::uint64_t>> last_exclusive_fence_;  // per key: not a reader's
+  std::optional<std::int64_t> last_node_fence_;  // semaphore, read-write lock: the node's latest
   std::vector<std::size_t> looked_;  // the lock keys the running script names
   std::vector<std::optional<std::string>> before_values_;  // their values before the script
   std::optional<std::string> failure_;

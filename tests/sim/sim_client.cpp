@@ -32,6 +32,8 @@ sim_client::sim_client(world& w, checker& k, const detail::lock_target& target, 
     : w_(w),
       check_(k),
       lock_(target),
+      permits_(k.key_permits()),
+      claimed_keys_{target.keys.key},
       c_(index),
       cycles_left_(cycles),
       liveness_(liveness),
@@ -139,7 +141,7 @@ void sim_client::begin_attempt(cause why) {
   if (mode_ == mode::unbounded && !stopped_) {
     // Still waiting although the lock has been free too long: no need to wait for the end.
     sim_time free = check_.free_time(std::max(acquire_began_, liveness_.quiet_from), w_.now(),
-                                     permits_, claimed_keys());
+                                     permits_, claimed_keys_);
     if (free > liveness_.max_free_wait) {
       check_.violation("LIVENESS: " + who() + "'s unbounded acquisition " + acq_->id() +
                        " still waits, after " + std::to_string(acq_->attempts_made()) +
@@ -370,7 +372,7 @@ void sim_client::finish_acquisition(const detail::acquisition::outcome& o) {
                        " gave up: " + o.ec.message());
     } else {
       sim_time from = std::max(acquire_began_, liveness_.quiet_from);
-      sim_time free = check_.free_time(from, w_.now(), permits_, claimed_keys());
+      sim_time free = check_.free_time(from, w_.now(), permits_, claimed_keys_);
       stats_.longest_free_wait = std::max(stats_.longest_free_wait, free);
       if (free > liveness_.max_free_wait) {
         check_.violation("LIVENESS: " + who() + "'s unbounded acquisition " + acq_->id() +
@@ -390,7 +392,7 @@ void sim_client::finish_acquisition(const detail::acquisition::outcome& o) {
   if (o.token.find(".h") != std::string::npos) ++stats_.handoffs;
   auto claimed = o.valid_until;
   if (bug_ == client_bug::double_validity) claimed += ttl();
-  check_.granted(c_, o.token, o.fence, claimed, permits_, claimed_keys());
+  check_.granted(c_, o.token, o.fence, claimed, permits_, claimed_keys_, sem_ && all_or_one_);
   hold(o.token, o.fence, o.valid_until);
 }
 

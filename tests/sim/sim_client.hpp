@@ -78,12 +78,16 @@ class sim_client {
 
   // Every acquisition waits without bound (lock()), for liveness repros.
   void set_unbounded_only(bool on) { unbounded_only_ = on; }
-  // Semaphore: each acquisition asks for 1..this many permits.
-  // Each acquisition asks for 1..n permits; or, `all_or_one`, for 1 (a reader) or n (a writer).
+  // Semaphore: each acquisition asks for 1..n permits; or, `all_or_one`, for 1 (a reader) or
+  // n (a writer) of a read-write lock.
   void set_max_permits(std::ptrdiff_t n, bool all_or_one = false) {
     max_permits_ = n;
     all_or_one_ = all_or_one;
   }
+  // The lock keys a grant claims, for the checker (which may watch others): the lock's by
+  // default, none for a semaphore's permits; a read-write lock's name, which a mutex of the
+  // name locks too.
+  void set_claimed_keys(std::vector<std::string> keys) { claimed_keys_ = std::move(keys); }
   void start(sim_time at);
   // From the world: a message on the client's wake channel, a lost subscription.
   void on_message(std::size_t node, std::string_view payload);
@@ -113,11 +117,6 @@ class sim_client {
   bool accepts_handoff() const {
     return lock_ ? lock_->accepts_handoff() : sem_->accepts_handoff();
   }
-  // The keys a grant claims, for the checker (which may watch others): the lock's; a
-  // semaphore's permits name none.
-  std::vector<std::string> claimed_keys() const {
-    return lock_ ? std::vector<std::string>{lock_->keys.key} : std::vector<std::string>{};
-  }
   void extend_lock(std::chrono::milliseconds by);
   void refresh_permit(std::chrono::milliseconds by);
   // An extend's verdict, as lease_state's apply_extend takes it.
@@ -144,8 +143,9 @@ class sim_client {
   // One of the two: the requests point into its keys, so the client keeps its own copy.
   std::optional<detail::lock_target> lock_;
   std::optional<detail::semaphore_target> sem_;
-  std::ptrdiff_t max_permits_ = 1, permits_ = 1;
+  std::ptrdiff_t max_permits_ = 1, permits_ = 1;  // a lock's: check_.key_permits()
   bool all_or_one_ = false;
+  std::vector<std::string> claimed_keys_;
   std::size_t c_;
   int cycles_left_;
   liveness_rule liveness_;

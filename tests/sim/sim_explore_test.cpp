@@ -3,10 +3,11 @@
 // the real acquisition engine against simulated nodes under faults, checked after every step.
 // Seed s belongs to the configuration family s % 6, each family is split in two tests, and so
 // `ctest -j` runs them side by side; the read-write lock (rwlock) runs the fair semaphore's seeds
-// under a configuration of its own, and the lock sets (lockset) the single node's, so the seeds
-// of the six families keep their numbers. DLOCK_SIM_SEED=<n> runs seed n alone, traced (the
-// same schedule as in the sweep), and prints its report; DLOCK_SIM_TRACE=1 prints the whole
-// trace even when it passes, DLOCK_SIM_TRACE=2 prints it as it happens (for a crash).
+// under a configuration of its own, the lock sets (lockset) the single node's, and one name
+// shared by every kind (mixed) the fair single node's, so the seeds of the six families keep
+// their numbers. DLOCK_SIM_SEED=<n> runs seed n alone, traced (the same schedule as in the
+// sweep), and prints its report; DLOCK_SIM_TRACE=1 prints the whole trace even when it passes,
+// DLOCK_SIM_TRACE=2 prints it as it happens (for a crash).
 //
 // A failing seed is run again with the trace on, which must fail the same way (the world is
 // deterministic), and the test prints its report: configuration, violation, last events.
@@ -53,6 +54,7 @@ constexpr std::uint64_t families = 6, parts = 2;
 void explore(topology t, std::uint64_t part) {
   auto family = static_cast<std::uint64_t>(t == topology::rwlock    ? topology::semaphore_fair
                                            : t == topology::lockset ? topology::single
+                                           : t == topology::mixed   ? topology::single_fair
                                                                     : t);
   if (auto one = env_number("DLOCK_SIM_SEED")) {
     if (*one % families != family || *one / families % parts != part) {
@@ -120,6 +122,8 @@ TEST(SimExplore, RwLock0) { explore(topology::rwlock, 0); }
 TEST(SimExplore, RwLock1) { explore(topology::rwlock, 1); }
 TEST(SimExplore, LockSet0) { explore(topology::lockset, 0); }
 TEST(SimExplore, LockSet1) { explore(topology::lockset, 1); }
+TEST(SimExplore, Mixed0) { explore(topology::mixed, 0); }
+TEST(SimExplore, Mixed1) { explore(topology::mixed, 1); }
 
 }  // namespace
 }  // namespace dlock::sim

@@ -41,6 +41,8 @@ const char* name(topology t) {
       return "rwlock";
     case topology::lockset:
       return "lockset";
+    case topology::mixed:
+      return "mixed";
   }
   return "?";
 }
@@ -142,6 +144,28 @@ run_config make_config(std::uint64_t seed, topology t) {
       c.mutex_name.push_back(r.chance(0.5) ? run_config::set_client : r.below(c.lock_names));
     }
     c.mutex_name[r.below(c.clients)] = run_config::set_client;  // at least one set
+  } else if (t == topology::mixed) {
+    // Drawn last too. The mutexes fair or not (a fair lock's queue needs wake-ups, as above);
+    // the read-write lock is fair whatever they are.
+    c.lock.fair = r.chance(0.5);
+    c.lock.wake_on_release = c.lock.wake_on_release || c.lock.fair;
+    c.limit = c.max_permits = shared_mutex::max_readers;
+    c.readers_and_writers = true;
+    c.lock_names = 2;  // the name, and one more for the lock sets
+    c.clients = static_cast<std::size_t>(r.between(2, 5));
+    for (std::size_t k = 0; k < c.clients; ++k) {
+      auto roll = r.below(100);
+      c.mutex_name.push_back(roll < 45   ? run_config::read_write_client
+                             : roll < 80 ? 0
+                                         : run_config::set_client);
+    }
+    // At least one reader or writer, and one mutex or set beside it.
+    auto shared = r.below(c.clients);
+    c.mutex_name[shared] = run_config::read_write_client;
+    auto other = (shared + 1 + r.below(c.clients - 1)) % c.clients;
+    if (c.mutex_name[other] == run_config::read_write_client) {
+      c.mutex_name[other] = r.chance(0.7) ? 0 : run_config::set_client;
+    }
   }
   return c;
 }
@@ -193,9 +217,10 @@ std::string run_config::describe() const {
   if (lock_names > 0) {
     s += "; clients:";
     for (std::size_t k = 0; k < mutex_name.size(); ++k) {
-      s += (k == 0 ? " " : ", ") + (mutex_name[k] == set_client
-                                        ? std::string("lock_set")
-                                        : "mutex " + pool_name(mutex_name[k]));
+      s += (k == 0 ? " " : ", ") +
+           (mutex_name[k] == set_client          ? std::string("lock_set")
+            : mutex_name[k] == read_write_client ? "shared_mutex " + pool_name(0)
+                                                 : "mutex " + pool_name(mutex_name[k]));
     }
   }
   if (bug == client_bug::taken_as_granted) s += "; BUG: taken as granted";
@@ -210,10 +235,12 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
   w.set_echo(echo);
   w.set_resubscribe_delay(c.resubscribe_max);
   auto& rnd = w.random();
-  bool semaphore = c.limit > 0;
+  bool mixed = c.topo == topology::mixed;
+  bool semaphore = c.limit > 0 && !mixed;
   std::vector<lock_keys> pool;
   for (std::size_t n = 0; n < c.lock_names; ++n) pool.push_back(lock_keys_for(pool_name(n)));
-  auto check = semaphore ? checker(w, semaphore_keys_for(semaphore_name, c.lock.fair), c.limit)
+  auto check = mixed       ? checker(w, pool, shared_mutex_keys_for(pool_name(0)), c.limit)
+               : semaphore ? checker(w, semaphore_keys_for(semaphore_name, c.lock.fair), c.limit)
                : pool.empty() ? checker(w, lock_keys_for(lock_name), c.nodes)
                               : checker(w, pool, c.nodes);
   check.check_holders(c.check_holders);
@@ -225,6 +252,13 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
   auto target = detail::make_lock_target(c.nodes, lock_name, c.lock, c.request_timeout);
   auto sem_target =
       detail::make_semaphore_target(semaphore_name, c.limit, c.semaphore(), c.request_timeout);
+  // mixed: the shared_mutex of the mutexes' name, as semaphore_core makes it.
+  auto read_write = c.semaphore();
+  read_write.fair = true;
+  auto rw_target =
+      detail::make_semaphore_target(pool_name(0), c.limit, read_write, c.request_timeout);
+  rw_target.keys = shared_mutex_keys_for(pool_name(0));
+  rw_target.name_mark = read_write_lock_mark;
   sim_time ttl = us(c.lock.ttl), longest = us(longest_extend(c.lock.ttl));
 
   // The faults' times, and when their effects are over.
@@ -272,7 +306,9 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
   sim_time bound = 3 * ttl + longest + 10 * us(c.lock.retry_delay) +
                    4 * us(target.node_timeout) + c.resubscribe_max;
   // A semaphore's waiter that vanished keeps its place (fair) or its wake-up (unfair) as long.
-  if (c.lock.fair || semaphore) bound += us(detail::waiter_entry_ttl(c.lock.retry_delay));
+  if (c.lock.fair || semaphore || mixed) {
+    bound += us(detail::waiter_entry_ttl(c.lock.retry_delay));
+  }
   result.max_free_wait = bound;
 
   // By world index: a lock or semaphore client (clients), or a lock set client (set_clients).
@@ -291,7 +327,12 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
           w, check, pool, c.lock, c.request_timeout, index, c.cycles, liveness, c.bug);
       continue;
     }
-    if (!pool.empty()) {
+    if (!pool.empty() && c.mutex_name[k] == run_config::read_write_client) {
+      clients.back() = std::make_unique<sim_client>(w, check, rw_target, index, c.cycles,
+                                                    liveness);
+      clients.back()->set_max_permits(c.limit, true);
+      clients.back()->set_claimed_keys({pool_name(0)});
+    } else if (!pool.empty()) {
       auto own = detail::make_lock_target(1, pool_name(c.mutex_name[k]), c.lock,
                                           c.request_timeout);
       clients.back() = std::make_unique<sim_client>(w, check, own, index, c.cycles, liveness);

@@ -3,7 +3,8 @@
 //   topology      the configuration families (two test shards each): a single node (handoff,
 //                 sometimes polling), a single fair node, Redlock on 3 and on 5 nodes, a
 //                 counting semaphore (limit 1-3, sometimes weighted) unfair and fair, the
-//                 read-write lock, lock sets with mutexes on one node
+//                 read-write lock, lock sets with mutexes on one node, and one name taken
+//                 as a mutex, a lock set's member and a read-write lock at once
 //   run_config    everything a seed decides: lock options (short TTLs, so that leases expire
 //                 within a run), clients and their clocks, network, fault schedule
 //   run_result    the verdict (the first violation, if any), statistics, and the trace when
@@ -28,6 +29,9 @@ namespace dlock::sim {
 // rwlock: dlock::shared_mutex, a fair semaphore of shared_mutex::max_readers permits where an
 // acquisition takes 1 (a reader) or all of them (a writer). lockset: a pool of lock names on one
 // node, locked by dlock::lock_set clients (random subsets) and by mutexes of one name each.
+// mixed: one name on one node taken by every kind that shares it ("one name is one lock"):
+// mutexes of the name, lock sets of it and one more name, and readers and writers of its
+// dlock::shared_mutex (its own keys, its mark in the name's key, the mutex's fence counter).
 enum class topology {
   single,
   single_fair,
@@ -36,7 +40,8 @@ enum class topology {
   semaphore,
   semaphore_fair,
   rwlock,
-  lockset
+  lockset,
+  mixed
 };
 inline bool is_semaphore(topology t) {
   return t == topology::semaphore || t == topology::semaphore_fair || t == topology::rwlock;
@@ -54,12 +59,14 @@ struct run_config {
   topology topo = topology::single;
   std::size_t nodes = 1;
   lock_options lock;  // a semaphore takes the same settings (semaphore_options())
-  std::ptrdiff_t limit = 0;        // > 0: a semaphore of this many permits
+  std::ptrdiff_t limit = 0;        // > 0: a semaphore (mixed: the read-write lock) of this many
   std::ptrdiff_t max_permits = 1;  // semaphore: an acquisition asks for 1..this many
   bool readers_and_writers = false;  // ... or for 1 or max_permits, nothing between (rwlock)
-  // lockset: the names "sim:lock:0" .. and, per client, the name its mutex locks, or set_client
-  // (a lock_set client of random subsets of them).
+  // lockset, mixed: the names "sim:lock:0" .. and, per client, the name its mutex locks, or
+  // set_client (a lock_set client of random subsets of them), or (mixed) read_write_client (a
+  // reader or writer of the shared_mutex of "sim:lock:0", the name the mutexes lock).
   static constexpr std::size_t set_client = SIZE_MAX;
+  static constexpr std::size_t read_write_client = SIZE_MAX - 1;
   std::size_t lock_names = 0;
   std::vector<std::size_t> mutex_name;
 

@@ -162,7 +162,7 @@ void sim_set_client::on_attempt_reply(const std::string& token, steady::time_poi
   stats_.longest_free_wait = std::max(stats_.longest_free_wait, check_liveness());
   auto claimed = until;
   if (bug_ == client_bug::double_validity) claimed += ttl_;
-  check_.granted(c_, token, fence, claimed, 1, keys_);
+  check_.granted(c_, token, fence, claimed, check_.key_permits(), keys_);
   hold(token, until);
 }
 
@@ -186,7 +186,8 @@ void sim_set_client::after_failed_attempt(std::error_code ec, long long wait_hin
 sim_time sim_set_client::check_liveness() {
   if (mode_ != mode::unbounded) return 0;
   sim_time free =
-      check_.free_time(std::max(acquire_began_, liveness_.quiet_from), w_.now(), 1, keys_);
+      check_.free_time(std::max(acquire_began_, liveness_.quiet_from), w_.now(),
+                       check_.key_permits(), keys_);
   if (free > liveness_.max_free_wait) {
     check_.violation("LIVENESS: " + who() + "'s unbounded lock_set acquisition waited with " +
                      "its keys free for " + format_time(free) + " after the faults ended " +

@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "cli.hpp"
+#include "dlock/cli/scripts.hpp"
 #include "dlock/key_layout.hpp"
 #include "key_names.hpp"
 
@@ -247,21 +248,15 @@ void publish_waiter(std::vector<client>& nodes, const std::string& key, const ho
 }
 
 void clear_waiter(std::vector<client>& nodes, const std::string& key, const std::string& id) {
-  (void)exec_all(nodes, command{"HDEL", waiter_notes_key(key), id});
+  command cmd{"HDEL", waiter_notes_key(key), id};
+  for (auto& node : nodes) node.async_exec(cmd, [](std::error_code, reply) {});
 }
 
 void clear_holder(std::vector<client>& nodes, const std::string& key, const std::string& token) {
-  // GET, then DEL only where it names us: not atomic, but the annotation is advisory and we
-  // still hold the lock here, so no other holder can have written it in between.
-  auto current = exec_all(nodes, command{"GET", holder_key(key)});
-  for (std::size_t i = 0; i < nodes.size(); ++i) {
-    if (current[i].ec || !current[i].value.is_string()) continue;
-    auto h = decode_holder(current[i].value.str());
-    if (h && h->token == token) {
-      std::error_code ignored;
-      (void)nodes[i].exec(command{"DEL", holder_key(key)}, ignored);
-    }
-  }
+  // Unawaited: sent before the release on the same connection, it runs before it, and off the
+  // path from CMD's end to the next holder's start.
+  command cmd{"EVAL", std::string(scripts::holder_note_clear_body), "1", holder_key(key), token};
+  for (auto& node : nodes) node.async_exec(cmd, [](std::error_code, reply) {});
 }
 
 namespace {

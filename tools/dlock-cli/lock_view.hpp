@@ -12,8 +12,9 @@
 //   semaphore_view / inspect_semaphore  the same for a semaphore on its one node: holders,
 //                  permits in use, waiters, fence
 // Holder info is advisory: it is shown only when its token matches the lock's current value.
-// Reads only: nothing here runs a script or writes a key the library keeps (one pipeline of
-// plain reads per node, so a script may run between two of them; the view is advisory).
+// The views read only: nothing here runs a script or writes a key the library keeps (one
+// pipeline of plain reads per node, so a script may run between two of them; the view is
+// advisory). The notes are the CLI's own keys (clear_holder's script, lua/holder_note_clear.lua).
 // How long a waiter has waited is not stored: its ticket carries no time and each poll renews
 // its entry. Blocking calls; call them from the main thread, never from dlock's I/O thread.
 #pragma once
@@ -57,7 +58,8 @@ std::string describe(const holder_info& h);
 // (then the write is fire-and-forget: for refreshes while CMD runs).
 void publish_holder(std::vector<client>& nodes, const std::string& key, const holder_info& h,
                     std::chrono::milliseconds ttl, bool wait = true);
-// Deletes holder_key(K) on every node where it names `token`.
+// Deletes holder_key(K) on every node where it names `token` (one script per node), without
+// waiting for the replies: what is sent next on the connection (the release) runs after it.
 void clear_holder(std::vector<client>& nodes, const std::string& key, const std::string& token);
 
 // How long a waiter's note outlives its last renewal (a waiter renews it about once a second).
@@ -65,7 +67,7 @@ inline constexpr std::chrono::milliseconds waiter_note_ttl{10'000};
 // HSET waiter_notes_key(K) <w.token> <info>, PEXPIRE waiter_note_ttl, on every node, without
 // waiting for the replies: a waiting command says who it is, as a holder does.
 void publish_waiter(std::vector<client>& nodes, const std::string& key, const holder_info& w);
-// HDEL of that field on every node, waiting for the replies (the wait is over).
+// HDEL of that field on every node, without waiting for the replies (the wait is over).
 void clear_waiter(std::vector<client>& nodes, const std::string& key, const std::string& id);
 
 // Whether inspect_lock / inspect_semaphore read the waiter queue too (a status does; a waiting

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -165,6 +166,20 @@ class status_line {
   std::string text_;
 };
 
+// How long a wait pauses after a replication guard's miss before it asks again: the replicas
+// are not back within a round trip, and each grant given back costs the master two scripts.
+constexpr milliseconds replication_retry_pause{100};
+
+// Sleeps `pause`, false at once when `stop` is requested or the pause would end past `deadline`.
+bool pause_within(std::stop_token stop, milliseconds pause, steady::time_point deadline) {
+  if (steady::now() + pause >= deadline) return false;
+  std::mutex m;
+  std::condition_variable_any woken;
+  std::unique_lock lock(m);
+  woken.wait_for(lock, stop, pause, [] { return false; });
+  return !stop.stop_requested();
+}
+
 // Ends the watcher at once (it polls this fd besides the signals).
 class wake_fd {
  public:
@@ -303,6 +318,20 @@ wait_result wait_for_lock(const lock_calls& calls, const wait_options& o) {
   });
   auto deadline = o.wait ? start + *o.wait : steady::time_point::max();
   lease l = calls.wait_until(deadline, ec, &votes, control);
+  // A replication guard's miss (--replication-guard) ends the library's wait, the grant given
+  // back. To the command it is an outage like nodes that do not answer, which a replica's
+  // return cures: the wait goes on under the same outage grace, up to -w, not ending at once.
+  while (!l && ec == errc::replication_not_confirmed) {
+    wait_progress missed;
+    missed.waited = steady::now() - start;
+    missed.last_error = ec;
+    missed.kind = failure_kind::unavailable;
+    missed.votes = &votes;
+    if (!control.on_retry(missed) || !pause_within(control.stop, replication_retry_pause, deadline)) {
+      break;
+    }
+    l = calls.wait_until(deadline, ec, &votes, control);
+  }
   done.wake();
   watcher.join();
   if (!noted.empty() && o.clear_waiter_note) o.clear_waiter_note(noted);
