@@ -4,7 +4,9 @@
 //                --lock KIND:NAME:LIMIT:URL[,URL...]   (repeat; KIND = mutex | semaphore |
 //                                                       rwlock, whose LIMIT is ignored |
 //                                                       lockset: the set {NAME, NAME-pair}
-//                                                       on the first URL, recorded as NAME)
+//                                                       on the first URL, recorded as NAME |
+//                                                       mixed_kinds: NAME as every kind
+//                                                       that shares it, on the first URL)
 //                [--ttl MS] [--retry-delay MS] [--node-timeout MS] [--hold MIN-MAX]
 //                [--write-every MS] [--stale-check] [--no-keep-alive] [--mixed] [--seed N]
 //                [--quarantine MS]    (client_options::restart_quarantine)
@@ -15,9 +17,13 @@
 // range, or one time in four for 1-2 TTLs) while writing to the fenced resource every
 // --write-every ms (mutexes and a read-write lock's writers: dlock::fenced_set on P:NAME:data),
 // release; a read-write lock's thread takes it shared three times in four. A lock set's holding
-// is recorded (and writes through the fence) as one of NAME. It records each
-// holding as [acquired, last moment it believed it held] and each write with its verdict, and
-// saves a report (history.hpp) to FILE at the end.
+// is recorded (and writes through the fence) as one of NAME. A mixed_kinds thread takes NAME,
+// per holding at random, as a dlock::mutex, a shared_mutex writer or reader, or the lock set
+// {NAME, NAME-pair}: one name is one lock (src/lua/include/name_mark.lua), so all are recorded
+// as holdings of NAME, counted per kind (acquired.NAME.KIND); its holdings are shorter (the
+// first quarter of --hold's range, one in eight 1-2 TTLs). Each thread records each holding
+// as [acquired, last moment it believed it held] and each write with its verdict, and saves a
+// report (history.hpp) to FILE at the end.
 //   default        "careful": work, then check lost() and valid_until() right before each
 //                  write; the holding is believed up to that check (assumption 5)
 //   --stale-check  check, then work, then write: a pause during the work goes unnoticed, which
@@ -29,12 +35,14 @@
 // test can find the current holder to pause it.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -177,10 +185,12 @@ dlock::fault::stamp stamp_of(steady::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
-// How a holding is recorded: the lock's limit and the holding's weight (history.hpp).
+// How a holding is recorded: the lock's limit and the holding's weight (history.hpp), and the
+// kind that held it, for a name held as several kinds.
 struct share {
   int limit = 0;  // 0: the lock spec's
   int weight = 1;
+  const char* kind = nullptr;  // counted as acquired.NAME.KIND instead of acquired.NAME
 };
 
 class contender {
@@ -198,6 +208,10 @@ class contender {
   }
 
   void run(steady::time_point end) {
+    if (spec_.kind == "mixed_kinds") {
+      run_mixed_kinds(end);
+      return;
+    }
     if (spec_.kind == "rwlock") {
       dlock::shared_mutex rw{nodes_.front(),
                              spec_.name,
@@ -328,6 +342,73 @@ class contender {
   }
 
  private:
+  // One name as every kind that shares it, on the first node. Recorded as one lock of
+  // max_readers permits: a reader takes one, any other kind all of them, so an exclusive holding
+  // beside any other holding, whatever the kinds, is an overlap. The exclusive kinds write
+  // through the fence on P:NAME:data: the mutex and the shared_mutex draw from one counter
+  // {NAME}:fence and a set raises it, so the fence audit spans the kinds too.
+  void run_mixed_kinds(steady::time_point end) {
+    const dlock::lock_options options{.ttl = a_.ttl,
+                                      .retry_delay = a_.retry_delay,
+                                      .node_timeout = a_.node_timeout,
+                                      .key_prefix = a_.prefix + ":"};
+    dlock::mutex lock{nodes_.front(), spec_.name, options};
+    dlock::shared_mutex rw{nodes_.front(),
+                           spec_.name,
+                           {.ttl = a_.ttl,
+                            .retry_delay = a_.retry_delay,
+                            .node_timeout = a_.node_timeout,
+                            .key_prefix = a_.prefix + ":"}};
+    // A lock set refuses a client with the replication guard (lock_set.hpp).
+    std::optional<dlock::lock_set> set;
+    if (a_.guard.count() == 0)
+      set.emplace(nodes_.front(), std::vector{spec_.name, spec_.name + "-pair"}, options);
+    enum kind { mutex_kind, writer_kind, reader_kind, set_kind };
+    static constexpr const char* kind_names[] = {"mutex", "writer", "reader", "set"};
+    constexpr int all = static_cast<int>(dlock::shared_mutex::max_readers);
+    // Shorter holdings, and fewer of them long: the name is exclusive most of the time, and
+    // what is tried here is its changing hands between kinds, as often as a run allows.
+    short_hold_max_ = a_.hold_min + (a_.hold_max - a_.hold_min) / 4;
+    long_hold_one_in_ = 8;
+    // The kinds come in shuffled rounds, each kind once per round: random, yet no kind goes
+    // untried in the few holdings an exclusive lock gets in a run.
+    std::vector<kind> round;
+    while (steady::now() < end) {
+      if (round.empty()) {
+        round = {mutex_kind, writer_kind, reader_kind};
+        if (set) round.push_back(set_kind);
+        std::shuffle(round.begin(), round.end(), rng_);
+      }
+      kind k = round.back();
+      round.pop_back();
+      bool once = pick(4) == 0;  // a one-round try; else a wait of up to 2 s
+      auto until = deadline(end);
+      std::error_code ec;
+      dlock::lease held;
+      switch (k) {
+        case mutex_kind:
+          held = once ? lock.try_acquire(ec) : lock.acquire_until(until, ec);
+          break;
+        case writer_kind:
+          held = once ? rw.try_acquire(ec) : rw.acquire_until(until, ec);
+          break;
+        case reader_kind:
+          held = once ? rw.try_acquire_shared(ec) : rw.acquire_shared_until(until, ec);
+          break;
+        case set_kind:
+          held = once ? set->try_acquire(ec) : set->acquire_until(until, ec);
+          break;
+      }
+      if (!held) {
+        failed(ec);
+        continue;
+      }
+      bool reader = k == reader_kind;
+      hold(held, end, /*fenced=*/!reader, false, {all, reader ? 1 : all, kind_names[k]});
+      let_go(held);
+    }
+  }
+
   // After a failed acquisition: count it, and pause as a caller would (a one-round try on a dead
   // node fails at once).
   void failed(std::error_code ec, const dlock::node_results& votes = {}) {
@@ -354,12 +435,14 @@ class contender {
   void hold(dlock::lease& l, steady::time_point end, bool fenced, bool manual = false,
             share recorded = {}) {
     auto acquired = steady::now();
-    rec_.count("acquired." + spec_.name);
+    rec_.count("acquired." + spec_.name + (recorded.kind ? std::string(".") + recorded.kind : ""));
     bool kept = a_.keep_alive && !manual;
     if (kept) (void)l.keep_alive();
-    // One holding in four outlasts the TTL, so that renewals (and their failures) matter.
-    auto [low, high] = pick(4) == 0 ? std::pair{a_.ttl.count(), 2 * a_.ttl.count()}
-                                    : std::pair{a_.hold_min.count(), a_.hold_max.count()};
+    // One holding in long_hold_one_in_ outlasts the TTL, so that renewals (and their failures)
+    // matter.
+    auto [low, high] = pick(long_hold_one_in_) == 0
+                           ? std::pair{a_.ttl.count(), 2 * a_.ttl.count()}
+                           : std::pair{a_.hold_min.count(), short_hold_max_.count()};
     auto span = std::uniform_int_distribution<long>(low, high)(rng_);
     if (fenced) {  // "I hold it, for about this long"
       std::error_code ignored;
@@ -438,6 +521,8 @@ class contender {
   std::vector<dlock::client> nodes_;
   dlock::client resource_;
   std::string data_key_, holder_key_;
+  milliseconds short_hold_max_{a_.hold_max};
+  int long_hold_one_in_ = 4;
 };
 
 }  // namespace

@@ -175,6 +175,7 @@ outcome scenario::run(const std::function<void(scenario&)>& faults) {
     if (options_.semaphore) argv.insert(argv.end(), {"--lock", "semaphore:sem:2:" + urls[0]});
     if (options_.rwlock) argv.insert(argv.end(), {"--lock", "rwlock:rw:0:" + urls[0]});
     if (options_.lockset) argv.insert(argv.end(), {"--lock", "lockset:set:1:" + urls[0]});
+    if (options_.mixed_kinds) argv.insert(argv.end(), {"--lock", "mixed_kinds:mix:0:" + urls[0]});
     argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
     workers_.push_back(std::make_unique<test::child_process>(argv));
     worker_paused_.push_back(false);

@@ -10,8 +10,12 @@
 // on node 0 (its writers write through the fence); with lockset, "set", a dlock::lock_set of
 // two names on node 0 (its holders write through the fence). Sets contend with sets only: a
 // mutex of the same name would keep them out (a set waits by polling, not in the queue that a
-// mutex's release hands the key to). The fenced resource is the separate resource server
-// (never faulted), written with dlock::fenced_set.
+// mutex's release hands the key to). With mixed_kinds, "mix" on node 0 is taken, per holding
+// at random, as a dlock::mutex, a dlock::shared_mutex writer or reader, or a dlock::lock_set of
+// {mix, mix-pair}: one name is one lock, so these exclude each other (readers share) and their
+// fences grow across the kinds; the checkers judge them as one lock, its readers as shared.
+// The fenced resource is the separate resource server (never faulted), written with
+// dlock::fenced_set.
 // Not thread-safe: one test thread drives a scenario.
 #pragma once
 
@@ -39,6 +43,7 @@ struct scenario_options {
   bool semaphore = true;     // also contend for the semaphore "sem"
   bool rwlock = false;       // also for the read-write lock "rw" on node 0 (readers and writers)
   bool lockset = false;      // also for the lock set {set, set-pair} on node 0, named "set"
+  bool mixed_kinds = false;  // also for "mix" on node 0, as every kind that shares one name
   int processes = 3;         // worker processes, one thread per lock in each
   std::chrono::milliseconds duration{5000};  // how long the workers contend
   std::chrono::milliseconds ttl{800};
@@ -52,7 +57,7 @@ struct scenario_options {
 
 struct outcome {
   long long acquisitions = 0;
-  std::map<std::string, long long> acquisitions_by_lock;
+  std::map<std::string, long long> acquisitions_by_lock;  // "mix" per kind: "mix.reader" ...
   std::size_t overlaps = 0;
   std::map<std::string, std::size_t> overlaps_by_lock;
   fence_audit fence;

@@ -260,7 +260,8 @@ CLI::Option* duration_option(CLI::App& app, const std::string& name,
 void add_wait_flags(CLI::App& app, wait_flags& into) {
   auto* wait = duration_option(app, "-w,--wait,--timeout", into.wait,
                                "Give up (exit 75) if not acquired within this time, in seconds "
-                               "as for flock (or 500ms, 5m ...); nodes that do not answer are "
+                               "as for flock (or 500ms, 5m ...); nodes that do not answer, or "
+                               "replicas that do not confirm (--replication-guard), are "
                                "retried for as long (then exit 69). Default: wait as long as "
                                "it takes");
   auto* nb = app.add_flag("-n,--nb,--nonblock,--nonblocking", into.nonblock,
