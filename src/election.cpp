@@ -9,9 +9,11 @@
 // entry never comes from a deposed leader, and terms, being fencing tokens, only grow.
 #include "dlock/election.hpp"
 
+#include <algorithm>
 #include <climits>
 
 #include "access.hpp"
+#include "algo/acquisition.hpp"
 #include "algo/quorum_round.hpp"
 #include "algo/retry.hpp"
 #include "dlock/key_layout.hpp"
@@ -50,33 +52,42 @@ struct campaign_context {
                                   nodes.front().options().request_timeout);
   }
 
-  // elect_announce.lua on every node. Done: success once one node recorded it (observers merge
-  // the nodes' records) and the lease still holds; else the first node error, or lease_lost
-  // when the nodes that answered all said the lease is not (or no longer) the leader's.
+  // elect_announce.lua on every node. Done: success as soon as one node recorded it (observers
+  // merge the nodes' records; the others' answers are not awaited, so a hung node does not hold
+  // the campaign up) and the lease still holds; else, once all answered, the first node error,
+  // or lease_lost when they all said the lease is not (or no longer) the leader's. Each node
+  // gets the node timeout, or less where `answer_by` (a bounded campaign's deadline) is sooner.
   void announce(const lease& leadership, std::string_view event,
-                unique_function<void(std::error_code)> done) const {
+                unique_function<void(std::error_code)> done,
+                steady::time_point answer_by = steady::time_point::max()) const {
     struct tally {
       std::size_t pending;
-      std::size_t recorded = 0, refused = 0;
+      std::size_t recorded = 0;
       std::error_code first_error;
       unique_function<void(std::error_code)> done;
     };
-    auto t = std::make_shared<tally>(tally{nodes.size(), 0, 0, {}, std::move(done)});
+    auto t = std::make_shared<tally>(tally{nodes.size(), 0, {}, std::move(done)});
     std::string term = std::to_string(leadership.fencing_token());
+    auto timeout = node_timeout();
+    if (answer_by != steady::time_point::max()) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(answer_by - steady::now());
+      timeout = std::clamp(left, std::chrono::milliseconds(1), timeout);
+    }
     for (auto node : nodes) {
       run_script(node, elect_announce_script, {core->key(), record},
-                 {leadership.value(), term, value, event}, node_timeout(),
+                 {leadership.value(), term, value, event}, timeout,
                  [t](std::error_code ec, reply r) {
                    if (!ec && r.is_error()) ec = error_from_reply(r);
+                   bool was_recorded = t->recorded > 0;
                    if (ec) {
                      if (!t->first_error) t->first_error = ec;
                    } else if (r.is_integer() && r.integer() == 1) {
                      ++t->recorded;
-                   } else {
-                     ++t->refused;
                    }
-                   if (--t->pending > 0) return;
+                   --t->pending;
+                   if (was_recorded) return;  // told already
                    if (t->recorded > 0) return t->done({});
+                   if (t->pending > 0) return;
                    t->done(t->first_error ? t->first_error : std::error_code(errc::lease_lost));
                  });
     }
@@ -84,7 +95,8 @@ struct campaign_context {
 
   // After the grant: the announcement, and a lease that still holds once it is made (on N
   // nodes one node can record a term whose lease has lost its quorum meanwhile).
-  void announce_leadership(const lease& leadership, unique_function<void(std::error_code)> done) const {
+  void announce_leadership(const lease& leadership, unique_function<void(std::error_code)> done,
+                           steady::time_point answer_by = steady::time_point::max()) const {
     announce(leadership, "elected",
              [&leadership, done = std::move(done)](std::error_code ec) mutable {
                if (!ec && (leadership.lost().stop_requested() ||
@@ -92,19 +104,32 @@ struct campaign_context {
                  ec = errc::lease_lost;
                }
                done(ec);
-             });
+             },
+             answer_by);
   }
 
-  std::error_code announce_blocking(const lease& leadership, std::string_view event) const {
+  std::error_code announce_blocking(const lease& leadership, std::string_view event,
+                                    steady::time_point answer_by = steady::time_point::max()) const {
     std::error_code ec;
     wait<int>(ec, [&](unique_function<void(std::error_code, int)> h) {
       auto done = [h = std::move(h)](std::error_code e) mutable { h(e, 0); };
-      if (event == "elected") return announce_leadership(leadership, std::move(done));
+      if (event == "elected") return announce_leadership(leadership, std::move(done), answer_by);
       announce(leadership, event, std::move(done));
     });
     return ec;
   }
 };
+
+// The grant made a leadership: renewed from now on, announced (by `answer_by` at the latest),
+// else given back.
+lease take_office(const campaign_context& context, lease granted, steady::time_point answer_by,
+                  std::error_code& ec) {
+  granted.keep_alive(context.keep_alive);
+  ec = context.announce_blocking(granted, "elected", answer_by);
+  if (!ec) return granted;
+  granted.release();
+  return {};
+}
 
 // A campaign whose announcement failed tries again when that may heal: the nodes, or a race
 // lost between the grant and the announcement (lease_lost: another candidate leads now).
@@ -154,10 +179,15 @@ lease election::campaign_until(clock::time_point deadline, std::error_code& ec) 
 // would not be one.
 lease election::campaign_until(clock::time_point deadline, const wait_control& control,
                                std::error_code& ec) {
+  // A bounded campaign's announcement is answered by its deadline (and the engine's grace);
+  // one whose deadline was already due is one whole attempt, as try_campaign().
+  const auto answer_by = deadline > clock::now() && deadline != clock::time_point::max()
+                             ? deadline + detail::acquisition::answer_grace
+                             : clock::time_point::max();
   for (;;) {
     lease l = lock_.acquire_until(deadline, control, nullptr, ec);
     if (ec) return {};
-    if (lease won = take_office(std::move(l), ec)) return won;
+    if (lease won = detail::take_office(*context_, std::move(l), answer_by, ec)) return won;
     bool again = detail::campaign_again(ec) && clock::now() < deadline &&
                  !control.stop.stop_requested();
     if (!again) return {};
@@ -173,11 +203,7 @@ lease election::try_campaign(std::error_code& ec) {
 }
 
 lease election::take_office(lease granted, std::error_code& ec) {
-  granted.keep_alive(context_->keep_alive);
-  ec = context_->announce_blocking(granted, "elected");
-  if (!ec) return granted;
-  granted.release();
-  return {};
+  return detail::take_office(*context_, std::move(granted), clock::time_point::max(), ec);
 }
 
 void election::start_campaign(detail::unique_function<void(std::error_code, lease)> handler) {

@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "access.hpp"
+#include "algo/acquisition.hpp"
 #include "algo/retry.hpp"
 #include "dlock/key_layout.hpp"
 #include "dlock/options.hpp"
@@ -72,14 +73,28 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
     timer_.async_wait([weak = weak_from_this()](std::error_code ec) {
       auto self = weak.lock();
       if (ec || !self) return;
-      if (steady::now() >= self->deadline_) {
-        // Not before the first read has answered: a wait whose deadline is already due (-w 0)
-        // still finds an open latch open. on_read arms this timer again.
-        if (!self->answered_ && self->reading_) return;
-        return self->finish(errc::timeout);
-      }
+      if (steady::now() >= self->deadline_) return self->on_deadline();
       self->read();
     });
+  }
+
+  // A wait whose deadline was already due when it began (-w 0) is one whole look, as
+  // try_acquire() is one whole attempt: it awaits its first read (on_read arms the timer
+  // again), and so still finds an open latch open. Any other wait ends by its deadline and the
+  // engine's answer grace, whatever the node does.
+  void on_deadline() {
+    if (!answered_ && reading_) {
+      if (deadline_ <= began_) return;
+      auto grace_end = deadline_ + acquisition::answer_grace;
+      if (steady::now() < grace_end) {
+        timer_.expires_at(grace_end);
+        timer_.async_wait([weak = weak_from_this()](std::error_code ec) {
+          if (auto self = weak.lock(); self && !ec) self->on_deadline();
+        });
+        return;
+      }
+    }
+    finish(errc::timeout);
   }
 
   void read() {
@@ -137,6 +152,7 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
   client node_;
   std::string key_, channel_;
   steady::time_point deadline_;
+  steady::time_point began_ = steady::now();
   unique_function<void(std::error_code)> done_;
   asio::steady_timer timer_;
   std::shared_ptr<channel_subscriber> subscriber_;

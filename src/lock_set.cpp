@@ -70,10 +70,13 @@ class lock_set_core final : public lease_owner,
   // until they expire. `wait_hint`: on not_acquired, the PTTL of the key in the way (-1: unknown).
   // The slots are taken one script each, in slot order (slot_groups); a refusal or an error in
   // one gives back those taken before, so the attempt never waits while holding part of the set.
-  void start_attempt(attempt_handler done) {
+  // Each script waits for its answer until `answer_by` at the latest (a bounded wait's deadline
+  // and grace), else for the node timeout.
+  void start_attempt(attempt_handler done, steady::time_point answer_by = steady::time_point::max()) {
     auto run = std::make_shared<attempt_run>();
     run->state->token = random_token() + ".0";
     run->start = steady::now();
+    run->answer_by = answer_by;
     run->fences.assign(groups_.size(), 0);
     run->done = std::move(done);
     take_group(shared_from_this(), std::move(run));
@@ -131,8 +134,17 @@ class lock_set_core final : public lease_owner,
     std::size_t next_group = 0;
     std::uint64_t top_fence = 0;
     std::vector<std::uint64_t> fences;  // each group's, as its script drew it
+    steady::time_point answer_by = steady::time_point::max();
     attempt_handler done;
   };
+
+  // What an attempt's next script may wait: the node timeout, or less where the wait's deadline
+  // comes first. Zero when that has passed.
+  std::chrono::milliseconds script_timeout(const attempt_run& run) const {
+    if (run.answer_by == steady::time_point::max()) return node_timeout_;
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(run.answer_by - steady::now());
+    return std::clamp(left, std::chrono::milliseconds(0), node_timeout_);
+  }
 
   struct acquire_loop {
     acquire_loop(std::shared_ptr<lock_set_core> c, steady::time_point d,
@@ -148,6 +160,11 @@ class lock_set_core final : public lease_owner,
       if (self->stopped) return finish(*self, errc::cancelled, {});
       ++self->attempts;
       auto* core = self->core.get();
+      // A bounded wait's attempt is answered by its deadline (and the engine's grace); one
+      // whose deadline had passed when it began is one whole attempt, as try_acquire().
+      auto answer_by = self->deadline > self->began && self->deadline != steady::time_point::max()
+                           ? self->deadline + acquisition::answer_grace
+                           : steady::time_point::max();
       core->start_attempt([self = std::move(self)](std::error_code ec, lease l,
                                                    long long hint) mutable {
         // A grant that lands after the stop is dropped: the lease's destructor releases it.
@@ -175,7 +192,7 @@ class lock_set_core final : public lease_owner,
         timer->async_wait([self = std::move(self)](std::error_code) mutable {
           attempt(std::move(self));  // also after a stop cancelled the timer
         });
-      });
+      }, answer_by);
     }
 
     static void finish(acquire_loop& self, std::error_code ec, lease l) {
@@ -199,11 +216,14 @@ class lock_set_core final : public lease_owner,
     if (run->next_group == self->groups_.size()) {
       return raise_fences(std::move(self), std::move(run));
     }
+    auto timeout = self->script_timeout(*run);
+    if (timeout <= std::chrono::milliseconds(0)) {
+      return give_up(*self, *run, errc::timeout, -1, run->next_group);
+    }
     auto& group = self->groups_[run->next_group];
     std::vector<std::string> args{run->state->token, std::to_string(self->options_.ttl.count())};
     auto* core = self.get();
-    run_script(core->node_, acquire_all_script, group.script_keys, std::move(args),
-               core->node_timeout_,
+    run_script(core->node_, acquire_all_script, group.script_keys, std::move(args), timeout,
                [self = std::move(self), run = std::move(run)](std::error_code ec, reply r) mutable {
                  if (!ec && r.is_error()) ec = error_from_reply(r);
                  const auto& e = r.elements();
@@ -245,8 +265,9 @@ class lock_set_core final : public lease_owner,
       if (run->fences[g] == run->top_fence) continue;
       for (auto i : self->groups_[g].members) {
         ++t->pending;
+        auto timeout = std::max(self->script_timeout(*run), std::chrono::milliseconds(1));
         run_script(self->node_, fence_raise_script, {self->companions_[i].fence}, {top, ttl_ms},
-                   self->node_timeout_, [t, finish](std::error_code ec, reply r) mutable {
+                   timeout, [t, finish](std::error_code ec, reply r) mutable {
                      if (!ec && r.is_error()) ec = error_from_reply(r);
                      if (!ec && !r.is_integer()) ec = errc::protocol_error;
                      if (ec && !t->first_error) t->first_error = ec;

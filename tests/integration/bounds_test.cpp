@@ -81,6 +81,57 @@ TEST(DeadlineBoundTest, AWaitOnASilentNodeEndsByItsDeadline) {
   EXPECT_LE(since(t0), 1000ms + late_by_at_most);
 }
 
+// Every primitive's bounded wait, with its one node hung (SIGSTOP: connections stay open,
+// nothing answers) after its clients connected: each returns by a 200 ms deadline (issue 37:
+// a lock set took 903 ms, a latch 775-1001 ms).
+TEST(DeadlineBoundTest, EveryPrimitivesWaitOnAHungNodeEndsByItsDeadline) {
+  redis_server s;
+  client node{s.url()};
+  mutex plain{node, test_key("mutex")};
+  semaphore permits{node, test_key("sem"), 2};
+  shared_mutex rw{node, test_key("rw")};
+  lock_set set{node, {test_key("set-a"), test_key("set-b")}};
+  latch gate{node, test_key("latch")};
+  election vote{node, test_key("election"), "me"};
+  std::error_code ec;
+  ASSERT_TRUE(gate.try_set_count(1, ec)) << ec.message();  // also connects and loads
+  s.pause();
+  const milliseconds wait = 200ms;
+  auto bounded = [&](const char* what, auto&& call) {
+    auto t0 = steady::now();
+    std::error_code e;
+    EXPECT_FALSE(call(t0 + wait, e)) << what;
+    EXPECT_TRUE(e) << what;
+    EXPECT_LE(since(t0), wait + late_by_at_most) << what << ": " << e.message();
+  };
+  bounded("mutex", [&](auto d, auto& e) { return bool(plain.acquire_until(d, e)); });
+  bounded("semaphore", [&](auto d, auto& e) { return bool(permits.acquire_until(d, e)); });
+  bounded("shared_mutex, reader",
+          [&](auto d, auto& e) { return bool(rw.acquire_shared_until(d, e)); });
+  bounded("shared_mutex, writer", [&](auto d, auto& e) { return bool(rw.acquire_until(d, e)); });
+  bounded("lock_set", [&](auto d, auto& e) { return bool(set.acquire_until(d, e)); });
+  bounded("latch", [&](auto d, auto& e) { return gate.wait_until(d, e); });
+  bounded("election", [&](auto d, auto& e) { return bool(vote.campaign_until(d, e)); });
+  s.resume();
+}
+
+// Over three nodes with one hung, a campaign wins on the other two by its deadline: it does not
+// wait for the hung node's answer (issue 37: 999 ms for a 300 ms deadline).
+TEST(DeadlineBoundTest, ACampaignOverThreeNodesWithOneHungEndsByItsDeadline) {
+  redis_server a, b, c;
+  std::vector<client> nodes{client{a.url()}, client{b.url()}, client{c.url()}};
+  election vote{nodes, test_key(), "me"};
+  std::error_code ec;
+  for (auto& n : nodes) n.exec({"PING"}, ec);  // connected before the hang
+  c.pause();
+  auto t0 = steady::now();
+  lease leading = vote.campaign_until(t0 + 300ms, ec);
+  auto took = since(t0);
+  c.resume();
+  EXPECT_TRUE(leading) << ec.message();
+  EXPECT_LE(took, 300ms + late_by_at_most);
+}
+
 // A zero or past timeout is try_lock(), as for std::timed_mutex: one whole attempt.
 TEST(DeadlineBoundTest, AZeroWaitMakesOneWholeAttempt) {
   redis_server s;

@@ -252,8 +252,8 @@ std::vector<pid_t> group_members(pid_t pgid) {
   for (const auto& e : fs::directory_iterator("/proc")) {
     auto name = e.path().filename().string();
     if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
-    std::ifstream stat(e.path() / "stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    // read_proc: a process that exits while it is read must not throw (seen under load).
+    std::string text = read_proc(static_cast<pid_t>(std::stol(name)), "stat");
     auto close = text.rfind(')');
     if (close == std::string::npos) continue;
     std::istringstream rest(text.substr(close + 2));
