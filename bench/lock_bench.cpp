@@ -371,7 +371,7 @@ int run_cli_handoff_mode(const options& o) {
     std::cout << "command handoff, " << r.variant << ": p50 " << r.get("handoff_p50_ms")
               << " ms, p99 " << r.get("handoff_p99_ms") << " ms, max " << r.get("handoff_max_ms")
               << " ms (" << r.get("samples") << " handoffs, " << r.get("unqueued")
-              << " not counted); a bare spawn of CMD p50 " << r.get("floor_p50_ms")
+              << " not counted, " << r.get("overlaps") << " overlaps); a bare spawn of CMD p50 " << r.get("floor_p50_ms")
               << " ms: the handoff is " << r.get("handoff_p50_floors") << " of them\n";
   }
   server_pids[0] = 0;

@@ -127,7 +127,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto& s = server();
   s.arm(std::string(reinterpret_cast<const char*>(data) + 1, size - 1));
   std::error_code ec;
-  dlock::lock_options lock_opts{.ttl = 1000ms, .retry_count = 0, .node_timeout = 200ms};
+  dlock::lock_options lock_opts{.ttl = 1000ms, .node_timeout = 200ms};
   switch (what) {
     case 0: {
       dlock::client c{s.url(), quick()};

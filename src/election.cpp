@@ -202,34 +202,57 @@ lease election::try_campaign(std::error_code& ec) {
   return won;
 }
 
+lease election::try_campaign() {
+  std::error_code ec;
+  lease l = try_campaign(ec);
+  if (ec && !detail::is_retryable(ec)) {
+    throw std::system_error(ec, "dlock: cannot campaign in " + key());
+  }
+  return l;
+}
+
+lease election::campaign_or_throw(clock::time_point deadline) {
+  std::error_code ec;
+  lease l = campaign_until(deadline, ec);
+  if (ec && !detail::is_retryable(ec)) {
+    throw std::system_error(ec, "dlock: cannot campaign in " + key());
+  }
+  return l;
+}
+
 lease election::take_office(lease granted, std::error_code& ec) {
   return detail::take_office(*context_, std::move(granted), clock::time_point::max(), ec);
 }
 
-void election::start_campaign(detail::unique_function<void(std::error_code, lease)> handler) {
+// A stop (the handler's cancellation slot) ends the wait for the lock at once; one that comes
+// while the leadership is announced gives it back once that is done.
+void election::start_campaign(detail::unique_function<void(std::error_code, lease)> handler,
+                              std::stop_token stop) {
   struct attempt {
     static void run(std::shared_ptr<detail::campaign_context> ctx,
-                    detail::unique_function<void(std::error_code, lease)> handler) {
+                    detail::unique_function<void(std::error_code, lease)> handler,
+                    std::stop_token stop) {
       auto core = ctx->core;
       core->start_acquire(
           clock::time_point::max(), INT_MAX,
-          [ctx = std::move(ctx), handler = std::move(handler)](std::error_code ec,
-                                                               lease l) mutable {
+          [ctx = std::move(ctx), handler = std::move(handler), stop](std::error_code ec,
+                                                                     lease l) mutable {
             if (ec) return handler(ec, {});
             l.keep_alive(ctx->keep_alive);
             auto held = std::make_shared<lease>(std::move(l));
             ctx->announce_leadership(
-                *held, [ctx, held, handler = std::move(handler)](std::error_code ec) mutable {
+                *held, [ctx, held, handler = std::move(handler), stop](std::error_code ec) mutable {
+                  if (!ec && stop.stop_requested()) ec = errc::cancelled;
                   if (!ec) return handler({}, std::move(*held));
                   held->async_release([](std::error_code) {});
-                  if (!detail::campaign_again(ec)) return handler(ec, {});
-                  run(std::move(ctx), std::move(handler));
+                  if (ec == errc::cancelled || !detail::campaign_again(ec)) return handler(ec, {});
+                  run(std::move(ctx), std::move(handler), std::move(stop));
                 });
           },
-          nullptr);
+          nullptr, stop);
     }
   };
-  attempt::run(context_, std::move(handler));
+  attempt::run(context_, std::move(handler), std::move(stop));
 }
 
 std::error_code election::resign(lease& leadership) noexcept {

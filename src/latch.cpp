@@ -10,6 +10,9 @@
 #include <asio/steady_timer.hpp>
 
 #include <charconv>
+#include <functional>
+#include <optional>
+#include <stop_token>
 #include <cstdint>
 #include <system_error>
 
@@ -41,8 +44,16 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
         done_(std::move(done)),
         timer_(node_.get_executor()) {}
 
-  void start() {
+  // `stop` ends the wait with cancelled (on the I/O thread, where the rest of it runs).
+  void start(std::stop_token stop = {}) {
     std::weak_ptr<latch_wait> weak = shared_from_this();
+    if (stop.stop_possible()) {
+      on_stop_.emplace(std::move(stop), [weak, ex = node_.get_executor()] {
+        asio::post(ex, [weak] {
+          if (auto self = weak.lock()) self->finish(errc::cancelled);
+        });
+      });
+    }
     // The message itself says it opened: a latch with a TTL shorter than a round trip may be
     // gone by the time a read comes, and must not look abandoned then.
     subscriber_ = std::make_shared<channel_subscriber>(
@@ -143,6 +154,7 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
 
   void finish(std::error_code ec) {
     if (std::exchange(finished_, true)) return;
+    on_stop_.reset();
     timer_.cancel();
     subscriber_->stop();
     auto keep = std::exchange(self_, nullptr);  // destroyed after the handler, not during it
@@ -160,6 +172,7 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
   long long expires_in_ = -1;  // the key's PTTL at the last read
   bool reading_ = false, read_again_ = false, finished_ = false;
   bool answered_ = false;  // a read has come back
+  std::optional<std::stop_callback<std::function<void()>>> on_stop_;
 };
 
 reply run_latch(client& node, const std::string& key, const std::string& channel,
@@ -237,8 +250,25 @@ bool latch::wait_until(clock::time_point deadline, std::error_code& ec) {
   return !ec;
 }
 
-void latch::start_wait(clock::time_point deadline, detail::unique_function<void(std::error_code)> h) {
-  std::make_shared<detail::latch_wait>(node_, key_, channel_, deadline, std::move(h))->start();
+void latch::wait() {
+  std::error_code ec;
+  wait(ec);
+  if (ec) throw std::system_error(ec, "dlock: cannot wait for the latch " + key_);
+}
+
+bool latch::wait_or_throw(clock::time_point deadline) {
+  std::error_code ec;
+  if (wait_until(deadline, ec)) return true;
+  if (ec != errc::timeout && !detail::is_retryable(ec)) {
+    throw std::system_error(ec, "dlock: cannot wait for the latch " + key_);
+  }
+  return false;
+}
+
+void latch::start_wait(clock::time_point deadline, detail::unique_function<void(std::error_code)> h,
+                       std::stop_token stop) {
+  std::make_shared<detail::latch_wait>(node_, key_, channel_, deadline, std::move(h))
+      ->start(std::move(stop));
 }
 
 }  // namespace dlock

@@ -83,24 +83,25 @@ class lock_set_core final : public lease_owner,
   }
 
   // Attempts until the set is held, an error that retrying cannot cure, `deadline`, or a stop
-  // (control.stop: cancelled, nothing held). Between two it asks control.on_retry, then sleeps
-  // retry_delay (jittered), or until the key that was in the way expires, when sooner (the
-  // lock's retry policy, algo/retry.hpp).
+  // (control.stop, or `cancel`, an async form's cancellation slot: cancelled, nothing held).
+  // Between two it asks control.on_retry, then sleeps retry_delay (jittered), or until the key
+  // that was in the way expires, when sooner (the lock's retry policy, algo/retry.hpp).
   void start_acquire(steady::time_point deadline, const wait_control& control,
-                     unique_function<void(std::error_code, lease)> done) {
+                     unique_function<void(std::error_code, lease)> done,
+                     std::stop_token cancel = {}) {
     auto loop = std::make_shared<acquire_loop>(shared_from_this(), deadline, control.on_retry,
                                                std::move(done));
-    if (control.stop.stop_possible()) {
-      std::weak_ptr<acquire_loop> weak = loop;
-      loop->on_stop.emplace(control.stop, [weak] {
-        auto self = weak.lock();
-        if (!self) return;
-        self->stopped = true;
-        asio::post(self->timer.get_executor(), [weak] {
-          if (auto self = weak.lock()) self->timer.cancel();
-        });
+    std::weak_ptr<acquire_loop> weak = loop;
+    auto stop = [weak] {
+      auto self = weak.lock();
+      if (!self) return;
+      self->stopped = true;
+      asio::post(self->timer.get_executor(), [weak] {
+        if (auto self = weak.lock()) self->timer.cancel();
       });
-    }
+    };
+    if (control.stop.stop_possible()) loop->on_stop.emplace(control.stop, stop);
+    if (cancel.stop_possible()) loop->on_cancel.emplace(cancel, stop);
     if (loop->stopped) {
       // Stopped before it began: finished on the I/O thread, not inside the initiating call.
       asio::post(get_executor(), [loop] { acquire_loop::finish(*loop, errc::cancelled, {}); });
@@ -197,6 +198,7 @@ class lock_set_core final : public lease_owner,
 
     static void finish(acquire_loop& self, std::error_code ec, lease l) {
       self.on_stop.reset();
+      self.on_cancel.reset();
       auto handler = std::move(self.done);
       handler(ec, std::move(l));
     }
@@ -207,7 +209,7 @@ class lock_set_core final : public lease_owner,
     int attempts = 0;
     std::function<bool(const wait_progress&)> on_retry;
     std::atomic<bool> stopped{false};
-    std::optional<std::stop_callback<std::function<void()>>> on_stop;
+    std::optional<std::stop_callback<std::function<void()>>> on_stop, on_cancel;
     asio::steady_timer timer;
     unique_function<void(std::error_code, lease)> done;
   };
@@ -454,8 +456,34 @@ void lock_set::start_try_acquire(const std::shared_ptr<detail::lock_set_core>& c
 
 void lock_set::start_acquire(const std::shared_ptr<detail::lock_set_core>& core,
                              clock::time_point deadline, const wait_control& control,
-                             detail::unique_function<void(std::error_code, lease)> handler) {
-  core->start_acquire(deadline, control, std::move(handler));
+                             detail::unique_function<void(std::error_code, lease)> handler,
+                             std::stop_token cancel) {
+  core->start_acquire(deadline, control, std::move(handler), std::move(cancel));
+}
+
+lease lock_set::acquire() {
+  std::error_code ec;
+  lease l = acquire(ec);
+  if (ec) throw std::system_error(ec, "dlock: cannot lock " + core_->key());
+  return l;
+}
+
+lease lock_set::try_acquire() {
+  std::error_code ec;
+  lease l = try_acquire(ec);
+  if (ec && !detail::is_retryable(ec)) {
+    throw std::system_error(ec, "dlock: cannot lock " + core_->key());
+  }
+  return l;
+}
+
+lease lock_set::acquire_or_throw(clock::time_point deadline) {
+  std::error_code ec;
+  lease l = acquire_until(deadline, ec);
+  if (ec && !detail::is_retryable(ec)) {
+    throw std::system_error(ec, "dlock: cannot lock " + core_->key());
+  }
+  return l;
 }
 
 lease lock_all(client node, std::vector<std::string> names, lock_options options) {

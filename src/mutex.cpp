@@ -3,6 +3,7 @@
 
 #include <climits>
 
+#include "algo/retry.hpp"
 #include "dlock/key_layout.hpp"
 #include "lock_core.hpp"
 #include "lockable.hpp"
@@ -21,7 +22,6 @@ void check_arguments(const std::vector<client>& nodes, const std::string& name,
     reject_argument("the lock key is one of dlock's companion keys of another name (such as "
                     "{x}:fence; see dlock/key_layout.hpp)");
   }
-  if (o.retry_count < 0) reject_argument("retry_count is negative");
   if (o.copies < 0 || o.copies > 15 || (o.copies > 1 && o.copies % 2 == 0)) {
     reject_argument("copies must be 0, 1 or odd from 3 to 15");
   }
@@ -54,12 +54,10 @@ mutex::mutex(std::vector<client> nodes, std::string name, lock_options options) 
 
 mutex::~mutex() = default;  // each thread's lease releases as by_thread_ goes
 
-int mutex::attempts_for_acquire() const noexcept { return core_->options().retry_count + 1; }
-
 void mutex::start_acquire(clock::time_point deadline, int attempts,
                           detail::unique_function<void(std::error_code, lease)> handler,
-                          node_results* nodes) {
-  core_->start_acquire(deadline, attempts, std::move(handler), nodes);
+                          node_results* nodes, std::stop_token stop) {
+  core_->start_acquire(deadline, attempts, std::move(handler), nodes, std::move(stop));
 }
 
 // Every blocking acquisition: the first round from this thread when the connection is idle
@@ -83,11 +81,11 @@ lease mutex::acquire_until(clock::time_point deadline, const wait_control& contr
 }
 
 lease mutex::acquire(std::error_code& ec) {
-  return acquire_blocking(clock::time_point::max(), attempts_for_acquire(), ec, nullptr);
+  return acquire_blocking(clock::time_point::max(), INT_MAX, ec, nullptr);
 }
 
 lease mutex::acquire(node_results* nodes, std::error_code& ec) {
-  return acquire_blocking(clock::time_point::max(), attempts_for_acquire(), ec, nodes);
+  return acquire_blocking(clock::time_point::max(), INT_MAX, ec, nodes);
 }
 
 lease mutex::try_acquire(std::error_code& ec) {
@@ -96,6 +94,18 @@ lease mutex::try_acquire(std::error_code& ec) {
 
 lease mutex::try_acquire(node_results* nodes, std::error_code& ec) {
   return acquire_blocking(clock::time_point::max(), 1, ec, nodes);
+}
+
+lease mutex::try_acquire() { return acquire_or_throw(clock::now()); }
+
+// A deadline already past is one whole round (try_acquire).
+lease mutex::acquire_or_throw(clock::time_point deadline) {
+  std::error_code ec;
+  lease l = acquire_until(deadline, ec);
+  if (ec && !detail::is_retryable(ec)) {
+    throw std::system_error(ec, "dlock: cannot lock " + key());
+  }
+  return l;
 }
 
 lease mutex::acquire() {

@@ -4,7 +4,7 @@
 //   check_shared_options   the name and key, ttl, retry_delay, node_timeout and drift_factor,
 //                          which lock_options and semaphore_options both have (they stay
 //                          separate aggregates, so that designated initializers keep working)
-// Each primitive checks what only it has (nodes and fairness, retry_count; the limit) itself.
+// Each primitive checks what only it has (nodes and fairness; the limit) itself.
 #pragma once
 
 #include <chrono>

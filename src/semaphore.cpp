@@ -30,9 +30,11 @@ semaphore::semaphore(client node, std::string name, std::ptrdiff_t limit,
 semaphore::~semaphore() = default;  // permits keep the core alive on their own
 
 void semaphore::start_acquire(std::ptrdiff_t permits,
-                              detail::unique_function<void(std::error_code, lease)> handler) {
+                              detail::unique_function<void(std::error_code, lease)> handler,
+                              std::stop_token stop) {
   if (permits < 1 || permits > core_->limit()) return handler(errc::invalid_argument, lease{});
-  core_->start_acquire(clock::time_point::max(), INT_MAX, permits, std::move(handler));
+  core_->start_acquire(clock::time_point::max(), INT_MAX, permits, std::move(handler),
+                       std::move(stop));
 }
 
 namespace {

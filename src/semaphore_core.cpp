@@ -45,8 +45,10 @@ std::shared_ptr<acquire_run> semaphore_core::make_run(steady::time_point deadlin
 }
 
 void semaphore_core::start_acquire(steady::time_point deadline, int attempts,
-                                   std::ptrdiff_t permits, acquire_handler handler) {
-  make_run(deadline, attempts, permits, {})->start(std::move(handler));
+                                   std::ptrdiff_t permits, acquire_handler handler,
+                                   std::stop_token stop) {
+  make_run(deadline, attempts, permits, wait_control{.stop = std::move(stop), .on_retry = {}})
+      ->start(std::move(handler));
 }
 
 lease semaphore_core::acquire_blocking(steady::time_point deadline, int attempts,

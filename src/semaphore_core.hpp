@@ -43,7 +43,7 @@ class semaphore_core final : public lease_owner,
   // Up to `attempts` attempts until `deadline`, one owner token for all of them. `permits` must
   // already be checked (1..limit).
   void start_acquire(steady::time_point deadline, int attempts, std::ptrdiff_t permits,
-                     acquire_handler handler);
+                     acquire_handler handler, std::stop_token stop = {});
   // The same, blocking the calling thread; the first attempt goes out from this thread when
   // the connection is idle.
   lease acquire_blocking(steady::time_point deadline, int attempts, std::ptrdiff_t permits,

@@ -8,6 +8,7 @@
 
 #include <climits>
 
+#include "algo/retry.hpp"
 #include "dlock/key_layout.hpp"
 #include "lockable.hpp"
 #include "option_checks.hpp"
@@ -46,8 +47,10 @@ shared_mutex::shared_mutex(client node, std::string name, shared_mutex_options o
 shared_mutex::~shared_mutex() = default;  // the held leases release themselves
 
 void shared_mutex::start_acquire(std::ptrdiff_t permits,
-                                 detail::unique_function<void(std::error_code, lease)> handler) {
-  core_->start_acquire(clock::time_point::max(), INT_MAX, permits, std::move(handler));
+                                 detail::unique_function<void(std::error_code, lease)> handler,
+                                 std::stop_token stop) {
+  core_->start_acquire(clock::time_point::max(), INT_MAX, permits, std::move(handler),
+                       std::move(stop));
 }
 
 lease shared_mutex::acquire_blocking(clock::time_point deadline, int attempts,
@@ -74,12 +77,18 @@ lease shared_mutex::acquire_shared() {
   if (ec) throw std::system_error(ec, cannot(key(), 1));
   return l;
 }
-lease shared_mutex::acquire_until(clock::time_point deadline, std::error_code& ec,
-                                  const wait_control& control) {
+lease shared_mutex::acquire_until(clock::time_point deadline, std::error_code& ec) {
+  return acquire_blocking(deadline, INT_MAX, max_readers, ec);
+}
+lease shared_mutex::acquire_until(clock::time_point deadline, const wait_control& control,
+                                  std::error_code& ec) {
   return acquire_blocking(deadline, INT_MAX, max_readers, ec, control);
 }
-lease shared_mutex::acquire_shared_until(clock::time_point deadline, std::error_code& ec,
-                                         const wait_control& control) {
+lease shared_mutex::acquire_shared_until(clock::time_point deadline, std::error_code& ec) {
+  return acquire_blocking(deadline, INT_MAX, 1, ec);
+}
+lease shared_mutex::acquire_shared_until(clock::time_point deadline, const wait_control& control,
+                                         std::error_code& ec) {
   return acquire_blocking(deadline, INT_MAX, 1, ec, control);
 }
 lease shared_mutex::try_acquire(std::error_code& ec) {
@@ -87,6 +96,19 @@ lease shared_mutex::try_acquire(std::error_code& ec) {
 }
 lease shared_mutex::try_acquire_shared(std::error_code& ec) {
   return acquire_blocking(clock::time_point::max(), 1, 1, ec);
+}
+
+lease shared_mutex::try_acquire() { return acquire_or_throw(clock::now(), max_readers); }
+lease shared_mutex::try_acquire_shared() { return acquire_or_throw(clock::now(), 1); }
+
+// A deadline already past is one whole attempt (try_acquire).
+lease shared_mutex::acquire_or_throw(clock::time_point deadline, std::ptrdiff_t permits) {
+  std::error_code ec;
+  bool past = deadline <= clock::now();
+  lease l = acquire_blocking(past ? clock::time_point::max() : deadline, past ? 1 : INT_MAX,
+                             permits, ec);
+  if (ec && !detail::is_retryable(ec)) throw std::system_error(ec, cannot(key(), permits));
+  return l;
 }
 
 bool shared_mutex::holds_nothing() {

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -44,19 +43,35 @@ pid_t spawn(const std::vector<std::string>& args) {
   return pid;
 }
 
-// Waits for `pid` until `deadline`, then kills it: every run ends what it started.
-int reap(pid_t pid, bench_clock::time_point deadline) {
-  int status = 0;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (bench_clock::now() >= deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(1ms);
+// A started process, ended by its owner: reaped, and killed first when it outlived
+// `deadline`, or when the harness unwinds (an exception) before reaping it.
+class child {
+ public:
+  explicit child(pid_t pid) : pid_(pid) {}
+  ~child() {
+    if (pid_ > 0) reap(bench_clock::now());
   }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+  child(const child&) = delete;
+  child& operator=(const child&) = delete;
+  // Its exit status, or -1 when it had to be killed.
+  int reap(bench_clock::time_point deadline) {
+    int status = 0;
+    while (::waitpid(pid_, &status, WNOHANG) == 0) {
+      if (bench_clock::now() >= deadline) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+        pid_ = -1;
+        return -1;
+      }
+      std::this_thread::sleep_for(1ms);
+    }
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+ private:
+  pid_t pid_;
+};
 
 // Polls `ask` every millisecond until it is true or 5 s passed.
 template <class Ask>
@@ -95,11 +110,10 @@ row run_cli_handoff(client node, const cli_handoff_setup& s) {
   row r{"cli_handoff", "dlock (command)",
         s.busy_threads ? std::to_string(s.busy_threads) + " busy threads beside it" : "quiet",
         1, 2, {}, {}};
-  std::atomic<bool> spinning{true};
-  std::vector<std::jthread> busy;
+  std::vector<std::jthread> busy;  // stopped and joined however this returns
   for (int i = 0; i < s.busy_threads; ++i) {
-    busy.emplace_back([&] {
-      while (spinning.load(std::memory_order_relaxed)) {
+    busy.emplace_back([](std::stop_token stop) {
+      while (!stop.stop_requested()) {
       }
     });
   }
@@ -109,43 +123,53 @@ row run_cli_handoff(client node, const cli_handoff_setup& s) {
   const std::string key = "bench:cli-handoff";
   const auto queue = lock_keys_for(key).waiters;
   std::vector<double> handoffs, floors;
-  int unqueued = 0;
+  int unqueued = 0, overlaps = 0;
   for (int i = 0; i < s.samples; ++i) {
     auto file = dir / ("stamps-" + std::to_string(i));
     std::filesystem::remove(file);
     // The floor: what starting the stamp program costs by itself.
     long long spawned = now_ns();
-    pid_t alone = spawn({s.stamp, "start", file.string()});
-    reap(alone, bench_clock::now() + 10s);
-    if (auto st = stamps(file); st.count("start")) floors.push_back(ms_between(st["start"], spawned));
+    child alone{spawn({s.stamp, "start", file.string()})};
+    alone.reap(bench_clock::now() + 10s);
+    if (auto st = stamps(file); st.count("start")) {
+      floors.push_back(ms_between(st["start"], spawned));
+    }
     std::filesystem::remove(file);
 
-    pid_t holder = spawn({s.dlock, "-r", s.url, "run", "-q", "--ttl", "5s", key, "--", s.stamp,
-                          "end", file.string(), std::to_string(hold_ms)});
+    child holder{spawn({s.dlock, "-r", s.url, "run", "-q", "--ttl", "5s", key, "--", s.stamp,
+                        "end", file.string(), std::to_string(hold_ms)})};
     std::error_code ec;
     within_5s([&] { return node.exec({"EXISTS", key}, ec).integer() == 1; });
-    pid_t waiter = spawn({s.dlock, "-r", s.url, "run", "-q", "--ttl", "5s", "-w", "10", key,
-                          "--", s.stamp, "start", file.string()});
+    child waiter{spawn({s.dlock, "-r", s.url, "run", "-q", "--ttl", "5s", "-w", "10", key, "--",
+                        s.stamp, "start", file.string()})};
     bool queued = within_5s([&] { return node.exec({"ZCARD", queue}, ec).integer() >= 1; });
+    long long queued_at = now_ns();  // seen in the queue by then
     auto deadline = bench_clock::now() + 20s;
-    int held = reap(holder, deadline), next = reap(waiter, deadline);
+    int held = holder.reap(deadline), next = waiter.reap(deadline);
     auto st = stamps(file);
-    // Queued before the holder's CMD ended: the waiter really waited for this release.
-    bool in_time = queued && st.count("end") && st.count("start") && st["start"] > st["end"];
-    if (held != 0 || next != 0 || !in_time) {
+    if (held != 0 || next != 0 || !st.count("end") || !st.count("start")) {
+      ++unqueued;
+      continue;
+    }
+    if (st["start"] < st["end"]) {  // the next CMD began before this one ended: never expected
+      ++overlaps;
+      continue;
+    }
+    // Seen in the queue before the holder's CMD ended: the waiter waited for this release.
+    if (!queued || queued_at >= st["end"]) {
       ++unqueued;
       continue;
     }
     handoffs.push_back(ms_between(st["start"], st["end"]));
   }
   std::filesystem::remove_all(dir);
-  spinning = false;
   busy.clear();
   auto h = summarize(handoffs);
   auto f = summarize(floors);
   double max = handoffs.empty() ? std::nan("") : *std::max_element(handoffs.begin(), handoffs.end());
   r.figures = {{"samples", static_cast<double>(h.samples)},
                {"unqueued", static_cast<double>(unqueued)},
+               {"overlaps", static_cast<double>(overlaps)},
                {"handoff_p50_ms", h.p50_ms},
                {"handoff_p99_ms", h.p99_ms},
                {"handoff_max_ms", max},

@@ -7,8 +7,10 @@
 //                    K's queue before that CMD ends, whose CMD stamps as its first act.
 //                    Figures: handoff p50/p99/max = next start - end; the floor = the same
 //                    stamp program spawned directly (posix_spawn to its stamp, p50), what any
-//                    command pays to start one; the handoff p50 in floors; samples, and
-//                    `unqueued` (a waiter not in the queue in time: not counted).
+//                    command pays to start one; the handoff p50 in floors; samples,
+//                    `unqueued` (a waiter not seen in the queue before that end, or a run that
+//                    failed: not counted) and `overlaps` (the next CMD began before the end:
+//                    must be 0).
 //                    `busy_threads` threads spin beside it all (2 on 2 cores: a busy machine).
 #pragma once
 

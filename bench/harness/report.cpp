@@ -290,8 +290,8 @@ std::vector<verdict> judge_targets(const std::vector<row>& rows) {
                    "p50 " + fmt(r.get("handoff_p50_ms"), 2) + " ms, p99 " +
                        fmt(r.get("handoff_p99_ms"), 2) + " ms (" + fmt(r.get("samples"), 0) +
                        " handoffs); a bare spawn of CMD p50 " + fmt(r.get("floor_p50_ms"), 2) +
-                       " ms",
-                   status(r.get("handoff_p50_ms") <= 10)});
+                       " ms; overlaps " + fmt(r.get("overlaps"), 0),
+                   status(r.get("handoff_p50_ms") <= 10 && r.get("overlaps") == 0)});
   }
   return out;
 }

@@ -130,14 +130,29 @@ class DLOCK_EXPORT election {
   /// One attempt, no waiting: the leadership's lease, or an empty one with not_acquired when
   /// another candidate leads (or the error). Blocks for one round trip.
   lease try_campaign(std::error_code& ec);
+  /// One attempt: an empty lease when another candidate leads (or the nodes did not answer in
+  /// time); throws std::system_error for errors that retrying cannot cure.
+  lease try_campaign();
+  /// Campaigns until leading or `d` has passed: an empty lease when the time ran out; throws
+  /// like try_campaign().
+  template <class Rep, class Period>
+  lease try_campaign_for(const std::chrono::duration<Rep, Period>& d) {
+    return campaign_or_throw(clock::now() + std::chrono::ceil<clock::duration>(d));
+  }
+  /// As above, until `tp` (of any clock, converted once on entry).
+  template <class Clock, class Duration>
+  lease try_campaign_until(const std::chrono::time_point<Clock, Duration>& tp) {
+    return campaign_or_throw(clock::now() + std::chrono::ceil<clock::duration>(tp - Clock::now()));
+  }
   /// Asynchronous campaign(): signature void(std::error_code, lease). It campaigns until it
   /// leads or meets an error that retrying cannot cure, even when the election object is gone.
+  /// Asio's per-operation cancellation ends it with errc::cancelled, nothing held.
   template <class CompletionToken>
   auto async_campaign(CompletionToken&& token) {
-    return detail::initiate<void(std::error_code, lease)>(
+    return detail::initiate_stoppable<void(std::error_code, lease)>(
         std::forward<CompletionToken>(token), lock_.get_executor(),
-        [this](detail::unique_function<void(std::error_code, lease)> h) {
-          start_campaign(std::move(h));
+        [this](detail::unique_function<void(std::error_code, lease)> h, std::stop_token stop) {
+          start_campaign(std::move(h), std::move(stop));
         });
   }
 
@@ -171,7 +186,9 @@ class DLOCK_EXPORT election {
   const std::string& value() const noexcept;  ///< this candidate's value
 
  private:
-  void start_campaign(detail::unique_function<void(std::error_code, lease)> handler);
+  void start_campaign(detail::unique_function<void(std::error_code, lease)> handler,
+                      std::stop_token stop);
+  lease campaign_or_throw(clock::time_point deadline);
   // After the grant: keep-alive and announcement; the lease, or empty with ec.
   lease take_office(lease granted, std::error_code& ec);
 

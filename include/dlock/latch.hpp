@@ -66,6 +66,8 @@ class DLOCK_EXPORT latch {
   /// while it waits), not by polling. not_found when the latch does not exist or vanishes
   /// (its TTL passed) while waited for.
   void wait(std::error_code& ec) { wait_until(clock::time_point::max(), ec); }
+  /// As above; throws std::system_error on failure.
+  void wait();
   /// The same until `deadline` (steady_clock): false, with ec timeout, when it passes.
   bool wait_until(clock::time_point deadline, std::error_code& ec);
   /// The same for a duration.
@@ -73,20 +75,34 @@ class DLOCK_EXPORT latch {
   bool wait_for(const std::chrono::duration<Rep, Period>& d, std::error_code& ec) {
     return wait_until(clock::now() + std::chrono::ceil<clock::duration>(d), ec);
   }
-  /// Asynchronous wait(): signature void(std::error_code).
+  /// Until the count is zero or `d` has passed: false when the time ran out (or the node did
+  /// not answer); throws std::system_error for other errors (not_found, wrong_type, ACL ...).
+  template <class Rep, class Period>
+  bool wait_for(const std::chrono::duration<Rep, Period>& d) {
+    return wait_or_throw(clock::now() + std::chrono::ceil<clock::duration>(d));
+  }
+  /// As above, until `tp` (of any clock, converted once on entry).
+  template <class Clock, class Duration>
+  bool wait_until(const std::chrono::time_point<Clock, Duration>& tp) {
+    return wait_or_throw(clock::now() + std::chrono::ceil<clock::duration>(tp - Clock::now()));
+  }
+  /// Asynchronous wait(): signature void(std::error_code). Asio's per-operation cancellation
+  /// ends it with errc::cancelled.
   template <class CompletionToken>
   auto async_wait(CompletionToken&& token) {
-    return detail::initiate<void(std::error_code)>(
+    return detail::initiate_stoppable<void(std::error_code)>(
         std::forward<CompletionToken>(token), node_.get_executor(),
-        [this](detail::unique_function<void(std::error_code)> h) {
-          start_wait(clock::time_point::max(), std::move(h));
+        [this](detail::unique_function<void(std::error_code)> h, std::stop_token stop) {
+          start_wait(clock::time_point::max(), std::move(h), std::move(stop));
         });
   }
 
   const std::string& key() const noexcept { return key_; }  ///< the latch's key
 
  private:
-  void start_wait(clock::time_point deadline, detail::unique_function<void(std::error_code)> h);
+  void start_wait(clock::time_point deadline, detail::unique_function<void(std::error_code)> h,
+                  std::stop_token stop = {});
+  bool wait_or_throw(clock::time_point deadline);
 
   client node_;
   std::string key_;

@@ -38,8 +38,7 @@
 /// waits by polling (retry_delay, or sooner when the holder's key expires sooner), not in the
 /// names' wait queues: a set would otherwise queue in several, holding places in some while
 /// waiting in others. N independent nodes (Redlock) are not offered, and the replication
-/// guard is refused (invalid_argument); retry_count is not used (acquire waits until it holds
-/// the set or its deadline passes).
+/// guard is refused (invalid_argument).
 /// The lease's key() is the keys joined by ',' (a label, not a key).
 #pragma once
 
@@ -94,6 +93,22 @@ class DLOCK_EXPORT lock_set {
                       std::error_code& ec);
   /// Attempts until every name is held.
   lease acquire(std::error_code& ec) { return acquire_until(clock::time_point::max(), ec); }
+  /// As above; throws std::system_error on failure.
+  lease acquire();
+  /// One attempt: an empty lease when a name is held (or the node did not answer in time);
+  /// throws std::system_error for errors that retrying cannot cure.
+  lease try_acquire();
+  /// Attempts until every name is held or `d` has passed: an empty lease when the time ran
+  /// out; throws like try_acquire().
+  template <class Rep, class Period>
+  lease try_acquire_for(const std::chrono::duration<Rep, Period>& d) {
+    return acquire_or_throw(clock::now() + std::chrono::ceil<clock::duration>(d));
+  }
+  /// As above, until `tp` (of any clock, converted once on entry).
+  template <class Clock, class Duration>
+  lease try_acquire_until(const std::chrono::time_point<Clock, Duration>& tp) {
+    return acquire_or_throw(clock::now() + std::chrono::ceil<clock::duration>(tp - Clock::now()));
+  }
 
   /// Asynchronous try_acquire(): signature void(std::error_code, lease).
   template <class CompletionToken>
@@ -109,11 +124,11 @@ class DLOCK_EXPORT lock_set {
   template <class CompletionToken>
   auto async_acquire_until(clock::time_point deadline, wait_control control,
                            CompletionToken&& token) {
-    return detail::initiate<void(std::error_code, lease)>(
+    return detail::initiate_stoppable<void(std::error_code, lease)>(
         std::forward<CompletionToken>(token), get_executor(),
         [core = core_, deadline, control = std::move(control)](
-            detail::unique_function<void(std::error_code, lease)> h) {
-          start_acquire(core, deadline, control, std::move(h));
+            detail::unique_function<void(std::error_code, lease)> h, std::stop_token stop) {
+          start_acquire(core, deadline, control, std::move(h), std::move(stop));
         });
   }
   /// As above, without control.
@@ -133,13 +148,16 @@ class DLOCK_EXPORT lock_set {
   detail::io_executor get_executor() const noexcept;
 
  private:
+  lease acquire_or_throw(clock::time_point deadline);
   // Static, on the core: an async operation started late (a deferred token) must not need
   // the lock_set object.
   static void start_try_acquire(const std::shared_ptr<detail::lock_set_core>& core,
                                 detail::unique_function<void(std::error_code, lease)> handler);
+  // `cancel`: the handler's cancellation slot's (async forms), besides control.stop.
   static void start_acquire(const std::shared_ptr<detail::lock_set_core>& core,
                             clock::time_point deadline, const wait_control& control,
-                            detail::unique_function<void(std::error_code, lease)> handler);
+                            detail::unique_function<void(std::error_code, lease)> handler,
+                            std::stop_token cancel = {});
 
   std::shared_ptr<detail::lock_set_core> core_;
 };

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <chrono>
+#include <climits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -68,11 +69,12 @@ class DLOCK_EXPORT mutex {
   /// @name Lease-returning API
   /// @{
 
-  /// Makes 1 + retry_count rounds, sleeping retry_delay (jittered) between them. Blocks. On
-  /// failure the lease is empty and ec says why: not_acquired (held by another),
-  /// quorum_not_reached, lease_expired (the round took longer than the TTL allows), or a node
-  /// error when every node failed the same way, or when more nodes than a quorum can spare
-  /// gave one that retrying cannot cure (wrong_type, auth_failed, no_permission, ...).
+  /// Waits until acquired, as lock() and every primitive's acquire() (docs/design.md, "One
+  /// meaning per call"): rounds while another holds the lock or nodes are down, woken by the
+  /// release or sleeping retry_delay (jittered) between them. Blocks. It fails only with an
+  /// error that retrying cannot cure: a node error when every node failed the same way, or when
+  /// more nodes than a quorum can spare gave one (wrong_type, auth_failed, no_permission, ...).
+  /// For one round use try_acquire(), for a bound acquire_until().
   lease acquire(std::error_code& ec);
   /// As above; `nodes`, when not null, gets the last round's votes.
   lease acquire(node_results* nodes, std::error_code& ec);
@@ -81,6 +83,20 @@ class DLOCK_EXPORT mutex {
   lease try_acquire(std::error_code& ec);
   /// One round, no retry; `nodes`, when not null, gets its votes.
   lease try_acquire(node_results* nodes, std::error_code& ec);
+  /// One round: an empty lease when another holds the lock or the nodes did not answer in
+  /// time; throws std::system_error for errors that retrying cannot cure.
+  lease try_acquire();
+  /// Rounds until acquired or `d` has passed (or until `tp`, of any clock, converted once on
+  /// entry): an empty lease when the time ran out; throws like try_acquire().
+  template <class Rep, class Period>
+  lease try_acquire_for(const std::chrono::duration<Rep, Period>& d) {
+    return acquire_or_throw(clock::now() + std::chrono::ceil<clock::duration>(d));
+  }
+  /// As above, until `tp`.
+  template <class Clock, class Duration>
+  lease try_acquire_until(const std::chrono::time_point<Clock, Duration>& tp) {
+    return acquire_or_throw(clock::now() + std::chrono::ceil<clock::duration>(tp - Clock::now()));
+  }
   /// Rounds until acquired or `deadline` (a steady_clock time point) passes.
   lease acquire_until(clock::time_point deadline, std::error_code& ec);
   /// As above; `nodes`, when not null, gets the last round's votes.
@@ -96,13 +112,26 @@ class DLOCK_EXPORT mutex {
   /// validity is unknown, so valid_until() starts at now.
   lease adopt(std::string token, std::uint64_t fencing_token = 0);
 
-  /// Asynchronous acquire(): signature void(std::error_code, lease).
+  /// Asynchronous acquire() (waits until acquired): signature void(std::error_code, lease).
+  /// Like every async wait of dlock, it honours Asio's per-operation cancellation (the
+  /// handler's cancellation slot, any type): the wait ends with errc::cancelled, and what its
+  /// attempt in flight won is given back.
   template <class CompletionToken>
   auto async_acquire(CompletionToken&& token) {
-    return detail::initiate<void(std::error_code, lease)>(
+    return detail::initiate_stoppable<void(std::error_code, lease)>(
         std::forward<CompletionToken>(token), get_executor(),
-        [this](detail::unique_function<void(std::error_code, lease)> h) {
-          start_acquire(clock::time_point::max(), attempts_for_acquire(), std::move(h));
+        [this](detail::unique_function<void(std::error_code, lease)> h, std::stop_token stop) {
+          start_acquire(clock::time_point::max(), INT_MAX, std::move(h), nullptr, std::move(stop));
+        });
+  }
+  /// Asynchronous acquire_until(): retries until acquired or `deadline`.
+  template <class CompletionToken>
+  auto async_acquire_until(clock::time_point deadline, CompletionToken&& token) {
+    return detail::initiate_stoppable<void(std::error_code, lease)>(
+        std::forward<CompletionToken>(token), get_executor(),
+        [this, deadline](detail::unique_function<void(std::error_code, lease)> h,
+                         std::stop_token stop) {
+          start_acquire(deadline, INT_MAX, std::move(h), nullptr, std::move(stop));
         });
   }
   /// @}
@@ -156,11 +185,11 @@ class DLOCK_EXPORT mutex {
   // The type-erased core of the async API: up to `attempts` rounds until `deadline`.
   void start_acquire(clock::time_point deadline, int attempts,
                      detail::unique_function<void(std::error_code, lease)> handler,
-                     node_results* nodes = nullptr);
+                     node_results* nodes = nullptr, std::stop_token stop = {});
   bool lock_until(clock::time_point deadline);
+  lease acquire_or_throw(clock::time_point deadline);
   lease acquire_blocking(clock::time_point deadline, int attempts, std::error_code& ec,
                          node_results* nodes);
-  int attempts_for_acquire() const noexcept;
   void remember(lease l, std::error_code ec, node_results results) noexcept;
 
   // What one thread holds through the Lockable API, and how its last call went.

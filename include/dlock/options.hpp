@@ -25,9 +25,8 @@ struct lock_options {
   /// Between two attempts the locker sleeps a random time in [retry_delay/2, retry_delay],
   /// so that contending lockers do not retry in lock-step.
   std::chrono::milliseconds retry_delay{50};
-  /// acquire() makes 1 + retry_count attempts. try_lock_for/until retry until their deadline;
-  /// lock() until it succeeds.
-  int retry_count = 3;
+  // (retry_count is gone: acquire() waits until acquired, as lock() and every primitive's
+  // acquire() do. For one round use try_acquire(), for a bounded wait acquire_until().)
   /// Deadline for each node's answer in a round; a hung node is skipped after it. 0 picks
   /// min(ttl / 10, the client's request_timeout).
   std::chrono::milliseconds node_timeout{0};

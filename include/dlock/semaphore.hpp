@@ -168,10 +168,11 @@ class DLOCK_EXPORT semaphore {
   /// The same for `permits` at once.
   template <class CompletionToken>
   auto async_acquire(std::ptrdiff_t permits, CompletionToken&& token) {
-    return detail::initiate<void(std::error_code, lease)>(
+    return detail::initiate_stoppable<void(std::error_code, lease)>(
         std::forward<CompletionToken>(token), get_executor(),
-        [this, permits](detail::unique_function<void(std::error_code, lease)> h) {
-          start_acquire(permits, std::move(h));
+        [this, permits](detail::unique_function<void(std::error_code, lease)> h,
+                        std::stop_token stop) {
+          start_acquire(permits, std::move(h), std::move(stop));
         });
   }
 
@@ -187,7 +188,8 @@ class DLOCK_EXPORT semaphore {
  private:
   // The type-erased core of async_acquire: attempts until granted or a fatal error.
   void start_acquire(std::ptrdiff_t permits,
-                     detail::unique_function<void(std::error_code, lease)> handler);
+                     detail::unique_function<void(std::error_code, lease)> handler,
+                     std::stop_token stop = {});
   lease wait_until(clock::time_point deadline, std::ptrdiff_t permits);
 
   std::shared_ptr<detail::semaphore_core> core_;

@@ -114,32 +114,50 @@ class DLOCK_EXPORT shared_mutex {
   lease acquire_shared(std::error_code& ec);  ///< the reader's acquire()
   lease acquire();         ///< as above; throws std::system_error on failure
   lease acquire_shared();  ///< the reader's; throws std::system_error on failure
-  /// Attempts until granted or `deadline` passes, ended early by `control` (cancelled).
-  lease acquire_until(clock::time_point deadline, std::error_code& ec,
-                      const wait_control& control = {});
+  /// Attempts until granted or `deadline` passes.
+  lease acquire_until(clock::time_point deadline, std::error_code& ec);
+  /// The same, ended early by `control` (cancelled), which also hears of each failed attempt.
+  lease acquire_until(clock::time_point deadline, const wait_control& control,
+                      std::error_code& ec);
   /// The reader's acquire_until().
-  lease acquire_shared_until(clock::time_point deadline, std::error_code& ec,
-                             const wait_control& control = {});
+  lease acquire_shared_until(clock::time_point deadline, std::error_code& ec);
+  lease acquire_shared_until(clock::time_point deadline, const wait_control& control,
+                             std::error_code& ec);  ///< the reader's, with control
   /// One attempt, without queueing. Blocks for one round trip.
   lease try_acquire(std::error_code& ec);
   lease try_acquire_shared(std::error_code& ec);  ///< the reader's try_acquire()
+  /// One attempt: an empty lease when held the other way (or the node did not answer in
+  /// time); throws std::system_error for errors that retrying cannot cure.
+  lease try_acquire();
+  lease try_acquire_shared();  ///< the reader's
+  /// Attempts until granted or `d` has passed: an empty lease when the time ran out; throws
+  /// like try_acquire().
+  template <class Rep, class Period>
+  lease try_acquire_for(const std::chrono::duration<Rep, Period>& d) {
+    return acquire_or_throw(clock::now() + std::chrono::ceil<clock::duration>(d), max_readers);
+  }
+  /// The reader's try_acquire_for().
+  template <class Rep, class Period>
+  lease try_acquire_shared_for(const std::chrono::duration<Rep, Period>& d) {
+    return acquire_or_throw(clock::now() + std::chrono::ceil<clock::duration>(d), 1);
+  }
 
   /// Asynchronous acquire(): signature void(std::error_code, lease); any completion token.
   template <class CompletionToken>
   auto async_acquire(CompletionToken&& token) {
-    return detail::initiate<void(std::error_code, lease)>(
+    return detail::initiate_stoppable<void(std::error_code, lease)>(
         std::forward<CompletionToken>(token), get_executor(),
-        [this](detail::unique_function<void(std::error_code, lease)> h) {
-          start_acquire(max_readers, std::move(h));
+        [this](detail::unique_function<void(std::error_code, lease)> h, std::stop_token stop) {
+          start_acquire(max_readers, std::move(h), std::move(stop));
         });
   }
   /// Asynchronous acquire_shared().
   template <class CompletionToken>
   auto async_acquire_shared(CompletionToken&& token) {
-    return detail::initiate<void(std::error_code, lease)>(
+    return detail::initiate_stoppable<void(std::error_code, lease)>(
         std::forward<CompletionToken>(token), get_executor(),
-        [this](detail::unique_function<void(std::error_code, lease)> h) {
-          start_acquire(1, std::move(h));
+        [this](detail::unique_function<void(std::error_code, lease)> h, std::stop_token stop) {
+          start_acquire(1, std::move(h), std::move(stop));
         });
   }
   /// @}
@@ -195,9 +213,11 @@ class DLOCK_EXPORT shared_mutex {
  private:
   // `permits`: max_readers for a writer, 1 for a reader.
   void start_acquire(std::ptrdiff_t permits,
-                     detail::unique_function<void(std::error_code, lease)> handler);
+                     detail::unique_function<void(std::error_code, lease)> handler,
+                     std::stop_token stop = {});
   lease acquire_blocking(clock::time_point deadline, int attempts, std::ptrdiff_t permits,
                          std::error_code& ec, const wait_control& control = {});
+  lease acquire_or_throw(clock::time_point deadline, std::ptrdiff_t permits);
   // `once`: one attempt (try_lock), which never throws.
   bool lock_until(clock::time_point deadline, std::ptrdiff_t permits, bool once = false);
   void unlock_as(bool shared) noexcept;

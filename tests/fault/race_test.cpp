@@ -22,6 +22,7 @@
 #include "dlock/semaphore.hpp"
 #include "fault/tcp_proxy.hpp"
 #include "support/checks.hpp"
+#include "support/rounds.hpp"
 #include "support/monitor.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
@@ -72,8 +73,7 @@ TEST_F(RaceTest, ALateCleanupReleaseNeverDeletesALaterRoundsKey) {
   test::raw_connection monitor(server.port());
   monitor.send("MONITOR");
   ASSERT_EQ(monitor.next_line(steady::now() + scaled(2s)).value_or(""), "+OK");
-  mutex m{slow, test_key(), {.ttl = 5s, .retry_delay = 40ms, .retry_count = 50,
-                             .node_timeout = 100ms}};
+  mutex m{slow, test_key(), {.ttl = 5s, .retry_delay = 40ms, .node_timeout = 100ms}};
   proxy.set_latency(400ms, 0ms);
   bool cleanup_out = false;
   steady::time_point healed_at;
@@ -154,9 +154,9 @@ TEST_F(RaceTest, AnAcquireThatTimedOutIsNeverResentAfterNoScript) {
   monitor.send("MONITOR");
   ASSERT_EQ(monitor.next_line(steady::now() + 2s).value_or(""), "+OK");
   proxy.set_latency(0ms, 300ms);  // the NOSCRIPT comes back after the node timeout
-  mutex m{slow, test_key(), {.ttl = 10s, .retry_count = 0, .node_timeout = 100ms}};
+  mutex m{slow, test_key(), {.ttl = 10s, .node_timeout = 100ms}};
   std::error_code ec;
-  EXPECT_FALSE(m.acquire(ec));
+  EXPECT_FALSE(test::acquire_rounds(m, 1, ec));
   EXPECT_TRUE(ec) << "acquired although every reply came too late";
   int evalshas = 0, evals = 0;
   while (auto line = monitor.next_line(steady::now() + 800ms)) {
@@ -266,10 +266,10 @@ TEST_F(RaceTest, AGrantedWaitersLeaveAfterScriptFlushLeavesNoOrphanedLock) {
   ASSERT_TRUE(held);
   (void)held.detach();
   // Round 0 (caller's thread) never queues, round 1 queues, round 2 is the last: no entry.
-  mutex x{slow, test_key(), {.ttl = 10s, .retry_delay = 1000ms, .retry_count = 2}};
+  mutex x{slow, test_key(), {.ttl = 10s, .retry_delay = 1000ms}};
   auto acquired = std::async(std::launch::async, [&] {
     std::error_code ec;
-    return x.acquire(ec);
+    return test::acquire_rounds(x, 3, ec);
   });
   ASSERT_TRUE(eventually([&] { return queued() >= 1; })) << "the waiter never queued";
   ASSERT_EQ(queued(), 1);

@@ -527,6 +527,41 @@ TEST_F(CliTest, AReplicationGuardMissWaitsWithinTheWaitForAReplica) {
   EXPECT_FALSE(exists(key, &master)) << "released after CMD";
 }
 
+// Without -w, waiters whose grants the replicas never confirm give up after the outage grace
+// (twice --request-timeout), also when they take turns at the unconfirmed grant: within the
+// library's wait the other's grant is contention, which must not restart the grace.
+TEST_F(CliTest, ReplicationGuardMissesEndTheWaitOfTwoRunsWithoutW) {
+  redis_server master{{.extra = {"--repl-diskless-sync-delay", "0"}}};
+  redis_server replica{{.extra = {"--replicaof", "127.0.0.1", std::to_string(master.port())}}};
+  ASSERT_TRUE(eventually([&] {
+    return test::raw_command(master.port(), "INFO replication").find("state=online") !=
+           std::string::npos;
+  }, test::scaled(10s))) << "the replica never synced";
+  replica.pause();  // connected, acknowledges nothing: every WAIT times out
+  const std::string key = test_key();
+  auto a = start({"-r", master.url(), "--replication-guard", "run", "-q", key, "--", "true"});
+  auto b = start({"-r", master.url(), "--replication-guard", "run", "-q", key, "--", "true"});
+  EXPECT_EQ(a->wait(test::scaled(15s)), 69) << a->err();
+  EXPECT_EQ(b->wait(test::scaled(15s)), 69) << b->err();
+  replica.resume();
+}
+
+// A run that gives up leaves no waiter note behind: the note's removal is awaited before dlock
+// exits (an unawaited write was dropped at exit, and the notes piled up).
+TEST_F(CliTest, ARunThatGivesUpLeavesNoWaiterNote) {
+  const std::string key = test_key();
+  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
+                       "touch " + path("m") + "; exec sleep 100000"});
+  ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
+  for (int i = 0; i < 3; ++i) {
+    auto r = run({"-r", server_.url(), "run", "-q", "-w", "1", key, "--", "true"});
+    EXPECT_EQ(r.status, 75) << r.err;
+  }
+  EXPECT_EQ(test::raw_command(server_.port(), "HLEN " + waiter_notes_key(key)), ":0\r\n");
+  holder->signal(SIGTERM);
+  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+}
+
 // ... and ends with 69 once -w is over, not sooner.
 TEST_F(CliTest, AReplicationGuardMissGivesUpWhenTheWaitIsOver) {
   auto r = run({"-r", server_.url(), "--replication-guard", "run", "-q", "-w", "1.5",
@@ -1421,7 +1456,8 @@ TEST_F(CliTest, ARunClearsItsOwnHolderNoteAndNoOtherOne) {
   auto r = run({"-r", server_.url(), "run", key, "--", "true"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_FALSE(exists(note)) << "the note outlived the run";
-  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
+  // A long TTL: the run's own note refresh (every TTL/3) must not rewrite the planted note.
+  auto holder = start({"-r", server_.url(), "run", "--ttl", "60s", key, "--", "sh", "-c",
                        "touch " + path("m") + "; while [ ! -e " + path("go") + " ]; do sleep 0.02; done"});
   ASSERT_TRUE(eventually([&] { return fs::exists(path("m")) && exists(note); }));
   test::raw_command(server_.port(), "SET " + note + " \"other-token\\thost\\t1\\t0\\tcmd\"");

@@ -69,8 +69,7 @@ TEST(MemoryTest, ContendedLocksLeaveNoKeyOnceTheirWaitersAreGone) {
       client c{server.url()};
       for (int i = 0; i < 50; ++i) {
         mutex m{c, prefix + std::to_string(i), {.ttl = ttl, .retry_delay = 10ms}};
-        // Waits as long as it takes (acquire() gives up after 1 + retry_count rounds, which a
-        // loaded host's four contending threads outlasted).
+        // Waits as long as it takes, within a bound: a hang fails the test instead of its run.
         std::error_code ec;
         auto l = m.acquire_until(std::chrono::steady_clock::now() + test::scaled(60s), ec);
         ASSERT_TRUE(l) << ec.message();

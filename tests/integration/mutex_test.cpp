@@ -322,12 +322,12 @@ TEST_F(MutexTest, ServerRestartMidRunReconnectsAndNoscriptIsHandled) {
 
 TEST_F(MutexTest, HungServerFailsByTheDeadline) {
   client slow{server_.url(), {.request_timeout = 200ms}};
-  mutex m{slow, test_key(), {.ttl = 2s, .retry_count = 0}};
+  mutex m{slow, test_key(), {.ttl = 2s}};
   { auto warm = m.acquire(); }
   server_.pause();
   auto start = std::chrono::steady_clock::now();
   std::error_code ec;
-  auto l = m.acquire(ec);
+  auto l = m.try_acquire(ec);
   auto took = std::chrono::steady_clock::now() - start;
   server_.resume();
   EXPECT_FALSE(l);
@@ -338,10 +338,10 @@ TEST_F(MutexTest, HungServerFailsByTheDeadline) {
 
 TEST_F(MutexTest, UnreachableNodeIsReportedAsSuch) {
   client nowhere{"redis://127.0.0.1:" + std::to_string(test::free_port())};
-  mutex m{nowhere, test_key(), {.retry_count = 0}};
+  mutex m{nowhere, test_key()};
   std::error_code ec;
   node_results votes;
-  EXPECT_FALSE(m.acquire(&votes, ec));
+  EXPECT_FALSE(m.try_acquire(&votes, ec));
   EXPECT_EQ(ec, errc::node_unreachable);
   ASSERT_EQ(votes.size(), 1u);
   EXPECT_EQ(votes[0].outcome, node_result::vote::failed);

@@ -65,8 +65,8 @@ class ObserverTest : public ::testing::Test {
 };
 
 TEST_F(ObserverTest, CountsALocksAcquisitionsReleasesAndTheirRequests) {
-  mutex a{client_, test_key(), {.retry_count = 0}};
-  mutex b{client_, test_key(), {.retry_count = 0}};
+  mutex a{client_, test_key()};
+  mutex b{client_, test_key()};
   auto held = a.acquire();
   std::error_code ec;
   EXPECT_FALSE(b.try_acquire(ec));
@@ -164,7 +164,7 @@ TEST_F(ObserverTest, ReportsANodeThatGoesAwayAndLogsItOnlyToTheSink) {
   FILE* capture = std::tmpfile();
   ::dup2(::fileno(capture), 2);
 
-  mutex m{client_, test_key(), {.retry_count = 0}};
+  mutex m{client_, test_key()};
   EXPECT_FALSE(m.acquire().release());
   server_.kill();
   std::error_code ec;

@@ -276,8 +276,8 @@ TEST_F(SharedMutexTest, AWaitingWriterThatGivesUpLetsTheReadersBehindItIn) {
   auto writer = std::async(std::launch::async, [&] {
     shared_mutex mine{client{server_.url()}, test_key(), slow_polls()};
     std::error_code ec;
-    lease held = mine.acquire_until(std::chrono::steady_clock::now() + test::scaled(30s), ec,
-                                    {.stop = give_up.get_token()});
+    lease held = mine.acquire_until(std::chrono::steady_clock::now() + test::scaled(30s),
+                                    {.stop = give_up.get_token()}, ec);
     return std::pair{static_cast<bool>(held), ec};
   });
   ASSERT_TRUE(eventually([&] { return client_.exec({"ZCARD", owners}).integer() == 2; }));

@@ -36,6 +36,7 @@ int acquire_command(const global_options& g, const acquire_options& o) {
   w.wait = o.wait;
   w.node_count = nodes.size();
   w.unavailable_grace = outage_patience(o, g);
+  w.replication_guard = g.replication_guard;
   w.key = o.key;
   w.show_status = !o.quiet;
   w.describe_holder = [&] { return lock_holder_status(nodes, o.key, g.copies); };

@@ -247,8 +247,13 @@ void publish_waiter(std::vector<client>& nodes, const std::string& key, const ho
   for (auto& node : nodes) node.async_exec(cmd, [](std::error_code, reply) {});
 }
 
-void clear_waiter(std::vector<client>& nodes, const std::string& key, const std::string& id) {
+void clear_waiter(std::vector<client>& nodes, const std::string& key, const std::string& id,
+                  bool awaited) {
   command cmd{"HDEL", waiter_notes_key(key), id};
+  if (awaited) {
+    (void)exec_all(nodes, cmd);
+    return;
+  }
   for (auto& node : nodes) node.async_exec(cmd, [](std::error_code, reply) {});
 }
 

@@ -67,8 +67,9 @@ inline constexpr std::chrono::milliseconds waiter_note_ttl{10'000};
 // HSET waiter_notes_key(K) <w.token> <info>, PEXPIRE waiter_note_ttl, on every node, without
 // waiting for the replies: a waiting command says who it is, as a holder does.
 void publish_waiter(std::vector<client>& nodes, const std::string& key, const holder_info& w);
-// HDEL of that field on every node, without waiting for the replies (the wait is over).
-void clear_waiter(std::vector<client>& nodes, const std::string& key, const std::string& id);
+// HDEL of that field on every node (the wait is over); waits for the replies when `awaited`.
+void clear_waiter(std::vector<client>& nodes, const std::string& key, const std::string& id,
+                  bool awaited);
 
 // Whether inspect_lock / inspect_semaphore read the waiter queue too (a status does; a waiting
 // command that only names the holder does not, so that many waiters do not each read the

@@ -296,7 +296,7 @@ wait_result wait_for_lock(const lock_calls& calls, const wait_options& o) {
       // Who waits, as a holder says who holds: renewed about once a second.
       if (o.note_waiter && !copy.waiter_id.empty() && steady::now() >= next_note) {
         if (!noted.empty() && noted != copy.waiter_id && o.clear_waiter_note) {
-          o.clear_waiter_note(noted);
+          o.clear_waiter_note(noted, false);
         }
         o.note_waiter(copy.waiter_id);
         noted = copy.waiter_id;
@@ -320,21 +320,32 @@ wait_result wait_for_lock(const lock_calls& calls, const wait_options& o) {
   lease l = calls.wait_until(deadline, ec, &votes, control);
   // A replication guard's miss (--replication-guard) ends the library's wait, the grant given
   // back. To the command it is an outage like nodes that do not answer, which a replica's
-  // return cures: the wait goes on under the same outage grace, up to -w, not ending at once.
-  while (!l && ec == errc::replication_not_confirmed) {
-    wait_progress missed;
-    missed.waited = steady::now() - start;
-    missed.last_error = ec;
-    missed.kind = failure_kind::unavailable;
-    missed.votes = &votes;
-    if (!control.on_retry(missed) || !pause_within(control.stop, replication_retry_pause, deadline)) {
-      break;
+  // return cures: the wait goes on, up to -w, or for the outage grace from the first miss
+  // (its own clock: within the library's wait, another waiter's unconfirmed grant counts as
+  // contention, and would restart the library's).
+  std::optional<steady::time_point> first_miss;
+  auto missed = [&] {
+    return o.replication_guard && !l &&
+           (ec == errc::replication_not_confirmed || ec == errc::lease_expired);
+  };
+  while (missed() && signal.load() == 0) {
+    auto now = steady::now();
+    if (!first_miss) first_miss = now;
+    if (now - *first_miss >= o.unavailable_grace) break;
+    {
+      std::lock_guard lock(note.guard);
+      note.any = true;
+      note.kind = failure_kind::unavailable;
+      note.why = ec.message();
     }
+    if (!pause_within(control.stop, replication_retry_pause, deadline)) break;
     l = calls.wait_until(deadline, ec, &votes, control);
   }
   done.wake();
   watcher.join();
-  if (!noted.empty() && o.clear_waiter_note) o.clear_waiter_note(noted);
+  // Awaited unless the lock is held: dlock may exit next, which would drop an unsent write.
+  bool acquired = l && signal.load() == 0;
+  if (!noted.empty() && o.clear_waiter_note) o.clear_waiter_note(noted, !acquired);
   if (l && signal.load() == 0) return {wait_outcome::acquired, std::move(l), {}, {}, 0};
   if (signal.load() != 0) {
     // The watcher took the signal from the queue, so nobody else will see it: a lock granted

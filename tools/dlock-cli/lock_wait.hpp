@@ -62,9 +62,13 @@ struct wait_options {
   std::function<std::optional<std::string>()> kind_found;
   // While the wait lasts, about once a second: tell who waits under `id`, the id it queues
   // under (wait_progress::waiter_id; publish_waiter); once it is over: take that back
-  // (clear_waiter). Run on the watcher thread. Empty: no note.
+  // (clear_waiter), awaited when `awaited` (dlock then exits: an unawaited write would be
+  // dropped, and the note would stay until the hash expires). Empty: no note.
   std::function<void(const std::string& id)> note_waiter;
-  std::function<void(const std::string& id)> clear_waiter_note;
+  std::function<void(const std::string& id, bool awaited)> clear_waiter_note;
+  // --replication-guard: a grant the replicas did not confirm (replication_not_confirmed, or
+  // its validity ran out while they were asked: lease_expired) is an outage to wait out.
+  bool replication_guard = false;
   std::string key;  // for messages
 };
 

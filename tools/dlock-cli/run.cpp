@@ -580,8 +580,8 @@ int run_command(const global_options& g, const run_options& o) {
     };
     calls.wait_until = [&](steady::time_point deadline, std::error_code& ec, node_results*,
                            const wait_control& control) {
-      return o.read ? read_write->acquire_shared_until(deadline, ec, control)
-                    : read_write->acquire_until(deadline, ec, control);
+      return o.read ? read_write->acquire_shared_until(deadline, control, ec)
+                    : read_write->acquire_until(deadline, control, ec);
     };
   } else {
     lock.emplace(nodes, o.key,
@@ -624,7 +624,10 @@ int run_command(const global_options& g, const run_options& o) {
     note.token = id;
     publish_waiter(nodes, o.key, note);
   };
-  w.clear_waiter_note = [&](const std::string& id) { clear_waiter(nodes, o.key, id); };
+  w.clear_waiter_note = [&](const std::string& id, bool awaited) {
+    clear_waiter(nodes, o.key, id, awaited);
+  };
+  w.replication_guard = g.replication_guard;
   // KEY's (or an --also name's) kind, read from its key when the library's error did not say.
   w.kind_found = [&]() -> std::optional<std::string> {
     std::string wanted = o.semaphore_limit ? *marked_kind(semaphore_mark(*o.semaphore_limit, false))

@@ -2,18 +2,25 @@
 // dlock/detail/async.hpp: glue between completion tokens and dlock's type-erased async core.
 //   initiate<Sig>(token, io_executor, start)  runs start(unique_function<Sig>) and returns what
 //       the token asks for; the erased handler completes on the handler's associated executor
+//   initiate_stoppable<Sig>(token, io_executor, start)  the same for a wait, which start(handler,
+//       std::stop_token) ends when the handler's cancellation slot (Asio per-operation
+//       cancellation: bind_cancellation_slot, awaitable operators) emits any cancellation type
 //   wait<T>(start)  the sync facade: blocks the calling thread until start's handler ran
 // Not API.
 #pragma once
 
+#include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
+#include <asio/cancellation_type.hpp>
 #include <asio/dispatch.hpp>
 #include <asio/execution.hpp>
 #include <asio/io_context.hpp>
 #include <asio/prefer.hpp>
 
 #include <future>
+#include <memory>
+#include <stop_token>
 #include <system_error>
 #include <tuple>
 #include <utility>
@@ -45,6 +52,38 @@ auto initiate(Token&& token, io_executor io_ex, Start start) {
                 std::apply(std::move(h), std::move(t));
               });
             }));
+      },
+      token);
+}
+
+// The slot's handler stops the wait through a stop_source; the completion clears the slot on
+// the handler's own executor, where the signal is emitted (Asio's rule: a slot is not shared
+// between threads), before the handler runs.
+template <class Signature, class Token, class Start>
+auto initiate_stoppable(Token&& token, io_executor io_ex, Start start) {
+  if (in_forked_child()) throw std::system_error(make_error_code(errc::forked_process));
+  return asio::async_initiate<Token, Signature>(
+      [io_ex, start = std::move(start)](auto handler) mutable {
+        auto ex = asio::prefer(asio::get_associated_executor(handler, io_ex),
+                               asio::execution::outstanding_work.tracked);
+        auto slot = asio::get_associated_cancellation_slot(handler);
+        std::stop_token stop;
+        if (slot.is_connected()) {
+          auto source = std::make_shared<std::stop_source>();
+          stop = source->get_token();
+          slot.assign([source](asio::cancellation_type type) {
+            if (type != asio::cancellation_type::none) source->request_stop();
+          });
+        }
+        start(unique_function<Signature>(
+                  [h = std::move(handler), ex = std::move(ex), slot](auto&&... args) mutable {
+                    asio::dispatch(ex, [h = std::move(h), slot,
+                                        t = std::make_tuple(std::forward<decltype(args)>(args)...)]() mutable {
+                      if (slot.is_connected()) slot.clear();
+                      std::apply(std::move(h), std::move(t));
+                    });
+                  }),
+              std::move(stop));
       },
       token);
 }
