@@ -67,7 +67,8 @@ test:
 # What CI runs (.ci/run): `make test` first, then what checks the build and the packaging rather
 # than the library's behaviour, and the slow sanitizer and the fuzzers.
 # scripts/check-install installs the library as a user would (static, then shared, then the
-# Debian packages) and builds, links and runs a consumer through find_package and pkg-config;
+# Debian packages) and builds, links and runs a consumer (a shared library and an executable on
+# it, -Wall -Wextra -Werror) through find_package and pkg-config, and the examples;
 # `make docs` must pass without a warning.
 ci:
 	@scripts/stage begin ci

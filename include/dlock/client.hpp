@@ -43,14 +43,14 @@ struct access;  // the library's way in to the private cores (src/access.hpp)
 /// carries OpenSSL's reason ("hostname mismatch", "unable to get local issuer certificate" ...).
 struct tls_options {
   /// CA certificates to trust. Empty: the system's default store (/etc/ssl/certs).
-  std::string ca_file;
+  std::string ca_file{};
   /// Client certificate (chain), for servers that require mutual TLS (`--tls-auth-clients yes`).
-  std::string cert_file;
+  std::string cert_file{};
   /// The client certificate's unencrypted private key. Empty: cert_file (one PEM with both).
-  std::string key_file;
+  std::string key_file{};
   /// The name the server's certificate must carry, when it differs from the URL's host (as when
   /// connecting to 10.0.0.5 whose certificate says redis.internal). Also sent as SNI.
-  std::string server_name;
+  std::string server_name{};
 };
 
 /// The replication guard (client_options::replication_guard): after each grant and extend on
@@ -77,16 +77,16 @@ struct client_options {
   std::chrono::milliseconds reconnect_backoff_min{50};
   std::chrono::milliseconds reconnect_backoff_max{2000};  ///< the cap of that doubling
   /// The ACL user; when not empty it overrides the URL's.
-  std::string user;
+  std::string user{};
   /// The password; when not empty it overrides the URL's, so a secret need not appear in a URL.
-  std::string password;
+  std::string password{};
   /// For rediss:// endpoints.
-  tls_options tls;
+  tls_options tls{};
   /// redis-sentinel:// only: the ACL user and password of the sentinels themselves (Sentinel's
   /// `requirepass` / `sentinel sentinel-user`), when they have one. The URL's credentials are
   /// the master's.
-  std::string sentinel_user;
-  std::string sentinel_password;  ///< see sentinel_user
+  std::string sentinel_user{};
+  std::string sentinel_password{};  ///< see sentinel_user
   /// Keeps a node that may have forgotten locks out of every grant for this long: one that
   /// restarted without its data, or whose data came from another process (a restart from
   /// disk, which may miss the last writes, or a promoted replica, which may lag). On each
@@ -100,7 +100,7 @@ struct client_options {
   /// After each grant and extend, confirm that the node's replicas have it (see
   /// replication_guard_options); a miss fails the acquire (errc::replication_not_confirmed)
   /// and releases, or fails the extend and leaves the lease's validity as it was.
-  replication_guard_options replication_guard;
+  replication_guard_options replication_guard{};
   /// Connections that dlock's blocking lock and semaphore calls (lock(), unlock(), acquire(),
   /// release() on threads) may open to the node beside the shared one: when another thread's
   /// request occupies that one, the calling thread makes its round trip on an idle spare

@@ -38,10 +38,10 @@ struct warning {
     cluster_coverage,    ///< redis-cluster://: slots without a master, or require-full-coverage yes
     copies_collapse,     ///< lock_options::copies: two copies of some names on one master
   };
-  code what;            ///< the kind of finding
-  std::string node;     ///< the endpoint concerned (endpoint::to_string()); empty for all of them
-  std::string message;  ///< what was found
-  std::string fix;      ///< how to make the warning go away
+  code what{};          ///< the kind of finding
+  std::string node{};   ///< the endpoint concerned (endpoint::to_string()); empty for all of them
+  std::string message{};  ///< what was found
+  std::string fix{};    ///< how to make the warning go away
 };
 
 /// Inspects every node at once, each within its client's request_timeout, and returns the

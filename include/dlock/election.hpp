@@ -54,15 +54,15 @@ struct campaign_context;
 /// The knobs of an election: the leadership lock's options (its TTL bounds how long a crashed
 /// leader blocks the next one) and how its lease is kept alive. An aggregate.
 struct election_options {
-  lock_options lock;              ///< copies must stay 0; fair works on a single node
-  keep_alive_options keep_alive;  ///< started on each lease campaign() returns
+  lock_options lock{};            ///< copies must stay 0; fair works on a single node
+  keep_alive_options keep_alive{};  ///< started on each lease campaign() returns
 };
 
 /// Who leads an election.
 struct leader_info {
   std::uint64_t term = 0;  ///< the leadership's fencing token; 0: nobody leads
-  std::string value;       ///< what the leader gave its election object (host, address ...)
-  std::string owner;       ///< the leadership lease's owner id (lease::value())
+  std::string value{};     ///< what the leader gave its election object (host, address ...)
+  std::string owner{};     ///< the leadership lease's owner id (lease::value())
   explicit operator bool() const noexcept { return term != 0; }  ///< somebody leads
 };
 
@@ -75,7 +75,7 @@ struct election_event {
   };
   change what = change::elected;  ///< began or ended
   std::uint64_t term = 0;  ///< the term that began or ended
-  std::string value;       ///< its leader's value
+  std::string value{};     ///< its leader's value
 };
 
 /// A running observe(): the callback runs until stop() or destruction. Move-only.

@@ -21,7 +21,7 @@ namespace dlock {
 /// Where a Redis node is and how to log in: host/port or unix socket path, credentials, database.
 /// A host name or address and a TCP port: one sentinel of a redis-sentinel:// endpoint.
 struct DLOCK_EXPORT host_port {
-  std::string host;            ///< name or address
+  std::string host{};          ///< name or address
   unsigned short port = 26379; ///< TCP port
   /// "host:port", or "[v6]:port" for an IPv6 address.
   std::string to_string() const;
@@ -31,25 +31,25 @@ struct DLOCK_EXPORT host_port {
 /// Where a Redis node is and how to log in: host/port or unix socket path, credentials, database;
 /// or, for a master that Redis Sentinel watches, the sentinels to ask and the master's name.
 struct DLOCK_EXPORT endpoint {
-  std::string host;            ///< name or address; empty for a unix socket
+  std::string host{};          ///< name or address; empty for a unix socket
   unsigned short port = 6379;  ///< TCP port; unused for a unix socket
-  std::string socket_path;     ///< set for unix:// endpoints
-  std::string user;            ///< ACL user; empty means AUTH with the password only
-  std::string password;        ///< empty means no AUTH
+  std::string socket_path{};   ///< set for unix:// endpoints
+  std::string user{};          ///< ACL user; empty means AUTH with the password only
+  std::string password{};      ///< empty means no AUTH
   int db = 0;                  ///< SELECTed after connecting when not 0
   /// TLS (rediss://): the server's certificate is verified against the CA and the host name
   /// (or client_options::tls.server_name); see client_options::tls.
   bool tls = false;
   /// redis-sentinel:// only: the sentinels that watch the master, asked on every connect (host
   /// and port above stay empty); the credentials and db above are the master's.
-  std::vector<host_port> sentinels;
+  std::vector<host_port> sentinels{};
   /// redis-sentinel:// only: the name the sentinels know the master by (`sentinel monitor NAME`).
-  std::string master_name;
+  std::string master_name{};
   /// redis[s]-cluster:// (Redis Cluster): each request goes to the master of its key's slot.
   bool cluster = false;
   /// redis[s]-cluster:// only: the nodes to read the slot map from first (host and port above
   /// stay empty); the credentials and TLS above are every node's.
-  std::vector<host_port> seeds;
+  std::vector<host_port> seeds{};
 
   /// True for a unix socket endpoint (socket_path set).
   bool is_unix() const noexcept { return !socket_path.empty(); }

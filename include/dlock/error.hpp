@@ -76,10 +76,10 @@ struct node_result {
     taken,    ///< another owner holds the key there
     failed,   ///< error or timeout; `error` says which
   };
-  std::string node;              ///< the endpoint, as endpoint::to_string() writes it
+  std::string node{};            ///< the endpoint, as endpoint::to_string() writes it
   vote outcome = vote::pending;  ///< what the node answered
-  std::error_code error;         ///< set when outcome == failed
-  std::string message;           ///< the server's error text or the local error's message
+  std::error_code error{};       ///< set when outcome == failed
+  std::string message{};         ///< the server's error text or the local error's message
   long long holder_ttl_ms = -1;  ///< the other owner's PTTL when outcome == taken
 };
 using node_results = std::vector<node_result>;  ///< one entry per node, in the nodes' order

@@ -56,11 +56,11 @@ DLOCK_EXPORT std::uint16_t hash_slot(std::string_view key) noexcept;
 
 /// A lock's keys: its own key and its companions, which follow E(key).
 struct lock_keys {
-  std::string key;          ///< the lock: value = owner "<acquisition id>.<round>", PX = TTL
-  std::string fence;        ///< the fencing counter; expires a TTL after it was set
-  std::string waiters;      ///< the waiter queue: acquisition id -> ticket
-  std::string waiter_info;  ///< acquisition id -> "<deadline ms> <wake channel>[ <ttl ms> <round>]"
-  std::string tickets;      ///< the queue's ticket counter
+  std::string key{};        ///< the lock: value = owner "<acquisition id>.<round>", PX = TTL
+  std::string fence{};      ///< the fencing counter; expires a TTL after it was set
+  std::string waiters{};    ///< the waiter queue: acquisition id -> ticket
+  std::string waiter_info{};  ///< acquisition id -> "<deadline ms> <wake channel>[ <ttl ms> <round>]"
+  std::string tickets{};    ///< the queue's ticket counter
 };
 
 /// The keys of the lock whose key (key_prefix + name) is `key`.
@@ -77,23 +77,23 @@ DLOCK_EXPORT lock_keys lock_keys_for(std::string_view key);
 /// | waiter_info | :sem:waiter-info | :fairsem:waiter-info                              |
 /// | tickets     | :sem:tickets     | :fairsem:counter                                  |
 struct semaphore_keys {
-  std::string expiries;     ///< sorted set: owner token -> expiry in server ms
-  std::string owners;       ///< sorted set: owner token -> ticket
-  std::string weights;      ///< hash: owner token -> permits, for entries of more than one
-  std::string fence;        ///< fencing counter, drawn at each grant; expires a TTL after set
-  std::string waiters;      ///< who a release wakes, in ticket order
+  std::string expiries{};   ///< sorted set: owner token -> expiry in server ms
+  std::string owners{};     ///< sorted set: owner token -> ticket
+  std::string weights{};    ///< hash: owner token -> permits, for entries of more than one
+  std::string fence{};      ///< fencing counter, drawn at each grant; expires a TTL after set
+  std::string waiters{};    ///< who a release wakes, in ticket order
   /// queued waiters: token -> "<deadline ms>[ <channel>[ woken]]", or for one that takes a
   /// handoff "<deadline ms> <channel> h<permits>:<ttl ms>:<attempt>:<limit>" (unfair; the
   /// fair variant's offer starts with "f")
-  std::string waiter_info;
-  std::string tickets;      ///< the counter that hands out the queue's tickets
+  std::string waiter_info{};
+  std::string tickets{};    ///< the counter that hands out the queue's tickets
   /// The name's own key, the one a mutex of the name holds. While readers or a writer hold a
   /// read-write lock, it holds read_write_lock_mark, so that one name is one lock: a mutex, a
   /// lock set or another client's SET NX finds it taken, and no reader or writer is granted
   /// while any other value holds it. While a semaphore's permits are held, it holds
   /// semaphore_mark(limit, fair): a lock of the name, or a semaphore that counts another limit
   /// or fairness, is refused (errc::wrong_type) instead of running beside it.
-  std::string name;
+  std::string name{};
 };
 
 /// The keys of the semaphore whose key (key_prefix + name) is `key`.

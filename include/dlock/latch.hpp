@@ -37,7 +37,7 @@ struct latch_options {
   /// How long the latch lives after its last change (set or count down). 1 ms to 30 days.
   std::chrono::milliseconds ttl{std::chrono::hours(1)};
   /// Prepended to the latch's name to form its key.
-  std::string key_prefix;
+  std::string key_prefix{};
 };
 
 /// A count-down latch on one Redis node or cluster. latch.hpp has its states and what threads

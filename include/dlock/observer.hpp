@@ -43,9 +43,9 @@ DLOCK_EXPORT std::string_view to_string(primitive p) noexcept;
 /// One acquisition ended: acquire(), try_lock(), try_acquire_for() and friends, sync or
 /// async. One event per call, however many attempts it made.
 struct acquire_event {
-  std::string_view key;              ///< the lock's or semaphore's key (key_prefix + name)
+  std::string_view key{};            ///< the lock's or semaphore's key (key_prefix + name)
   primitive what = primitive::lock;  ///< a lock's or a semaphore's
-  std::error_code ec;    ///< empty: acquired; else why not (not_acquired, cancelled, ...)
+  std::error_code ec{};  ///< empty: acquired; else why not (not_acquired, cancelled, ...)
   failure_kind kind = failure_kind::contention;  ///< what a failure means; contention if acquired
   int attempts = 0;      ///< rounds made, the granting one included
   std::chrono::steady_clock::duration waited{};  ///< from the call to its outcome
@@ -54,19 +54,19 @@ struct acquire_event {
 
 /// A release ended (lease::release(), its destructor, unlock(), async release).
 struct release_event {
-  std::string_view key;              ///< the lock's or semaphore's key
+  std::string_view key{};            ///< the lock's or semaphore's key
   primitive what = primitive::lock;  ///< a lock's or a semaphore's
-  std::error_code ec;  ///< empty: released; not_held: it was gone already; else the failure
+  std::error_code ec{};  ///< empty: released; not_held: it was gone already; else the failure
   /// From the grant (the lease's creation) to the release's outcome: how long it was held;
   /// empty for an adopted token (mutex::adopt), whose grant this process did not see.
-  std::optional<std::chrono::steady_clock::duration> held;
+  std::optional<std::chrono::steady_clock::duration> held{};
 };
 
 /// A renewal by a lease's keep-alive (the watchdog) ended. Manual extends are not renewals.
 struct renewal_event {
-  std::string_view key;              ///< the lock's or semaphore's key
+  std::string_view key{};            ///< the lock's or semaphore's key
   primitive what = primitive::lock;  ///< a lock's or a semaphore's
-  std::error_code ec;  ///< empty: renewed; lease_lost: it was gone; else a failure, retried
+  std::error_code ec{};  ///< empty: renewed; lease_lost: it was gone; else a failure, retried
   /// How late the renewal went out after its planned time (an overloaded I/O thread, or a
   /// process that was paused, shows here first).
   std::chrono::steady_clock::duration lag{};
@@ -75,17 +75,17 @@ struct renewal_event {
 
 /// A lease was lost: its lost() token fired. Once per lease.
 struct lease_lost_event {
-  std::string_view key;              ///< the lock's or semaphore's key
+  std::string_view key{};            ///< the lock's or semaphore's key
   primitive what = primitive::lock;  ///< a lock's or a semaphore's
   /// lease_lost (the servers say it is another's or gone) or lease_expired (validity ran
   /// out before a renewal succeeded).
-  std::error_code reason;
+  std::error_code reason{};
 };
 
 /// One request to one node completed (a lock round's script, a release, a client::exec ...).
 struct node_request_event {
-  std::string_view node;  ///< the endpoint, as endpoint::to_string() writes it
-  std::error_code ec;     ///< empty, or the transport's or the reply's error
+  std::string_view node{};  ///< the endpoint, as endpoint::to_string() writes it
+  std::error_code ec{};     ///< empty, or the transport's or the reply's error
   std::chrono::steady_clock::duration latency{};  ///< from submission to completion
 };
 
@@ -97,9 +97,9 @@ struct connection_event {
     connect_failed,  ///< a connect failed; requests fail fast until the backoff passes
     dropped,         ///< a ready connection broke (reset, timeout, protocol error)
   };
-  std::string_view node;            ///< the endpoint, as endpoint::to_string() writes it
+  std::string_view node{};          ///< the endpoint, as endpoint::to_string() writes it
   change what = change::connected;  ///< what happened
-  std::error_code ec;               ///< why, for connect_failed and dropped
+  std::error_code ec{};             ///< why, for connect_failed and dropped
 };
 
 /// "connected", "connect_failed" or "dropped".

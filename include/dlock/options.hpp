@@ -4,7 +4,9 @@
 /// ```
 /// dlock::mutex lock{nodes, "orders:42", {.ttl = 10s, .retry_delay = 50ms}};
 /// ```
-/// Plain values; thread-safe.
+/// Plain values; thread-safe. Every member of dlock's public aggregates has a default member
+/// initializer (`{}` at least), so designating a few of them compiles warning-free under
+/// -Wextra (-Wmissing-field-initializers).
 #pragma once
 
 #include <chrono>
@@ -33,7 +35,7 @@ struct lock_options {
   /// Clock drift allowance: drift = ttl * drift_factor + 2 ms. Valid: 0 to 0.5.
   double drift_factor = 0.01;
   /// Prepended to the lock's name to form the key.
-  std::string key_prefix;
+  std::string key_prefix{};
   /// A waiter queues on the nodes and the release wakes the first one through pub/sub, so a
   /// freed lock passes on within about a round trip; retry_delay remains the backstop for a lost
   /// wake-up. Behind a holder of another library (node-redlock, redsync...), the waiter watches
@@ -67,7 +69,7 @@ struct lock_options {
   /// too), since the owner already holds; a release hands the lock to a waiter only once the
   /// count is back at zero. release_after() and detach() on a lease that others still share
   /// only count it out (detach's token is the holding's: releasing it ends the holding for all).
-  std::string reentrant;
+  std::string reentrant{};
 };
 
 /// Limits checked before any I/O: the longest key (key_prefix + name), in bytes.
@@ -79,23 +81,23 @@ inline constexpr std::chrono::milliseconds max_ttl{30LL * 24 * 3600 * 1000};
 struct wait_progress {
   std::chrono::steady_clock::duration waited{};  ///< since the wait began
   int attempts = 0;                              ///< made so far
-  std::error_code last_error;                    ///< why the last one failed
+  std::error_code last_error{};                  ///< why the last one failed
   failure_kind kind = failure_kind::contention;  ///< what that failure means
   const node_results* votes = nullptr;           ///< the last attempt's, per node
   /// The id this wait queues under, as waiters are listed on the server (a mutex's
   /// acquisition id, a semaphore's or read-write lock's owner token); empty for a lock set,
   /// which does not queue. Valid during the call only.
-  std::string_view waiter_id;
+  std::string_view waiter_id{};
 };
 
 /// Control over a blocking wait (mutex::acquire_until, semaphore::acquire_until), for callers
 /// that must end it from outside, or show what it waits for (the `dlock` command does both).
 struct wait_control {
   /// A stop request ends the wait with errc::cancelled, leaving nothing held or queued.
-  std::stop_token stop;
+  std::stop_token stop{};
   /// Runs on dlock's I/O thread after each failed attempt that another will follow; returning
   /// false ends the wait with that attempt's error. Keep it short; it must not block.
-  std::function<bool(const wait_progress&)> on_retry;
+  std::function<bool(const wait_progress&)> on_retry{};
 };
 
 }  // namespace dlock

@@ -57,7 +57,7 @@ struct prometheus_options {
   /// A name must match [a-zA-Z_][a-zA-Z0-9_]*, not start with "__", appear once, and not be
   /// one of dlock's own labels (primitive, result, reason, node, event, le; key with
   /// key_label): the constructor throws std::system_error(errc::invalid_argument) otherwise.
-  std::vector<std::pair<std::string, std::string>> constant_labels;
+  std::vector<std::pair<std::string, std::string>> constant_labels{};
 };
 
 /// Counters and histograms of dlock's events; see the file comment for the list.

@@ -84,7 +84,7 @@ struct semaphore_options {
   /// Validity = ttl - time the acquisition took - (ttl * drift_factor + 2 ms). Valid: 0 to 0.5.
   double drift_factor = 0.01;
   /// Prepended to the semaphore's name to form its key.
-  std::string key_prefix;
+  std::string key_prefix{};
 };
 
 /// A distributed counting semaphore on one Redis node: at most `limit` permits out at once,

@@ -81,7 +81,7 @@ struct shared_mutex_options {
   /// Validity = ttl - time the acquisition took - (ttl * drift_factor + 2 ms). Valid: 0 to 0.5.
   double drift_factor = 0.01;
   /// Prepended to the lock's name to form its key.
-  std::string key_prefix;
+  std::string key_prefix{};
 };
 
 /// A distributed read-write lock on one Redis node: many readers or one writer, first come

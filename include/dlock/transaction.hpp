@@ -113,7 +113,7 @@ struct transaction_result {
   int attempts = 0;
   /// EXEC's reply: an array with one reply per queued write (an element may be an error reply,
   /// such as WRONGTYPE: Redis runs the others regardless). Nil when not committed.
-  reply replies;
+  reply replies{};
 };
 
 /// Runs a body against one node until EXEC commits or attempts run out. May be shared by any

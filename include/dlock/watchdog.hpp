@@ -32,7 +32,7 @@ struct keep_alive_options {
   /// Called once, on dlock's I/O thread, when the lease is lost (the same moment lost() fires),
   /// with lease_lost (the key was gone or not ours) or lease_expired (validity ran out before a
   /// renewal succeeded). Must not block.
-  std::function<void(std::error_code)> on_lost;
+  std::function<void(std::error_code)> on_lost{};
 };
 
 }  // namespace dlock

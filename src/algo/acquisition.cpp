@@ -212,7 +212,7 @@ struct acquisition::impl {
     std::int64_t fence = 0;
     std::size_t fence_confirmed = 0, fence_outstanding = 0;
     std::size_t cleanup_outstanding = 0;
-    std::error_code failure;  // while cleaning up: why it failed
+    std::error_code failure{};  // while cleaning up: why it failed
   };
 
   const lock_target* lock = nullptr;

@@ -285,7 +285,7 @@ class quorum_extend {
   struct verdict {
     std::error_code ec;  // empty: extended; lease_lost / lease_expired: the lease is gone
     steady::time_point valid_until{};  // when extended
-    std::vector<std::size_t> extended;  // when extended: the nodes that said so
+    std::vector<std::size_t> extended{};  // when extended: the nodes that said so
   };
   quorum_extend(const lock_target& target, std::string token, std::chrono::milliseconds ttl,
                 std::string successor, steady::time_point now);

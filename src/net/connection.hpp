@@ -141,7 +141,7 @@ class connection : public std::enable_shared_from_this<connection> {
     bool outstanding = false;  // counted in outstanding_ until completed
     // Counts in the submitting thread's unfinished_submissions_of_this_thread until completed
     // (or destroyed unanswered).
-    submission_mark submitter;
+    submission_mark submitter{};
   };
   enum class state { idle, connecting, ready };
   // Who may touch the socket and `reader_`. The I/O thread holds it (`io`) from the first

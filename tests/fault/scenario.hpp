@@ -39,7 +39,7 @@ struct scenario_options {
   int nodes = 3;             // Redlock over all of them; 1 leaves out the "redlock" lock
   bool persistence = false;  // the nodes run --appendonly yes --appendfsync always
   bool proxied = false;      // each worker reaches each node through a tcp_proxy of its own
-  std::vector<int> shimmed;  // nodes started under clock_shim (set_clock moves them)
+  std::vector<int> shimmed{};  // nodes started under clock_shim (set_clock moves them)
   bool semaphore = true;     // also contend for the semaphore "sem"
   bool rwlock = false;       // also for the read-write lock "rw" on node 0 (readers and writers)
   bool lockset = false;      // also for the lock set {set, set-pair} on node 0, named "set"
@@ -47,7 +47,7 @@ struct scenario_options {
   int processes = 3;         // worker processes, one thread per lock in each
   std::chrono::milliseconds duration{5000};  // how long the workers contend
   std::chrono::milliseconds ttl{800};
-  std::vector<std::string> worker_flags;  // more fault_worker flags (--stale-check, --mixed ...)
+  std::vector<std::string> worker_flags{};  // more fault_worker flags (--stale-check, --mixed ...)
   // Node 0 is a master with one replica (node 1), watched by 3 sentinels whose down-after is
   // 5 s (test::sentinel_group), and the workers reach it by its redis-sentinel:// URL. The
   // replica replicates through replication_link(), a proxy that can make it lag. Needs

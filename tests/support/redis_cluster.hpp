@@ -167,12 +167,12 @@ struct redis_cluster_options {
   // false: no slot is assigned at all (a test assigns them with add_slots). true: the slots
   // are split evenly between the masters in contiguous ranges, except those in `uncovered`.
   bool assign_all_slots = true;
-  std::vector<std::uint16_t> uncovered;  // slots no master serves (with assign_all_slots)
-  std::vector<std::string> extra;        // more redis-server arguments for every node
+  std::vector<std::uint16_t> uncovered{};  // slots no master serves (with assign_all_slots)
+  std::vector<std::string> extra{};      // more redis-server arguments for every node
   // When not empty: every node also listens for TLS on a port of its own (tls_port(i)), with
   // these --tls-* arguments, and the cluster bus and replication run over TLS. The plain port
   // stays, for the harness (which speaks no TLS).
-  std::vector<std::string> tls;
+  std::vector<std::string> tls{};
 };
 
 class redis_cluster {

@@ -21,13 +21,13 @@ struct sentinel_group_options {
   int sentinels = 3;
   std::string name = "mymaster";
   std::chrono::milliseconds down_after{500};  // sentinel down-after-milliseconds
-  std::vector<std::string> data_extra;         // more arguments for the master and the replica
-  std::vector<std::string> master_extra;       // more arguments for the first master only
-  std::vector<std::string> sentinel_extra;     // more lines for each sentinel's config
+  std::vector<std::string> data_extra{};       // more arguments for the master and the replica
+  std::vector<std::string> master_extra{};     // more arguments for the first master only
+  std::vector<std::string> sentinel_extra{};   // more lines for each sentinel's config
   // When set, called with the master's port: the port the replica replicates from instead (a
   // proxy that can make it lag for real: a paused replica still reads, on resume, what the
   // kernel buffered). The sentinels then leave that setting alone for failover_timeout.
-  std::function<unsigned short(unsigned short)> replicate_via;
+  std::function<unsigned short(unsigned short)> replicate_via{};
   std::chrono::milliseconds failover_timeout{3000};  // sentinel failover-timeout
 };
 

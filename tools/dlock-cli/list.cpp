@@ -74,7 +74,7 @@ struct scan_node {
   bool cluster_master = false;  // a latch's waiters are sharded subscribers there
   std::string cursor = "0";
   bool done = false;
-  std::set<std::string> plain;  // keys that may be a name's own key: GET in the second step
+  std::set<std::string> plain{};  // keys that may be a name's own key: GET in the second step
 };
 
 // What the keys of one name say, over every node.
@@ -356,8 +356,8 @@ struct entry {
   std::string kind;       // "lock", "read-write lock", "semaphore", "fair semaphore" ...
   std::string json_kind;  // "lock", "read_write_lock", "semaphore", "election", "latch"
   bool active = false;    // held, or waited for (--held)
-  std::string text;       // the line after the name and kind
-  std::string json;       // the object's fields after "name" and "kind"
+  std::string text{};     // the line after the name and kind
+  std::string json{};     // the object's fields after "name" and "kind"
 };
 
 std::string seconds(long long ms) { return seconds_text(milliseconds(ms)); }

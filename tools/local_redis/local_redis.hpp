@@ -19,16 +19,16 @@ namespace dlock::local {
 struct server_options {
   bool persistence = false;       // --appendonly yes --appendfsync always
   bool unix_socket = false;       // also listen on <dir>/redis.sock
-  std::vector<std::string> extra; // more redis-server arguments
+  std::vector<std::string> extra{};  // more redis-server arguments
   // TLS only: port() becomes a TLS port (--port 0 --tls-port P) and these --tls-* arguments
   // follow. The fixture speaks no TLS, so readiness is an accepted connection, not PING, and
   // raw_command() cannot reach such a server.
-  std::vector<std::string> tls;
+  std::vector<std::string> tls{};
   // Sentinel only: when not empty, the process is a Redis Sentinel (`redis-server CONF
   // --sentinel`) on port(), and these lines follow the port, dir and log lines of its config
   // file ("sentinel monitor mymaster 127.0.0.1 6379 2" ...). Sentinel rewrites the file; a
   // restart keeps what it learnt.
-  std::vector<std::string> sentinel_config;
+  std::vector<std::string> sentinel_config{};
 };
 
 class redis_server {
