@@ -108,8 +108,9 @@ struct campaign_context {
              answer_by);
   }
 
-  std::error_code announce_blocking(const lease& leadership, std::string_view event,
-                                    steady::time_point answer_by = steady::time_point::max()) const {
+  std::error_code announce_blocking(
+      const lease& leadership, std::string_view event,
+      steady::time_point answer_by = steady::time_point::max()) const {
     std::error_code ec;
     wait<int>(ec, [&](unique_function<void(std::error_code, int)> h) {
       auto done = [h = std::move(h)](std::error_code e) mutable { h(e, 0); };

@@ -10,10 +10,10 @@
 #include <asio/steady_timer.hpp>
 
 #include <charconv>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <stop_token>
-#include <cstdint>
 #include <system_error>
 
 #include "access.hpp"

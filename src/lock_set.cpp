@@ -72,7 +72,8 @@ class lock_set_core final : public lease_owner,
   // one gives back those taken before, so the attempt never waits while holding part of the set.
   // Each script waits for its answer until `answer_by` at the latest (a bounded wait's deadline
   // and grace), else for the node timeout.
-  void start_attempt(attempt_handler done, steady::time_point answer_by = steady::time_point::max()) {
+  void start_attempt(attempt_handler done,
+                     steady::time_point answer_by = steady::time_point::max()) {
     auto run = std::make_shared<attempt_run>();
     run->state->token = random_token() + ".0";
     run->start = steady::now();

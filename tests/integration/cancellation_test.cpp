@@ -31,6 +31,9 @@ using steady = std::chrono::steady_clock;
 using test::redis_server;
 using test::test_key;
 
+// How soon after the signal a cancelled wait must have ended.
+const auto prompt = test::scaled(100ms);
+
 class CancellationTest : public ::testing::Test {
  protected:
   // Starts `start(handler)` with a handler bound to a cancellation slot and to `ctx_`, emits
@@ -58,13 +61,23 @@ class CancellationTest : public ::testing::Test {
     return std::chrono::duration_cast<std::chrono::milliseconds>(*ended - emitted);
   }
 
+  // The wait `start` begins ends with cancelled, promptly, holding nothing.
+  template <class Start>
+  void expect_cancelled(const char* what, Start start) {
+    SCOPED_TRACE(what);
+    std::error_code got;
+    auto took = cancel_after_200ms(start, got);
+    ASSERT_TRUE(took) << "the wait did not end";
+    EXPECT_EQ(got, errc::cancelled) << got.message();
+    EXPECT_LE(*took, prompt);
+    EXPECT_FALSE(won_);
+  }
+
   redis_server server_;
   client holder_{server_.url()}, waiter_{server_.url()};
   asio::io_context ctx_;
   lease won_;
 };
-
-const auto prompt = test::scaled(100ms);
 
 TEST_F(CancellationTest, AMutexWaitEndsAndHoldsNothing) {
   mutex held_by_other{holder_, test_key()};
@@ -108,18 +121,10 @@ TEST_F(CancellationTest, ASemaphoreAndReadWriteLockWaitEndAndHoldNothing) {
 
   semaphore permits{waiter_, test_key("sem"), 1};
   shared_mutex rw{waiter_, test_key("rw")};
-  auto check = [&](const char* what, auto start) {
-    SCOPED_TRACE(what);
-    std::error_code got;
-    auto took = cancel_after_200ms(start, got);
-    ASSERT_TRUE(took) << "the wait did not end";
-    EXPECT_EQ(got, errc::cancelled) << got.message();
-    EXPECT_LE(*took, prompt);
-    EXPECT_FALSE(won_);
-  };
-  check("semaphore", [&](auto h) { permits.async_acquire(std::move(h)); });
-  check("shared_mutex, writer", [&](auto h) { rw.async_acquire(std::move(h)); });
-  check("shared_mutex, reader", [&](auto h) { rw.async_acquire_shared(std::move(h)); });
+  expect_cancelled("semaphore", [&](auto h) { permits.async_acquire(std::move(h)); });
+  expect_cancelled("shared_mutex, writer", [&](auto h) { rw.async_acquire(std::move(h)); });
+  expect_cancelled("shared_mutex, reader",
+                   [&](auto h) { rw.async_acquire_shared(std::move(h)); });
   EXPECT_EQ(permit.release(), std::error_code());
   EXPECT_EQ(writer.release(), std::error_code());
   std::this_thread::sleep_for(300ms);
@@ -144,18 +149,9 @@ TEST_F(CancellationTest, ALockSetElectionAndLatchWaitEnd) {
   lock_set set{waiter_, {test_key("a"), test_key("b")}};
   election vote{waiter_, test_key("vote"), "me"};
   latch waiting{waiter_, test_key("gate")};
-  auto check = [&](const char* what, auto start) {
-    SCOPED_TRACE(what);
-    std::error_code got;
-    auto took = cancel_after_200ms(start, got);
-    ASSERT_TRUE(took) << "the wait did not end";
-    EXPECT_EQ(got, errc::cancelled) << got.message();
-    EXPECT_LE(*took, prompt);
-    EXPECT_FALSE(won_);
-  };
-  check("lock_set", [&](auto h) { set.async_acquire(std::move(h)); });
-  check("election", [&](auto h) { vote.async_campaign(std::move(h)); });
-  check("latch", [&](auto h) { waiting.async_wait(std::move(h)); });
+  expect_cancelled("lock_set", [&](auto h) { set.async_acquire(std::move(h)); });
+  expect_cancelled("election", [&](auto h) { vote.async_campaign(std::move(h)); });
+  expect_cancelled("latch", [&](auto h) { waiting.async_wait(std::move(h)); });
   EXPECT_EQ(in_the_way.release(), std::error_code());
   std::this_thread::sleep_for(300ms);
   mutex a{holder_, test_key("a")};
