@@ -494,6 +494,16 @@ TEST_F(ClusterTest, TransactionsKeepTheirKeysInOneSlot) {
   EXPECT_THROW(tx.run({a}, [&](transaction& t) { t.watch(other); }), std::system_error);
 }
 
+// Whether `master`'s replica is past its initial sync within 20 s (scaled): before that it
+// acknowledges nothing, and a WAIT for it gives :0 on a loaded host. (ALockTheReplicaHad...
+// failed twice under load, its message not kept; this is the likeliest cause found.)
+bool replica_online(redis_cluster& cluster, int master) {
+  return test::eventually([&] {
+    return raw_command_complete(cluster.node(master).port(), "INFO replication")
+               .find("state=online") != std::string::npos;
+  }, std::chrono::seconds(20));
+}
+
 // Mode 1 through a failover: the master of the lock's slot dies and its replica takes over.
 // Replication is asynchronous, so the promise is only as good as the replica's copy: here the
 // replica had the lock (it was set well before the kill), and it keeps excluding others, the
@@ -507,10 +517,11 @@ TEST(ClusterFailoverTest, ALockTheReplicaHadSurvivesItsPromotion) {
   int replica = cluster.replica_index(master);
   mutex holder{holder_client, name, {.ttl = 20s}};
   mutex other{other_client, name, {.ttl = 20s, .retry_delay = 20ms}};
+  ASSERT_TRUE(replica_online(cluster, master)) << "the replica never synced";
   auto l = holder.acquire();
   auto first_fence = l.fencing_token();
   // WAIT: the replica has the lock before its master dies.
-  EXPECT_EQ(raw_command_complete(cluster.node(master).port(), "WAIT 1 2000"), ":1\r\n");
+  ASSERT_EQ(raw_command_complete(cluster.node(master).port(), "WAIT 1 2000"), ":1\r\n");
   cluster.node(master).kill();
   cluster.wait_promoted(replica);
   // The holder's extend reaches the new master once the map is read again.
@@ -541,8 +552,9 @@ TEST(ClusterFailoverTest, ALatchWaiterFollowsItsSlotToThePromotedReplica) {
   int replica = cluster.replica_index(master);
   latch gate{waiter_client, name, {.ttl = 120s}};
   std::error_code ec;
+  ASSERT_TRUE(replica_online(cluster, master)) << "the replica never synced";
   ASSERT_TRUE(gate.try_set_count(1, ec)) << ec.message();
-  EXPECT_EQ(raw_command_complete(cluster.node(master).port(), "WAIT 1 2000"), ":1\r\n");
+  ASSERT_EQ(raw_command_complete(cluster.node(master).port(), "WAIT 1 2000"), ":1\r\n");
   auto waiting = std::async(std::launch::async, [&] {
     std::error_code wait_ec;
     bool open = gate.wait_for(test::scaled(60s), wait_ec);
