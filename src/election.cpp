@@ -215,6 +215,9 @@ lease election::try_campaign() {
 lease election::campaign_or_throw(clock::time_point deadline) {
   std::error_code ec;
   lease l = campaign_until(deadline, ec);
+  // A race lost between the grant and the announcement is another candidate's win: empty, as
+  // try_campaign() says not_acquired for it.
+  if (ec == errc::lease_lost) return l;
   if (ec && !detail::is_retryable(ec)) {
     throw std::system_error(ec, "dlock: cannot campaign in " + key());
   }
@@ -247,6 +250,8 @@ void election::start_campaign(detail::unique_function<void(std::error_code, leas
                   if (!ec) return handler({}, std::move(*held));
                   held->async_release([](std::error_code) {});
                   if (ec == errc::cancelled || !detail::campaign_again(ec)) return handler(ec, {});
+                  // Stopped meanwhile: no other campaign, which would end only after a round.
+                  if (stop.stop_requested()) return handler(errc::cancelled, {});
                   run(std::move(ctx), std::move(handler), std::move(stop));
                 });
           },

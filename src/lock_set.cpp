@@ -93,13 +93,14 @@ class lock_set_core final : public lease_owner,
     auto loop = std::make_shared<acquire_loop>(shared_from_this(), deadline, control.on_retry,
                                                std::move(done));
     std::weak_ptr<acquire_loop> weak = loop;
+    // The strong reference goes to the I/O thread with the post, so that the loop is never
+    // destroyed on the thread that requested the stop.
     auto stop = [weak] {
       auto self = weak.lock();
       if (!self) return;
       self->stopped = true;
-      asio::post(self->timer.get_executor(), [weak] {
-        if (auto self = weak.lock()) self->timer.cancel();
-      });
+      auto ex = self->timer.get_executor();
+      asio::post(ex, [self = std::move(self)] { self->timer.cancel(); });
     };
     if (control.stop.stop_possible()) loop->on_stop.emplace(control.stop, stop);
     if (cancel.stop_possible()) loop->on_cancel.emplace(cancel, stop);
