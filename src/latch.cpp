@@ -180,7 +180,7 @@ reply run_latch(client& node, const std::string& key, const std::string& channel
                 std::error_code& ec) {
   std::string n_text = std::to_string(n), ttl_text = std::to_string(ttl.count());
   reply r = wait<reply>(ec, [&](auto handler) {
-    run_script(node, latch_script, {key, channel}, {op, n_text, ttl_text},
+    run_script(node, latch_script, {key}, {op, n_text, ttl_text, channel},
                node.options().request_timeout, std::move(handler));
   });
   if (!ec && r.is_error()) ec = error_from_reply(r);

@@ -14,6 +14,7 @@
 #include "observe.hpp"
 #include "reentry.hpp"
 #include "replication_guard.hpp"
+#include "slot_migration.hpp"
 #include "token.hpp"
 
 namespace dlock::detail {
@@ -89,6 +90,10 @@ bool lock_core::try_release_direct(const std::shared_ptr<lease_state>& state,
     state->released.store(false);  // nothing sent: start_release takes over
     return false;
   }
+  if (refused_while_migrating(r)) {
+    state->released.store(false);  // nothing ran: start_release takes over, by the key alone
+    return false;
+  }
   quorum_release::tally t;
   quorum_release::count(t, run_ec, r);
   ec = quorum_release::judge(t, 1);
@@ -112,10 +117,18 @@ void lock_core::start_release(const std::shared_ptr<lease_state>& state, done_ha
     auto id = r.id;
     // `self`: the requests point into target_, and the rest of the nodes' releases may still
     // be out after the lease (and with it the core) is gone.
-    run_request(nodes_[r.node], std::move(r), [self = shared_from_this(), op, id](
-                                                  std::error_code ec, reply answer) {
+    auto on_answer = [op, id](std::error_code ec, const reply& answer) {
       op->tally.on_reply(id, ec, answer);
       if (auto t = op->tally.take_outcome()) op->handler(quorum_release::judge(*t, op->nodes));
+    };
+    auto node = nodes_[r.node];
+    std::string key(r.keys[0]);
+    run_request(node, std::move(r), [self = shared_from_this(), node, key = std::move(key),
+                                     token = state->token, on_answer](std::error_code ec,
+                                                                      reply answer) {
+      if (!refused_while_migrating(answer)) return on_answer(ec, answer);
+      release_lock_key(node, key, token, self->target_.node_timeout,
+                       [on_answer](std::error_code step_ec, reply r) { on_answer(step_ec, r); });
     });
   }
 }
@@ -144,8 +157,7 @@ void lock_core::extend_everywhere(const std::shared_ptr<lease_state>& state,
       std::move(handler)});
   for (auto& r : op->round.take_requests()) {
     auto id = r.id;
-    run_request(nodes_[r.node], std::move(r), [self = shared_from_this(), op, id](
-                                                  std::error_code ec, reply answer) {
+    auto on_answer = [self = shared_from_this(), op, id](std::error_code ec, const reply& answer) {
       std::optional<steady::time_point> deadline;
       if (op->state->validity_known) deadline = op->state->deadline();
       op->round.on_reply(id, steady::now(), deadline, ec, answer);
@@ -167,6 +179,24 @@ void lock_core::extend_everywhere(const std::shared_ptr<lease_state>& state,
                    [self, op, until = verdict->valid_until](std::error_code ec, std::string) {
                      op->handler(ec ? ec : apply_guarded_extend(*self, *op->state, until));
                    });
+    };
+    // An election's record expires with its lock (extend.lua's KEYS[2]). While their slot
+    // migrates they may sit on two nodes, and the script is refused (TRYAGAIN): the lock is
+    // then extended by its key alone, and the record kept alive beside it.
+    std::optional<request> alone;
+    if (r.keys.size() > 1) {
+      alone = r;
+      alone->keys = {r.keys[0]};
+    }
+    auto node = nodes_[r.node];
+    run_request(node, std::move(r), [node, ttl, companion = target_.lives_with_lock,
+                                     alone = std::move(alone), on_answer](std::error_code ec,
+                                                                          reply answer) mutable {
+      if (!alone || !refused_while_migrating(answer)) return on_answer(ec, answer);
+      run_script(node, migrating_outlive_script, {companion}, {std::to_string(2 * ttl.count())},
+                 alone->timeout, [](std::error_code, reply) {});
+      run_request(node, std::move(*alone),
+                  [on_answer](std::error_code step_ec, reply r) { on_answer(step_ec, r); });
     });
   }
 }

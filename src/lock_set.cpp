@@ -21,6 +21,7 @@
 #include "lease_state.hpp"
 #include "option_checks.hpp"
 #include "script.hpp"
+#include "slot_migration.hpp"
 #include "token.hpp"
 
 namespace dlock {
@@ -329,15 +330,21 @@ class lock_set_core final : public lease_owner,
     for (std::size_t g = 0; g < count; ++g) {
       for (auto i : groups_[g].members) {
         auto keys = lock_release_keys(companions_[i]);
+        auto count_answer = [t](std::error_code ec, reply r) {
+          if (!ec && r.is_error()) ec = error_from_reply(r);
+          if (ec && !t->first_error) t->first_error = ec;
+          if (!ec && r.is_integer() && r.integer() == 1) ++t->ours;
+          if (--t->pending > 0 || !t->done) return;
+          if (t->first_error) return t->done(t->first_error);
+          t->done(t->ours == t->wanted ? std::error_code() : std::error_code(errc::not_held));
+        };
+        // While the slot migrates, by the lock's key alone (slot_migration.hpp).
         run_script(node_, release_script, std::vector<std::string>(keys.begin(), keys.end()),
-                   {token}, node_timeout_, [t](std::error_code ec, reply r) {
-                     if (!ec && r.is_error()) ec = error_from_reply(r);
-                     if (ec && !t->first_error) t->first_error = ec;
-                     if (!ec && r.is_integer() && r.integer() == 1) ++t->ours;
-                     if (--t->pending > 0 || !t->done) return;
-                     if (t->first_error) return t->done(t->first_error);
-                     t->done(t->ours == t->wanted ? std::error_code()
-                                                  : std::error_code(errc::not_held));
+                   {token}, node_timeout_,
+                   [node = node_, key = std::string(keys[0]), token, timeout = node_timeout_,
+                    count_answer](std::error_code ec, reply r) {
+                     if (!refused_while_migrating(r)) return count_answer(ec, std::move(r));
+                     release_lock_key(node, key, token, timeout, count_answer);
                    });
       }
     }

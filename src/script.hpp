@@ -40,6 +40,15 @@ inline constexpr script elect_announce_script{scripts::elect_announce_body,
                                               scripts::elect_announce_sha1};
 inline constexpr script latch_script{scripts::latch_body, scripts::latch_sha1};
 inline constexpr script acquire_all_script{scripts::acquire_all_body, scripts::acquire_all_sha1};
+// Single-key steps while a cluster slot migrates (slot_migration.hpp).
+inline constexpr script migrating_lock_release_script{scripts::migrating_lock_release_body,
+                                                      scripts::migrating_lock_release_sha1};
+inline constexpr script migrating_member_refresh_script{scripts::migrating_member_refresh_body,
+                                                        scripts::migrating_member_refresh_sha1};
+inline constexpr script migrating_outlive_script{scripts::migrating_outlive_body,
+                                                 scripts::migrating_outlive_sha1};
+inline constexpr script migrating_name_keep_script{scripts::migrating_name_keep_body,
+                                                   scripts::migrating_name_keep_sha1};
 
 // Asked when an EVALSHA comes back NOSCRIPT, before the EVAL fallback goes out: the fallback
 // is sent after every request pipelined behind the EVALSHA, so an attempt whose answer is no

@@ -12,6 +12,7 @@
 #include "algo/quorum_round.hpp"
 #include "algo/retry.hpp"
 #include "replication_guard.hpp"
+#include "slot_migration.hpp"
 #include "token.hpp"
 
 namespace dlock::detail {
@@ -61,7 +62,12 @@ void semaphore_core::release_entry(const std::string& token,
   request r{0, 0, &sem_release_script, semaphore_release_keys(target_.keys),
             {token, target_.limit_text, target_.variant_text, target_.name_mark},
             target_.node_timeout};
-  run_request(nodes_.front(), std::move(r), std::move(handler));
+  run_request(nodes_.front(), std::move(r),
+              [self = shared_from_this(), token, handler = std::move(handler)](
+                  std::error_code ec, reply answer) mutable {
+                if (!refused_while_migrating(answer)) return handler(ec, std::move(answer));
+                end_permit(self->nodes_.front(), self->target_, token, std::move(handler));
+              });
 }
 
 
@@ -86,6 +92,10 @@ bool semaphore_core::try_release_direct(const std::shared_ptr<lease_state>& stat
                           target_.name_mark},
                          target_.node_timeout, run_ec, r)) {
     state->released.store(false);  // nothing sent: start_release takes over
+    return false;
+  }
+  if (refused_while_migrating(r)) {
+    state->released.store(false);  // nothing ran: start_release takes over, one key at a time
     return false;
   }
   if (run_ec) {
@@ -140,7 +150,14 @@ void semaphore_core::refresh_entry(const std::shared_ptr<lease_state>& state,
   auto keys = semaphore_refresh_keys(target_.keys, options_.fair);
   run_script(nodes_.front(), sem_refresh_script, std::vector<std::string>(keys.begin(), keys.end()),
              {state->token, std::to_string(ttl.count()), successor, target_.name_mark},
-             target_.node_timeout, std::move(on_reply));
+             target_.node_timeout,
+             [self = shared_from_this(), state, ttl, settle = !successor.empty(),
+              on_reply = std::move(on_reply)](std::error_code ec, reply r) mutable {
+               // A settle needs the script's one step; it fails here and may be tried again.
+               if (settle || !refused_while_migrating(r)) return on_reply(ec, std::move(r));
+               refresh_permit_key_by_key(self->nodes_.front(), self->target_, state->token, ttl,
+                                         std::move(on_reply));
+             });
 }
 
 }  // namespace dlock::detail

@@ -1,17 +1,18 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- A count-down latch (dlock::latch): one key holding the count, which each change keeps alive
 -- for another TTL.
--- KEYS[1]: the latch; KEYS[2]: the channel its opening is published on (key_layout.hpp:
---          latch_channel), named as a key so that it hashes to the latch's slot.
+-- KEYS[1]: the latch.
 -- ARGV[1]: "set" or "down"; ARGV[2]: the count to set, or how much to subtract; ARGV[3]: the TTL
---          in ms.
+--          in ms; ARGV[4]: the channel its opening is published on (key_layout.hpp:
+--          latch_channel). Not a key: on a Redis Cluster whose slot migrates, a script naming a
+--          key that does not exist is refused until the migration ends (TRYAGAIN).
 -- set:  creates the latch unless it exists; returns 1 when created, 0 when it existed.
 -- down: returns what is left, not below 0 (0: open, and the waiters are told), or -1 when the
 --       latch does not exist. An open latch stays as it is.
 -- A key that holds no count answers WRONGTYPE (one of another type, or a string that is no
 -- count: the name is a lock's, a read-write lock's or a semaphore's, name_mark.lua).
-local key, channel = KEYS[1], KEYS[2]
-local op, n, ttl = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local key = KEYS[1]
+local op, n, ttl, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 
 -- #include name_mark.lua
 local held = redis.call('GET', key)  -- raises WRONGTYPE for a key of another type

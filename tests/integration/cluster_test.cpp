@@ -173,6 +173,82 @@ TEST_F(ClusterTest, AskIsFollowedWhileTheSlotMigrates) {
   EXPECT_GE(routed(client_).moved, 1u);
 }
 
+// A slot that migrates key by key, and stalls for longer than the TTLs with each lease's keys
+// split over two nodes, while leases in it are kept alive, released and counted down. Redis
+// refuses a script whose keys are not all on the node that runs it (TRYAGAIN), and a key that
+// does not exist (a semaphore's weights, a lock's queue) is on neither: so such scripts are
+// refused for the whole migration. Every lease lives through it (the election's too, whose
+// record is a key of its own), the releases take their keys with them, and the latch opens.
+TEST_F(ClusterTest, ASlotMigratedKeyByKeyLosesNoLeaseAndLeavesNoKeyBehind) {
+  const std::uint16_t slot = 300;
+  auto name = [&](const std::string& what) {
+    return test::key_in_slot(slot, test::test_key() + what);
+  };
+  const auto ttl = std::chrono::duration_cast<std::chrono::milliseconds>(test::scaled(1s));
+  const keep_alive_options renew{};
+  mutex lock{client_, name("lock"), {.ttl = ttl}};
+  mutex released_lock{client_, name("released-lock"), {.ttl = 1h}};
+  semaphore weighted{client_, name("sem"), 3, {.ttl = ttl}};
+  semaphore fair{client_, name("fair"), 2, {.ttl = ttl, .fair = true}};
+  shared_mutex rw{client_, name("rw"), {.ttl = ttl}};
+  latch gate{client_, name("latch")};
+  election vote{client_, name("election"), "me", {.lock = {.ttl = ttl}}};
+  lock_set pair{client_, {name("set-a"), name("set-b")}, {.ttl = 1h}};
+
+  lease held = lock.acquire(), given_back = released_lock.acquire();
+  lease two = weighted.acquire(2), one = weighted.acquire(1);
+  lease fair_one = fair.acquire(1), reader = rw.acquire_shared();
+  lease leading = vote.campaign();  // kept alive by the election
+  lease both = pair.acquire();
+  ASSERT_TRUE(held && given_back && two && one && fair_one && reader && leading && both);
+  std::vector<lease*> kept{&held, &two, &fair_one, &reader};
+  for (auto* l : kept) ASSERT_FALSE(l->keep_alive(renew));
+  kept.push_back(&leading);
+  ASSERT_FALSE(one.keep_alive(renew));
+  std::error_code ec;
+  ASSERT_TRUE(gate.try_set_count(2, ec)) << ec.message();
+  for (const auto& key : {lock.key(), weighted.key(), fair.key(), rw.key(), gate.key(),
+                          leading.key()}) {
+    ASSERT_EQ(hash_slot(key), slot) << key;
+  }
+
+  int from = cluster_.owner_of(slot), to = (from + 1) % 3;
+  cluster_.begin_migration(slot, from, to);
+  // First each lease's own key alone, and the migration stalls for longer than the TTLs with
+  // every lease split over the two nodes; then the rest, key by key.
+  for (const auto& key : {lock_keys_for(lock.key()).key, lock_keys_for(leading.key()).key,
+                          lock_keys_for(released_lock.key()).key,
+                          lock_keys_for(name("set-a")).key,
+                          semaphore_keys_for(weighted.key(), false).expiries,
+                          semaphore_keys_for(fair.key(), true).expiries,
+                          shared_mutex_keys_for(rw.key()).expiries}) {
+    cluster_.migrate_key(from, to, key);
+  }
+  std::this_thread::sleep_for(ttl);
+  EXPECT_FALSE(given_back.release());
+  EXPECT_FALSE(both.release());
+  if (auto released = one.release()) ADD_FAILURE() << released.message();
+  EXPECT_EQ(gate.count_down(ec), 1) << ec.message();
+  EXPECT_EQ(gate.count_down(ec), 0) << ec.message();
+  std::this_thread::sleep_for(ttl);
+  int moved = cluster_.migrate_keys(slot, from, to, 1, ttl / 10);
+  EXPECT_GE(moved, 10);
+  cluster_.end_migration(slot, from, to);
+
+  for (auto* l : kept) {
+    EXPECT_FALSE(l->lost().stop_requested()) << l->key();
+    EXPECT_FALSE(l->extend()) << l->key();
+  }
+  for (const auto& key : {released_lock.key(), name("set-a"), name("set-b")}) {
+    EXPECT_EQ(client_.exec({"EXISTS", lock_keys_for(key).key}).integer(), 0) << key << " stayed";
+  }
+  // Two of three permits are held: the released one is free at once.
+  EXPECT_TRUE(weighted.try_acquire(1, ec)) << ec.message();
+  EXPECT_EQ(gate.count(ec), 0) << ec.message();
+  EXPECT_EQ(vote.leader().term, leading.fencing_token()) << "the record went before the lease";
+  for (auto* l : kept) EXPECT_FALSE(l->release()) << l->key();
+}
+
 TEST_F(ClusterTest, LockNamesOfEveryShapeKeepTheirKeysInOneSlot) {
   // CROSSSLOT would fail the scripts if a lock's companion keys left its slot.
   for (std::string name : {"plain", "a{b}c", "a}b", "{}", "x{", "{x}", "}{", "orders:{42}:x"}) {

@@ -326,10 +326,13 @@ class redis_cluster {
     expect_ok(to, "CLUSTER SETSLOT " + s + " IMPORTING " + node_id(from));
     expect_ok(from, "CLUSTER SETSLOT " + s + " MIGRATING " + node_id(to));
   }
-  // Moves the slot's keys from `from` to `to`, `batch` at a time; how many moved.
-  int migrate_keys(std::uint16_t slot, int from, int to, int batch = 100) {
+  // Moves the slot's keys from `from` to `to`, `batch` at a time, `pause` between two batches;
+  // how many moved.
+  int migrate_keys(std::uint16_t slot, int from, int to, int batch = 100,
+                   std::chrono::milliseconds pause = std::chrono::milliseconds(0)) {
     int moved = 0;
     for (;;) {
+      if (moved > 0) std::this_thread::sleep_for(pause);
       auto keys = bulk_array(command(from, "CLUSTER GETKEYSINSLOT " + std::to_string(slot) + " " +
                                                std::to_string(batch)));
       if (keys.empty()) return moved;
@@ -342,6 +345,15 @@ class redis_cluster {
                                  " from node " + std::to_string(from) + " failed: " + r);
       }
       moved += static_cast<int>(keys.size());
+    }
+  }
+  // Moves one key of a migrating slot from `from` to `to`.
+  void migrate_key(int from, int to, const std::string& key) {
+    auto r = command(from, "MIGRATE 127.0.0.1 " + std::to_string(node(to).port()) + " " +
+                               inline_arg(key) + " 0 5000",
+                     std::chrono::seconds(10));
+    if (r.rfind("+OK", 0) != 0) {
+      throw std::runtime_error("redis_cluster: MIGRATE of " + key + " failed: " + r);
     }
   }
   // The new owner first (it bumps its epoch, so its claim wins), then the old one (which stops
