@@ -15,8 +15,10 @@ namespace {
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
 
-// The companion keys and the mark outlive the permit's new expiry by this much: they are
-// renewed before the entry, and the entry's renewal is sent only while that margin lasts.
+// How long the companion keys and the mark live from their step: they are renewed before the
+// entry, which is renewed for one TTL only while half a TTL of this is left, so they outlive
+// it. The expiry set, renewed last, gets as long, so it outlives them in turn (the scripts
+// that clear an expired entry's companions find it there).
 milliseconds companion_ttl(milliseconds ttl) { return 2 * ttl; }
 
 // What one renewal carries from step to step.
@@ -39,7 +41,9 @@ void refresh_entry(const std::shared_ptr<refresh_steps>& s) {
     return std::exchange(s->done, {})(errc::timeout, {});
   }
   run_script(s->node, migrating_member_refresh_script, {s->expiries},
-             {s->owner, std::to_string(s->ttl.count())}, s->timeout,
+             {s->owner, std::to_string(s->ttl.count()),
+              std::to_string(companion_ttl(s->ttl).count())},
+             s->timeout,
              [s](std::error_code ec, reply r) { std::exchange(s->done, {})(ec, std::move(r)); });
 }
 

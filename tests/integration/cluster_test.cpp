@@ -249,6 +249,29 @@ TEST_F(ClusterTest, ASlotMigratedKeyByKeyLosesNoLeaseAndLeavesNoKeyBehind) {
   for (auto* l : kept) EXPECT_FALSE(l->release()) << l->key();
 }
 
+// A weighted permit renewed and released one key at a time while its slot migrates: its
+// weight goes with it. Its expiry set, renewed last, outlives the weights, so the script that
+// drops the expired entry drops the weight too; were the set to expire first, the orphaned
+// weight would count as held for as long as anyone holds the semaphore.
+TEST_F(ClusterTest, APermitReleasedWhileItsSlotMigratesLeavesNoWeightBehind) {
+  const std::uint16_t slot = 301;
+  const auto ttl = std::chrono::duration_cast<std::chrono::milliseconds>(test::scaled(1s));
+  semaphore sem{client_, test::key_in_slot(slot, test::test_key()), 3, {.ttl = ttl}};
+  lease two = sem.acquire(2);
+  ASSERT_TRUE(two);
+  ASSERT_FALSE(two.keep_alive({}));
+  int from = cluster_.owner_of(slot), to = (from + 1) % 3;
+  cluster_.begin_migration(slot, from, to);
+  cluster_.migrate_key(from, to, semaphore_keys_for(sem.key(), false).expiries);
+  std::this_thread::sleep_for(ttl);  // renewed one key at a time, about three times
+  auto released_at = std::chrono::steady_clock::now();
+  ASSERT_FALSE(two.release());
+  cluster_.move_slot_rest(slot, from, to);
+  std::this_thread::sleep_until(released_at + ttl + ttl / 4);  // past the last renewal's TTL
+  std::error_code ec;
+  EXPECT_TRUE(sem.try_acquire(3, ec)) << ec.message();
+}
+
 TEST_F(ClusterTest, LockNamesOfEveryShapeKeepTheirKeysInOneSlot) {
   // CROSSSLOT would fail the scripts if a lock's companion keys left its slot.
   for (std::string name : {"plain", "a{b}c", "a}b", "{}", "x{", "{x}", "}{", "orders:{42}:x"}) {
