@@ -14,6 +14,10 @@
 namespace dlock::detail {
 namespace {
 
+constexpr std::size_t record_length = 16;  // elect_announce.lua's MAXLEN
+constexpr std::size_t max_heard = 64;      // ids awaiting a read; the oldest go first
+constexpr std::chrono::milliseconds first_backoff{250}, max_backoff{4000};
+
 // "<term>-<seq>" into an entry's id; false for anything else.
 bool parse_id(std::string_view id, record_entry& e) {
   auto dash = id.find('-');
@@ -103,13 +107,17 @@ void read_records(const std::vector<client>& nodes, const std::string& key,
 }
 
 // A quorum of nodes holding the owner's key, or enough nodes answering without it that no
-// quorum can (the nodes that did not answer might all hold it): the rest is undecided.
+// quorum can (the nodes that did not answer might all hold it): the rest is undecided. Only the
+// views that `counts` accepts can say "without" (a view read before the term began cannot).
 enum class held { yes, no, unknown };
-held judge_holding(const std::vector<record_view>& views, const std::string& owner) {
+template <class Counts>
+held judge_holding(const std::vector<record_view>& views, const std::string& owner, Counts counts) {
   std::size_t quorum = quorum_of(views.size());
-  std::size_t holders = holding(views, owner);
-  if (holders >= quorum) return held::yes;
-  std::size_t without = answered(views) - holders;
+  if (holding(views, owner) >= quorum) return held::yes;
+  auto without =
+      static_cast<std::size_t>(std::count_if(views.begin(), views.end(), [&](const auto& v) {
+        return !v.ec && v.holder != owner && counts(v);
+      }));
   return without >= views.size() - quorum + 1 ? held::no : held::unknown;
 }
 
@@ -125,7 +133,7 @@ leader_verdict current_leader(const std::vector<record_view>& views) {
     if (!latest || v.entries.back().id() > latest->id()) latest = &v.entries.back();
   }
   if (!latest || latest->seq != 0) return out;
-  switch (judge_holding(views, latest->owner)) {
+  switch (judge_holding(views, latest->owner, [](const record_view&) { return true; })) {
     case held::yes:
       out.leader = leader_info{latest->term, latest->value, latest->owner};
       break;
@@ -143,26 +151,124 @@ std::string record_follower::next_from() const {
   return std::to_string(last_id_->first) + "-" + std::to_string(last_id_->second);
 }
 
+std::string record_follower::start_read() {
+  checking_continuity_ = deaf_;
+  if (static_cast<std::size_t>(std::count(listening_.begin(), listening_.end(), true)) >=
+      quorum_of(nodes_)) {
+    deaf_ = false;  // this read goes out after the subscriptions came back: it covers the time
+  }
+  verifying_ = std::exchange(heard_, {});
+  return next_from();
+}
+
+void record_follower::on_subscribed(std::size_t node) {
+  if (node < nodes_) listening_[node] = true;
+}
+
+// Every term's key is on a quorum of the nodes, and its announcement goes to each of them: with
+// a quorum subscribed, one of them hears it. With fewer, a term may begin and end unheard.
+void record_follower::on_unsubscribed(std::size_t node) {
+  if (node >= nodes_) return;
+  listening_[node] = false;
+  if (static_cast<std::size_t>(std::count(listening_.begin(), listening_.end(), true)) <
+      quorum_of(nodes_)) {
+    deaf_ = true;
+  }
+}
+
+void record_follower::on_heard(std::size_t node, std::string_view id) {
+  record_entry e;
+  if (node >= nodes_ || !parse_id(id, e) || (last_id_ && e.id() <= *last_id_)) return;
+  if (heard_.size() == max_heard) heard_.erase(heard_.begin());
+  heard_.push_back({node, e.id()});
+}
+
+std::uint64_t record_follower::last_term() const noexcept {
+  return std::max(ended_through_, open_ ? open_->term : 0);
+}
+
+// Whether this read shows that changes were missed, which only a read that comes too late can:
+// an id heard before it went out is gone from the record of the node that announced it (a
+// script records before it publishes, so the entry was there); a record at its full length no
+// longer reaches back to the last id taken (trimmed); or news may have gone unheard meanwhile
+// and no node's record still holds the last id taken, so nothing shows what happened in between
+// (the record expires with each leader's key: terms of leaders that crashed leave no trace).
+bool record_follower::lost_news(const std::vector<record_view>& views) {
+  auto reaches_back = [&](const record_view& v) {
+    return !v.ec && last_id_ && !v.entries.empty() && v.entries.front().id() == *last_id_;
+  };
+  bool lost = false;
+  for (const auto& h : verifying_) {
+    const auto& v = views[h.node];
+    if (v.ec) {
+      heard_.push_back(h);  // that node's next answer tells
+    } else if (!last_id_ || h.id > *last_id_) {
+      lost |= std::none_of(v.entries.begin(), v.entries.end(),
+                           [&](const auto& e) { return e.id() == h.id; });
+    }
+  }
+  verifying_.clear();
+  for (const auto& v : views) {
+    if (!v.ec && v.entries.size() >= record_length && !reaches_back(v)) lost = true;
+  }
+  if (std::exchange(checking_continuity_, false) &&
+      std::none_of(views.begin(), views.end(), reaches_back)) {
+    lost = true;
+  }
+  return lost;
+}
+
+// Once, before the next change: several gaps with nothing reported between them are one.
+void record_follower::report_missed(std::vector<election_event>& out) {
+  if (!std::exchange(missed_, false) || missed_reported_) return;
+  out.push_back(election_event{election_event::change::missed, last_term(), {}});
+  missed_reported_ = true;
+}
+
 // Entries are taken in id order, merged over the nodes (a node that missed an announcement
 // adds nothing, one that has it suffices). A term whose leader's key is gone from too many
 // nodes to make a quorum has ended even if no resignation was recorded (the leader crashed,
 // was paused or cut off, and its lease expired): reported as ended once, before any later term.
+// Only views read after the term began count against it: the nodes are read in parallel, and a
+// read that straddles a takeover can find the new leader's entry on one node while the others
+// were read before its key reached them. A read sent once the term was known comes after its
+// grant, and so does a view that holds its entry (announced after the grant, only where the
+// key is the leader's).
 // A resignation whose election entry was never seen (trimmed from the record, or on a node that
-// did not answer) reports both. A node that did not answer means a read again soon: its entries
-// may be the only copy of a term (one that the later terms then leave out of order, and so out).
+// did not answer) reports both. A node that did not answer means a read again (after a backoff
+// while it stays silent): its entries may be the only copy of a term (one that the later terms
+// then leave out of order, and so out).
 std::vector<election_event> record_follower::on_read(const std::vector<record_view>& views) {
   using change = election_event::change;
   std::vector<election_event> out;
-  std::map<std::pair<std::uint64_t, int>, const record_entry*> fresh;
+  const bool judged = answered(views) >= quorum_of(nodes_);
+  const bool quiet = !judged_once_;  // before the first judged read, only the state is learned
+  const std::optional<std::uint64_t> known_term =
+      open_ ? std::optional<std::uint64_t>(open_->term) : std::nullopt;
+  if (quiet) {
+    verifying_.clear();
+    checking_continuity_ = false;
+  } else if (judged) {
+    missed_ = lost_news(views) || missed_;
+  } else {  // too few answers to tell: what this read was to confirm waits for a later one
+    heard_.insert(heard_.begin(), verifying_.begin(), verifying_.end());
+    verifying_.clear();
+    if (heard_.size() > max_heard) {
+      heard_.erase(heard_.begin(), heard_.end() - static_cast<std::ptrdiff_t>(max_heard));
+    }
+    deaf_ = deaf_ || std::exchange(checking_continuity_, false);
+  }
+  std::map<entry_id, const record_entry*> fresh;
   for (const auto& v : views) {
     if (v.ec) continue;
     for (const auto& e : v.entries) {
       if (!last_id_ || e.id() > *last_id_) fresh.emplace(e.id(), &e);
     }
   }
-  bool quiet = !judged_once_;  // before the first judged read, only the state is learned
   auto report = [&](change what, const record_entry& e) {
-    if (!quiet) out.push_back(event_of(what, e));
+    if (quiet) return;
+    out.push_back(event_of(what, e));
+    missed_reported_ = false;
   };
   for (const auto& [id, e] : fresh) {
     bool ends_open = open_ && open_->term == e->term;
@@ -175,6 +281,7 @@ std::vector<election_event> record_follower::on_read(const std::vector<record_vi
       report(change::ended, *open_);
       end_open();
     }
+    if (!ends_open) report_missed(out);  // what was missed came before this term
     if (e->seq == 0) {
       open_ = *e;
       report(change::elected, *e);
@@ -187,12 +294,25 @@ std::vector<election_event> record_follower::on_read(const std::vector<record_vi
     last_id_ = id;
   }
   recheck_.reset();
-  bool all_answered = answered(views) == views.size();
-  if (answered(views) < quorum_of(nodes_)) {
-    recheck_ = std::chrono::milliseconds(250);
+  const bool all_answered = answered(views) == views.size();
+  silent_reads_ = all_answered ? 0 : std::min(silent_reads_ + 1, 16);
+  // A node down for long is read less and less often; news from the others still comes at
+  // once through their subscriptions, and the silent node's own comes when it subscribes again.
+  auto backoff = first_backoff;
+  for (int i = 1; i < silent_reads_ && backoff < max_backoff; ++i) backoff *= 2;
+  backoff = std::min(backoff, max_backoff);
+  if (!judged) {
+    recheck_ = backoff;
     return out;
   }
-  auto holds = open_ ? judge_holding(views, open_->owner) : held::no;
+  bool stale = false;  // a view read before the open term began, which cannot judge it
+  auto newer = [&](const record_view& v) {
+    bool after = known_term == open_->term ||
+                 (!v.entries.empty() && v.entries.back().id() >= entry_id{open_->term, 0});
+    stale = stale || !after;
+    return after;
+  };
+  auto holds = open_ ? judge_holding(views, open_->owner, newer) : held::no;
   if (open_ && holds == held::no) {
     report(change::ended, *open_);
     end_open();
@@ -208,13 +328,15 @@ std::vector<election_event> record_follower::on_read(const std::vector<record_vi
     recheck_ = std::chrono::milliseconds(soonest < 0 ? 1000 : soonest + 2);
   }
   if (!all_answered || holds == held::unknown) {
-    recheck_ = std::min(recheck_.value_or(std::chrono::milliseconds(250)),
-                        std::chrono::milliseconds(250));
+    recheck_ = std::min(recheck_.value_or(backoff), backoff);
   }
+  // Undecided only for views that came too early: the next read's all count.
+  if (holds == held::unknown && stale) recheck_ = std::chrono::milliseconds(0);
   if (quiet && !(open_ && holds == held::unknown)) {  // else: judged at a later read
     judged_once_ = true;
     if (open_) out.push_back(event_of(change::elected, *open_));
   }
+  if (!quiet) report_missed(out);
   return out;
 }
 
@@ -229,19 +351,35 @@ election_watch::election_watch(std::vector<client> nodes, std::string key, std::
       follower_(nodes_.size()),
       recheck_timer_(nodes_.front().get_executor()) {}
 
-// Each subscriber reads once subscribed; the first read below does not wait for them (a node
-// whose ACL refuses SUBSCRIBE still answers reads).
+// Each subscriber reads once subscribed, and at each message; the first read below does not
+// wait for them (a node whose ACL refuses SUBSCRIBE still answers reads). The follower hears of
+// each: a message names the entry just recorded, and a subscription lost means news may go
+// unheard until it is back.
 void election_watch::start() {
   std::weak_ptr<election_watch> weak = shared_from_this();
-  auto news = [weak](std::string_view) {
-    if (auto self = weak.lock()) self->read();
-  };
-  for (const auto& n : nodes_) {
-    subscribers_.push_back(
-        std::make_shared<channel_subscriber>(n, record_, news));
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    subscribers_.push_back(std::make_shared<channel_subscriber>(
+        nodes_[i], record_,
+        [weak, i](std::string_view payload) {
+          if (auto self = weak.lock()) self->on_news(i, payload);
+        },
+        [weak, i] {
+          if (auto self = weak.lock()) self->follower_.on_unsubscribed(i);
+        }));
   }
   for (auto& s : subscribers_) s->start();
-  asio::post(recheck_timer_.get_executor(), [news] { news(""); });
+  asio::post(recheck_timer_.get_executor(), [weak] {
+    if (auto self = weak.lock()) self->read();
+  });
+}
+
+void election_watch::on_news(std::size_t node, std::string_view payload) {
+  if (payload.empty()) {
+    follower_.on_subscribed(node);  // what was published before it was not heard: read
+  } else {
+    follower_.on_heard(node, payload);
+  }
+  read();
 }
 
 void election_watch::stop() noexcept {
@@ -260,7 +398,7 @@ void election_watch::read() {
     return;
   }
   reading_ = true;
-  read_records(nodes_, key_, record_, follower_.next_from(), timeout_,
+  read_records(nodes_, key_, record_, follower_.start_read(), timeout_,
                [self = shared_from_this()](std::vector<record_view> views) {
                  self->reading_ = false;
                  self->on_views(views);

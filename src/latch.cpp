@@ -9,6 +9,7 @@
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <functional>
@@ -135,9 +136,12 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
       // So does a Redis Cluster slot without a master: its replica is promoted within the
       // failover (seen: a wait that gave up with cluster_error while the replica took over).
       if (!is_retryable(ec) && ec != errc::cluster_error) return finish(ec);
-      expires_in_ = 250;
+      // Less and less often while the node stays away (250 ms, doubling to 4 s): it is read at
+      // once when it takes the subscription again.
+      expires_in_ = 250LL << std::min(failed_reads_++, 4);
       return arm_timer();
     }
+    failed_reads_ = 0;
     const auto& count = r.elements()[0];
     if (count.is_nil()) return finish(errc::not_found);
     // A string that is no count is not a latch (count_down says so too), not one still counting.
@@ -170,6 +174,7 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
   std::shared_ptr<channel_subscriber> subscriber_;
   std::shared_ptr<latch_wait> self_;
   long long expires_in_ = -1;  // the key's PTTL at the last read
+  int failed_reads_ = 0;       // in a row
   bool reading_ = false, read_again_ = false, finished_ = false;
   bool answered_ = false;  // a read has come back
   std::optional<std::stop_callback<std::function<void()>>> on_stop_;

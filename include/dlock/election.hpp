@@ -3,7 +3,8 @@
 /// dlock/election.hpp: leader election over one Redis node or N independent ones (Redlock).
 /// - election_options:  the leadership's lock options and its keep-alive
 /// - leader_info:       who leads: the term, the leader's value, its lease's owner id
-/// - election_event:    one change an observer sees: a term began (elected) or ended
+/// - election_event:    one change an observer sees: a term began (elected) or ended, or
+///                      changes may have gone unseen (missed)
 /// - election:          campaign (blocking or async) until leader, resign, leader() (who leads
 ///                      now), observe() (each change, in term order, without polling)
 /// - observation:       an observe() running; stops when destroyed
@@ -25,6 +26,7 @@
 /// | Leader    | waits like any candidate (1) | Candidate; observers: ended | lost() fires; ended(2) |
 /// (1) Not reentrant: a second campaign of the same process waits for the first lease's end.
 /// (2) Observers learn it when the lease's key expires on the servers, or at the next term.
+/// An observer that could not hear the nodes says `missed` where it cannot vouch for the record.
 /// A campaign that loses its lease between the grant and its announcement campaigns again.
 #pragma once
 
@@ -72,10 +74,13 @@ struct election_event {
   enum class change {
     elected,  ///< term `term` began; `value` is its leader's
     ended,    ///< term `term` ended: its leader resigned, or its lease is gone
+    /// Changes after term `term` (0: after the observation began) may have gone unseen: the
+    /// terms missed, if any, lie between it and the next term reported. `value` is empty.
+    missed,
   };
-  change what = change::elected;  ///< began or ended
-  std::uint64_t term = 0;  ///< the term that began or ended
-  std::string value{};     ///< its leader's value
+  change what = change::elected;  ///< began, ended, or changes missed
+  std::uint64_t term = 0;         ///< the term that began or ended (missed: the last reported)
+  std::string value{};            ///< its leader's value
 };
 
 /// A running observe(): the callback runs until stop() or destruction. Move-only.
@@ -175,11 +180,20 @@ class DLOCK_EXPORT election {
   /// A new term or a resignation comes through Pub/Sub within about a round trip; a leader that
   /// vanished (crashed, paused, cut off) is seen when its lease's key expires on the servers:
   /// the observer reads each node once at the time the key would expire (so about once per
-  /// renewal interval while a leader lives), never in a polling loop. After a connection drop
-  /// or a read a node did not answer it reads again and catches up from the record, which keeps
-  /// the last 16 entries: a change is skipped only when more happened meanwhile, or when the
-  /// only nodes that recorded it stayed silent until a later term was read. `on_change` runs on
-  /// dlock's I/O thread: it must not block.
+  /// renewal interval while a leader lives), never in a polling loop. A node that does not
+  /// answer is read again after a backoff (250 ms, doubling to 4 s while it stays silent);
+  /// news from the others still comes at once. A term is ended only by reads made after it
+  /// began (never by a node read, in parallel, just before the new leader's key reached it).
+  /// After a connection drop the observer catches up from the record, which keeps the last 16
+  /// entries and expires with each leader's key. Every change is reported, or else a `missed`
+  /// event stands where changes may have gone unseen, before the next change: when more than
+  /// 16 happened meanwhile; when the record no longer reaches back to the last change reported
+  /// after the observer could not hear a majority of the nodes (its subscriptions dropped: the
+  /// terms of leaders that crashed meanwhile leave no trace); or when a change it heard of was
+  /// gone before it could read it (its process was paused past the record's life). It can
+  /// follow a break in which nothing happened (the observer cannot tell); leader() gives the
+  /// state to resynchronise from. A change recorded only on nodes that stayed silent until a
+  /// later term was read is skipped. `on_change` runs on dlock's I/O thread: it must not block.
   observation observe(std::function<void(const election_event&)> on_change);
 
   const std::string& key() const noexcept { return lock_.key(); }  ///< the lock's key

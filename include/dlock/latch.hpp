@@ -63,8 +63,9 @@ class DLOCK_EXPORT latch {
   std::int64_t count(std::error_code& ec);
 
   /// Blocks until the count is zero. Learns of it through Pub/Sub (a connection of its own
-  /// while it waits), not by polling. not_found when the latch does not exist or vanishes
-  /// (its TTL passed) while waited for.
+  /// while it waits), not by polling; while the node does not answer it looks again after
+  /// 250 ms, doubling to 4 s, and at once when the subscription is back. not_found when the
+  /// latch does not exist or vanishes (its TTL passed) while waited for.
   void wait(std::error_code& ec) { wait_until(clock::time_point::max(), ec); }
   /// As above; throws std::system_error on failure.
   void wait();

@@ -15,10 +15,12 @@ constexpr std::chrono::milliseconds min_backoff{250}, max_backoff{10'000};
 }
 
 channel_subscriber::channel_subscriber(client node, std::string channel,
-                                       std::function<void(std::string_view)> on_news)
+                                       std::function<void(std::string_view)> on_news,
+                                       std::function<void()> on_lost)
     : node_(std::move(node)),
       channel_(std::move(channel)),
       on_news_(std::move(on_news)),
+      on_lost_(std::move(on_lost)),
       retry_timer_(node_.get_executor()),
       backoff_(min_backoff) {}
 
@@ -49,7 +51,10 @@ bool channel_subscriber::connect() {
     return true;
   }
   // Taken out first: closing runs its drop handler at once, which must not see it as current.
-  if (auto old = std::exchange(conn_, nullptr)) old->close(errc::cancelled);
+  if (auto old = std::exchange(conn_, nullptr)) {
+    lost();
+    old->close(errc::cancelled);
+  }
   try {
     conn_ = std::make_shared<connection>(std::move(where), node_.options());
   } catch (const std::system_error&) {
@@ -69,7 +74,9 @@ bool channel_subscriber::connect() {
       },
       [weak, mine] {
         auto self = weak.lock();
-        if (self && self->conn_.get() == mine) self->retry_later();
+        if (!self || self->conn_.get() != mine) return;
+        self->lost();
+        self->retry_later();
       });
   return true;
 }
@@ -88,8 +95,13 @@ void channel_subscriber::subscribe() {
                   self->refused_ = !ec && r.is_error();
                   if (!confirmed) return self->retry_later();
                   self->backoff_ = min_backoff;
+                  self->subscribed_ = true;
                   self->on_news_("");  // what was published before the subscription
                 });
+}
+
+void channel_subscriber::lost() {
+  if (std::exchange(subscribed_, false) && on_lost_ && !stopped_) on_lost_();
 }
 
 // After a drop (the subscription died with the socket) or a failed SUBSCRIBE. A drop during a

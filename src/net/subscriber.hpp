@@ -3,7 +3,9 @@
 //   channel_subscriber  SUBSCRIBEs one channel and calls on_news with each message's payload,
 //                       and with "" after each confirmed (re)subscription, since messages
 //                       published before it were not seen; after a drop or a failed SUBSCRIBE it
-//                       tries again after a backoff (250 ms, doubling to 10 s). refused() says
+//                       tries again after a backoff (250 ms, doubling to 10 s), and calls
+//                       on_lost, if given, when a confirmed subscription is lost (what is
+//                       published until the next "" goes unheard). refused() says
 //                       the node answered SUBSCRIBE with an error (an ACL): the owner must then
 //                       look by itself, more often. For observers that re-read what changed
 //                       (dlock::election's, dlock::latch's). On a Redis Cluster it subscribes
@@ -32,7 +34,8 @@ class channel_subscriber : public std::enable_shared_from_this<channel_subscribe
  public:
   // `node`: the client whose node (or, for a cluster, whose slot's master) to subscribe on.
   channel_subscriber(client node, std::string channel,
-                     std::function<void(std::string_view payload)> on_news);
+                     std::function<void(std::string_view payload)> on_news,
+                     std::function<void()> on_lost = {});
   void start();
   void stop();
   bool refused() const noexcept { return refused_; }
@@ -40,17 +43,20 @@ class channel_subscriber : public std::enable_shared_from_this<channel_subscribe
  private:
   void subscribe();  // I/O thread
   bool connect();    // I/O thread: false when there is nowhere to connect to yet
+  void lost();       // I/O thread: the confirmed subscription is gone
   void retry_later(bool refresh_map = true);
 
   client node_;
   std::shared_ptr<connection> conn_;  // I/O thread, after start()
   std::string channel_;
   std::function<void(std::string_view)> on_news_;
+  std::function<void()> on_lost_;
   asio::steady_timer retry_timer_;
   std::chrono::milliseconds backoff_;
   std::atomic<bool> stopped_{false};
   std::atomic<bool> refused_{false};
   bool subscribing_ = false;  // I/O thread
+  bool subscribed_ = false;   // I/O thread: confirmed, and not lost since
 };
 
 }  // namespace dlock::detail

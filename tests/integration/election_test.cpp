@@ -13,6 +13,7 @@
 
 #include "dlock/key_layout.hpp"
 #include "support/checks.hpp"
+#include "support/commandstats.hpp"
 #include "support/redis_server.hpp"
 #include "support/seen_events.hpp"
 #include "support/test_keys.hpp"
@@ -32,8 +33,10 @@ using test::seen_events;
 std::string describe(const std::vector<election_event>& events) {
   std::string out;
   for (const auto& e : events) {
-    out += (e.what == change::elected ? " elected(" : " ended(") + std::to_string(e.term) + "," +
-           e.value + ")";
+    out += std::string(e.what == change::elected ? " elected("
+                       : e.what == change::ended ? " ended("
+                                                 : " missed(") +
+           std::to_string(e.term) + "," + e.value + ")";
   }
   return out;
 }
@@ -230,11 +233,121 @@ TEST_F(ElectionTest, ARecordOfAnotherTypeIsAClearError) {
   EXPECT_EQ(ec, errc::wrong_type);
 }
 
+// An observer cut off from the node (its user disabled, its connections killed) for longer
+// than a TTL while leaders crash: their records expire with their keys, so the servers keep no
+// trace of the term in between. The observer says that it may have missed terms, after the end
+// of the term it saw and before the term it finds.
+class ElectionCutOffTest : public ElectionTest {
+ protected:
+  void SetUp() override {
+    client_.exec({"ACL", "SETUSER", "watcher", "reset", "on", ">pw", "+@all", "~*", "&*"});
+  }
+  client watcher_node() {
+    client_options o;
+    o.user = "watcher";
+    o.password = "pw";
+    return client{server_.url(), o};
+  }
+  void cut_off() {
+    client_.exec({"ACL", "SETUSER", "watcher", "off"});
+    client_.exec({"CLIENT", "KILL", "USER", "watcher"});
+  }
+  void reconnect() { client_.exec({"ACL", "SETUSER", "watcher", "on"}); }
+};
+
+TEST_F(ElectionCutOffTest, TermsThatLeftNoTraceAreReportedAsMissed) {
+  election watcher{watcher_node(), test_key(), "", fast()};
+  election a{client_, test_key(), "a", fast()};
+  election b{client_, test_key(), "b", fast()};
+  election c{client_, test_key(), "c", fast()};
+  seen_events seen;
+  auto watching = watcher.observe(seen.sink());
+  auto la = a.campaign();
+  auto a_term = la.fencing_token();
+  ASSERT_TRUE(eventually([&] { return seen.size() == 1; }));
+  cut_off();
+  auto record_gone = [&] {
+    return client_.exec({"EXISTS", election_record_key(a.key())}).integer() == 0;
+  };
+  la.detach();  // a crashes; its key and its record expire
+  ASSERT_TRUE(eventually(record_gone));
+  auto lb = b.campaign();
+  lb.detach();  // so does b, whose term nobody else sees
+  ASSERT_TRUE(eventually(record_gone));
+  auto lc = c.campaign();
+  reconnect();
+  ASSERT_TRUE(eventually([&] {
+    auto events = seen.copy();
+    return events.size() >= 3 && events.back().what == change::elected;
+  }));
+  auto events = seen.copy();
+  ASSERT_EQ(events.size(), 4u) << describe(events);
+  EXPECT_EQ(events[0].what, change::elected);
+  EXPECT_EQ(events[1].what, change::ended);
+  EXPECT_EQ(events[1].term, a_term);
+  EXPECT_EQ(events[2].what, change::missed) << describe(events);
+  EXPECT_EQ(events[2].term, events[1].term);  // the terms missed came after it
+  EXPECT_EQ(events[3].what, change::elected);
+  EXPECT_EQ(events[3].term, lc.fencing_token());
+  EXPECT_EQ(events[3].value, "c");
+}
+
+// The same cut-off while the leader lives on: its record still holds its term, so the observer
+// knows that it missed nothing, and says nothing.
+TEST_F(ElectionCutOffTest, AnObserverWhoseRecordReachesBackMissesNothing) {
+  election watcher{watcher_node(), test_key(), "", fast()};
+  election a{client_, test_key(), "a", fast()};
+  seen_events seen;
+  auto watching = watcher.observe(seen.sink());
+  auto la = a.campaign();
+  auto term = la.fencing_token();
+  ASSERT_TRUE(eventually([&] { return seen.size() == 1; }));
+  cut_off();
+  std::this_thread::sleep_for(1s);  // over two TTLs, a renewing all the while
+  reconnect();
+  // The observer reads once its subscription is back (the reads in between fail): the first
+  // read of the server since then is its catch-up.
+  auto reads = [&] { return test::command_calls(client_)["xrange"]; };
+  auto before = reads();
+  ASSERT_TRUE(eventually([&] { return reads() > before; }));
+  a.resign(la);
+  ASSERT_TRUE(eventually([&] { return seen.size() >= 2; }));
+  std::this_thread::sleep_for(100ms);
+  auto events = seen.copy();
+  ASSERT_EQ(events.size(), 2u) << describe(events);
+  EXPECT_EQ(events[1].what, change::ended);
+  EXPECT_EQ(events[1].term, term);
+}
+
 class ElectionRedlockTest : public ::testing::Test {
  protected:
   redis_server s1_, s2_, s3_;
   std::vector<client> nodes_{client{s1_.url()}, client{s2_.url()}, client{s3_.url()}};
 };
+
+// One node down: the observer reads the others less and less often (backing off to 4 s, not
+// every 250 ms for as long as the node is down), and news from the nodes that answer still comes
+// at once, through their subscriptions.
+TEST_F(ElectionRedlockTest, AnObserverBacksOffWhileANodeIsDownAndStillHearsNews) {
+  election_options o{.lock = {.ttl = 500ms, .retry_delay = 50ms}};
+  s3_.kill();
+  election watcher{nodes_, test_key(), "", o};
+  seen_events seen;
+  client live{s1_.url()};
+  auto reads = [&] { return test::command_calls(live)["xrange"]; };
+  auto watching = watcher.observe(seen.sink());
+  std::this_thread::sleep_for(1s);  // its first reads, and one for each subscription
+  auto before = reads();
+  std::this_thread::sleep_for(5s);
+  auto in_five_seconds = reads() - before;
+  EXPECT_LE(in_five_seconds, 6) << "every 250 ms would be 20";
+  EXPECT_GE(in_five_seconds, 1) << "it still looks for the node";
+  election a{nodes_, test_key(), "a", o};
+  auto la = a.campaign();
+  // Through the subscriptions of s1 and s2, not at the next backoff read (about 1.7 s away).
+  ASSERT_TRUE(eventually([&] { return seen.size() == 1; }, 1s));
+  EXPECT_EQ(seen.copy()[0].term, la.fencing_token());
+}
 
 TEST_F(ElectionRedlockTest, AMajorityElectsAndObserversMergeTheNodes) {
   election_options o{.lock = {.ttl = 500ms, .retry_delay = 50ms}};

@@ -9,10 +9,12 @@
 
 #include <atomic>
 #include <future>
+#include <sstream>
 #include <thread>
 #include <vector>
 
 #include "dlock/key_layout.hpp"
+#include "dlock/prometheus.hpp"
 #include "support/commandstats.hpp"
 #include "support/checks.hpp"
 #include "support/redis_server.hpp"
@@ -143,6 +145,37 @@ TEST_F(LatchTest, AsyncWaitCompletesWhenOpened) {
   l.count_down(2, ec);
   ASSERT_EQ(opened.wait_for(test::scaled(5s)), std::future_status::ready);
   EXPECT_NO_THROW(opened.get());
+}
+
+// A wait whose node is down looks for it less and less often (250 ms, doubling to 4 s), not
+// every 250 ms until its deadline; it still ends at its deadline.
+TEST_F(LatchTest, AWaitBacksOffWhileItsNodeIsDown) {
+  latch gate{client_, test_key()};
+  std::error_code ec;
+  ASSERT_TRUE(gate.try_set_count(1, ec)) << ec.message();
+  auto metrics = std::make_shared<prometheus_metrics>();
+  set_observer(metrics);
+  // Every request dlock sent to the node so far, whatever its result.
+  auto requests = [&] {
+    std::istringstream text(metrics->render());
+    const std::string series = "dlock_node_requests_total{node=\"127.0.0.1:" +
+                               std::to_string(server_.port()) + "\"";
+    long long sum = 0;
+    for (std::string line; std::getline(text, line);) {
+      if (line.rfind(series, 0) == 0) sum += std::stoll(line.substr(line.rfind(' ') + 1));
+    }
+    return sum;
+  };
+  server_.kill();
+  latch mine{client{server_.url()}, test_key()};
+  auto began = std::chrono::steady_clock::now();
+  EXPECT_FALSE(mine.wait_for(5s, ec));
+  EXPECT_EQ(ec, errc::timeout);
+  EXPECT_GE(std::chrono::steady_clock::now() - began, 5s);
+  auto reads = requests();
+  set_observer(nullptr);
+  EXPECT_LE(reads, 7) << "every 250 ms would be 20";
+  EXPECT_GE(reads, 2);
 }
 
 TEST_F(LatchTest, BadInputIsRefused) {

@@ -22,7 +22,8 @@ record_view down() { return record_view{make_error_code(errc::timeout), {}, -2, 
 std::string text(const std::vector<election_event>& events) {
   std::string out;
   for (const auto& e : events) {
-    out += (e.what == change::elected ? "+" : "-") + std::to_string(e.term) + e.value + " ";
+    out += (e.what == change::elected ? "+" : e.what == change::ended ? "-" : "?") +
+           std::to_string(e.term) + e.value + " ";
   }
   return out;
 }
@@ -73,9 +74,12 @@ TEST(RecordFollowerTest, NodesAreMergedAndAMajorityMustHoldTheLeadersKey) {
   // One node down, one holding: not enough answers to judge; nothing reported, read again soon.
   EXPECT_EQ(text(f.on_read({node("a", 100, {}), down(), down()})), "");
   EXPECT_EQ(f.recheck_after(), milliseconds(250));
-  // Two answer, one holds: the node that did not answer may hold it too; still undecided.
+  // Two answer, one holds: the node that did not answer may hold it too; still undecided (and
+  // the silent node is read a little later each time).
   EXPECT_EQ(text(f.on_read({node("a", 100, {}), node(std::nullopt, -2, {}), down()})), "");
-  EXPECT_EQ(f.recheck_after(), milliseconds(250));
+  EXPECT_EQ(f.recheck_after(), milliseconds(500));
+  EXPECT_EQ(text(f.on_read({node("a", 100, {}), node(std::nullopt, -2, {}), down()})), "");
+  EXPECT_EQ(f.recheck_after(), milliseconds(1000));
   // Two answer without it: no quorum can hold it any more; the term has ended.
   EXPECT_EQ(text(f.on_read({node(std::nullopt, -2, {}), node(std::nullopt, -2, {}), down()})),
             "-3a ");
@@ -110,6 +114,182 @@ TEST(RecordFollowerTest, AReadThatMissedANodeIsRepeatedSoon) {
   record_follower f(3);
   f.on_read({node(std::nullopt, -2, {}), node(std::nullopt, -2, {}), down()});
   EXPECT_EQ(f.recheck_after(), milliseconds(250));  // no term open, but C may have news
+}
+
+// A read whose parallel views straddle a takeover: a crashed a's key (and record) expired, b
+// took the key on one node and announced term 5 there, and the other two were read just
+// before b's key reached them. Their "no key" is older than term 5 and cannot end it.
+TEST(RecordFollowerTest, ViewsOlderThanATermNeverEndIt) {
+  record_follower f(3);
+  f.on_read({node("a", 300, {elected(3, "a")}), node("a", 300, {}), node("a", 300, {})});
+  auto events = f.on_read(
+      {node("b", 400, {elected(5, "b")}), node(std::nullopt, -2, {}), node(std::nullopt, -2, {})});
+  EXPECT_EQ(text(events), "-3a +5b ");
+  EXPECT_EQ(f.recheck_after(), milliseconds(0));  // the straddle is settled by the next read
+  // The next read was sent once term 5 was known: every view is newer than it.
+  EXPECT_EQ(text(f.on_read({node("b", 350, {elected(5, "b")}), node("b", 360, {}),
+                            node("b", 370, {})})),
+            "");
+  EXPECT_EQ(f.recheck_after(), milliseconds(352));
+  // Its key gone from two nodes in a read sent after the term began: it has ended.
+  EXPECT_EQ(text(f.on_read({node("b", 100, {elected(5, "b")}), node(std::nullopt, -2, {}),
+                            node(std::nullopt, -2, {})})),
+            "-5b ");
+}
+
+// The same straddle in an observer's first read: b is reported once the views can tell.
+TEST(RecordFollowerTest, AFirstReadThatStraddlesATakeoverReportsTheNewLeaderNextRead) {
+  record_follower f(3);
+  EXPECT_EQ(
+      text(f.on_read({node("b", 400, {elected(3, "a"), elected(5, "b")}),
+                      node(std::nullopt, -2, {elected(3, "a")}), node(std::nullopt, -2, {})})),
+      "");
+  EXPECT_EQ(f.recheck_after(), milliseconds(0));
+  EXPECT_EQ(text(f.on_read({node("b", 350, {elected(5, "b")}), node("b", 360, {}),
+                            node("b", 370, {})})),
+            "+5b ");
+}
+
+// A view that holds the term's entry was read after the term began on that node: its "no key"
+// counts, with the views read afterwards.
+TEST(RecordFollowerTest, AViewThatShowsTheTermCanEndIt) {
+  record_follower f(3);
+  f.on_read({node("a", 300, {elected(3, "a")}), node("a", 300, {}), node("a", 300, {})});
+  // b's term began and its key is already gone from two nodes that recorded it (a lost lease).
+  auto events =
+      f.on_read({node("b", 400, {elected(5, "b")}), node(std::nullopt, -2, {elected(5, "b")}),
+                 node(std::nullopt, -2, {elected(5, "b")})});
+  EXPECT_EQ(text(events), "-3a +5b -5b ");
+}
+
+// A node that stays down is read less and less often, up to every 4 s; once all answer, the
+// next silence starts again at 250 ms.
+TEST(RecordFollowerTest, ASilentNodeIsReadLessAndLessOften) {
+  record_follower f(3);
+  std::vector<long long> waits;
+  for (int i = 0; i < 7; ++i) {
+    f.on_read({node(std::nullopt, -2, {}), node(std::nullopt, -2, {}), down()});
+    waits.push_back(f.recheck_after().value_or(milliseconds(-1)).count());
+  }
+  EXPECT_EQ(waits, (std::vector<long long>{250, 500, 1000, 2000, 4000, 4000, 4000}));
+  // With a leader, its key's expiry still comes when due.
+  f.on_read({node("a", 300, {elected(3, "a")}), node("a", 300, {}), down()});
+  EXPECT_EQ(f.recheck_after(), milliseconds(302));
+  f.on_read({node("a", 300, {}), node("a", 300, {}), node("a", 300, {})});
+  EXPECT_EQ(f.recheck_after(), milliseconds(302));
+  f.on_read({node("a", 9000, {}), node("a", 9000, {}), down()});
+  EXPECT_EQ(f.recheck_after(), milliseconds(250));
+}
+
+// The observer's subscriptions on two of three nodes dropped: a term may have begun and ended
+// unheard meanwhile, and its record expired with its key. The read once they are back finds the
+// record no longer reaching back to term 3: what came between is reported as missed, after the
+// end of term 3 and before term 9.
+TEST(RecordFollowerTest, AnObserverThatCouldNotHearSaysWhereItMayHaveMissedChanges) {
+  record_follower f(3);
+  f.start_read();
+  f.on_read({node("a", 300, {elected(3, "a")}), node("a", 300, {}), node("a", 300, {})});
+  f.on_unsubscribed(0);
+  EXPECT_EQ(f.start_read(), "3-0");
+  // Still two subscriptions of three: every term's announcement reaches one of them.
+  EXPECT_EQ(text(f.on_read({node("a", 300, {elected(3, "a")}), node("a", 300, {}),
+                            node("a", 300, {})})),
+            "");
+  f.on_unsubscribed(1);
+  f.start_read();
+  EXPECT_EQ(text(f.on_read({down(), down(), node("a", 10, {elected(3, "a")})})), "");
+  f.on_subscribed(0);
+  f.on_subscribed(1);
+  f.start_read();
+  EXPECT_EQ(text(f.on_read({node("c", 400, {elected(9, "c")}), node("c", 400, {elected(9, "c")}),
+                            node("c", 400, {elected(9, "c")})})),
+            "-3a ?3 +9c ");
+  // Once: the reads that follow vouch for what they read.
+  f.start_read();
+  EXPECT_EQ(text(f.on_read({node("c", 300, {elected(9, "c")}), node("c", 300, {}),
+                            node("c", 300, {})})),
+            "");
+}
+
+// After the same break, a record that still holds the last id taken shows every change since.
+TEST(RecordFollowerTest, ARecordThatReachesBackShowsThatNothingWasMissed) {
+  record_follower f(1);
+  f.start_read();
+  f.on_read({node("a", 300, {elected(3, "a")})});
+  f.on_unsubscribed(0);
+  f.start_read();
+  EXPECT_EQ(text(f.on_read({down()})), "");  // too few answers: checked at the next read
+  f.on_subscribed(0);
+  f.start_read();
+  EXPECT_EQ(
+      text(f.on_read({node("b", 300, {elected(3, "a"), resigned(3, "a"), elected(5, "b")})})),
+      "-3a +5b ");
+}
+
+// Without a break, a record that no longer reaches back is one that expired with a crashed
+// leader's key just before the next took over: nothing was missed (the subscriptions would have
+// heard it).
+TEST(RecordFollowerTest, ATakeoverRightAfterAnExpiryIsNoGap) {
+  record_follower f(1);
+  f.start_read();
+  f.on_read({node("a", 300, {elected(3, "a")})});
+  f.start_read();
+  EXPECT_EQ(text(f.on_read({node("b", 400, {elected(5, "b")})})), "-3a +5b ");
+}
+
+// A message names the entry its node just recorded. Gone from that node's record by the read
+// that followed (the observer's process was paused for longer than the record lived): missed.
+TEST(RecordFollowerTest, AChangeHeardOfButGoneBeforeTheReadWasMissed) {
+  record_follower f(3);
+  f.start_read();
+  f.on_read({node("a", 300, {elected(3, "a")}), node("a", 300, {}), node("a", 300, {})});
+  f.on_heard(1, "5-0");
+  f.on_heard(1, "not an id");
+  f.start_read();
+  f.on_heard(2, "8-0");  // after the read went out: the next read checks it
+  EXPECT_EQ(text(f.on_read({node(std::nullopt, -2, {}), node(std::nullopt, -2, {}),
+                            node(std::nullopt, -2, {})})),
+            "-3a ?3 ");
+  f.start_read();
+  EXPECT_EQ(text(f.on_read({node("h", 300, {elected(8, "h")}), node("h", 300, {}),
+                            node("h", 300, {elected(8, "h")})})),
+            "+8h ");
+  // Heard and found: nothing missed.
+  f.on_heard(0, "8-1");
+  f.start_read();
+  EXPECT_EQ(text(f.on_read({node(std::nullopt, -2, {elected(8, "h"), resigned(8, "h")}),
+                            node(std::nullopt, -2, {}), node(std::nullopt, -2, {})})),
+            "-8h ");
+}
+
+// A node that did not answer keeps what it was heard saying for a read that it answers.
+TEST(RecordFollowerTest, AHeardChangeIsCheckedOnTheNodeThatAnnouncedIt) {
+  record_follower f(3);
+  f.start_read();
+  f.on_read({node("a", 300, {elected(3, "a")}), node("a", 300, {}), node("a", 300, {})});
+  f.on_heard(2, "5-0");
+  f.start_read();
+  EXPECT_EQ(text(f.on_read({node("a", 300, {elected(3, "a")}), node("a", 300, {}), down()})), "");
+  f.start_read();
+  EXPECT_EQ(text(f.on_read({node("a", 300, {elected(3, "a")}), node("a", 300, {}),
+                            node(std::nullopt, -2, {})})),
+            "?3 ");
+}
+
+// More than 16 changes between two reads: the record, at its full length, starts after the last
+// id taken.
+TEST(RecordFollowerTest, ARecordTrimmedPastTheLastIdTakenIsAGap) {
+  record_follower f(1);
+  f.start_read();
+  f.on_read({node("a", 300, {elected(3, "a")})});
+  std::vector<record_entry> record;
+  for (std::uint64_t t = 4; t < 12; ++t) {
+    record.push_back(elected(t, "x"));
+    record.push_back(resigned(t, "x"));
+  }
+  f.start_read();
+  auto events = text(f.on_read({node(std::nullopt, -2, record)}));
+  EXPECT_EQ(events.substr(0, 17), "-3a ?3 +4x -4x +5") << events;
 }
 
 TEST(RecordFollowerTest, TheCurrentLeaderNeedsAQuorumOfAnswers) {

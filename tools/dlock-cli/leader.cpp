@@ -4,6 +4,8 @@
 // 69 when too few nodes answer. With --watch it prints each change as it happens instead,
 // "elected <term> <value>" or "ended <term> <value>", the current leader first, until a
 // signal (SIGINT, SIGTERM ...) ends it with exit 0. Changes come through Pub/Sub, not polling.
+// "missed <term>" says that changes after that term may have gone unseen (the watch could not
+// hear the nodes for a while): the terms missed, if any, come before the next line's.
 #include <CLI/CLI.hpp>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -57,7 +59,9 @@ int watch_leader(election& e, signal_inbox& signals) {
   auto queue = std::make_shared<line_queue>();
   if (queue->fd < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
   auto watching = e.observe([queue](const election_event& ev) {
-    queue->push(std::string(ev.what == election_event::change::elected ? "elected " : "ended ") +
+    using change = election_event::change;
+    if (ev.what == change::missed) return queue->push("missed " + std::to_string(ev.term));
+    queue->push(std::string(ev.what == change::elected ? "elected " : "ended ") +
                 std::to_string(ev.term) + " " + ev.value);
   });
   for (;;) {
@@ -80,7 +84,8 @@ subcommand add_leader_command(CLI::App& parent, const global_options& g) {
       "leader", "Print who leads the election NAME (\"TERM VALUE\"; exit 1 when nobody does)");
   app->add_flag("--watch", o->watch,
                 "Print each change instead (\"elected TERM VALUE\", \"ended TERM VALUE\"), "
-                "the current leader first, until interrupted");
+                "the current leader first, until interrupted; \"missed TERM\" where changes "
+                "after TERM may have gone unseen");
   app->add_option("NAME", o->name, "The election's name (its lock's Redis key)")->required();
   return {app, [&g, o]() -> int {
             std::optional<signal_inbox> signals;  // before the first client (see run.cpp)
