@@ -218,7 +218,7 @@ lease election::campaign_or_throw(clock::time_point deadline) {
   // A race lost between the grant and the announcement is another candidate's win: empty, as
   // try_campaign() says not_acquired for it.
   if (ec == errc::lease_lost) return l;
-  if (ec && !detail::is_retryable(ec)) {
+  if (detail::throws_from_wait(ec, deadline)) {
     throw std::system_error(ec, "dlock: cannot campaign in " + key());
   }
   return l;

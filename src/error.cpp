@@ -27,7 +27,7 @@ class dlock_category final : public std::error_category {
       case errc::server_error: return "server error";
       case errc::invalid_argument: return "invalid argument";
       case errc::would_block_io_thread: return "blocking call on dlock's I/O thread";
-      case errc::cancelled: return "cancelled";
+      case errc::cancelled: return "cancelled: the wait was stopped or the client shut down";
       case errc::tls_error: return "TLS failure";
       case errc::transaction_aborted: return "transaction aborted: the watched keys kept changing";
       case errc::forked_process:

@@ -174,6 +174,9 @@ class lock_set_core final : public lease_owner,
         // A grant that lands after the stop is dropped: the lease's destructor releases it.
         if (self->stopped) return finish(*self, errc::cancelled, {});
         if (l || !is_retryable(ec)) return finish(*self, ec, std::move(l));
+        // Without a deadline, what no wait cures ends it all the same (endless_wait_rule).
+        auto why = self->endless.gives_up_on(ec);
+        if (why && self->deadline == steady::time_point::max()) return finish(*self, why, {});
         auto now = steady::now();
         if (now >= self->deadline) return finish(*self, ec, {});
         if (self->on_retry) {
@@ -210,6 +213,7 @@ class lock_set_core final : public lease_owner,
     steady::time_point deadline;
     steady::time_point began = steady::now();
     int attempts = 0;
+    endless_wait_rule endless;
     std::function<bool(const wait_progress&)> on_retry;
     std::atomic<bool> stopped{false};
     std::optional<std::stop_callback<std::function<void()>>> on_stop, on_cancel;
@@ -489,7 +493,7 @@ lease lock_set::try_acquire() {
 lease lock_set::acquire_or_throw(clock::time_point deadline) {
   std::error_code ec;
   lease l = acquire_until(deadline, ec);
-  if (ec && !detail::is_retryable(ec)) {
+  if (detail::throws_from_wait(ec, deadline)) {
     throw std::system_error(ec, "dlock: cannot lock " + core_->key());
   }
   return l;

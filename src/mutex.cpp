@@ -102,7 +102,7 @@ lease mutex::try_acquire() { return acquire_or_throw(clock::now()); }
 lease mutex::acquire_or_throw(clock::time_point deadline) {
   std::error_code ec;
   lease l = acquire_until(deadline, ec);
-  if (ec && !detail::is_retryable(ec)) {
+  if (detail::throws_from_wait(ec, deadline)) {
     throw std::system_error(ec, "dlock: cannot lock " + key());
   }
   return l;
@@ -151,7 +151,7 @@ bool mutex::lock_until(clock::time_point deadline) {
   lease l = acquire_until(deadline, &results, ec);
   bool ok = static_cast<bool>(l);
   remember(std::move(l), ec, std::move(results));
-  if (!ok && !detail::is_retryable(ec) && ec != errc::not_acquired) {
+  if (!ok && detail::throws_from_wait(ec, deadline)) {
     // A deadline can only end a wait; credentials, ACLs or a wrong key type will not heal.
     throw std::system_error(ec, "dlock: cannot lock " + key());
   }

@@ -52,7 +52,7 @@ lease acquire_blocking(detail::semaphore_core& core, semaphore::clock::time_poin
 }  // namespace
 
 // Like std::counting_semaphore::acquire: no attempt limit and no deadline, so the engine gives
-// up only on an error it does not retry (is_retryable false).
+// up only on what no wait cures (algo/retry.hpp: is_retryable, endless_wait_rule).
 lease semaphore::acquire(std::error_code& ec) { return acquire(1, ec); }
 
 lease semaphore::acquire(std::ptrdiff_t permits, std::error_code& ec) {
@@ -99,7 +99,7 @@ lease semaphore::wait_until(clock::time_point deadline, std::ptrdiff_t permits) 
   std::error_code ec;
   lease l = acquire_until(deadline, permits, ec);
   // A deadline can only end a wait; credentials, ACLs or a wrong key type will not heal.
-  if (ec && !detail::is_retryable(ec)) {
+  if (detail::throws_from_wait(ec, deadline)) {
     throw std::system_error(ec, "dlock: cannot acquire a permit of " + key());
   }
   return l;

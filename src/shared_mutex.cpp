@@ -107,7 +107,7 @@ lease shared_mutex::acquire_or_throw(clock::time_point deadline, std::ptrdiff_t 
   bool past = deadline <= clock::now();
   lease l = acquire_blocking(past ? clock::time_point::max() : deadline, past ? 1 : INT_MAX,
                              permits, ec);
-  if (ec && !detail::is_retryable(ec)) throw std::system_error(ec, cannot(key(), permits));
+  if (detail::throws_from_wait(ec, deadline)) throw std::system_error(ec, cannot(key(), permits));
   return l;
 }
 
@@ -137,7 +137,7 @@ bool shared_mutex::lock_until(clock::time_point deadline, std::ptrdiff_t permits
   remember(std::move(l), permits == 1, ec);
   // A deadline can only end a wait; credentials, ACLs or a wrong key type will not heal. A
   // try_lock() says false, as mutex::try_lock does (last_error() tells why).
-  if (!ok && !once && !detail::is_retryable(ec) && ec != errc::not_acquired) {
+  if (!ok && !once && detail::throws_from_wait(ec, deadline)) {
     throw std::system_error(ec, cannot(key(), permits));
   }
   return ok;

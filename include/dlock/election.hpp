@@ -39,6 +39,7 @@
 
 #include "dlock/client.hpp"
 #include "dlock/detail/async.hpp"
+#include "dlock/detail/deadline.hpp"
 #include "dlock/error.hpp"
 #include "dlock/export.hpp"
 #include "dlock/lease.hpp"
@@ -142,16 +143,18 @@ class DLOCK_EXPORT election {
   /// like try_campaign().
   template <class Rep, class Period>
   lease try_campaign_for(const std::chrono::duration<Rep, Period>& d) {
-    return campaign_or_throw(clock::now() + std::chrono::ceil<clock::duration>(d));
+    return campaign_or_throw(detail::deadline_after(d));
   }
-  /// As above, until `tp` (of any clock, converted once on entry).
+  /// As above, until `tp` (of any clock, converted once on entry). A wait or deadline too far
+  /// to count (over 100 years: duration::max(), time_point::max()) campaigns as campaign() does.
   template <class Clock, class Duration>
   lease try_campaign_until(const std::chrono::time_point<Clock, Duration>& tp) {
-    return campaign_or_throw(clock::now() + std::chrono::ceil<clock::duration>(tp - Clock::now()));
+    return campaign_or_throw(detail::deadline_at(tp));
   }
   /// Asynchronous campaign(): signature void(std::error_code, lease). It campaigns until it
   /// leads or meets an error that retrying cannot cure, even when the election object is gone.
-  /// Asio's per-operation cancellation ends it with errc::cancelled, nothing held.
+  /// Asio's per-operation cancellation ends it with errc::cancelled, nothing held; emit the
+  /// signal on the handler's executor, as Asio requires (mutex::async_acquire).
   template <class CompletionToken>
   auto async_campaign(CompletionToken&& token) {
     return detail::initiate_stoppable<void(std::error_code, lease)>(

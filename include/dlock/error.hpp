@@ -37,7 +37,7 @@ enum class errc {
   server_error,        ///< any other error reply from the server
   invalid_argument,    ///< bad input, rejected before any I/O (key, TTL, URL, limit ...)
   would_block_io_thread,  ///< a blocking call was made from dlock's own I/O thread
-  cancelled,           ///< the operation was cancelled (client shut down)
+  cancelled,           ///< a wait was stopped (a stop request, Asio), or the client shut down
   tls_error,           ///< TLS failed: certificate untrusted or for another host, handshake refused
   transaction_aborted, ///< every attempt of an optimistic transaction met a concurrent change
   forked_process,      ///< called in a child after fork(): dlock works in the parent only

@@ -27,6 +27,7 @@
 
 #include "dlock/client.hpp"
 #include "dlock/detail/async.hpp"
+#include "dlock/detail/deadline.hpp"
 #include "dlock/error.hpp"
 #include "dlock/export.hpp"
 
@@ -74,21 +75,23 @@ class DLOCK_EXPORT latch {
   /// The same for a duration.
   template <class Rep, class Period>
   bool wait_for(const std::chrono::duration<Rep, Period>& d, std::error_code& ec) {
-    return wait_until(clock::now() + std::chrono::ceil<clock::duration>(d), ec);
+    return wait_until(detail::deadline_after(d), ec);
   }
   /// Until the count is zero or `d` has passed: false when the time ran out (or the node did
   /// not answer); throws std::system_error for other errors (not_found, wrong_type, ACL ...).
   template <class Rep, class Period>
   bool wait_for(const std::chrono::duration<Rep, Period>& d) {
-    return wait_or_throw(clock::now() + std::chrono::ceil<clock::duration>(d));
+    return wait_or_throw(detail::deadline_after(d));
   }
-  /// As above, until `tp` (of any clock, converted once on entry).
+  /// As above, until `tp` (of any clock, converted once on entry). A wait or deadline too far
+  /// to count (over 100 years: duration::max(), time_point::max()) waits as wait() does.
   template <class Clock, class Duration>
   bool wait_until(const std::chrono::time_point<Clock, Duration>& tp) {
-    return wait_or_throw(clock::now() + std::chrono::ceil<clock::duration>(tp - Clock::now()));
+    return wait_or_throw(detail::deadline_at(tp));
   }
   /// Asynchronous wait(): signature void(std::error_code). Asio's per-operation cancellation
-  /// ends it with errc::cancelled.
+  /// ends it with errc::cancelled; emit the signal on the handler's executor, as Asio requires
+  /// (mutex::async_acquire).
   template <class CompletionToken>
   auto async_wait(CompletionToken&& token) {
     return detail::initiate_stoppable<void(std::error_code)>(

@@ -50,6 +50,7 @@
 
 #include "dlock/client.hpp"
 #include "dlock/detail/async.hpp"
+#include "dlock/detail/deadline.hpp"
 #include "dlock/detail/unique_function.hpp"
 #include "dlock/error.hpp"
 #include "dlock/export.hpp"
@@ -102,12 +103,13 @@ class DLOCK_EXPORT lock_set {
   /// out; throws like try_acquire().
   template <class Rep, class Period>
   lease try_acquire_for(const std::chrono::duration<Rep, Period>& d) {
-    return acquire_or_throw(clock::now() + std::chrono::ceil<clock::duration>(d));
+    return acquire_or_throw(detail::deadline_after(d));
   }
-  /// As above, until `tp` (of any clock, converted once on entry).
+  /// As above, until `tp` (of any clock, converted once on entry). A wait or deadline too far
+  /// to count (over 100 years: duration::max(), time_point::max()) waits as acquire() does.
   template <class Clock, class Duration>
   lease try_acquire_until(const std::chrono::time_point<Clock, Duration>& tp) {
-    return acquire_or_throw(clock::now() + std::chrono::ceil<clock::duration>(tp - Clock::now()));
+    return acquire_or_throw(detail::deadline_at(tp));
   }
 
   /// Asynchronous try_acquire(): signature void(std::error_code, lease).
@@ -120,7 +122,9 @@ class DLOCK_EXPORT lock_set {
         });
   }
   /// Asynchronous acquire_until(): signature void(std::error_code, lease). It goes on when the
-  /// lock_set object is gone; `control` ends it early (a stop: cancelled, nothing held).
+  /// lock_set object is gone; `control` ends it early (a stop: cancelled, nothing held), and so
+  /// does the handler's cancellation slot, emitted on the handler's executor as Asio requires
+  /// (mutex::async_acquire).
   template <class CompletionToken>
   auto async_acquire_until(clock::time_point deadline, wait_control control,
                            CompletionToken&& token) {

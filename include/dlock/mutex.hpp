@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "dlock/client.hpp"
+#include "dlock/detail/deadline.hpp"
 #include "dlock/error.hpp"
 #include "dlock/export.hpp"
 #include "dlock/lease.hpp"
@@ -87,15 +88,17 @@ class DLOCK_EXPORT mutex {
   /// time; throws std::system_error for errors that retrying cannot cure.
   lease try_acquire();
   /// Rounds until acquired or `d` has passed (or until `tp`, of any clock, converted once on
-  /// entry): an empty lease when the time ran out; throws like try_acquire().
+  /// entry): an empty lease when the time ran out; throws like try_acquire(). A wait or deadline
+  /// too far to count (over 100 years: duration::max(), time_point::max()) is none: it waits
+  /// as acquire() does, and throws what ends such a wait.
   template <class Rep, class Period>
   lease try_acquire_for(const std::chrono::duration<Rep, Period>& d) {
-    return acquire_or_throw(clock::now() + std::chrono::ceil<clock::duration>(d));
+    return acquire_or_throw(detail::deadline_after(d));
   }
   /// As above, until `tp`.
   template <class Clock, class Duration>
   lease try_acquire_until(const std::chrono::time_point<Clock, Duration>& tp) {
-    return acquire_or_throw(clock::now() + std::chrono::ceil<clock::duration>(tp - Clock::now()));
+    return acquire_or_throw(detail::deadline_at(tp));
   }
   /// Rounds until acquired or `deadline` (a steady_clock time point) passes.
   lease acquire_until(clock::time_point deadline, std::error_code& ec);
@@ -115,7 +118,9 @@ class DLOCK_EXPORT mutex {
   /// Asynchronous acquire() (waits until acquired): signature void(std::error_code, lease).
   /// Like every async wait of dlock, it honours Asio's per-operation cancellation (the
   /// handler's cancellation slot, any type): the wait ends with errc::cancelled, and what its
-  /// attempt in flight won is given back.
+  /// attempt in flight won is given back. As Asio requires of any slot, emit the signal on the
+  /// handler's executor, or bind the slot with asio::bind_cancellation_slot from that executor:
+  /// a slot is not thread-safe.
   template <class CompletionToken>
   auto async_acquire(CompletionToken&& token) {
     return detail::initiate_stoppable<void(std::error_code, lease)>(
@@ -149,13 +154,13 @@ class DLOCK_EXPORT mutex {
   /// Retries until acquired or `d` has passed.
   template <class Rep, class Period>
   [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
-    return try_lock_until(clock::now() + std::chrono::ceil<clock::duration>(d));
+    return lock_until(detail::deadline_after(d));
   }
   /// Retries until acquired or `tp` passes; a deadline of another clock is converted to
-  /// steady_clock once, on entry.
+  /// steady_clock once, on entry. One too far to count (over 100 years) waits as lock() does.
   template <class Clock, class Duration>
   [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& tp) {
-    return lock_until(clock::now() + std::chrono::ceil<clock::duration>(tp - Clock::now()));
+    return lock_until(detail::deadline_at(tp));
   }
   /// Releases the lease the calling thread took by lock()/try_lock*(). Never throws; see
   /// last_error(): not_held when this thread holds nothing, lease_expired (or lease_lost) when

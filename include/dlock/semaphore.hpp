@@ -53,6 +53,7 @@
 
 #include "dlock/client.hpp"
 #include "dlock/detail/async.hpp"
+#include "dlock/detail/deadline.hpp"
 #include "dlock/error.hpp"
 #include "dlock/export.hpp"
 #include "dlock/lease.hpp"
@@ -139,17 +140,18 @@ class DLOCK_EXPORT semaphore {
   /// in time; throws std::system_error for invalid_argument and errors retrying cannot cure.
   lease try_acquire(std::ptrdiff_t permits = 1);
   /// Waits up to `d` (or until `tp`, of any clock, converted to steady_clock once on entry).
-  /// Returns an empty lease when the deadline passed; throws like try_acquire().
+  /// Returns an empty lease when the deadline passed; throws like try_acquire(). A wait or
+  /// deadline too far to count (over 100 years: duration::max(), time_point::max()) is none: it
+  /// waits as acquire() does, and throws what ends such a wait.
   template <class Rep, class Period>
   lease try_acquire_for(const std::chrono::duration<Rep, Period>& d, std::ptrdiff_t permits = 1) {
-    return wait_until(clock::now() + std::chrono::ceil<clock::duration>(d), permits);
+    return wait_until(detail::deadline_after(d), permits);
   }
   /// As above, until `tp`.
   template <class Clock, class Duration>
   lease try_acquire_until(const std::chrono::time_point<Clock, Duration>& tp,
                           std::ptrdiff_t permits = 1) {
-    return wait_until(clock::now() + std::chrono::ceil<clock::duration>(tp - Clock::now()),
-                      permits);
+    return wait_until(detail::deadline_at(tp), permits);
   }
   /// @}
 
@@ -161,6 +163,8 @@ class DLOCK_EXPORT semaphore {
 
   /// Asynchronous acquire(): signature void(std::error_code, lease); any completion token. The
   /// handler runs on its associated executor (by default dlock's I/O thread: do not block there).
+  /// Its cancellation slot ends the wait with errc::cancelled, nothing held; emit the signal on
+  /// the handler's executor, as Asio requires (mutex::async_acquire).
   template <class CompletionToken>
   auto async_acquire(CompletionToken&& token) {
     return async_acquire(1, std::forward<CompletionToken>(token));

@@ -54,6 +54,7 @@
 
 #include "dlock/client.hpp"
 #include "dlock/detail/async.hpp"
+#include "dlock/detail/deadline.hpp"
 #include "dlock/error.hpp"
 #include "dlock/export.hpp"
 #include "dlock/lease.hpp"
@@ -131,18 +132,21 @@ class DLOCK_EXPORT shared_mutex {
   lease try_acquire();
   lease try_acquire_shared();  ///< the reader's
   /// Attempts until granted or `d` has passed: an empty lease when the time ran out; throws
-  /// like try_acquire().
+  /// like try_acquire(). A wait too far to count (over 100 years: duration::max()) is none: it
+  /// waits as acquire() does, and throws what ends such a wait.
   template <class Rep, class Period>
   lease try_acquire_for(const std::chrono::duration<Rep, Period>& d) {
-    return acquire_or_throw(clock::now() + std::chrono::ceil<clock::duration>(d), max_readers);
+    return acquire_or_throw(detail::deadline_after(d), max_readers);
   }
   /// The reader's try_acquire_for().
   template <class Rep, class Period>
   lease try_acquire_shared_for(const std::chrono::duration<Rep, Period>& d) {
-    return acquire_or_throw(clock::now() + std::chrono::ceil<clock::duration>(d), 1);
+    return acquire_or_throw(detail::deadline_after(d), 1);
   }
 
-  /// Asynchronous acquire(): signature void(std::error_code, lease); any completion token.
+  /// Asynchronous acquire(): signature void(std::error_code, lease); any completion token. Its
+  /// cancellation slot ends the wait with errc::cancelled, nothing held; emit the signal on the
+  /// handler's executor, as Asio requires (mutex::async_acquire).
   template <class CompletionToken>
   auto async_acquire(CompletionToken&& token) {
     return detail::initiate_stoppable<void(std::error_code, lease)>(
@@ -171,13 +175,13 @@ class DLOCK_EXPORT shared_mutex {
   /// Attempts as a writer until `d` has passed.
   template <class Rep, class Period>
   [[nodiscard]] bool try_lock_for(const std::chrono::duration<Rep, Period>& d) {
-    return lock_until(clock::now() + std::chrono::ceil<clock::duration>(d), max_readers);
+    return lock_until(detail::deadline_after(d), max_readers);
   }
-  /// Attempts as a writer until `tp` (of any clock, converted to steady_clock once).
+  /// Attempts as a writer until `tp` (of any clock, converted to steady_clock once). A wait or
+  /// deadline too far to count (over 100 years) waits as lock() does, in every timed form.
   template <class Clock, class Duration>
   [[nodiscard]] bool try_lock_until(const std::chrono::time_point<Clock, Duration>& tp) {
-    return lock_until(clock::now() + std::chrono::ceil<clock::duration>(tp - Clock::now()),
-                      max_readers);
+    return lock_until(detail::deadline_at(tp), max_readers);
   }
   /// Releases the calling thread's writer's hold; see last_error() (not_held, lease_expired,
   /// lease_lost). Never throws.
@@ -188,12 +192,12 @@ class DLOCK_EXPORT shared_mutex {
   /// Attempts as a reader until `d` has passed.
   template <class Rep, class Period>
   [[nodiscard]] bool try_lock_shared_for(const std::chrono::duration<Rep, Period>& d) {
-    return lock_until(clock::now() + std::chrono::ceil<clock::duration>(d), 1);
+    return lock_until(detail::deadline_after(d), 1);
   }
   /// Attempts as a reader until `tp`.
   template <class Clock, class Duration>
   [[nodiscard]] bool try_lock_shared_until(const std::chrono::time_point<Clock, Duration>& tp) {
-    return lock_until(clock::now() + std::chrono::ceil<clock::duration>(tp - Clock::now()), 1);
+    return lock_until(detail::deadline_at(tp), 1);
   }
   /// Releases the calling thread's reader's hold, as unlock() does a writer's.
   void unlock_shared() noexcept;

@@ -249,6 +249,7 @@ struct acquisition::impl {
   std::int64_t granted_fence = 0;
   std::error_code last_error;
   node_results last_votes;
+  endless_wait_rule endless;  // fed every failed attempt, in order
   // Lock: the nodes where the round begun last found a holder that is not a dlock client.
   std::vector<std::size_t> foreign_holders;
   // The time of the call being handled (each entry point sets it): emit() judges by it.
@@ -340,6 +341,13 @@ struct acquisition::impl {
       }
     }
     return delay;
+  }
+  // After a failed attempt: the error that ends a wait without a deadline all the same (a full
+  // node, a TTL shorter than a round trip: endless_wait_rule), or none. A wait with a deadline
+  // rides those out until it.
+  std::error_code ends_for_good(std::error_code ec, const node_results& votes) {
+    auto why = endless.gives_up_on(ec, votes);
+    return deadline == steady::time_point::max() ? why : std::error_code();
   }
   // The sleep before the next attempt, or nullopt to give up. A backstop that would end past
   // the deadline is cut to end last_attempt_lead before it, for one last attempt: meanwhile a
@@ -490,6 +498,9 @@ struct acquisition::impl {
         done_round.votes.votes()[0].outcome == node_result::vote::taken &&
         accept_handoff(now, deferred->first, deferred->second)) {
       return;
+    }
+    if (auto why = ends_for_good(ec, done_round.votes.votes())) {
+      return finish_failed(why, std::move(done_round.votes.votes()));
     }
     auto delay = next_sleep(now, retry_delay_after(done_round.votes.votes()), ec);
     if (!delay) return finish_failed(ec, std::move(done_round.votes.votes()));
@@ -729,8 +740,14 @@ struct acquisition::impl {
                         bool cleanup, node_results votes) {
     last_error = ec;
     last_votes = votes;
-    if (stopped) ec = *stopped;
-    auto next = stopped ? std::nullopt : next_sleep(now, delay, ec);
+    std::optional<steady::duration> next;
+    if (stopped) {
+      ec = *stopped;
+    } else if (auto why = ends_for_good(ec, votes)) {
+      ec = why;
+    } else {
+      next = next_sleep(now, delay, ec);
+    }
     if (next) {
       sleep = next;
       return;

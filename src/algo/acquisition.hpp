@@ -138,9 +138,9 @@ class acquisition {
     bool handoff = false;  // granted by a release's handoff (release.lua, sem_release.lua)
   };
 
-  // A lock acquisition: up to `attempts` rounds until `deadline` (max(): attempts only), under
-  // the acquisition id `id` (round n writes "<id>.<n>", a handoff "<id>.h<n>"). `seed` feeds
-  // the retry jitter.
+  // A lock acquisition: up to `attempts` rounds until `deadline` (max(): attempts only, and
+  // what endless_wait_rule says no wait cures), under the acquisition id `id` (round n writes
+  // "<id>.<n>", a handoff "<id>.h<n>"). `seed` feeds the retry jitter.
   acquisition(const lock_target& target, std::string id, steady::time_point deadline,
               int attempts, std::uint64_t seed);
   // A semaphore acquisition of `permits`, under the owner token `token` for every attempt.

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "algo/retry.hpp"
 
+#include <algorithm>
 #include <random>
 
+#include "algo/quorum_round.hpp"
 #include "dlock/error.hpp"
 
 namespace dlock::detail {
@@ -21,6 +23,27 @@ bool is_retryable(std::error_code ec) noexcept {
     default:
       return false;
   }
+}
+
+std::error_code endless_wait_rule::gives_up_on(std::error_code ec,
+                                               const node_results& votes) noexcept {
+  expired_ = ec == errc::lease_expired ? expired_ + 1 : 0;
+  if (!is_retryable(ec)) return ec;
+  if (ec == errc::lease_expired && expired_ >= expired_in_a_row) return ec;
+  if (ec == errc::out_of_memory) return ec;
+  // A Redlock round fails with quorum_not_reached when the nodes failed in different ways: the
+  // full ones alone may deny every quorum.
+  auto full = static_cast<std::size_t>(
+      std::count_if(votes.begin(), votes.end(), [](const node_result& v) {
+        return v.outcome == node_result::vote::failed && v.error == errc::out_of_memory;
+      }));
+  if (full > 0 && full > votes.size() - quorum_of(votes.size())) return errc::out_of_memory;
+  return {};
+}
+
+bool throws_from_wait(std::error_code ec, std::chrono::steady_clock::time_point deadline) noexcept {
+  if (!ec || ec == errc::not_acquired) return false;
+  return !is_retryable(ec) || deadline == std::chrono::steady_clock::time_point::max();
 }
 
 std::chrono::steady_clock::duration jittered_delay(std::chrono::milliseconds retry_delay,

@@ -142,7 +142,9 @@ if rank < limit and quarantine_left() == 0 and not name_held then
   if used <= limit then
     redis.call('HDEL', info, owner)
     keep(now + ttl_ms)
-    mark_name_until(name, tonumber(redis.call('ZSCORE', timeouts, owner)), now)
+    -- Gone already when a TTL of a millisecond or so ran out while this script ran (PEXPIREAT
+    -- deletes a key whose time has come): the grant is born expired, the mark as short.
+    mark_name_until(name, tonumber(redis.call('ZSCORE', timeouts, owner)) or now + ttl_ms, now)
     return {1, draw_fence(), rank}
   end
 end

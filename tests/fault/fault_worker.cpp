@@ -213,12 +213,7 @@ class contender {
       return;
     }
     if (spec_.kind == "rwlock") {
-      dlock::shared_mutex rw{nodes_.front(),
-                             spec_.name,
-                             {.ttl = a_.ttl,
-                              .retry_delay = a_.retry_delay,
-                              .node_timeout = a_.node_timeout,
-                              .key_prefix = a_.prefix + ":"}};
+      dlock::shared_mutex rw{nodes_.front(), spec_.name, options<dlock::shared_mutex_options>()};
       constexpr int all = static_cast<int>(dlock::shared_mutex::max_readers);
       while (steady::now() < end) {
         bool writer = pick(4) == 0;
@@ -238,12 +233,8 @@ class contender {
       return;
     }
     if (spec_.kind == "lockset") {
-      dlock::lock_set set{nodes_.front(),
-                          {spec_.name, spec_.name + "-pair"},
-                          {.ttl = a_.ttl,
-                           .retry_delay = a_.retry_delay,
-                           .node_timeout = a_.node_timeout,
-                           .key_prefix = a_.prefix + ":"}};
+      dlock::lock_set set{nodes_.front(), {spec_.name, spec_.name + "-pair"},
+                          options<dlock::lock_options>()};
       while (steady::now() < end) {
         int how = pick(4);
         std::error_code ec;
@@ -269,13 +260,8 @@ class contender {
       return;
     }
     if (spec_.kind == "semaphore") {
-      dlock::semaphore sem{nodes_.front(),
-                           spec_.name,
-                           spec_.limit,
-                           {.ttl = a_.ttl,
-                            .retry_delay = a_.retry_delay,
-                            .node_timeout = a_.node_timeout,
-                            .key_prefix = a_.prefix + ":"}};
+      dlock::semaphore sem{nodes_.front(), spec_.name, spec_.limit,
+                           options<dlock::semaphore_options>()};
       while (steady::now() < end) {
         std::error_code ec;
         dlock::lease permit =
@@ -289,12 +275,7 @@ class contender {
       }
       return;
     }
-    dlock::mutex lock{nodes_,
-                      spec_.name,
-                      {.ttl = a_.ttl,
-                       .retry_delay = a_.retry_delay,
-                       .node_timeout = a_.node_timeout,
-                       .key_prefix = a_.prefix + ":"}};
+    dlock::mutex lock{nodes_, spec_.name, options<dlock::lock_options>()};
     while (steady::now() < end) {
       int how = a_.mixed ? pick(4) : 0;
       std::error_code ec;
@@ -342,27 +323,29 @@ class contender {
   }
 
  private:
+  // The arguments' TTL, pacing, node timeout and key prefix, as the options of any kind of lock
+  // (each kind has an aggregate of its own, with these four members in this order).
+  template <class Options>
+  Options options() const {
+    return {.ttl = a_.ttl,
+            .retry_delay = a_.retry_delay,
+            .node_timeout = a_.node_timeout,
+            .key_prefix = a_.prefix + ":"};
+  }
+
   // One name as every kind that shares it, on the first node. Recorded as one lock of
   // max_readers permits: a reader takes one, any other kind all of them, so an exclusive holding
   // beside any other holding, whatever the kinds, is an overlap. The exclusive kinds write
   // through the fence on P:NAME:data: the mutex and the shared_mutex draw from one counter
   // {NAME}:fence and a set raises it, so the fence audit spans the kinds too.
   void run_mixed_kinds(steady::time_point end) {
-    const dlock::lock_options options{.ttl = a_.ttl,
-                                      .retry_delay = a_.retry_delay,
-                                      .node_timeout = a_.node_timeout,
-                                      .key_prefix = a_.prefix + ":"};
-    dlock::mutex lock{nodes_.front(), spec_.name, options};
-    dlock::shared_mutex rw{nodes_.front(),
-                           spec_.name,
-                           {.ttl = a_.ttl,
-                            .retry_delay = a_.retry_delay,
-                            .node_timeout = a_.node_timeout,
-                            .key_prefix = a_.prefix + ":"}};
+    dlock::mutex lock{nodes_.front(), spec_.name, options<dlock::lock_options>()};
+    dlock::shared_mutex rw{nodes_.front(), spec_.name, options<dlock::shared_mutex_options>()};
     // A lock set refuses a client with the replication guard (lock_set.hpp).
     std::optional<dlock::lock_set> set;
     if (a_.guard.count() == 0)
-      set.emplace(nodes_.front(), std::vector{spec_.name, spec_.name + "-pair"}, options);
+      set.emplace(nodes_.front(), std::vector{spec_.name, spec_.name + "-pair"},
+                  options<dlock::lock_options>());
     enum kind { mutex_kind, writer_kind, reader_kind, set_kind };
     static constexpr const char* kind_names[] = {"mutex", "writer", "reader", "set"};
     constexpr int all = static_cast<int>(dlock::shared_mutex::max_readers);

@@ -20,6 +20,7 @@
 #include <system_error>
 #include <vector>
 
+#include "algo/retry.hpp"
 #include "sim_checker.hpp"
 #include "sim_client.hpp"
 #include "sim_world.hpp"
@@ -90,6 +91,7 @@ class sim_set_client {
   std::vector<std::string> keys_;
   mode mode_ = mode::try_once;
   steady::time_point deadline_ = steady::time_point::max();
+  detail::endless_wait_rule endless_;  // the wait's failed attempts, as lock_set's loop counts them
   sim_time acquire_began_ = 0;
   std::uint64_t tokens_drawn_ = 0, requests_ = 0;
   std::int64_t fake_fence_ = 1'000'000;  // client_bug::taken_as_granted's fences

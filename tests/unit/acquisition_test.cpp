@@ -404,6 +404,42 @@ TEST(SemaphoreAcquisitionTest, IncurableErrorsEndAtOnce) {
   EXPECT_EQ(a.take_outcome()->ec, errc::wrong_type);
 }
 
+// A wait without a deadline gives up on what no wait cures (algo/retry.hpp, endless_wait_rule):
+// a full node at once, leaving nothing behind; a wait with a deadline rides it out until then.
+TEST(SemaphoreAcquisitionTest, AWaitWithoutADeadlineEndsOnAFullNodeAtOnce) {
+  auto t = base_semaphore();
+  acquisition a(t, "tok", 1, no_deadline, INT_MAX, 0);
+  answer(a, attempt(a, t0), t0, reply{}, errc::out_of_memory);
+  EXPECT_FALSE(a.take_sleep());
+  auto cleanup = a.take_requests();
+  ASSERT_EQ(cleanup.size(), 1u);
+  EXPECT_EQ(cleanup[0].code, &sem_release_script);
+  a.on_reply(cleanup[0].id, t0, {}, reply::make_integer(0));
+  EXPECT_EQ(a.take_outcome()->ec, errc::out_of_memory);
+
+  acquisition bounded(t, "tok", 1, t0 + 10s, INT_MAX, 0);
+  answer(bounded, attempt(bounded, t0), t0, reply{}, errc::out_of_memory);
+  EXPECT_TRUE(bounded.take_sleep());
+}
+
+// Every grant answered after its validity: the TTL is shorter than the round trip. One or two
+// are a stall, which passes; endless_wait_rule::expired_in_a_row end a wait without a deadline.
+TEST(SemaphoreAcquisitionTest, AWaitWithoutADeadlineEndsWhenEveryGrantComesTooLate) {
+  auto t = base_semaphore();
+  acquisition a(t, "tok", 1, no_deadline, INT_MAX, 0);
+  auto now = t0;
+  for (int i = 1; i < endless_wait_rule::expired_in_a_row; ++i, now += 3s) {
+    answer(a, attempt(a, now), now + 2s, ints({1, i}));
+    ASSERT_TRUE(a.take_sleep()) << "gave up after " << i;
+  }
+  answer(a, attempt(a, now), now + 2s, ints({1, 9}));
+  EXPECT_FALSE(a.take_sleep());
+  auto cleanup = a.take_requests();
+  ASSERT_EQ(cleanup.size(), 1u);  // the late grant's permit is ours and must go
+  a.on_reply(cleanup[0].id, now + 2s, {}, reply::make_integer(1));
+  EXPECT_EQ(a.take_outcome()->ec, errc::lease_expired);
+}
+
 // ---- locks ----
 
 lock_target lock_on(std::size_t nodes) {
@@ -730,6 +766,72 @@ TEST(LockAcquisitionTest, GivingUpReportsOnlyOnceTheQueueIsLeft) {
   auto o = a.take_outcome();
   ASSERT_TRUE(o);
   EXPECT_EQ(o->ec, errc::not_acquired);
+}
+
+// A round granted after its validity (lease_expired): its key is released, then it is judged.
+void expire_one_round(acquisition& a, steady::time_point now) {
+  auto rs = round(a, now);
+  ASSERT_EQ(rs.size(), 1u);
+  answer(a, rs[0], now + 2s, ints({1, 5}));
+  for (const auto& c : a.take_requests()) a.on_reply(c.id, now + 2s, {}, reply::make_integer(1));
+}
+
+// The TTL is shorter than the round trip: endless_wait_rule::expired_in_a_row such rounds in a
+// row end a wait without a deadline with lease_expired; another failure in between (the key
+// taken) starts the count again. A wait with a deadline rides them out.
+TEST(LockAcquisitionTest, AWaitWithoutADeadlineEndsWhenEveryGrantComesTooLate) {
+  auto t = lock_on(1);
+  acquisition a(t, "id", no_deadline, INT_MAX, 0);
+  auto now = t0;
+  for (int i = 1; i < endless_wait_rule::expired_in_a_row; ++i, now += 3s) {
+    expire_one_round(a, now);
+    ASSERT_TRUE(a.take_sleep()) << "gave up after " << i;
+  }
+  answer(a, round(a, now)[0], now, ints({0, 500}));
+  ASSERT_TRUE(a.take_sleep());
+  for (int i = 1; i < endless_wait_rule::expired_in_a_row; ++i) {
+    now += 3s;
+    expire_one_round(a, now);
+    ASSERT_TRUE(a.take_sleep()) << "gave up after " << i << " since the key was taken";
+  }
+  expire_one_round(a, now + 3s);
+  EXPECT_FALSE(a.take_sleep());
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->ec, errc::lease_expired);
+
+  acquisition bounded(t, "id", t0 + 1h, INT_MAX, 0);
+  for (int i = 0; i < 2 * endless_wait_rule::expired_in_a_row; ++i) {
+    expire_one_round(bounded, t0 + i * 3s);
+    ASSERT_TRUE(bounded.take_sleep()) << "a bounded wait gave up after " << i + 1;
+  }
+}
+
+// Full nodes (OOM) end a wait without a deadline once they alone deny every quorum, whatever
+// the other nodes said: 2 of 3. One of 3 leaves a quorum possible, and the wait goes on.
+TEST(LockAcquisitionTest, AWaitWithoutADeadlineEndsWhenFullNodesDenyEveryQuorum) {
+  auto t = lock_on(3);
+  acquisition one_full(t, "id", no_deadline, INT_MAX, 0);
+  auto rs = round(one_full, t0);
+  answer(one_full, rs[0], t0, reply{}, errc::out_of_memory);
+  answer(one_full, rs[1], t0, ints({0, 500}));
+  answer(one_full, rs[2], t0, ints({0, 500}));
+  for (const auto& c : one_full.take_requests()) {
+    one_full.on_reply(c.id, t0, {}, reply::make_integer(0));
+  }
+  EXPECT_TRUE(one_full.take_sleep());
+
+  acquisition two_full(t, "id", no_deadline, INT_MAX, 0);
+  rs = round(two_full, t0);
+  answer(two_full, rs[0], t0, reply{}, errc::out_of_memory);
+  answer(two_full, rs[1], t0, reply{}, errc::out_of_memory);
+  for (const auto& c : two_full.take_requests()) {
+    two_full.on_reply(c.id, t0, {}, reply::make_integer(0));
+  }
+  EXPECT_FALSE(two_full.take_sleep());
+  auto o = two_full.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->ec, errc::out_of_memory);
 }
 
 TEST(LockAcquisitionTest, FailuresAreClassifiedForTheirCallers) {

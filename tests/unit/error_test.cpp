@@ -92,6 +92,14 @@ TEST(ErrorTest, CategoryNameAndMessages) {
   EXPECT_FALSE(category().message(9999).empty());
 }
 
+// cancelled is what a stopped or cancelled wait reports, and what a request gets when its
+// client shuts down: its message names both.
+TEST(ErrorTest, TheCancelledMessageNamesAStoppedWaitAndAShutDown) {
+  std::string msg = make_error_code(errc::cancelled).message();
+  EXPECT_NE(msg.find("stopped"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("shut down"), std::string::npos) << msg;
+}
+
 TEST(ErrorTest, ErrcConvertsToErrorCode) {
   std::error_code ec = errc::wrong_type;
   EXPECT_TRUE(ec);
