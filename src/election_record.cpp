@@ -9,6 +9,7 @@
 
 #include "access.hpp"
 #include "algo/quorum_round.hpp"
+#include "algo/retry.hpp"
 #include "net/subscriber.hpp"
 
 namespace dlock::detail {
@@ -166,7 +167,9 @@ void record_follower::on_subscribed(std::size_t node) {
 }
 
 // Every term's key is on a quorum of the nodes, and its announcement goes to each of them: with
-// a quorum subscribed, one of them hears it. With fewer, a term may begin and end unheard.
+// a quorum subscribed, one of them hears it. With fewer, a term may begin and end unheard. A
+// subscription counts as up until it fails or drops (a node down from the start fails its first
+// SUBSCRIBE).
 void record_follower::on_unsubscribed(std::size_t node) {
   if (node >= nodes_) return;
   listening_[node] = false;
@@ -179,8 +182,15 @@ void record_follower::on_unsubscribed(std::size_t node) {
 void record_follower::on_heard(std::size_t node, std::string_view id) {
   record_entry e;
   if (node >= nodes_ || !parse_id(id, e) || (last_id_ && e.id() <= *last_id_)) return;
-  if (heard_.size() == max_heard) heard_.erase(heard_.begin());
   heard_.push_back({node, e.id()});
+  trim_heard();
+}
+
+// At most max_heard ids wait to be checked; one dropped unchecked may have been missed.
+void record_follower::trim_heard() {
+  if (heard_.size() <= max_heard) return;
+  heard_.erase(heard_.begin(), heard_.end() - static_cast<std::ptrdiff_t>(max_heard));
+  missed_ = true;
 }
 
 std::uint64_t record_follower::last_term() const noexcept {
@@ -191,7 +201,7 @@ std::uint64_t record_follower::last_term() const noexcept {
 // an id heard before it went out is gone from the record of the node that announced it (a
 // script records before it publishes, so the entry was there); a record at its full length no
 // longer reaches back to the last id taken (trimmed); or news may have gone unheard meanwhile
-// and no node's record still holds the last id taken, so nothing shows what happened in between
+// and too few nodes' records still hold the last id taken to show what happened in between
 // (the record expires with each leader's key: terms of leaders that crashed leave no trace).
 bool record_follower::lost_news(const std::vector<record_view>& views) {
   auto reaches_back = [&](const record_view& v) {
@@ -201,18 +211,21 @@ bool record_follower::lost_news(const std::vector<record_view>& views) {
   for (const auto& h : verifying_) {
     const auto& v = views[h.node];
     if (v.ec) {
-      heard_.push_back(h);  // that node's next answer tells
+      if (!last_id_ || h.id > *last_id_) heard_.push_back(h);  // that node's next answer tells
     } else if (!last_id_ || h.id > *last_id_) {
       lost |= std::none_of(v.entries.begin(), v.entries.end(),
                            [&](const auto& e) { return e.id() == h.id; });
     }
   }
   verifying_.clear();
+  trim_heard();
   for (const auto& v : views) {
     if (!v.ec && v.entries.size() >= record_length && !reaches_back(v)) lost = true;
   }
-  if (std::exchange(checking_continuity_, false) &&
-      std::none_of(views.begin(), views.end(), reaches_back)) {
+  // A node's record vouches for that node only. A term is recorded on a quorum, so records that
+  // reach back on nodes - quorum + 1 of them show every term since: any quorum meets them.
+  auto vouching = static_cast<std::size_t>(std::count_if(views.begin(), views.end(), reaches_back));
+  if (std::exchange(checking_continuity_, false) && vouching < nodes_ - quorum_of(nodes_) + 1) {
     lost = true;
   }
   return lost;
@@ -253,9 +266,7 @@ std::vector<election_event> record_follower::on_read(const std::vector<record_vi
   } else {  // too few answers to tell: what this read was to confirm waits for a later one
     heard_.insert(heard_.begin(), verifying_.begin(), verifying_.end());
     verifying_.clear();
-    if (heard_.size() > max_heard) {
-      heard_.erase(heard_.begin(), heard_.end() - static_cast<std::ptrdiff_t>(max_heard));
-    }
+    trim_heard();
     deaf_ = deaf_ || std::exchange(checking_continuity_, false);
   }
   std::map<entry_id, const record_entry*> fresh;
@@ -294,8 +305,9 @@ std::vector<election_event> record_follower::on_read(const std::vector<record_vi
     last_id_ = id;
   }
   recheck_.reset();
-  const bool all_answered = answered(views) == views.size();
-  silent_reads_ = all_answered ? 0 : std::min(silent_reads_ + 1, 16);
+  const bool none_silent = std::none_of(views.begin(), views.end(),
+                                        [](const record_view& v) { return is_silence(v.ec); });
+  silent_reads_ = none_silent ? 0 : std::min(silent_reads_ + 1, 16);
   // A node down for long is read less and less often; news from the others still comes at
   // once through their subscriptions, and the silent node's own comes when it subscribes again.
   auto backoff = first_backoff;
@@ -327,7 +339,7 @@ std::vector<election_event> record_follower::on_read(const std::vector<record_vi
     // +2 ms: the key is gone, not about to go, when the read comes.
     recheck_ = std::chrono::milliseconds(soonest < 0 ? 1000 : soonest + 2);
   }
-  if (!all_answered || holds == held::unknown) {
+  if (answered(views) < views.size() || holds == held::unknown) {
     recheck_ = std::min(recheck_.value_or(backoff), backoff);
   }
   // Undecided only for views that came too early: the next read's all count.

@@ -90,6 +90,7 @@ class record_follower {
   };
   bool lost_news(const std::vector<record_view>& views);
   void report_missed(std::vector<election_event>& out);
+  void trim_heard();
   std::uint64_t last_term() const noexcept;
 
   std::size_t nodes_;

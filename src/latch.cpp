@@ -136,9 +136,10 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
       // So does a Redis Cluster slot without a master: its replica is promoted within the
       // failover (seen: a wait that gave up with cluster_error while the replica took over).
       if (!is_retryable(ec) && ec != errc::cluster_error) return finish(ec);
-      // Less and less often while the node stays away (250 ms, doubling to 4 s): it is read at
-      // once when it takes the subscription again.
-      expires_in_ = 250LL << std::min(failed_reads_++, 4);
+      // Less and less often while the node stays silent (250 ms, doubling to 4 s): it is read
+      // at once when it takes the subscription again. An answer that refused (a cluster in
+      // change) is read again at the first pace.
+      expires_in_ = is_silence(ec) ? 250LL << std::min(failed_reads_++, 4) : 250LL;
       return arm_timer();
     }
     failed_reads_ = 0;

@@ -175,9 +175,9 @@ class lock_set_core final : public lease_owner,
         if (self->stopped) return finish(*self, errc::cancelled, {});
         if (l || !is_retryable(ec)) return finish(*self, ec, std::move(l));
         // Without a deadline, what no wait cures ends it all the same (endless_wait_rule).
-        auto why = self->endless.gives_up_on(ec);
-        if (why && self->deadline == steady::time_point::max()) return finish(*self, why, {});
         auto now = steady::now();
+        auto why = self->endless.gives_up_on(ec, {}, now);
+        if (why && self->deadline == steady::time_point::max()) return finish(*self, why, {});
         if (now >= self->deadline) return finish(*self, ec, {});
         if (self->on_retry) {
           wait_progress progress;

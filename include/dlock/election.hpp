@@ -125,7 +125,8 @@ class DLOCK_EXPORT election {
 
   /// Waits until this candidate leads, then returns the leadership's lease, kept alive by the
   /// watchdog (options.keep_alive). Blocks; retries through contention and nodes that are down.
-  /// Fails (empty lease, ec) only for errors that retrying cannot cure (auth, ACL, wrong type).
+  /// Fails (empty lease, ec) only for what ends mutex::acquire() (auth, ACL, wrong type; lasting
+  /// out_of_memory or lease_expired).
   lease campaign(std::error_code& ec);
   lease campaign();  ///< as above; throws std::system_error on failure
   /// The same until `deadline` (steady_clock) passes: then not_acquired (or the last error).
@@ -152,7 +153,7 @@ class DLOCK_EXPORT election {
     return campaign_or_throw(detail::deadline_at(tp));
   }
   /// Asynchronous campaign(): signature void(std::error_code, lease). It campaigns until it
-  /// leads or meets an error that retrying cannot cure, even when the election object is gone.
+  /// leads or meets what ends campaign(), even when the election object is gone.
   /// Asio's per-operation cancellation ends it with errc::cancelled, nothing held; emit the
   /// signal on the handler's executor, as Asio requires (mutex::async_acquire).
   template <class CompletionToken>

@@ -84,7 +84,9 @@ class DLOCK_EXPORT lock_set {
   lease try_acquire(std::error_code& ec);
   /// Attempts until every name is held or `deadline` (steady_clock) passes (not_acquired, or
   /// the last error). Between two attempts it sleeps retry_delay (jittered), or until the key
-  /// that was in the way expires, when sooner. Errors that retrying cannot cure end it at once.
+  /// that was in the way expires, when sooner. Errors that retrying cannot cure end it at once;
+  /// without a deadline (time_point::max()), so do lasting out_of_memory and lease_expired (as
+  /// mutex::acquire()).
   lease acquire_until(clock::time_point deadline, std::error_code& ec);
   /// The same, ended early by `control` (a stop request: cancelled, nothing held), which also
   /// hears of each failed attempt that another will follow (wait_control::on_retry). A stop

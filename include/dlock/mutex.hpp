@@ -74,7 +74,9 @@ class DLOCK_EXPORT mutex {
   /// meaning per call"): rounds while another holds the lock or nodes are down, woken by the
   /// release or sleeping retry_delay (jittered) between them. Blocks. It fails only with an
   /// error that retrying cannot cure: a node error when every node failed the same way, or when
-  /// more nodes than a quorum can spare gave one (wrong_type, auth_failed, no_permission, ...).
+  /// more nodes than a quorum can spare gave one (wrong_type, auth_failed, no_permission, ...);
+  /// or one that lasts (5 rounds in a row over 2 s at least): out_of_memory (nodes at
+  /// maxmemory), lease_expired (a TTL shorter than a round trip).
   /// For one round use try_acquire(), for a bound acquire_until().
   lease acquire(std::error_code& ec);
   /// As above; `nodes`, when not null, gets the last round's votes.
@@ -146,8 +148,8 @@ class DLOCK_EXPORT mutex {
   /// @{
 
   /// Waits until acquired (retrying while held by another or while nodes are down). Throws
-  /// std::system_error only for errors that retrying cannot cure (auth, ACL, wrong type,
-  /// protocol).
+  /// std::system_error only for what ends acquire() (auth, ACL, wrong type, protocol; lasting
+  /// out_of_memory or lease_expired).
   void lock();
   /// One round: false when not acquired (last_error() says why).
   [[nodiscard]] bool try_lock();

@@ -345,8 +345,9 @@ struct acquisition::impl {
   // After a failed attempt: the error that ends a wait without a deadline all the same (a full
   // node, a TTL shorter than a round trip: endless_wait_rule), or none. A wait with a deadline
   // rides those out until it.
-  std::error_code ends_for_good(std::error_code ec, const node_results& votes) {
-    auto why = endless.gives_up_on(ec, votes);
+  std::error_code ends_for_good(steady::time_point now, std::error_code ec,
+                                const node_results& votes) {
+    auto why = endless.gives_up_on(ec, votes, now);
     return deadline == steady::time_point::max() ? why : std::error_code();
   }
   // The sleep before the next attempt, or nullopt to give up. A backstop that would end past
@@ -499,7 +500,7 @@ struct acquisition::impl {
         accept_handoff(now, deferred->first, deferred->second)) {
       return;
     }
-    if (auto why = ends_for_good(ec, done_round.votes.votes())) {
+    if (auto why = ends_for_good(now, ec, done_round.votes.votes())) {
       return finish_failed(why, std::move(done_round.votes.votes()));
     }
     auto delay = next_sleep(now, retry_delay_after(done_round.votes.votes()), ec);
@@ -743,7 +744,7 @@ struct acquisition::impl {
     std::optional<steady::duration> next;
     if (stopped) {
       ec = *stopped;
-    } else if (auto why = ends_for_good(ec, votes)) {
+    } else if (auto why = ends_for_good(now, ec, votes)) {
       ec = why;
     } else {
       next = next_sleep(now, delay, ec);

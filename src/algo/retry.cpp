@@ -25,20 +25,34 @@ bool is_retryable(std::error_code ec) noexcept {
   }
 }
 
-std::error_code endless_wait_rule::gives_up_on(std::error_code ec,
-                                               const node_results& votes) noexcept {
-  expired_ = ec == errc::lease_expired ? expired_ + 1 : 0;
+std::error_code endless_wait_rule::gives_up_on(std::error_code ec, const node_results& votes,
+                                               std::chrono::steady_clock::time_point now) noexcept {
   if (!is_retryable(ec)) return ec;
-  if (ec == errc::lease_expired && expired_ >= expired_in_a_row) return ec;
-  if (ec == errc::out_of_memory) return ec;
+  std::error_code lasting;
+  if (ec == errc::lease_expired || ec == errc::out_of_memory) lasting = ec;
   // A Redlock round fails with quorum_not_reached when the nodes failed in different ways: the
   // full ones alone may deny every quorum.
   auto full = static_cast<std::size_t>(
       std::count_if(votes.begin(), votes.end(), [](const node_result& v) {
         return v.outcome == node_result::vote::failed && v.error == errc::out_of_memory;
       }));
-  if (full > 0 && full > votes.size() - quorum_of(votes.size())) return errc::out_of_memory;
-  return {};
+  if (full > 0 && full > votes.size() - quorum_of(votes.size())) lasting = errc::out_of_memory;
+  if (!lasting) {
+    repeated_ = {};
+    count_ = 0;
+    return {};
+  }
+  if (lasting != repeated_) {
+    repeated_ = lasting;
+    count_ = 0;
+    since_ = now;
+  }
+  ++count_;
+  return count_ >= in_a_row && now - since_ >= lasting_for ? lasting : std::error_code();
+}
+
+bool is_silence(std::error_code ec) noexcept {
+  return ec == errc::timeout || ec == errc::connection_lost || ec == errc::node_unreachable;
 }
 
 bool throws_from_wait(std::error_code ec, std::chrono::steady_clock::time_point deadline) noexcept {

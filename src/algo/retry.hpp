@@ -2,6 +2,7 @@
 // algo/retry.hpp: whether to try again, and how long to sleep between two lock rounds.
 //   is_retryable        what another attempt may cure
 //   endless_wait_rule   what ends a wait without a deadline all the same
+//   is_silence          a node that did not answer at all
 //   throws_from_wait    what a timed wait's throwing form throws rather than reports
 // Private; no clocks read here.
 #pragma once
@@ -19,25 +20,35 @@ namespace dlock::detail {
 bool is_retryable(std::error_code ec) noexcept;
 
 // A wait without a deadline (acquire(), lock(), a deadline too far to count) gives up on what
-// is_retryable rejects, and also on two retryable errors that, repeated, show a node or a
-// configuration that fails every attempt alike; waiting for ever would hide them. A wait with a
-// deadline rides both out until it: memory may be freed, a stall may pass.
-//   out_of_memory  at once, from more nodes than a quorum can spare: a node at maxmemory
-//                  (noeviction) refuses every write until someone else frees memory
-//   lease_expired  on expired_in_a_row attempts in a row: every grant's validity was spent
-//                  before its answer came, so the TTL is shorter than a round trip; one or two
-//                  are a stall (a paused process, a slow node), which passes
-// Fed each failed attempt of one wait, in order.
+// is_retryable rejects, and also on two retryable errors that, lasting, show a node or a
+// configuration that fails every attempt alike; waiting for ever would hide them. Each must
+// fail in_a_row attempts in a row and for at least lasting_for: a few are a stall (a paused
+// process, memory that eviction or expiry frees soon), which passes. A wait with a deadline
+// rides both out until it.
+//   out_of_memory  a node at maxmemory refuses every write until memory is freed; on a Redlock,
+//                  only from more nodes than a quorum can spare
+//   lease_expired  every grant's validity was spent before its answer came: the TTL is shorter
+//                  than a round trip
+// Fed each failed attempt of one wait, in order, with the time it failed.
 class endless_wait_rule {
  public:
-  static constexpr int expired_in_a_row = 5;
+  static constexpr int in_a_row = 5;
+  static constexpr std::chrono::seconds lasting_for{2};
   // The error to give up with after this failed attempt (`votes`: its per-node answers, if
   // any), or none to go on.
-  std::error_code gives_up_on(std::error_code ec, const node_results& votes = {}) noexcept;
+  std::error_code gives_up_on(std::error_code ec, const node_results& votes,
+                              std::chrono::steady_clock::time_point now) noexcept;
 
  private:
-  int expired_ = 0;
+  std::error_code repeated_;  // the lasting failure of the attempts in a row so far
+  int count_ = 0;
+  std::chrono::steady_clock::time_point since_{};
 };
+
+// Whether an error means the node did not answer at all (down, cut off, too slow), which a
+// read backs off from, as opposed to an answer that refused (a cluster in change, an error
+// reply), which is read again at the usual pace.
+bool is_silence(std::error_code ec) noexcept;
 
 // Whether a timed wait's throwing form (try_acquire_for/until, try_lock_for/until) throws `ec`
 // instead of reporting "not acquired" (an empty lease, false): an error that retrying cannot

@@ -93,7 +93,11 @@ void channel_subscriber::subscribe() {
                   bool confirmed = !ec && r.is_array() && !r.elements().empty() &&
                                    r.elements()[0].str() == "subscribe";
                   self->refused_ = !ec && r.is_error();
-                  if (!confirmed) return self->retry_later();
+                  if (!confirmed) {
+                    // Not up, though it never was: what is published meanwhile goes unheard.
+                    if (self->on_lost_) self->on_lost_();
+                    return self->retry_later();
+                  }
                   self->backoff_ = min_backoff;
                   self->subscribed_ = true;
                   self->on_news_("");  // what was published before the subscription

@@ -4,8 +4,8 @@
 //                       and with "" after each confirmed (re)subscription, since messages
 //                       published before it were not seen; after a drop or a failed SUBSCRIBE it
 //                       tries again after a backoff (250 ms, doubling to 10 s), and calls
-//                       on_lost, if given, when a confirmed subscription is lost (what is
-//                       published until the next "" goes unheard). refused() says
+//                       on_lost, if given, when a confirmed subscription is lost or a
+//                       SUBSCRIBE fails (what is published until the next "" goes unheard). refused() says
 //                       the node answered SUBSCRIBE with an error (an ACL): the owner must then
 //                       look by itself, more often. For observers that re-read what changed
 //                       (dlock::election's, dlock::latch's). On a Redis Cluster it subscribes

@@ -87,7 +87,8 @@ class OneMeaningTest : public ::testing::Test {
       lease got = wait(wait_control{.stop = stop.get_token(), .on_retry = {}}, ec);
       return std::make_pair(static_cast<bool>(got), ec);
     });
-    if (ended.wait_for(test::scaled(3s)) != std::future_status::ready) stop.request_stop();
+    // The failure must last endless_wait_rule::lasting_for (2 s) before the wait ends.
+    if (ended.wait_for(test::scaled(5s)) != std::future_status::ready) stop.request_stop();
     auto [got, ec] = ended.get();
     EXPECT_FALSE(got);
     EXPECT_EQ(ec, expected) << ec.message();
@@ -233,11 +234,11 @@ TEST_F(OneMeaningTest, ALatchWithAFarDeadlineWaitsUntilOpen) {
   EXPECT_TRUE(waiting.wait_until(far_seconds::max()));  // open: at once
 }
 
-// What no wait can cure ends a wait without a deadline with its error, as a wrong type does: a
-// node at maxmemory (noeviction) refuses every write with OOM, at once; a TTL shorter than the
-// round trip (1 ms, less than its drift allowance) spends every grant's validity before the
-// answer, lease_expired, after a few attempts in a row. A wait with a deadline rides both out
-// until it: the node may free memory, a stall may pass.
+// What no wait can cure ends a wait without a deadline with its error, as a wrong type does,
+// once it lasted 5 attempts in a row over 2 s: a node at maxmemory (noeviction) refuses every
+// write with OOM; a TTL shorter than the round trip (1 ms, less than its drift allowance) spends
+// every grant's validity before the answer, lease_expired. A wait with a deadline rides both
+// out until it: the node may free memory, a stall may pass.
 TEST_F(OneMeaningTest, AWaitWithoutADeadlineEndsWhenTheNodeIsOutOfMemory) {
   std::error_code ec;
   other_.exec({"CONFIG", "SET", "maxmemory-policy", "noeviction"}, ec);

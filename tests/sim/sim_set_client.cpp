@@ -170,9 +170,9 @@ void sim_set_client::on_attempt_reply(const std::string& token, steady::time_poi
 void sim_set_client::after_failed_attempt(std::error_code ec, long long wait_hint) {
   if (mode_ == mode::try_once || !detail::is_retryable(ec)) return finish_acquisition(ec);
   // As lock_set's loop: without a deadline, what no wait cures ends it all the same.
-  auto why = endless_.gives_up_on(ec);
-  if (why && deadline_ == steady::time_point::max()) return finish_acquisition(why);
   auto t = now();
+  auto why = endless_.gives_up_on(ec, {}, t);
+  if (why && deadline_ == steady::time_point::max()) return finish_acquisition(why);
   if (t >= deadline_) return finish_acquisition(ec);
   steady::duration sleep = detail::jittered_delay(retry_delay_, w_.random().next());
   if (wait_hint >= 0) sleep = std::min<steady::duration>(sleep, milliseconds(wait_hint + 1));

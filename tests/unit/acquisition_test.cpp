@@ -405,30 +405,40 @@ TEST(SemaphoreAcquisitionTest, IncurableErrorsEndAtOnce) {
 }
 
 // A wait without a deadline gives up on what no wait cures (algo/retry.hpp, endless_wait_rule):
-// a full node at once, leaving nothing behind; a wait with a deadline rides it out until then.
-TEST(SemaphoreAcquisitionTest, AWaitWithoutADeadlineEndsOnAFullNodeAtOnce) {
+// a full node, once it refused in_a_row attempts in a row for lasting_for, leaving nothing
+// behind; fewer, or for less long, are a stall that passes. A wait with a deadline rides it out.
+TEST(SemaphoreAcquisitionTest, AWaitWithoutADeadlineEndsOnANodeThatStaysFull) {
   auto t = base_semaphore();
   acquisition a(t, "tok", 1, no_deadline, INT_MAX, 0);
-  answer(a, attempt(a, t0), t0, reply{}, errc::out_of_memory);
+  auto now = t0;
+  for (int i = 1; i < 2 * endless_wait_rule::in_a_row; ++i, now += 100ms) {
+    answer(a, attempt(a, now), now, reply{}, errc::out_of_memory);
+    ASSERT_TRUE(a.take_sleep()) << "gave up after " << i << " in " << (now - t0) / 1ms << " ms";
+  }
+  now = t0 + endless_wait_rule::lasting_for;
+  answer(a, attempt(a, now), now, reply{}, errc::out_of_memory);
   EXPECT_FALSE(a.take_sleep());
   auto cleanup = a.take_requests();
   ASSERT_EQ(cleanup.size(), 1u);
   EXPECT_EQ(cleanup[0].code, &sem_release_script);
-  a.on_reply(cleanup[0].id, t0, {}, reply::make_integer(0));
+  a.on_reply(cleanup[0].id, now, {}, reply::make_integer(0));
   EXPECT_EQ(a.take_outcome()->ec, errc::out_of_memory);
 
-  acquisition bounded(t, "tok", 1, t0 + 10s, INT_MAX, 0);
-  answer(bounded, attempt(bounded, t0), t0, reply{}, errc::out_of_memory);
-  EXPECT_TRUE(bounded.take_sleep());
+  acquisition bounded(t, "tok", 1, t0 + 1h, INT_MAX, 0);
+  for (int i = 0; i < 2 * endless_wait_rule::in_a_row; ++i) {
+    auto at = t0 + i * 1s;
+    answer(bounded, attempt(bounded, at), at, reply{}, errc::out_of_memory);
+    ASSERT_TRUE(bounded.take_sleep()) << "a bounded wait gave up after " << i + 1;
+  }
 }
 
 // Every grant answered after its validity: the TTL is shorter than the round trip. One or two
-// are a stall, which passes; endless_wait_rule::expired_in_a_row end a wait without a deadline.
+// are a stall, which passes; endless_wait_rule::in_a_row end a wait without a deadline.
 TEST(SemaphoreAcquisitionTest, AWaitWithoutADeadlineEndsWhenEveryGrantComesTooLate) {
   auto t = base_semaphore();
   acquisition a(t, "tok", 1, no_deadline, INT_MAX, 0);
   auto now = t0;
-  for (int i = 1; i < endless_wait_rule::expired_in_a_row; ++i, now += 3s) {
+  for (int i = 1; i < endless_wait_rule::in_a_row; ++i, now += 3s) {
     answer(a, attempt(a, now), now + 2s, ints({1, i}));
     ASSERT_TRUE(a.take_sleep()) << "gave up after " << i;
   }
@@ -776,20 +786,20 @@ void expire_one_round(acquisition& a, steady::time_point now) {
   for (const auto& c : a.take_requests()) a.on_reply(c.id, now + 2s, {}, reply::make_integer(1));
 }
 
-// The TTL is shorter than the round trip: endless_wait_rule::expired_in_a_row such rounds in a
-// row end a wait without a deadline with lease_expired; another failure in between (the key
+// The TTL is shorter than the round trip: endless_wait_rule::in_a_row such rounds in a
+// row (3 s apart: longer than lasting_for) end a wait without a deadline with lease_expired; another failure in between (the key
 // taken) starts the count again. A wait with a deadline rides them out.
 TEST(LockAcquisitionTest, AWaitWithoutADeadlineEndsWhenEveryGrantComesTooLate) {
   auto t = lock_on(1);
   acquisition a(t, "id", no_deadline, INT_MAX, 0);
   auto now = t0;
-  for (int i = 1; i < endless_wait_rule::expired_in_a_row; ++i, now += 3s) {
+  for (int i = 1; i < endless_wait_rule::in_a_row; ++i, now += 3s) {
     expire_one_round(a, now);
     ASSERT_TRUE(a.take_sleep()) << "gave up after " << i;
   }
   answer(a, round(a, now)[0], now, ints({0, 500}));
   ASSERT_TRUE(a.take_sleep());
-  for (int i = 1; i < endless_wait_rule::expired_in_a_row; ++i) {
+  for (int i = 1; i < endless_wait_rule::in_a_row; ++i) {
     now += 3s;
     expire_one_round(a, now);
     ASSERT_TRUE(a.take_sleep()) << "gave up after " << i << " since the key was taken";
@@ -801,33 +811,44 @@ TEST(LockAcquisitionTest, AWaitWithoutADeadlineEndsWhenEveryGrantComesTooLate) {
   EXPECT_EQ(o->ec, errc::lease_expired);
 
   acquisition bounded(t, "id", t0 + 1h, INT_MAX, 0);
-  for (int i = 0; i < 2 * endless_wait_rule::expired_in_a_row; ++i) {
+  for (int i = 0; i < 2 * endless_wait_rule::in_a_row; ++i) {
     expire_one_round(bounded, t0 + i * 3s);
     ASSERT_TRUE(bounded.take_sleep()) << "a bounded wait gave up after " << i + 1;
   }
 }
 
 // Full nodes (OOM) end a wait without a deadline once they alone deny every quorum, whatever
-// the other nodes said: 2 of 3. One of 3 leaves a quorum possible, and the wait goes on.
+// the other nodes said, round after round (endless_wait_rule): 2 of 3. One of 3 leaves a quorum
+// possible, and the wait goes on.
 TEST(LockAcquisitionTest, AWaitWithoutADeadlineEndsWhenFullNodesDenyEveryQuorum) {
   auto t = lock_on(3);
   acquisition one_full(t, "id", no_deadline, INT_MAX, 0);
-  auto rs = round(one_full, t0);
-  answer(one_full, rs[0], t0, reply{}, errc::out_of_memory);
-  answer(one_full, rs[1], t0, ints({0, 500}));
-  answer(one_full, rs[2], t0, ints({0, 500}));
-  for (const auto& c : one_full.take_requests()) {
-    one_full.on_reply(c.id, t0, {}, reply::make_integer(0));
+  for (int i = 0; i < 2 * endless_wait_rule::in_a_row; ++i) {
+    auto at = t0 + i * 1s;
+    auto rs = round(one_full, at);
+    answer(one_full, rs[0], at, reply{}, errc::out_of_memory);
+    answer(one_full, rs[1], at, ints({0, 500}));
+    answer(one_full, rs[2], at, ints({0, 500}));
+    for (const auto& c : one_full.take_requests()) {
+      one_full.on_reply(c.id, at, {}, reply::make_integer(0));
+    }
+    ASSERT_TRUE(one_full.take_sleep()) << "one full node of 3 ended the wait after " << i + 1;
   }
-  EXPECT_TRUE(one_full.take_sleep());
 
   acquisition two_full(t, "id", no_deadline, INT_MAX, 0);
-  rs = round(two_full, t0);
-  answer(two_full, rs[0], t0, reply{}, errc::out_of_memory);
-  answer(two_full, rs[1], t0, reply{}, errc::out_of_memory);
-  for (const auto& c : two_full.take_requests()) {
-    two_full.on_reply(c.id, t0, {}, reply::make_integer(0));
+  auto full_round = [&](steady::time_point at) {
+    auto votes = round(two_full, at);
+    answer(two_full, votes[0], at, reply{}, errc::out_of_memory);
+    answer(two_full, votes[1], at, reply{}, errc::out_of_memory);
+    for (const auto& c : two_full.take_requests()) {
+      two_full.on_reply(c.id, at, {}, reply::make_integer(0));
+    }
+  };
+  for (int i = 1; i < endless_wait_rule::in_a_row; ++i) {
+    full_round(t0 + i * 1s);
+    ASSERT_TRUE(two_full.take_sleep()) << "gave up after " << i;
   }
+  full_round(t0 + endless_wait_rule::in_a_row * 1s);
   EXPECT_FALSE(two_full.take_sleep());
   auto o = two_full.take_outcome();
   ASSERT_TRUE(o);
