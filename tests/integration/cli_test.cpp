@@ -1591,7 +1591,13 @@ TEST_F(CliTest, ABackgroundChildOfCmdKeepsTheLockOrIsEndedBeforeTheRelease) {
   touch(path("go"));
   EXPECT_EQ(d->wait(), 4) << d->err();
   EXPECT_FALSE(running(child));
-  EXPECT_FALSE(exists(key)) << "released once the child ended";
+  // Released once the child ended. On a machine so loaded that the release's request timed out
+  // (its node timeout is a tenth of the 1 s TTL), dlock says so, and the key expires by its TTL.
+  if (d->err().find("releasing '" + key + "' failed") == std::string::npos) {
+    EXPECT_FALSE(exists(key)) << "released once the child ended: " << d->err();
+  } else {
+    EXPECT_TRUE(test::eventually([&] { return !exists(key); }, 2s)) << d->err();
+  }
 
   auto t0 = steady::now();
   auto k = run({"-r", server_.url(), "run", "--orphans", "kill", "--lost-grace", "500ms", key,
