@@ -494,7 +494,8 @@ TEST_F(RedlockTest, EverySubsetOfBusyNodesAcquiresIffTheFreeNodesMakeAQuorum) {
     if (l) {
       EXPECT_FALSE(l.release());
     }
-    EXPECT_TRUE(ours_left(key).empty());
+    // release() reports once 3 of 5 nodes answered: the other deletes may still be on their way.
+    EXPECT_TRUE(test::eventually([&] { return ours_left(key).empty(); }));
     for (std::size_t i = 0; i < n_nodes; ++i) {
       if (mask & (1u << i)) {
         EXPECT_EQ(get(i, key), other_owner);
