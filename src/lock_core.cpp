@@ -121,13 +121,14 @@ void lock_core::start_release(const std::shared_ptr<lease_state>& state, done_ha
       op->tally.on_reply(id, ec, answer);
       if (auto t = op->tally.take_outcome()) op->handler(quorum_release::judge(*t, op->nodes));
     };
-    auto node = nodes_[r.node];
-    std::string key(r.keys[0]);
-    run_request(node, std::move(r), [self = shared_from_this(), node, key = std::move(key),
-                                     token = state->token, on_answer](std::error_code ec,
-                                                                      reply answer) {
+    auto node = r.node;
+    // Nothing copied for the fallback on the hot path: the key lives in target_, the token in
+    // the lease's state.
+    run_request(nodes_[node], std::move(r), [self = shared_from_this(), state, node,
+                                             on_answer](std::error_code ec, reply answer) {
       if (!refused_while_migrating(answer)) return on_answer(ec, answer);
-      release_lock_key(node, key, token, self->target_.node_timeout,
+      release_lock_key(self->nodes_[node], self->target_.keys_on(node).key, state->token,
+                       self->target_.node_timeout,
                        [on_answer](std::error_code step_ec, reply r) { on_answer(step_ec, r); });
     });
   }
