@@ -4,6 +4,9 @@
 // the servers' state; every wait is bounded.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -2190,7 +2193,16 @@ TEST_F(CliTest, UtilLinuxFlockCasesAgainstASharedHolder) {
 // "unknown" (JSON "held": null) and a non-zero exit, 77 for permissions; never "free".
 TEST_F(CliTest, StatusSaysUnknownWhenTheNodesCannotTell) {
   const std::string key = test_key();
-  const std::string dead = "redis://127.0.0.1:" + std::to_string(test::free_port());
+  // A port bound but not listening: refused, and no server another test starts can take it.
+  int held_port = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t at_len = sizeof at;
+  ASSERT_EQ(::bind(held_port, reinterpret_cast<sockaddr*>(&at), sizeof at), 0);
+  ASSERT_EQ(::getsockname(held_port, reinterpret_cast<sockaddr*>(&at), &at_len), 0);
+  struct closer { int fd; ~closer() { ::close(fd); } } close_held{held_port};
+  const std::string dead = "redis://127.0.0.1:" + std::to_string(ntohs(at.sin_port));
   auto down = run({"--request-timeout", "200ms", "-r", dead, "status", key});
   EXPECT_EQ(down.status, 69) << down.out << down.err;
   EXPECT_EQ(down.out.find("free"), std::string::npos) << down.out;
