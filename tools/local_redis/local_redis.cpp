@@ -16,6 +16,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <utility>
@@ -68,7 +70,46 @@ int connect_loopback(unsigned short port) {
 
 }  // namespace
 
-unsigned short free_port() {
+namespace {
+
+// Ports handed out are reserved for the rest of the process, so that a port whose server a test
+// killed (or one it keeps as "nothing listens here") is not taken by a server another test
+// process starts meanwhile: a client routing to the old address would then talk to a stranger
+// (a test saw a latch count down on another test's cluster). The reservation is a one-byte
+// record lock at offset `port` in one file shared by every process on the machine: the kernel
+// drops it when the process ends, however it ends.
+class port_reservations {
+ public:
+  static port_reservations& shared() {
+    static port_reservations instance;
+    return instance;
+  }
+  // False when another process holds `port`, or this one handed it out before.
+  bool reserve(unsigned short port) {
+    std::lock_guard lock(mu_);
+    if (!mine_.insert(port).second) return false;
+    if (fd_ < 0) return true;  // no shared file: reserved within this process only
+    struct flock record{};
+    record.l_type = F_WRLCK;
+    record.l_whence = SEEK_SET;
+    record.l_start = port;
+    record.l_len = 1;
+    return ::fcntl(fd_, F_SETLK, &record) == 0;  // the record stays in mine_ either way
+  }
+
+ private:
+  port_reservations() {
+    // Every user may take ports: the file is world-writable, whoever created it. Closing any
+    // descriptor of the file would drop this process's records, so this one stays open.
+    fd_ = ::open("/tmp/dlock-test-ports.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd_ >= 0) ::fchmod(fd_, 0666);
+  }
+  std::mutex mu_;
+  std::set<unsigned short> mine_;
+  int fd_ = -1;
+};
+
+unsigned short probe_free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -79,6 +120,15 @@ unsigned short free_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(fd);
   return ntohs(addr.sin_port);
+}
+
+}  // namespace
+
+unsigned short free_port() {
+  for (int attempt = 0;; ++attempt) {
+    auto port = probe_free_port();
+    if (port_reservations::shared().reserve(port) || attempt >= 100) return port;
+  }
 }
 
 std::string raw_command(unsigned short port, const std::string& inline_command) {

@@ -62,7 +62,8 @@ class redis_server {
   bool paused_ = false;
 };
 
-// A loopback TCP port that was free a moment ago.
+// A loopback TCP port that was free a moment ago, reserved for the rest of this process: no other
+// process's free_port() hands it out while this one lives (a killed server's port stays its).
 unsigned short free_port();
 
 // Sends one inline command over a fresh TCP connection and returns the raw reply line(s);
