@@ -9,6 +9,7 @@
 
 #include "access.hpp"
 #include "acquire_run.hpp"
+#include "algo/lease_upkeep.hpp"
 #include "algo/quorum_round.hpp"
 #include "algo/retry.hpp"
 #include "observe.hpp"

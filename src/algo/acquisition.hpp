@@ -1,13 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // algo/acquisition.hpp: the one acquisition engine of every primitive, sans-io.
-//   lock_target    what all acquisitions of one lock share: node count, keys, pacing
-//   semaphore_target  the same for one semaphore
 //   acquisition    attempt -> decide -> sleep (cut short by a wake-up) -> attempt again, take
 //                  a handoff, or give up (leaving nothing queued behind); the mutex on 1 and N
 //                  nodes and the semaphore (fair and unfair) all run it
-//   quorum_release compare-and-delete of one owner value on every node, tallied
-//   quorum_extend  compare-and-pexpire (or settle) on every node, judged as a quorum round
-//   parse_semaphore_reply  decodes the semaphore acquire scripts' answers
+// It is one wait loop (wait_loop.hpp) driving one protocol per primitive (lock_protocol.hpp,
+// semaphore_protocol.hpp); the targets it runs on are in targets.hpp, and what a held lease
+// sends (release, extend) in lease_upkeep.hpp.
 // Nothing here reads a clock, draws a random number from the system, or touches a socket: the
 // caller feeds events (replies, the time, wake-up and handoff messages) and carries out what
 // the engine asks for (send these requests; sleep this long; report this outcome). The library
@@ -18,6 +16,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,6 +25,7 @@
 
 #include "algo/quorum_round.hpp"
 #include "algo/retry.hpp"
+#include "algo/targets.hpp"
 #include "dlock/error.hpp"
 #include "dlock/key_layout.hpp"
 #include "dlock/options.hpp"
@@ -35,97 +35,7 @@
 
 namespace dlock::detail {
 
-// The node's timeout when the options leave it 0: min(ttl / 10, the client's request timeout).
-std::chrono::milliseconds effective_node_timeout(std::chrono::milliseconds configured,
-                                                 std::chrono::milliseconds ttl,
-                                                 std::chrono::milliseconds request_timeout);
-
-// A queued waiter refreshes its entry at every attempt, at least once per retry_delay; an entry
-// not refreshed for max(4 x retry_delay, 1 s) belongs to a waiter that crashed, and is dropped.
-std::chrono::milliseconds waiter_entry_ttl(std::chrono::milliseconds retry_delay);
-
-// A target is shared by all acquisitions of its lock or semaphore, and must outlive them and
-// their requests (which point into its keys).
-struct lock_target {
-  std::size_t nodes = 1;
-  lock_keys keys;
-  // lock_options::copies: node i (the cluster client, once per copy) holds copy i's keys.
-  std::vector<lock_keys> copies;
-  const lock_keys& keys_on(std::size_t node) const noexcept {
-    return copies.empty() ? keys : copies[node];
-  }
-  std::string ttl_text;                 // ttl in ms, as the scripts take it
-  std::vector<std::string> node_names;  // label the votes (may be empty)
-  // A key that each extend gives the lock's remaining life too (extend.lua's KEYS[2]): a
-  // leader election's record. Empty: none.
-  std::string lives_with_lock;
-  std::chrono::milliseconds ttl{10'000};
-  std::chrono::milliseconds retry_delay{50};
-  std::chrono::milliseconds node_timeout{1'000};
-  double drift_factor = 0.01;
-  bool fair = false;
-  bool wake_on_release = true;
-  bool cluster = false;  // the node is a redis-cluster:// client
-  // A single node hands the lock to its first waiter on release (release.lua); N nodes cannot
-  // (one node's grant is no quorum), so Redlock waiters are only woken. Nor can a cluster: the
-  // shard's replicas deliver SPUBLISH too, so a waiter subscribed on a master demoted meanwhile
-  // would get the message while the count says nobody did, and the key would be freed under
-  // it. On a cluster a release only wakes its waiter, which then tries again.
-  bool accepts_handoff() const noexcept { return nodes == 1 && wake_on_release && !cluster; }
-};
-lock_target make_lock_target(std::size_t nodes, std::string_view key, const lock_options& o,
-                             std::chrono::milliseconds request_timeout, bool cluster = false);
-
-struct semaphore_target {
-  semaphore_keys keys;
-  std::string ttl_text, limit_text;     // as the scripts take them
-  std::string variant_text;             // sem_release.lua's ARGV[3]: "fair" or ""
-  // What the holders keep in the name's key (keys.name; name_mark.lua): semaphore_mark(limit,
-  // fair), or a read-write lock's read_write_lock_mark.
-  std::string name_mark;
-  std::vector<std::string> node_names;  // label the votes (may be empty)
-  std::ptrdiff_t limit = 1;
-  bool fair = false;
-  bool wake_on_release = true;
-  bool cluster = false;
-  std::chrono::milliseconds ttl{10'000};
-  std::chrono::milliseconds retry_delay{50};
-  std::chrono::milliseconds node_timeout{1'000};
-  double drift_factor = 0.01;
-  // Fair: how long the server keeps a waiter's place between two polls.
-  std::chrono::milliseconds queue_ttl{0};
-  // Whether a release may make a queued waiter a holder (sem_release.lua): not on a cluster
-  // (whose wake-up count may miss the waiter: docs/guarantees.md).
-  bool accepts_handoff() const noexcept { return wake_on_release && !cluster; }
-};
-semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limit,
-                                       const semaphore_options& o,
-                                       std::chrono::milliseconds request_timeout,
-                                       bool cluster = false);
-
-// release.lua's keys, for a release and a give-up alike (ARGV: the value, or the id and
-// "give-up").
-script_keys lock_release_keys(const lock_keys& k);
-
-// sem_release.lua's keys, for a release, a leave and a give-up alike (ARGV: the token, the
-// target's limit_text, variant_text and name_mark).
-script_keys semaphore_release_keys(const semaphore_keys& k);
-
-// sem_refresh.lua's keys, for an extend and a settle alike (ARGV: the token, the TTL in ms, ""
-// or the successor token, the target's name_mark).
-script_keys semaphore_refresh_keys(const semaphore_keys& k, bool fair);
-
-// One semaphore acquire script's answer, decoded.
-struct semaphore_reply {
-  bool granted = false;
-  std::int64_t ticket = 0;           // granted: the fencing token; fair, queued: the ticket
-  bool queued = false;               // fair: not granted, but our place in the queue is kept
-  std::int64_t next_expiry_ms = -1;  // unfair, not granted: ms until the earliest holder expires
-  bool name_held = false;  // fair, not granted: another kind of lock holds the name (rw_name.lua)
-};
-// Decodes sem_acquire.lua / sem_fair_acquire.lua replies: protocol_error (and an empty result)
-// for any shape the scripts do not produce.
-semaphore_reply parse_semaphore_reply(const reply& r, bool fair, std::error_code& ec);
+class wait_loop;
 
 class acquisition {
  public:
@@ -238,67 +148,7 @@ class acquisition {
   std::uint16_t slot(std::size_t node) const noexcept;
 
  private:
-  struct impl;
-  std::unique_ptr<impl> impl_;
-};
-
-// release.lua for `value` on every node not in `skip`. Reports once every node answered or
-// failed, or as soon as `enough` of them answered.
-class quorum_release {
- public:
-  struct tally {
-    std::size_t released = 0;  // nodes that deleted the key
-    std::size_t answered = 0;  // nodes that answered at all (deleted it, or did not hold it)
-    std::error_code first_error;
-  };
-  quorum_release(const lock_target& target, std::string value, std::vector<bool> skip = {},
-                 std::size_t enough = SIZE_MAX);
-  std::vector<request> take_requests();
-  void on_reply(std::uint64_t request_id, std::error_code ec, const reply& r);
-  std::optional<tally> take_outcome();
-  // The release of `value` on one node, and what its answer adds to a tally: for a caller that
-  // releases on a single node without the bookkeeping (lock_core's caller-thread path).
-  static request request_for(const lock_target& target, std::size_t node, std::string value);
-  static void count(tally& t, std::error_code ec, const reply& r);
-  // What a lease's release() reports from a tally with `enough` = the release quorum (see
-  // release_quorum): success, not_held, quorum_not_reached or the transport's error.
-  static std::error_code judge(const tally& t, std::size_t nodes);
-  // How many answers leave too few nodes that may still hold the key to form a quorum.
-  static std::size_t release_quorum(std::size_t nodes) noexcept {
-    return nodes - quorum_of(nodes) + 1;
-  }
-
- private:
-  std::vector<request> requests_;
-  std::vector<bool> open_;  // per node: awaiting its answer
-  std::size_t outstanding_ = 0, enough_;
-  tally so_far_;
-  bool reported_ = false;
-  std::optional<tally> outcome_;
-};
-
-// extend.lua on every node: extend (`successor` empty) or settle under `successor`. Needs a
-// quorum within the lease's validity as it stands when the answers decide (another extend may
-// have moved it meanwhile; nullopt: not known, as for adopted tokens).
-class quorum_extend {
- public:
-  struct verdict {
-    std::error_code ec;  // empty: extended; lease_lost / lease_expired: the lease is gone
-    steady::time_point valid_until{};  // when extended
-    std::vector<std::size_t> extended{};  // when extended: the nodes that said so
-  };
-  quorum_extend(const lock_target& target, std::string token, std::chrono::milliseconds ttl,
-                std::string successor, steady::time_point now);
-  std::vector<request> take_requests();
-  void on_reply(std::uint64_t request_id, steady::time_point now,
-                std::optional<steady::time_point> deadline, std::error_code ec, const reply& r);
-  std::optional<verdict> take_outcome();
-
- private:
-  std::vector<request> requests_;
-  quorum_round round_;
-  bool reported_ = false;
-  std::optional<verdict> outcome_;
+  std::unique_ptr<wait_loop> loop_;
 };
 
 }  // namespace dlock::detail

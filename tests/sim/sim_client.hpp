@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "algo/lease_upkeep.hpp"
 #include "sim_checker.hpp"
 #include "sim_world.hpp"
 

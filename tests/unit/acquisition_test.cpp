@@ -8,6 +8,8 @@
 
 #include <climits>
 
+#include "algo/semaphore_protocol.hpp"
+
 namespace dlock::detail {
 namespace {
 
