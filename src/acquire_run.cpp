@@ -65,7 +65,11 @@ void acquire_run::start(handler_type handler, std::vector<request> first) {
     }
     self->engine_.on_start(steady::now());
     self->arm_deadline();
-    if (self->engine_.attempts_made() == 0) return self->attempt();
+    if (self->engine_.attempts_made() == 0) {
+      // Stopped before it began: it ends at once, having sent nothing.
+      if (self->control_.stop.stop_requested()) return self->stop(errc::cancelled);
+      return self->attempt();
+    }
     // run_blocking made the first attempt: go on from where it stands.
     self->pumping_ = true;  // answers that come back inline wait for the whole batch
     for (auto& r : first) self->send(std::move(r));
@@ -80,7 +84,8 @@ lease acquire_run::run_blocking(std::error_code& ec) {
   // The direct exchange blocks this thread for up to a node timeout, so only when the wait
   // ends no sooner; else the I/O thread runs the attempt and ends the wait on time.
   bool within_deadline = now + engine_.node_timeout() <= engine_.gives_up_at();
-  if (nodes_.size() == 1 && !on_io_thread() && within_deadline && !access::guard(nodes_[0])) {
+  if (nodes_.size() == 1 && !on_io_thread() && within_deadline && !access::guard(nodes_[0]) &&
+      !control_.stop.stop_requested()) {
     // The first attempt from this thread when the connection is idle: no hand-over to the I/O
     // thread and back. It does not queue (the I/O thread owns the inbox); if it must wait,
     // the wake_waiter's first sleep subscribes and queues at once.

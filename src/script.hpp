@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,7 +61,9 @@ struct fallback_gate {
 };
 
 // A script's KEYS, held inline (dlock's scripts take at most 7: sem_fair_acquire.lua), so that
-// a request allocates nothing for them: a vector was two allocations per lock cycle.
+// a request allocates nothing for them: a vector was two allocations per lock cycle. A lock
+// set's acquire_all.lua takes two keys a name, up to 2000: those are viewed where they live
+// (viewing), which must outlive the request.
 class script_keys {
  public:
   static constexpr std::size_t capacity = 8;
@@ -68,19 +71,29 @@ class script_keys {
   script_keys(std::initializer_list<std::string_view> keys) {
     for (auto k : keys) push_back(k);
   }
+  static script_keys viewing(std::span<const std::string_view> keys) noexcept {
+    script_keys k;
+    k.outside_ = keys;
+    return k;
+  }
   void push_back(std::string_view key) {
-    if (size_ == capacity) throw std::logic_error("dlock: a script takes at most 8 keys");
+    if (size_ == capacity || !outside_.empty()) {
+      throw std::logic_error("dlock: a script takes at most 8 keys held inline");
+    }
     keys_[size_++] = key;
   }
-  const std::string_view* begin() const noexcept { return keys_.data(); }
-  const std::string_view* end() const noexcept { return keys_.data() + size_; }
-  std::size_t size() const noexcept { return size_; }
-  bool empty() const noexcept { return size_ == 0; }
-  const std::string_view& operator[](std::size_t i) const noexcept { return keys_[i]; }
+  const std::string_view* begin() const noexcept {
+    return outside_.empty() ? keys_.data() : outside_.data();
+  }
+  const std::string_view* end() const noexcept { return begin() + size(); }
+  std::size_t size() const noexcept { return outside_.empty() ? size_ : outside_.size(); }
+  bool empty() const noexcept { return size() == 0; }
+  const std::string_view& operator[](std::size_t i) const noexcept { return begin()[i]; }
 
  private:
   std::array<std::string_view, capacity> keys_{};
   std::size_t size_ = 0;
+  std::span<const std::string_view> outside_{};
 };
 
 // One script call, as the engine (algo/acquisition.hpp) asks for it: run `code` on node `node`

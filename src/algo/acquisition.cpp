@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // The acquisition engine's entry points: each builds or forwards to the wait loop
 // (wait_loop.cpp), which drives the primitive's protocol (lock_protocol.cpp,
-// semaphore_protocol.cpp). Also how a failed attempt is classified for progress reports.
+// semaphore_protocol.cpp, lock_set_protocol.cpp). Also how a failed attempt is classified for progress reports.
 #include "algo/acquisition.hpp"
 
 #include "algo/lock_protocol.hpp"
+#include "algo/lock_set_protocol.hpp"
 #include "algo/semaphore_protocol.hpp"
 #include "algo/wait_loop.hpp"
 
@@ -40,6 +41,11 @@ acquisition::acquisition(const semaphore_target& target, std::string token, std:
                          steady::time_point deadline, int attempts, std::uint64_t seed)
     : loop_(std::make_unique<wait_loop>(std::make_unique<semaphore_protocol>(target, permits),
                                         std::move(token), deadline, attempts, seed)) {}
+
+acquisition::acquisition(const lock_set_target& target, std::string id,
+                         steady::time_point deadline, int attempts, std::uint64_t seed)
+    : loop_(std::make_unique<wait_loop>(std::make_unique<lock_set_protocol>(target), std::move(id),
+                                        deadline, attempts, seed)) {}
 
 acquisition::acquisition(acquisition&&) noexcept = default;
 acquisition& acquisition::operator=(acquisition&&) noexcept = default;

@@ -2,9 +2,9 @@
 // algo/acquisition.hpp: the one acquisition engine of every primitive, sans-io.
 //   acquisition    attempt -> decide -> sleep (cut short by a wake-up) -> attempt again, take
 //                  a handoff, or give up (leaving nothing queued behind); the mutex on 1 and N
-//                  nodes and the semaphore (fair and unfair) all run it
+//                  nodes, the semaphore (fair and unfair) and the lock set all run it
 // It is one wait loop (wait_loop.hpp) driving one protocol per primitive (lock_protocol.hpp,
-// semaphore_protocol.hpp); the targets it runs on are in targets.hpp, and what a held lease
+// semaphore_protocol.hpp, lock_set_protocol.hpp); the targets it runs on are in targets.hpp, and what a held lease
 // sends (release, extend) in lease_upkeep.hpp.
 // Nothing here reads a clock, draws a random number from the system, or touches a socket: the
 // caller feeds events (replies, the time, wake-up and handoff messages) and carries out what
@@ -56,6 +56,9 @@ class acquisition {
   // A semaphore acquisition of `permits`, under the owner token `token` for every attempt.
   acquisition(const semaphore_target& target, std::string token, std::ptrdiff_t permits,
               steady::time_point deadline, int attempts, std::uint64_t seed);
+  // A lock set's acquisition: as a lock's, attempt n writing "<id>.<n>" to every key.
+  acquisition(const lock_set_target& target, std::string id, steady::time_point deadline,
+              int attempts, std::uint64_t seed);
   acquisition(acquisition&&) noexcept;
   acquisition& operator=(acquisition&&) noexcept;
   ~acquisition();

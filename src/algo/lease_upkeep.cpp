@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// A lease's release and extend on every node of a lock, judged as quorums.
+// A lease's release and extend on every node of a lock, judged as quorums, and on every key
+// of a lock set, judged all or nothing.
 #include "algo/lease_upkeep.hpp"
 
+#include <algorithm>
 #include <utility>
 
 namespace dlock::detail {
@@ -122,6 +124,72 @@ void quorum_extend::on_reply(std::uint64_t request_id, steady::time_point now,
 
 std::optional<quorum_extend::verdict> quorum_extend::take_outcome() {
   return std::exchange(outcome_, std::nullopt);
+}
+
+// ---- set_release, set_extend ----
+
+set_release::set_release(const lock_set_target& target, const std::string& value,
+                         std::size_t groups) {
+  groups = std::min(groups, target.groups.size());
+  for (std::size_t g = 0; g < groups; ++g) {
+    for (auto i : target.groups[g].members) {
+      requests_.push_back(request{requests_.size() + 1, 0, &release_script,
+                                  lock_release_keys(target.names[i]), {value},
+                                  target.node_timeout});
+    }
+  }
+  outstanding_ = requests_.size();
+  open_.assign(outstanding_, true);
+  if (outstanding_ == 0) outcome_ = std::error_code();
+}
+
+void set_release::on_reply(std::uint64_t request_id, std::error_code ec, const reply& r) {
+  std::size_t k = request_id - 1;
+  if (k >= open_.size() || !open_[k]) return;
+  open_[k] = false;
+  if (!ec && r.is_error()) ec = error_from_reply(r);
+  if (ec && !first_error_) first_error_ = ec;
+  if (!ec && r.is_integer() && r.integer() == 1) ++ours_;
+  if (--outstanding_ > 0) return;
+  if (first_error_) {
+    outcome_ = first_error_;
+  } else {
+    outcome_ = ours_ == open_.size() ? std::error_code() : std::error_code(errc::not_held);
+  }
+}
+
+set_extend::set_extend(const lock_set_target& target, const std::string& token, milliseconds ttl,
+                       const std::string& successor, steady::time_point now)
+    : valid_until_(now + ttl - drift_allowance(ttl, target.drift_factor)) {
+  std::string ttl_text = std::to_string(ttl.count());
+  for (const auto& name : target.names) {
+    requests_.push_back(request{requests_.size() + 1, 0, &extend_script, {name.key},
+                                {token, ttl_text, successor}, target.node_timeout});
+  }
+  outstanding_ = requests_.size();
+  open_.assign(outstanding_, true);
+}
+
+void set_extend::on_reply(std::uint64_t request_id, steady::time_point now,
+                          std::optional<steady::time_point> deadline, std::error_code ec,
+                          const reply& r) {
+  std::size_t k = request_id - 1;
+  if (k >= open_.size() || !open_[k]) return;
+  open_[k] = false;
+  if (!ec && r.is_error()) ec = error_from_reply(r);
+  if (ec && !first_error_) first_error_ = ec;
+  if (!ec && r.is_integer()) ++(r.integer() == 1 ? ours_ : theirs_);
+  if (--outstanding_ > 0) return;
+  if (theirs_ > 0) {
+    outcome_ = quorum_extend::verdict{errc::lease_lost};
+  } else if (ours_ < open_.size()) {
+    outcome_ = quorum_extend::verdict{first_error_ ? first_error_
+                                                   : std::error_code(errc::protocol_error)};
+  } else if (deadline && now >= *deadline) {
+    outcome_ = quorum_extend::verdict{errc::lease_expired};
+  } else {
+    outcome_ = quorum_extend::verdict{{}, valid_until_, {0}};
+  }
 }
 
 }  // namespace dlock::detail

@@ -2,6 +2,8 @@
 // algo/lease_upkeep.hpp: what a held lock's lease sends to its nodes, sans-io.
 //   quorum_release  compare-and-delete of one owner value on every node, tallied
 //   quorum_extend   compare-and-pexpire (or settle) on every node, judged as a quorum round
+//   set_release, set_extend  the same for a lock set: one script a key, all of them on its one
+//                   node (or cluster client), and the lease holds only while every key does
 // The caller sends the requests, feeds the answers and the time, and takes the outcome; nothing
 // here reads a clock or touches a socket. Not thread-safe: one thread drives each object.
 #pragma once
@@ -10,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <system_error>
 #include <vector>
 
@@ -77,6 +80,48 @@ class quorum_extend {
   quorum_round round_;
   bool reported_ = false;
   std::optional<verdict> outcome_;
+};
+
+// release.lua for `value` on every key of a lock set's first `groups` groups (all by default):
+// success when every key was still ours, not_held when some were not (gone, or taken after
+// they expired), else the first error; once every key answered.
+class set_release {
+ public:
+  set_release(const lock_set_target& target, const std::string& value,
+              std::size_t groups = SIZE_MAX);
+  std::vector<request> take_requests() { return std::exchange(requests_, {}); }
+  void on_reply(std::uint64_t request_id, std::error_code ec, const reply& r);
+  std::optional<std::error_code> take_outcome() { return std::exchange(outcome_, std::nullopt); }
+
+ private:
+  std::vector<request> requests_;
+  std::vector<bool> open_;  // per request
+  std::size_t outstanding_ = 0, ours_ = 0;
+  std::error_code first_error_;
+  std::optional<std::error_code> outcome_;
+};
+
+// extend.lua on every key of a lock set (`successor` empty), or settle under `successor`. A key
+// that answered "not ours" proves the loss, whatever another key's error says; the new validity
+// counts from `now`, and an answer after the old one ended cannot vouch for the gap.
+class set_extend {
+ public:
+  set_extend(const lock_set_target& target, const std::string& token,
+             std::chrono::milliseconds ttl, const std::string& successor, steady::time_point now);
+  std::vector<request> take_requests() { return std::exchange(requests_, {}); }
+  void on_reply(std::uint64_t request_id, steady::time_point now,
+                std::optional<steady::time_point> deadline, std::error_code ec, const reply& r);
+  std::optional<quorum_extend::verdict> take_outcome() {
+    return std::exchange(outcome_, std::nullopt);
+  }
+
+ private:
+  std::vector<request> requests_;
+  std::vector<bool> open_;  // per key
+  std::size_t outstanding_ = 0, ours_ = 0, theirs_ = 0;
+  std::error_code first_error_;
+  steady::time_point valid_until_;
+  std::optional<quorum_extend::verdict> outcome_;
 };
 
 }  // namespace dlock::detail

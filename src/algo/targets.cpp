@@ -61,6 +61,30 @@ semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limi
   return t;
 }
 
+lock_set_target::lock_set_target(std::vector<std::string> keys,
+                                 std::vector<std::vector<std::size_t>> member_groups,
+                                 const lock_options& o, milliseconds request_timeout)
+    : ttl_text(std::to_string(o.ttl.count())),
+      ttl(o.ttl),
+      retry_delay(o.retry_delay),
+      node_timeout(effective_node_timeout(o.node_timeout, o.ttl, request_timeout)),
+      drift_factor(o.drift_factor) {
+  names.reserve(keys.size());  // the views below point into these strings: no reallocation
+  for (const auto& k : keys) {
+    names.push_back(lock_keys_for(k));
+    label += (label.empty() ? "" : ",") + k;
+  }
+  for (auto& members : member_groups) {
+    group g;
+    for (auto i : members) {
+      g.script_keys.push_back(names[i].key);
+      g.script_keys.push_back(names[i].fence);
+    }
+    g.members = std::move(members);
+    groups.push_back(std::move(g));
+  }
+}
+
 script_keys lock_release_keys(const lock_keys& k) {
   return {k.key, k.waiters, k.waiter_info, k.fence};
 }

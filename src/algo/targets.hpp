@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // algo/targets.hpp: what every acquisition and every lease of one lock or semaphore share.
-//   lock_target, semaphore_target  node count, keys, pacing and the scripts' argument texts
+//   lock_target, semaphore_target, lock_set_target  node count, keys, pacing and the scripts'
+//                  argument texts
 //   effective_node_timeout, waiter_entry_ttl  the timing rules the targets are made with
 //   lock_release_keys, semaphore_release_keys, semaphore_refresh_keys  the KEYS lists of the
 //                  scripts that both a lease (release, extend) and an acquisition (give-up,
@@ -88,6 +89,35 @@ semaphore_target make_semaphore_target(std::string_view key, std::ptrdiff_t limi
                                        const semaphore_options& o,
                                        std::chrono::milliseconds request_timeout,
                                        bool cluster = false);
+
+// A lock set's: its names' keys on one node or one cluster client, taken a slot group at a time
+// (acquire_all.lua), released and extended a key at a time. Neither copied nor moved: each
+// group's script keys are views into `names`.
+struct lock_set_target {
+  // `keys`: sorted and unique; `groups`: indices into them, in the order they are taken (one
+  // group on a single node; one per slot, by ascending slot, on a cluster).
+  lock_set_target(std::vector<std::string> keys, std::vector<std::vector<std::size_t>> groups,
+                  const lock_options& o, std::chrono::milliseconds request_timeout);
+  lock_set_target(const lock_set_target&) = delete;
+  lock_set_target& operator=(const lock_set_target&) = delete;
+
+  struct group {
+    std::vector<std::size_t> members;              // indices into names
+    std::vector<std::string_view> script_keys;     // acquire_all.lua's: key, fence, key, fence...
+  };
+  std::vector<lock_keys> names;
+  std::vector<group> groups;
+  std::string label;                    // the keys joined by ','
+  std::string ttl_text;                 // ttl in ms, as the scripts take it
+  std::vector<std::string> node_names;  // label the votes (may be empty)
+  std::chrono::milliseconds ttl{10'000};
+  std::chrono::milliseconds retry_delay{50};
+  std::chrono::milliseconds node_timeout{1'000};
+  double drift_factor = 0.01;
+  // A set waits by polling, never in its names' queues: queued in several at once, it would
+  // hold places in some while it waits in others.
+  bool accepts_handoff() const noexcept { return false; }
+};
 
 // release.lua's keys, for a release and a give-up alike (ARGV: the value, or the id and
 // "give-up").

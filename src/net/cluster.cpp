@@ -112,6 +112,7 @@ void cluster_router::submit(std::string payload, std::size_t replies, clock::tim
 
 void cluster_router::route(job j) {
   if (shut_down_) return fail(j, errc::cancelled, "the client was destroyed");
+  j.tried_at = clock::now();
   std::shared_ptr<connection> conn;
   host_port to;
   std::string why;
@@ -178,7 +179,12 @@ void cluster_router::on_answer(const host_port& from, job j, bool asking, std::e
   }
   if (is_retry_later(*answer)) {
     ++retried_later_;
-    if (clock::now() + retry_later_delay < j.deadline) return retry_later(std::move(j));
+    // Another try only while it can come back before the deadline (twice what this one took):
+    // the caller is better served by the refusal than by a timeout, which says the command may
+    // have run (a lease's script falls back to one key at a time on TRYAGAIN only).
+    auto now = clock::now();
+    auto reserve = std::max<clock::duration>(2 * (now - j.tried_at), retry_later_delay);
+    if (now + retry_later_delay + reserve < j.deadline) return retry_later(std::move(j));
     return std::exchange(j.handler, {})(ec, std::move(r));
   }
   auto moved = parse_redirect(*answer, from);

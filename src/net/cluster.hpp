@@ -100,6 +100,7 @@ class cluster_router : public std::enable_shared_from_this<cluster_router> {
     int redirects = 0;
     bool waited_for_map = false;  // routed once more after a fresh map: no second wait
     std::uint64_t id = 0;         // while it waits for a map
+    clock::time_point tried_at{};  // when the try under way was routed
   };
 
   void route(job j);

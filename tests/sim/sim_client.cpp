@@ -49,6 +49,47 @@ sim_client::sim_client(world& w, checker& k, const detail::semaphore_target& tar
       liveness_(liveness),
       bug_(bug) {}
 
+sim_client::sim_client(world& w, checker& k, std::vector<std::string> pool,
+                       const lock_options& options, milliseconds request_timeout,
+                       std::size_t index, int cycles, liveness_rule liveness, client_bug bug)
+    : w_(w),
+      check_(k),
+      set_pool_(std::move(pool)),
+      set_options_(options),
+      set_request_timeout_(request_timeout),
+      permits_(k.key_permits()),
+      c_(index),
+      cycles_left_(cycles),
+      liveness_(liveness),
+      bug_(bug) {}
+
+// A random non-empty subset, named in random order, sometimes one name twice: lock_set sorts
+// the keys and drops the duplicates (checked_keys), and on one node takes them as one group.
+const detail::lock_set_target& sim_client::pick_set() {
+  auto& rnd = w_.random();
+  std::vector<std::string> asked;
+  while (asked.empty()) {
+    for (const auto& name : set_pool_) {
+      if (rnd.chance(0.5)) asked.push_back(name);
+    }
+  }
+  for (std::size_t n = asked.size(); n > 1; --n) std::swap(asked[n - 1], asked[rnd.below(n)]);
+  if (rnd.chance(0.1)) asked.push_back(rnd.pick(asked));
+  if (w_.tracing()) {
+    std::string named;
+    for (const auto& name : asked) named += " " + name;
+    w_.note(who() + " names lock_set" + named);
+  }
+  std::sort(asked.begin(), asked.end());
+  asked.erase(std::unique(asked.begin(), asked.end()), asked.end());
+  claimed_keys_ = asked;
+  std::vector<std::size_t> all(asked.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  set_ = &set_targets_.emplace_back(std::move(asked), std::vector<std::vector<std::size_t>>{all},
+                                    set_options_, set_request_timeout_);
+  return *set_;
+}
+
 void sim_client::start(sim_time at) {
   if (wake_on_release()) {
     for (std::size_t i = 0; i < nodes(); ++i) w_.subscribe(c_, i);
@@ -92,6 +133,9 @@ void sim_client::next_cycle() {
   std::string id = who() + "a" + std::to_string(cycle_);
   if (lock_) {
     acq_ = &engines_.emplace_back(*lock_, id, deadline, attempts, rnd.next());
+  } else if (!set_pool_.empty()) {
+    const auto& set = pick_set();
+    acq_ = &engines_.emplace_back(set, id, deadline, attempts, rnd.next());
   } else {
     permits_ = all_or_one_ ? (rnd.chance(0.3) ? max_permits_ : 1)
                            : static_cast<std::ptrdiff_t>(rnd.between(1, max_permits_));
@@ -198,6 +242,7 @@ void sim_client::pump() {
 void sim_client::send_for_acquisition(detail::request r) {
   r.gate = acq_->gate();
   bool attempt_script = r.code == &detail::acquire_script ||
+                        r.code == &detail::acquire_all_script ||
                         r.code == &detail::sem_acquire_script ||
                         r.code == &detail::sem_fair_acquire_script;
   if (attempt_script && in_attempt_) {
@@ -222,14 +267,18 @@ void sim_client::on_acquisition_reply(std::uint64_t cycle, std::uint64_t id, std
   // semaphore; 0 counts, where a lock's 0 means "no expiry to wait for"); the fair semaphore's
   // {0, ticket, rank} has no such hint.
   // A lock's {0, x, 1}: the holder is another library's (none here, but the shape counts).
+  // A lock set's {0, i, PTTL}: name i is held for PTTL more (i = 0: the node is quarantined).
   bool fair_sem = sem_ && sem_->fair;
-  std::size_t taken_size = fair_sem ? 3 : 2;
+  bool set = !set_pool_.empty();
+  std::size_t taken_size = fair_sem || set ? 3 : 2;
   auto size = r.elements().size();
   bool taken = !ec && r.is_array() &&
                (size == taken_size || (lock_ && size == 3)) &&
                r.elements()[0].is_integer() && r.elements()[0].integer() == 0;
-  if (this_attempt && taken && !fair_sem && r.elements()[1].integer() >= (lock_ ? 1 : 0)) {
-    auto pttl = r.elements()[1].integer();
+  std::size_t hint_at = set ? 2 : 1;
+  if (this_attempt && taken && !fair_sem && r.elements()[hint_at].is_integer() &&
+      r.elements()[hint_at].integer() >= (lock_ ? 1 : 0)) {
+    auto pttl = r.elements()[hint_at].integer();
     shortest_holder_ttl_ms_ = std::min(shortest_holder_ttl_ms_.value_or(pttl), pttl);
   }
   if (bug_ == client_bug::taken_as_granted && this_attempt && taken) {
@@ -443,6 +492,7 @@ void sim_client::extend() {
   milliseconds by = pick_extend(w_.random(), ttl());
   if (w_.tracing()) w_.note(who() + " extends " + token_ + " by " + std::to_string(by.count()) + " ms");
   if (lock_) return extend_lock(by);
+  if (set_) return extend_set(by);
   refresh_permit(by);
 }
 
@@ -461,6 +511,26 @@ void sim_client::extend_lock(milliseconds by) {
       auto verdict = extend_->take_outcome();
       if (!verdict) return;
       extend_.reset();
+      on_extend_verdict(verdict->ec, verdict->valid_until, by);
+    });
+  }
+}
+
+// lock_set_core::extend_keys: extend.lua on every key, judged by detail::set_extend.
+void sim_client::extend_set(milliseconds by) {
+  set_extend_.emplace(*set_, token_, by, "", now());
+  auto serial = ++extend_serial_;
+  for (auto& r : set_extend_->take_requests()) {
+    w_.call(c_, r, [this, cycle = cycle_, serial, by, id = r.id](std::error_code ec,
+                                                                  const reply& answer) {
+      if (cycle != cycle_ || phase_ != phase::holding || !set_extend_ ||
+          serial != extend_serial_) {
+        return;
+      }
+      set_extend_->on_reply(id, now(), valid_until_, ec, answer);
+      auto verdict = set_extend_->take_outcome();
+      if (!verdict) return;
+      set_extend_.reset();
       on_extend_verdict(verdict->ec, verdict->valid_until, by);
     });
   }
@@ -521,6 +591,7 @@ void sim_client::release() {
   if (phase_ != phase::holding) return;
   phase_ = phase::releasing;
   extend_.reset();
+  set_extend_.reset();
   if (abandon_) {
     ++stats_.abandoned;
     check_.ended(c_, "abandoned: the holder stops using it and never releases");
@@ -529,6 +600,7 @@ void sim_client::release() {
   ++stats_.releases;
   check_.ended(c_, "release sent");
   if (sem_) return release_permit();
+  if (set_) return release_set();
   release_.emplace(*lock_, token_, std::vector<bool>{},
                    detail::quorum_release::release_quorum(nodes()));
   for (auto& r : release_->take_requests()) {
@@ -540,6 +612,27 @@ void sim_client::release() {
         if (w_.tracing()) {
           w_.note(who() + " release of " + token_ + ": " +
                   detail::quorum_release::judge(*tally, nodes()).message());
+        }
+        idle();
+      }
+    });
+  }
+}
+
+// lock_set_core::start_release: release.lua on every key, judged by detail::set_release.
+void sim_client::release_set() {
+  set_release_.emplace(*set_, token_);
+  auto serial = ++release_serial_;
+  for (auto& r : set_release_->take_requests()) {
+    w_.call(c_, r, [this, cycle = cycle_, serial, id = r.id](std::error_code ec,
+                                                             const reply& answer) {
+      if (cycle != cycle_ || !set_release_ || serial != release_serial_) return;
+      set_release_->on_reply(id, ec, answer);
+      if (phase_ != phase::releasing) return;
+      if (auto verdict = set_release_->take_outcome()) {
+        if (w_.tracing()) {
+          w_.note(who() + " release of " + token_ + ": " +
+                  (*verdict ? verdict->message() : std::string("released")));
         }
         idle();
       }

@@ -3,13 +3,15 @@
 //   client_bug     deliberate mistakes, to prove the checker catches them
 //   liveness_rule  when faults are over, and how long an unbounded waiter may then wait
 //   client_stats   what the client did, for the report
-//   sim_client     a loop of cycles on a lock or on a semaphore's permits (1..max_permits a
-//                  cycle): acquire (try once, a few attempts, until a deadline, or without
-//                  bound; sometimes stopped from outside, as a cancelled wait) with
+//   sim_client     a loop of cycles on a lock, on a semaphore's permits (1..max_permits a
+//                  cycle), or on a lock set (a random subset of a pool of names a cycle):
+//                  acquire (try once, a few attempts, until a deadline, or without bound;
+//                  sometimes stopped from outside, as a cancelled wait) with
 //                  detail::acquisition, hold (sometimes past the TTL, sometimes extending:
-//                  a lock with detail::quorum_extend, a permit with sem_refresh.lua as
-//                  semaphore_core does), release (detail::quorum_release; a permit:
-//                  sem_release.lua as semaphore_core does) or abandon the lease, idle, again
+//                  a lock with detail::quorum_extend, a set with detail::set_extend, a permit
+//                  with sem_refresh.lua as semaphore_core does), release
+//                  (detail::quorum_release, detail::set_release; a permit: sem_release.lua as
+//                  semaphore_core does) or abandon the lease, idle, again
 // The client drives the engine as acquire_run does (the loop in algo/acquisition.hpp), with the
 // sleeps and wake-ups of net/inbox.cpp's wake_waiter, and the engine sees only this client's
 // clock. It
@@ -74,6 +76,11 @@ class sim_client {
   // A semaphore's client (one node).
   sim_client(world& w, checker& k, const detail::semaphore_target& target, std::size_t index,
              int cycles, liveness_rule liveness, client_bug bug = client_bug::none);
+  // A lock set's client: each cycle locks a random non-empty subset of `pool` (names' keys, at
+  // least one), named in random order and sometimes twice, as lock_set normalizes them.
+  sim_client(world& w, checker& k, std::vector<std::string> pool, const lock_options& options,
+             std::chrono::milliseconds request_timeout, std::size_t index, int cycles,
+             liveness_rule liveness, client_bug bug = client_bug::none);
   sim_client(const sim_client&) = delete;
   sim_client& operator=(const sim_client&) = delete;
 
@@ -110,14 +117,22 @@ class sim_client {
   steady::time_point now() const { return w_.clock(c_); }
   // The target's settings, whichever kind it is.
   std::size_t nodes() const { return lock_ ? lock_->nodes : 1; }
-  std::chrono::milliseconds ttl() const { return lock_ ? lock_->ttl : sem_->ttl; }
+  std::chrono::milliseconds ttl() const {
+    return lock_ ? lock_->ttl : sem_ ? sem_->ttl : set_options_.ttl;
+  }
   std::chrono::milliseconds retry_delay() const {
-    return lock_ ? lock_->retry_delay : sem_->retry_delay;
+    return lock_ ? lock_->retry_delay : sem_ ? sem_->retry_delay : set_options_.retry_delay;
   }
-  bool wake_on_release() const { return lock_ ? lock_->wake_on_release : sem_->wake_on_release; }
+  // A lock set never queues: it polls.
+  bool wake_on_release() const {
+    return lock_ ? lock_->wake_on_release : sem_ && sem_->wake_on_release;
+  }
   bool accepts_handoff() const {
-    return lock_ ? lock_->accepts_handoff() : sem_->accepts_handoff();
+    return lock_ ? lock_->accepts_handoff() : sem_ && sem_->accepts_handoff();
   }
+  // A lock set's cycle: its names, and the target its engine and lease run on.
+  const detail::lock_set_target& pick_set();
+  void extend_set(std::chrono::milliseconds by);
   void extend_lock(std::chrono::milliseconds by);
   void refresh_permit(std::chrono::milliseconds by);
   // An extend's verdict, as lease_state's apply_extend takes it.
@@ -136,6 +151,7 @@ class sim_client {
   void extend();
   void release();
   void release_permit();
+  void release_set();
   void idle();
   std::string who() const { return "c" + std::to_string(c_); }
 
@@ -144,6 +160,13 @@ class sim_client {
   // One of the two: the requests point into its keys, so the client keeps its own copy.
   std::optional<detail::lock_target> lock_;
   std::optional<detail::semaphore_target> sem_;
+  // A lock set's pool and options, and every cycle's target (an engine kept in engines_ may
+  // still have requests out that point into its cycle's).
+  std::vector<std::string> set_pool_;
+  lock_options set_options_;
+  std::chrono::milliseconds set_request_timeout_{};
+  std::deque<detail::lock_set_target> set_targets_;
+  const detail::lock_set_target* set_ = nullptr;
   std::ptrdiff_t max_permits_ = 1, permits_ = 1;  // a lock's: check_.key_permits()
   bool all_or_one_ = false;
   std::vector<std::string> claimed_keys_;
@@ -181,8 +204,10 @@ class sim_client {
   steady::time_point hold_until_{};
   bool extending_ = false, abandon_ = false;
   std::optional<detail::quorum_extend> extend_;
+  std::optional<detail::set_extend> set_extend_;
   std::uint64_t extend_serial_ = 0;  // which extend extend_ is
   std::optional<detail::quorum_release> release_;
+  std::optional<detail::set_release> set_release_;
   std::uint64_t release_serial_ = 0;  // semaphore: which release the answer is for
 };
 

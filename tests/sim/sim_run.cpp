@@ -9,7 +9,6 @@
 #include <memory>
 
 #include "dlock/shared_mutex.hpp"
-#include "sim_set_client.hpp"
 
 namespace dlock::sim {
 namespace {
@@ -311,9 +310,8 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
   }
   result.max_free_wait = bound;
 
-  // By world index: a lock or semaphore client (clients), or a lock set client (set_clients).
+  // By world index: a lock, semaphore or lock set client.
   std::vector<std::unique_ptr<sim_client>> clients;
-  std::vector<std::unique_ptr<sim_set_client>> set_clients;
   for (std::size_t k = 0; k < c.clients; ++k) {
     client_clock clock{rnd.between(1'000'000'000, 1'000'000'000'000),
                        rnd.between(-c.max_rate_ppm, c.max_rate_ppm)};
@@ -321,10 +319,12 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
     liveness_rule liveness{quiet, bound};
     bool sets = !pool.empty() && c.mutex_name[k] == run_config::set_client;
     clients.emplace_back();
-    set_clients.emplace_back();
     if (sets) {
-      set_clients.back() = std::make_unique<sim_set_client>(
-          w, check, pool, c.lock, c.request_timeout, index, c.cycles, liveness, c.bug);
+      std::vector<std::string> names;
+      for (const auto& k : pool) names.push_back(k.key);
+      clients.back() = std::make_unique<sim_client>(w, check, std::move(names), c.lock,
+                                                    c.request_timeout, index, c.cycles, liveness,
+                                                    c.bug);
       continue;
     }
     if (!pool.empty() && c.mutex_name[k] == run_config::read_write_client) {
@@ -400,11 +400,7 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
     if (c.far_node) w.set_node_network(*c.far_node, scaled(c.calm_net, c.far_factor));
   });
   for (std::size_t k = 0; k < c.clients; ++k) {
-    if (clients[k]) {
-      clients[k]->start(rnd.between(0, ttl));
-    } else {
-      set_clients[k]->start(rnd.between(0, ttl));
-    }
+    clients[k]->start(rnd.between(0, ttl));
   }
 
   // Generous: the liveness bounds catch a slow waiter long before this.
@@ -417,9 +413,6 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
     for (auto& client : clients) {
       if (client) client->check_finished();
     }
-    for (auto& client : set_clients) {
-      if (client) client->check_finished();
-    }
   }
   result.failure = check.failed() ? check.failure() : "";
   result.within_assumptions = check.within_assumptions();
@@ -427,7 +420,7 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
   result.ended_at = w.now();
   result.world = w.stats();
   for (std::size_t k = 0; k < c.clients; ++k) {
-    const auto& s = clients[k] ? clients[k]->stats() : set_clients[k]->stats();
+    const auto& s = clients[k]->stats();
     auto& sum = result.clients;
     sum.acquisitions += s.acquisitions;
     sum.grants += s.grants;
