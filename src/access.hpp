@@ -12,6 +12,7 @@
 
 #include "dlock/client.hpp"
 #include "dlock/mutex.hpp"
+#include "net/subscriber.hpp"
 #include "node_link.hpp"
 
 namespace dlock::detail {
@@ -50,6 +51,10 @@ struct access {
   static replication_guard* guard(const client& c) noexcept { return c.link_->guard.get(); }
   // The router of a redis-cluster:// client, or null.
   static cluster_router* cluster(const client& c) noexcept { return c.link_->cluster.get(); }
+  // Where a channel_subscriber of this client's node subscribes.
+  static subscription_site subscription_site_of(const client& c) {
+    return {c.where(), c.options(), c.link_->cluster, c.get_executor()};
+  }
   // A transaction's own connection, shared with no one: it may WATCH and MULTI.
   static void make_dedicated(client& c) noexcept { c.dedicated_ = true; }
 

@@ -12,6 +12,7 @@
 #include "algo/quorum_round.hpp"
 #include "observe.hpp"
 #include "replication_guard.hpp"
+#include "script.hpp"
 
 namespace dlock::detail {
 

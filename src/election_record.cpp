@@ -371,7 +371,7 @@ void election_watch::start() {
   std::weak_ptr<election_watch> weak = shared_from_this();
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     subscribers_.push_back(std::make_shared<channel_subscriber>(
-        nodes_[i], record_,
+        access::subscription_site_of(nodes_[i]), record_,
         [weak, i](std::string_view payload) {
           if (auto self = weak.lock()) self->on_news(i, payload);
         },

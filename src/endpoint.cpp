@@ -49,8 +49,8 @@ bool valid_host(std::string_view host, bool bracketed) {
   };
   if (bracketed) {
     // An IPv6 literal: hex digits, ':' (at least one) and '.' (an embedded IPv4), then an
-    // optional non-empty %zone. Found by fuzz/fuzz_endpoint: "[f1%0t1h73]" used to pass here
-    // and fail only at resolve time (and printed unbracketed, it no longer parsed).
+    // optional non-empty %zone, checked here so that "[f1%0t1h73]" fails now, not at resolve
+    // time (and printed unbracketed, it would not parse again).
     auto percent = host.find('%');
     auto address = host.substr(0, percent);
     if (address.find(':') == std::string_view::npos) return false;

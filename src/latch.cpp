@@ -58,7 +58,7 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
     // The message itself says it opened: a latch with a TTL shorter than a round trip may be
     // gone by the time a read comes, and must not look abandoned then.
     subscriber_ = std::make_shared<channel_subscriber>(
-        node_, channel_, [weak](std::string_view payload) {
+        access::subscription_site_of(node_), channel_, [weak](std::string_view payload) {
           auto self = weak.lock();
           if (!self) return;
           if (payload == "open") return self->finish({});

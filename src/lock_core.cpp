@@ -15,6 +15,7 @@
 #include "observe.hpp"
 #include "reentry.hpp"
 #include "replication_guard.hpp"
+#include "script.hpp"
 #include "slot_migration.hpp"
 #include "token.hpp"
 

@@ -36,8 +36,8 @@ command script_command(std::string_view verb, std::string_view body_or_sha, cons
 }
 
 // What is left of a request's timeout for its EVAL fallback, rounded up: truncated, a 1 ms
-// node_timeout (the default below a 20 ms TTL) left 0 after EVALSHA's round trip, so a node
-// with an empty script cache never got the script (found by the simulator, tests/sim).
+// node_timeout (the default below a 20 ms TTL) would leave 0 after EVALSHA's round trip, and a
+// node with an empty script cache would never get the script.
 std::chrono::milliseconds time_left(std::chrono::steady_clock::time_point deadline) {
   return std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
 }

@@ -12,6 +12,7 @@
 #include "algo/quorum_round.hpp"
 #include "algo/retry.hpp"
 #include "replication_guard.hpp"
+#include "script.hpp"
 #include "slot_migration.hpp"
 #include "token.hpp"
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
-/// dlock/options.hpp: the knobs of a lock, as an aggregate for designated initializers:
+/// dlock/options.hpp: the knobs of a lock and of a semaphore, as aggregates for designated
+/// initializers:
 /// ```
 /// dlock::mutex lock{nodes, "orders:42", {.ttl = 10s, .retry_delay = 50ms}};
 /// ```
@@ -70,6 +71,29 @@ struct lock_options {
   /// count is back at zero. release_after() and detach() on a lease that others still share
   /// only count it out (detach's token is the holding's: releasing it ends the holding for all).
   std::string reentrant{};
+};
+
+/// The knobs of a semaphore: TTL, fairness, retry pacing, wake-ups, key prefix. An aggregate,
+/// for designated initializers.
+struct semaphore_options {
+  /// How long the server keeps a permit if its holder vanishes. Valid: 1 ms to 30 days.
+  std::chrono::milliseconds ttl{10'000};
+  /// First come, first served (see semaphore.hpp) instead of whoever asks when a permit is free.
+  bool fair = false;
+  /// Between two attempts the caller sleeps a random time in [retry_delay/2, retry_delay], cut
+  /// short when a release wakes it. A fair waiter keeps its place in the queue for about two of
+  /// these between polls.
+  std::chrono::milliseconds retry_delay{50};
+  /// A waiter queues itself and a release wakes as many waiters as permits it freed, through
+  /// pub/sub (one extra connection per client); retry_delay remains the backstop for a lost
+  /// wake-up. Off: plain polling every retry_delay (for servers without pub/sub).
+  bool wake_on_release = true;
+  /// Deadline for each request to the node. 0 picks min(ttl / 10, the client's request_timeout).
+  std::chrono::milliseconds node_timeout{0};
+  /// Validity = ttl - time the acquisition took - (ttl * drift_factor + 2 ms). Valid: 0 to 0.5.
+  double drift_factor = 0.01;
+  /// Prepended to the semaphore's name to form its key.
+  std::string key_prefix{};
 };
 
 /// Limits checked before any I/O: the longest key (key_prefix + name), in bytes.

@@ -65,29 +65,6 @@ namespace detail {
 class semaphore_core;
 }
 
-/// The knobs of a semaphore: TTL, fairness, retry pacing, wake-ups, key prefix. An aggregate,
-/// for designated initializers.
-struct semaphore_options {
-  /// How long the server keeps a permit if its holder vanishes. Valid: 1 ms to 30 days.
-  std::chrono::milliseconds ttl{10'000};
-  /// First come, first served (see semaphore.hpp) instead of whoever asks when a permit is free.
-  bool fair = false;
-  /// Between two attempts the caller sleeps a random time in [retry_delay/2, retry_delay], cut
-  /// short when a release wakes it. A fair waiter keeps its place in the queue for about two of
-  /// these between polls.
-  std::chrono::milliseconds retry_delay{50};
-  /// A waiter queues itself and a release wakes as many waiters as permits it freed, through
-  /// pub/sub (one extra connection per client); retry_delay remains the backstop for a lost
-  /// wake-up. Off: plain polling every retry_delay (for servers without pub/sub).
-  bool wake_on_release = true;
-  /// Deadline for each request to the node. 0 picks min(ttl / 10, the client's request_timeout).
-  std::chrono::milliseconds node_timeout{0};
-  /// Validity = ttl - time the acquisition took - (ttl * drift_factor + 2 ms). Valid: 0 to 0.5.
-  double drift_factor = 0.01;
-  /// Prepended to the semaphore's name to form its key.
-  std::string key_prefix{};
-};
-
 /// A distributed counting semaphore on one Redis node: at most `limit` permits out at once,
 /// each acquisition a dlock::lease. semaphore.hpp has its variants, the permits' states and
 /// what threads may share.
@@ -115,8 +92,7 @@ class DLOCK_EXPORT semaphore {
   /// without limit, sleeping retry_delay (jittered, or until woken) between them. Blocks. Fails
   /// only with invalid_argument or an error that waiting cannot cure (wrong_type, no_permission,
   /// auth_failed ...); not_acquired, timeouts and unreachable nodes are waited out. For a
-  /// bounded wait use try_acquire_for/until or acquire_until. (Before issue 14 it gave up after
-  /// 1 + semaphore_options::retry_count attempts; that option is gone.)
+  /// bounded wait use try_acquire_for/until or acquire_until.
   lease acquire(std::error_code& ec);
   /// The same for `permits` at once.
   lease acquire(std::ptrdiff_t permits, std::error_code& ec);

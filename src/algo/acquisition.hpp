@@ -30,8 +30,7 @@
 #include "dlock/key_layout.hpp"
 #include "dlock/options.hpp"
 #include "dlock/reply.hpp"
-#include "dlock/semaphore.hpp"
-#include "script.hpp"
+#include "algo/request.hpp"
 
 namespace dlock::detail {
 

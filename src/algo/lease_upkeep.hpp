@@ -19,7 +19,7 @@
 #include "algo/quorum_round.hpp"
 #include "algo/targets.hpp"
 #include "dlock/reply.hpp"
-#include "script.hpp"
+#include "algo/request.hpp"
 
 namespace dlock::detail {
 

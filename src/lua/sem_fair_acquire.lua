@@ -71,8 +71,7 @@ end
 -- Drop expired holders and waiters that stopped polling from the timeouts set; intersecting
 -- with weights 0 (timeouts) and 1 (owners) drops them from owners too and keeps the tickets.
 -- ZINTERSTORE writes owners anew, without its expiry, which is therefore set again at once
--- (an attempt that neither is granted nor queues would otherwise leave it unset: found by the
--- simulator). An expired holder's permits come back without a wake-up: the waiters' next poll
+-- (an attempt that neither is granted nor queues would otherwise leave it unset). An expired holder's permits come back without a wake-up: the waiters' next poll
 -- finds them.
 -- An owners set without an expiry is one an earlier version of this script left behind: it may
 -- hold members whose timeout is gone, and is cleaned up the same way.
@@ -116,7 +115,7 @@ else
   ticket = redis.call('INCR', counter)
   -- A newcomer is never ranked ahead of anyone still in line, whatever became of the counter:
   -- it may have expired under a holder an earlier version's refresh kept, and such a client
-  -- may have started it again at 1 (a review found 3 holders of 2 so, new clients among them).
+  -- may have started it again at 1, which would let too many holders in.
   local last = redis.call('ZRANGE', owners, -1, -1, 'WITHSCORES')
   if last[2] and ticket <= tonumber(last[2]) then
     ticket = tonumber(last[2]) + 1

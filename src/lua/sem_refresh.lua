@@ -3,7 +3,7 @@
 -- KEYS[1]: the expiry set (holders, or the fair variant's timeouts); KEYS[2]: weights;
 -- KEYS[3], KEYS[4], KEYS[5] (fair variant only): owners, waiter info, the ticket counter; all
 -- the keys expire with the last member's expiry, as sem_fair_acquire.lua sets them (an info key
--- that outlived owners would keep the entries of waiters that left, found by review; a counter
+-- that outlived owners would keep the entries of waiters that left; a counter
 -- that went before a refreshed holder would let a client of an earlier version, which does not
 -- restart it above the tickets in line, rank a newcomer ahead of it).
 -- KEYS[6] (KEYS[3] for the unfair variant, which has no KEYS[3..5]): the name's own key, which

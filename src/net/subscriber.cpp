@@ -5,7 +5,6 @@
 
 #include <utility>
 
-#include "access.hpp"
 #include "dlock/key_layout.hpp"
 #include "net/cluster.hpp"
 
@@ -14,14 +13,14 @@ namespace {
 constexpr std::chrono::milliseconds min_backoff{250}, max_backoff{10'000};
 }
 
-channel_subscriber::channel_subscriber(client node, std::string channel,
+channel_subscriber::channel_subscriber(subscription_site site, std::string channel,
                                        std::function<void(std::string_view)> on_news,
                                        std::function<void()> on_lost)
-    : node_(std::move(node)),
+    : site_(std::move(site)),
       channel_(std::move(channel)),
       on_news_(std::move(on_news)),
       on_lost_(std::move(on_lost)),
-      retry_timer_(node_.get_executor()),
+      retry_timer_(site_.executor),
       backoff_(min_backoff) {}
 
 void channel_subscriber::start() {
@@ -39,8 +38,8 @@ void channel_subscriber::stop() {
 // The connection to subscribe on: the node's, or the current master of the channel's slot.
 // A connection left behind is closed; its handlers know it is no longer the one.
 bool channel_subscriber::connect() {
-  endpoint where = node_.where();
-  if (auto* router = access::cluster(node_)) {
+  endpoint where = site_.where;
+  if (auto* router = site_.cluster.get()) {
     auto owner = router->known_owner(hash_slot(channel_), true);  // unknown: a map read starts
     if (!owner) return false;
     if (conn_ && conn_->where().host == owner->host && conn_->where().port == owner->port) {
@@ -56,7 +55,7 @@ bool channel_subscriber::connect() {
     old->close(errc::cancelled);
   }
   try {
-    conn_ = std::make_shared<connection>(std::move(where), node_.options());
+    conn_ = std::make_shared<connection>(std::move(where), site_.options);
   } catch (const std::system_error&) {
     return false;  // TLS files that cannot be loaded: the client's own requests say so
   }
@@ -115,7 +114,7 @@ void channel_subscriber::retry_later(bool refresh_map) {
   if (stopped_) return;
   // On a cluster the slot's master may have failed over: nothing else would tell the router,
   // whose map only its own requests' failures renew, so ask for a fresh one (rate-limited).
-  if (auto* router = access::cluster(node_); router && refresh_map) router->refresh();
+  if (site_.cluster && refresh_map) site_.cluster->refresh();
   retry_timer_.expires_after(backoff_);
   backoff_ = std::min(2 * backoff_, max_backoff);
   retry_timer_.async_wait([weak = weak_from_this()](std::error_code ec) {

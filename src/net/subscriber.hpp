@@ -30,10 +30,19 @@
 
 namespace dlock::detail {
 
+class cluster_router;
+
+// Where a subscriber subscribes: a node, or the master of the channel's slot on a cluster.
+struct subscription_site {
+  endpoint where;
+  client_options options;
+  std::shared_ptr<cluster_router> cluster;  // redis-cluster:// only
+  io_executor executor;
+};
+
 class channel_subscriber : public std::enable_shared_from_this<channel_subscriber> {
  public:
-  // `node`: the client whose node (or, for a cluster, whose slot's master) to subscribe on.
-  channel_subscriber(client node, std::string channel,
+  channel_subscriber(subscription_site site, std::string channel,
                      std::function<void(std::string_view payload)> on_news,
                      std::function<void()> on_lost = {});
   void start();
@@ -46,7 +55,7 @@ class channel_subscriber : public std::enable_shared_from_this<channel_subscribe
   void lost();       // I/O thread: the confirmed subscription is gone
   void retry_later(bool refresh_map = true);
 
-  client node_;
+  subscription_site site_;
   std::shared_ptr<connection> conn_;  // I/O thread, after start()
   std::string channel_;
   std::function<void(std::string_view)> on_news_;

@@ -29,8 +29,7 @@ reply convert(const redisReply* r) {
 
 // hiredis 0.14 allocates an array's element table as soon as it reads the header, for up to
 // INT_MAX elements, and frees a partial one by visiting every slot: one "*1877585808\r\n" from
-// a peer costs a 15 GB table and seconds on the I/O thread that every lock shares (found by
-// fuzz/fuzz_reply_reader). No reply dlock deals in comes near this bound; a longer one is
+// a peer costs a 15 GB table and seconds on the I/O thread that every lock shares. No reply dlock deals in comes near this bound; a longer one is
 // refused, which hiredis reports as out of memory and next() as a protocol error.
 constexpr int max_array_elements = 1 << 24;
 void* (*hiredis_create_array)(const redisReadTask*, int) = nullptr;
