@@ -1,28 +1,55 @@
 // SPDX-License-Identifier: Apache-2.0
 // lockable.hpp: what the Lockable facades (mutex, shared_mutex) share. Private.
-//   release_for_unlock  releases the lease an unlock() finds, and says why it did not count
+//   holding            what one thread holds through the Lockable calls, and how its last call went
+//   lockable_holdings  one holding per thread: what lock() records, unlock() releases and
+//                      current_lease()/last_error() read
+// Thread-safe: one mutex guards the holdings; a release, which may block, runs outside it.
 #pragma once
 
-#include <chrono>
+#include <mutex>
 #include <system_error>
+#include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "dlock/error.hpp"
 #include "dlock/lease.hpp"
 
 namespace dlock::detail {
 
-// not_held for an empty lease; else the release's result, where "not ours" becomes lease_lost
-// or lease_expired when the lease was lost or ran out before. Judged before the release: once
-// it has run, "not ours" could not tell a lease that ran out (another owner may have held the
-// lock meanwhile) from one released twice.
-inline std::error_code release_for_unlock(lease& held) noexcept {
-  if (!held) return errc::not_held;
-  bool lost = held.lost().stop_requested();
-  bool expired = held.remaining() == std::chrono::milliseconds::zero();
-  std::error_code ec = held.release();
-  if (ec == errc::not_held && lost) ec = errc::lease_lost;
-  if (ec == errc::not_held && expired) ec = errc::lease_expired;
-  return ec;
-}
+// Each facade uses the fields it has: a mutex `nested` (lock_options::reentrant) and
+// `last_results`, a shared_mutex `shared`.
+struct holding {
+  lease held;
+  std::vector<lease> nested;  // re-entries on `held`, innermost last
+  bool shared = false;        // `held` is a reader's
+  std::error_code last_error;
+  node_results last_results;  // the per-node votes of the last round
+};
+
+class lockable_holdings {
+ public:
+  // Records a lock call for the calling thread: its error and votes become the last call's, and
+  // `l`, when not empty, is held (as a reader's when `shared`). A lease with the owner value of
+  // the one held is a re-entry and nests on it; any other replaces what was held, which is
+  // released.
+  void remember(lease l, std::error_code ec, node_results results, bool shared = false) noexcept;
+  // Whether the calling thread holds nothing; if it holds something, its last error becomes
+  // invalid_argument (for a facade that refuses to lock again, as std::shared_mutex does).
+  bool holds_nothing();
+  // unlock(): releases the calling thread's innermost re-entry, else what it holds if it holds
+  // it the way `shared` says, and records the outcome as its last error (not_held when there
+  // was nothing to release).
+  void unlock(bool shared = false) noexcept;
+
+  // The calling thread's lease, or nullptr; valid until that thread's next unlock().
+  const lease* current() const noexcept;
+  std::error_code last_error() const noexcept;  // of the calling thread's last call, or none
+  node_results last_results() const;             // of the calling thread's last round
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<std::thread::id, holding> by_thread_;
+};
 
 }  // namespace dlock::detail

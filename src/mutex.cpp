@@ -45,14 +45,15 @@ std::vector<client> per_copy(std::vector<client> nodes, const lock_options& o) {
 mutex::mutex(client node, std::string name, lock_options options)
     : mutex(std::vector<client>{std::move(node)}, std::move(name), std::move(options)) {}
 
-mutex::mutex(std::vector<client> nodes, std::string name, lock_options options) {
+mutex::mutex(std::vector<client> nodes, std::string name, lock_options options)
+    : holdings_(std::make_unique<detail::lockable_holdings>()) {
   std::string key = options.key_prefix + name;
   check_arguments(nodes, name, key, options);
   core_ = std::make_shared<detail::lock_core>(per_copy(std::move(nodes), options), std::move(key),
                                               std::move(options));
 }
 
-mutex::~mutex() = default;  // each thread's lease releases as by_thread_ goes
+mutex::~mutex() = default;  // each thread's lease releases as holdings_ goes
 
 void mutex::start_acquire(clock::time_point deadline, int attempts,
                           detail::unique_function<void(std::error_code, lease)> handler,
@@ -127,30 +128,12 @@ lease mutex::adopt(std::string token, std::uint64_t fencing_token) {
   return core_->adopt(std::move(token), fencing_token);
 }
 
-void mutex::remember(lease l, std::error_code ec, node_results results) noexcept {
-  lease replaced;  // released outside the lock (it may block)
-  std::vector<lease> replaced_nested;
-  {
-    std::lock_guard guard(state_mutex_);
-    auto& mine = by_thread_[std::this_thread::get_id()];
-    if (l && mine.held && l.value() == mine.held.value()) {
-      mine.nested.push_back(std::move(l));  // a re-entry (lock_options::reentrant)
-    } else if (l) {
-      replaced = std::exchange(mine.held, std::move(l));
-      replaced_nested = std::move(mine.nested);
-      mine.nested.clear();
-    }
-    mine.last_error = ec;
-    mine.last_results = std::move(results);
-  }
-}
-
 bool mutex::lock_until(clock::time_point deadline) {
   std::error_code ec;
   node_results results;
   lease l = acquire_until(deadline, &results, ec);
   bool ok = static_cast<bool>(l);
-  remember(std::move(l), ec, std::move(results));
+  holdings_->remember(std::move(l), ec, std::move(results));
   if (!ok && detail::throws_from_wait(ec, deadline)) {
     // A deadline can only end a wait; credentials, ACLs or a wrong key type will not heal.
     throw std::system_error(ec, "dlock: cannot lock " + key());
@@ -169,44 +152,15 @@ bool mutex::try_lock() {
   node_results results;
   lease l = try_acquire(&results, ec);
   bool ok = static_cast<bool>(l);
-  remember(std::move(l), ec, std::move(results));
+  holdings_->remember(std::move(l), ec, std::move(results));
   return ok;
 }
 
-void mutex::unlock() noexcept {
-  lease held;
-  {
-    std::lock_guard guard(state_mutex_);
-    auto mine = by_thread_.find(std::this_thread::get_id());
-    if (mine != by_thread_.end() && !mine->second.nested.empty()) {
-      held = std::move(mine->second.nested.back());
-      mine->second.nested.pop_back();
-    } else if (mine != by_thread_.end()) {
-      held = std::move(mine->second.held);
-    }
-  }
-  std::error_code ec = detail::release_for_unlock(held);
-  std::lock_guard guard(state_mutex_);
-  by_thread_[std::this_thread::get_id()].last_error = ec;
-}
+void mutex::unlock() noexcept { holdings_->unlock(); }
 
-const lease* mutex::current_lease() const noexcept {
-  std::lock_guard guard(state_mutex_);
-  auto mine = by_thread_.find(std::this_thread::get_id());
-  return mine != by_thread_.end() && mine->second.held ? &mine->second.held : nullptr;
-}
-
-std::error_code mutex::last_error() const noexcept {
-  std::lock_guard guard(state_mutex_);
-  auto mine = by_thread_.find(std::this_thread::get_id());
-  return mine != by_thread_.end() ? mine->second.last_error : std::error_code();
-}
-
-node_results mutex::last_results() const {
-  std::lock_guard guard(state_mutex_);
-  auto mine = by_thread_.find(std::this_thread::get_id());
-  return mine != by_thread_.end() ? mine->second.last_results : node_results();
-}
+const lease* mutex::current_lease() const noexcept { return holdings_->current(); }
+std::error_code mutex::last_error() const noexcept { return holdings_->last_error(); }
+node_results mutex::last_results() const { return holdings_->last_results(); }
 
 const std::string& mutex::key() const noexcept { return core_->key(); }
 std::size_t mutex::node_count() const noexcept { return core_->size(); }

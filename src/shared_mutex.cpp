@@ -3,7 +3,7 @@
 // reader takes one permit and a writer all of them. The fair semaphore's ranking by ticket is
 // what gives the read-write rules (dlock/shared_mutex.hpp): a grant needs the permits of
 // everyone ahead plus one's own to fit, so a writer ahead stops every reader behind it, and a
-// writer waits for everyone ahead. The Lockable facade keeps one lease per thread.
+// writer waits for everyone ahead. The Lockable facade keeps one lease per thread (lockable.hpp).
 #include "dlock/shared_mutex.hpp"
 
 #include <climits>
@@ -35,7 +35,7 @@ std::string cannot(const std::string& key, std::ptrdiff_t permits) {
 }  // namespace
 
 shared_mutex::shared_mutex(client node, std::string name, shared_mutex_options options)
-    : options_(std::move(options)) {
+    : options_(std::move(options)), holdings_(std::make_unique<detail::lockable_holdings>()) {
   std::string key = options_.key_prefix + name;
   detail::check_shared_options("read-write lock", name, key, options_);
   auto keys = shared_mutex_keys_for(key);
@@ -111,30 +111,13 @@ lease shared_mutex::acquire_or_throw(clock::time_point deadline, std::ptrdiff_t 
   return l;
 }
 
-bool shared_mutex::holds_nothing() {
-  std::lock_guard guard(state_mutex_);
-  auto& mine = by_thread_[std::this_thread::get_id()];
-  if (!mine.held) return true;
-  mine.last_error = errc::invalid_argument;  // not recursive, as std::shared_mutex is not
-  return false;
-}
-
-void shared_mutex::remember(lease l, bool shared, std::error_code ec) noexcept {
-  std::lock_guard guard(state_mutex_);
-  auto& mine = by_thread_[std::this_thread::get_id()];
-  if (l) {
-    mine.held = std::move(l);  // holds_nothing() said the slot was empty
-    mine.shared = shared;
-  }
-  mine.last_error = ec;
-}
-
 bool shared_mutex::lock_until(clock::time_point deadline, std::ptrdiff_t permits, bool once) {
-  if (!holds_nothing()) return false;
+  // A thread that holds it does not lock it again, as with std::shared_mutex.
+  if (!holdings_->holds_nothing()) return false;
   std::error_code ec;
   lease l = acquire_blocking(deadline, once ? 1 : INT_MAX, permits, ec);
   bool ok = static_cast<bool>(l);
-  remember(std::move(l), permits == 1, ec);
+  holdings_->remember(std::move(l), ec, /*results=*/{}, /*shared=*/permits == 1);
   // A deadline can only end a wait; credentials, ACLs or a wrong key type will not heal. A
   // try_lock() says false, as mutex::try_lock does (last_error() tells why).
   if (!ok && !once && detail::throws_from_wait(ec, deadline)) {
@@ -157,34 +140,11 @@ void shared_mutex::lock_shared() {
 }
 bool shared_mutex::try_lock_shared() { return lock_until(clock::time_point::max(), 1, true); }
 
-void shared_mutex::unlock_as(bool shared) noexcept {
-  lease held;
-  {
-    std::lock_guard guard(state_mutex_);
-    auto mine = by_thread_.find(std::this_thread::get_id());
-    if (mine != by_thread_.end() && mine->second.held && mine->second.shared == shared) {
-      held = std::move(mine->second.held);
-    }
-  }
-  std::error_code ec = detail::release_for_unlock(held);
-  std::lock_guard guard(state_mutex_);
-  by_thread_[std::this_thread::get_id()].last_error = ec;
-}
+void shared_mutex::unlock() noexcept { holdings_->unlock(false); }
+void shared_mutex::unlock_shared() noexcept { holdings_->unlock(true); }
 
-void shared_mutex::unlock() noexcept { unlock_as(false); }
-void shared_mutex::unlock_shared() noexcept { unlock_as(true); }
-
-const lease* shared_mutex::current_lease() const noexcept {
-  std::lock_guard guard(state_mutex_);
-  auto mine = by_thread_.find(std::this_thread::get_id());
-  return mine != by_thread_.end() && mine->second.held ? &mine->second.held : nullptr;
-}
-
-std::error_code shared_mutex::last_error() const noexcept {
-  std::lock_guard guard(state_mutex_);
-  auto mine = by_thread_.find(std::this_thread::get_id());
-  return mine != by_thread_.end() ? mine->second.last_error : std::error_code();
-}
+const lease* shared_mutex::current_lease() const noexcept { return holdings_->current(); }
+std::error_code shared_mutex::last_error() const noexcept { return holdings_->last_error(); }
 
 const std::string& shared_mutex::key() const noexcept { return core_->key(); }
 const shared_mutex_options& shared_mutex::options() const noexcept { return options_; }

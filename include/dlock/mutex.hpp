@@ -27,10 +27,8 @@
 #include <chrono>
 #include <climits>
 #include <memory>
-#include <mutex>
+#include <stop_token>
 #include <string>
-#include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "dlock/client.hpp"
@@ -44,6 +42,7 @@ namespace dlock {
 
 namespace detail {
 class lock_core;
+class lockable_holdings;  // what each thread holds through the Lockable calls (src/lockable.hpp)
 struct access;  // the library's way in to the private cores (src/access.hpp)
 }
 
@@ -197,19 +196,10 @@ class DLOCK_EXPORT mutex {
   lease acquire_or_throw(clock::time_point deadline);
   lease acquire_blocking(clock::time_point deadline, int attempts, std::error_code& ec,
                          node_results* nodes);
-  void remember(lease l, std::error_code ec, node_results results) noexcept;
-
-  // What one thread holds through the Lockable API, and how its last call went.
-  struct holding {
-    lease held;
-    std::vector<lease> nested;  // lock_options::reentrant: re-entries on `held`, innermost last
-    std::error_code last_error;
-    node_results last_results;
-  };
 
   std::shared_ptr<detail::lock_core> core_;
-  mutable std::mutex state_mutex_;
-  std::unordered_map<std::thread::id, holding> by_thread_;
+  // Declared after core_, so that the threads' leases are released before the core goes.
+  std::unique_ptr<detail::lockable_holdings> holdings_;
 };
 
 }  // namespace dlock

@@ -47,10 +47,8 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
-#include <mutex>
+#include <stop_token>
 #include <string>
-#include <thread>
-#include <unordered_map>
 
 #include "dlock/client.hpp"
 #include "dlock/detail/async.hpp"
@@ -64,6 +62,7 @@ namespace dlock {
 
 namespace detail {
 class semaphore_core;
+class lockable_holdings;  // what each thread holds through the Lockable calls (src/lockable.hpp)
 }
 
 /// The knobs of a read-write lock. An aggregate, for designated initializers.
@@ -224,22 +223,11 @@ class DLOCK_EXPORT shared_mutex {
   lease acquire_or_throw(clock::time_point deadline, std::ptrdiff_t permits);
   // `once`: one attempt (try_lock), which never throws.
   bool lock_until(clock::time_point deadline, std::ptrdiff_t permits, bool once = false);
-  void unlock_as(bool shared) noexcept;
-
-  // What one thread holds through the Lockable calls, and how its last call went.
-  struct holding {
-    lease held;
-    bool shared = false;
-    std::error_code last_error;
-  };
-  // Whether the calling thread holds nothing (else records invalid_argument).
-  bool holds_nothing();
-  void remember(lease l, bool shared, std::error_code ec) noexcept;
 
   shared_mutex_options options_;
   std::shared_ptr<detail::semaphore_core> core_;
-  mutable std::mutex state_mutex_;
-  std::unordered_map<std::thread::id, holding> by_thread_;
+  // Declared after core_, so that the threads' leases are released before the core goes.
+  std::unique_ptr<detail::lockable_holdings> holdings_;
 };
 
 }  // namespace dlock
