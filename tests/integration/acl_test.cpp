@@ -33,13 +33,11 @@
 #include "support/seen_events.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
-using test::eventually;
-using test::redis_server;
 
 // The rules exactly as docs/security.md gives them: the words of the ``` block that follows
 // "<!-- acl-rule: TAG -->" there. Testing the document's own text keeps the two from drifting.
@@ -477,4 +475,4 @@ TEST_F(AclTest, AReleaserWithoutTheChannelReleasesButCannotWakeAQueuedWaiter) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

@@ -29,17 +29,12 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
-using test::fake_peer;
-using test::raw_command;
-using test::redis_server;
-using test::server_options;
-using test::test_key;
 
 milliseconds since(steady::time_point t0) {
   return std::chrono::duration_cast<milliseconds>(steady::now() - t0);
@@ -473,4 +468,4 @@ TEST(ForkTest, AnExecutedChildInheritsNoSocketOfDlock) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

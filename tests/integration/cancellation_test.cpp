@@ -23,13 +23,11 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
-using test::redis_server;
-using test::test_key;
 
 // How soon after the signal a cancelled wait must have ended.
 const auto prompt = test::scaled(100ms);
@@ -159,4 +157,4 @@ TEST_F(CancellationTest, ALockSetElectionAndLatchWaitEnd) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

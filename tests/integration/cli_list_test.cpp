@@ -38,14 +38,11 @@
 
 extern char** environ;
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
-using test::eventually;
-using test::redis_server;
-using test::test_key;
 namespace fs = std::filesystem;
 
 struct cli_result {
@@ -569,4 +566,4 @@ TEST(CliListClusterTest, ListsTheNamesOfEveryMaster) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

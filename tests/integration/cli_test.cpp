@@ -45,16 +45,12 @@
 
 extern char** environ;
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
-using test::redis_server;
-using test::test_key;
 namespace fs = std::filesystem;
-
-using test::eventually;
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p);
@@ -326,7 +322,6 @@ class CliTest : public ::testing::Test {
   redis_server server_;
   fs::path dir_;
 };
-
 
 std::pair<int, std::string> CliTest::run_on_terminal(std::vector<std::string> args) {
   int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
@@ -1282,9 +1277,9 @@ TEST_F(CliTest, RunAlsoHoldsSeveralLocksAllOrNone) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 TEST_F(CliTest, DoctorWarnsAboutAWeakDeploymentAndPassesASoundOne) {
@@ -1418,10 +1413,10 @@ TEST_F(CliTest, ShippedAlertRulesPassPromtool) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test
 
 // Too short a TTL, and the keys dlock keeps beside a lock, are usage errors (issue 21).
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 // A TTL too short to leave any validity after a round is a usage error naming the minimum,
@@ -1501,12 +1496,12 @@ TEST_F(CliTest, ALocksCompanionKeysAreNoLockNames) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test
 
 // `dlock run` never lets work go on without the lock (issue 21): what kills dlock ends CMD's
 // whole tree, leftovers of CMD keep the lock or are ended, signals are forwarded, durations
 // saturate, and an outage stops CMD before the lease's validity ends.
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 // Runs `dlock args...` with stderr a pipe whose reader has gone (a closed log pipe): every
@@ -2537,4 +2532,4 @@ TEST_F(CliTest, ForceReleaseEvictsTheHolderSaysWhoAndHandsTheLockOn) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

@@ -31,18 +31,12 @@
 #include "support/test_keys.hpp"
 #include "support/checks.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
-using test::fake_peer;
-using test::redis_server;
-using test::server_options;
-using test::test_key;
-
-using test::eventually;
 
 milliseconds since(steady::time_point t0) {
   return std::chrono::duration_cast<milliseconds>(steady::now() - t0);
@@ -90,7 +84,6 @@ long long unread_by_server(unsigned short port) {
   }
   return unread;
 }
-
 
 class ClientTest : public ::testing::Test {
  protected:
@@ -720,7 +713,6 @@ TEST_F(ClientTest, AsyncExecWithUseFuture) {
   }
 }
 
-
 // Commands that change the shared connection's state would move every lock of the client to
 // another database or user, or into a user's MULTI: refused before anything is sent.
 TEST_F(ClientTest, ExecRefusesCommandsThatChangeTheConnectionsState) {
@@ -758,4 +750,4 @@ TEST_F(ClientTest, ExecRefusesCommandsThatChangeTheConnectionsState) {
   EXPECT_FALSE(ec);
 }
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

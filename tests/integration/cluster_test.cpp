@@ -23,13 +23,10 @@
 #include "support/seen_events.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
-using test::raw_command_complete;
-using test::redis_cluster;
-using test::redis_cluster_options;
 
 // The number after `field` in the node's INFO `section`, 0 when absent.
 long long info_count(redis_cluster& c, int node, const std::string& section,
@@ -1061,4 +1058,4 @@ TEST_F(ClusterTest, ALatchOpensForItsWaitersInTheNamesSlot) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

@@ -13,12 +13,10 @@
 #include "support/checks.hpp"
 #include "support/redis_server.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
-using test::redis_server;
-using test::server_options;
 using code = warning::code;
 
 const server_options durable{.persistence = true};
@@ -261,4 +259,4 @@ TEST(DiagnosticsTest, WarningsPrintAsOneLine) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

@@ -31,14 +31,12 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
-using test::redis_server;
-using test::test_key;
 
 milliseconds since(steady::time_point t0) {
   return std::chrono::duration_cast<milliseconds>(steady::now() - t0);
@@ -609,4 +607,4 @@ TEST_F(DirectIoTest, DroppedSpareConnectionsComeBack) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

@@ -18,17 +18,11 @@
 #include "support/seen_events.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
-using test::redis_server;
-using test::test_key;
 using change = election_event::change;
-
-using test::eventually;
-
-using test::seen_events;
 
 std::string describe(const std::vector<election_event>& events) {
   std::string out;
@@ -372,4 +366,4 @@ TEST_F(ElectionRedlockTest, AMajorityElectsAndObserversMergeTheNodes) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

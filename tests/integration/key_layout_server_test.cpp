@@ -14,12 +14,10 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
-using test::redis_server;
-using test::test_key;
 using steady = std::chrono::steady_clock;
 
 TEST(KeyLayoutServerTest, HashSlotAgreesWithClusterKeyslot) {
@@ -106,4 +104,4 @@ TEST_F(KeyLayoutMutexTest, ReleasingAPlainNameNeverHandsOnItsBracedTwin) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

@@ -20,13 +20,10 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
-using test::eventually;
-using test::redis_server;
-using test::test_key;
 
 class LatchTest : public ::testing::Test {
  protected:
@@ -209,4 +206,4 @@ TEST_F(LatchTest, BadInputIsRefused) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

@@ -25,13 +25,10 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
-using test::redis_server;
-using test::scaled;
-using test::test_key;
 
 // Waits for a callback's error code, failing the test instead of hanging when it never comes.
 std::error_code await(std::future<std::error_code>& f) {
@@ -261,4 +258,4 @@ TEST_F(LeaseAsyncTest, AsyncExtendPushesTheExpiryOut) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

@@ -21,15 +21,10 @@
 #include "support/test_keys.hpp"
 #include "support/checks.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
-using test::redis_server;
-using test::test_key;
-
-using test::eventually;
-using test::scaled;
 
 class LeaseTest : public ::testing::Test {
  protected:
@@ -415,4 +410,4 @@ TEST_F(LeaseTest, PausedHolderLosesTheLeaseAndItsFencedWriteIsRejected) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

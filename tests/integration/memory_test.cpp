@@ -15,12 +15,10 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
-using test::raw_command;
-using test::redis_server;
 
 long long dbsize(const redis_server& s) {
   auto r = raw_command(s.port(), "DBSIZE");
@@ -193,4 +191,4 @@ TEST(MemoryTest, FencesKeepRisingAfterTheCounterExpired) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

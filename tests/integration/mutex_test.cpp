@@ -19,13 +19,10 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
-using test::eventually;
-using test::redis_server;
-using test::test_key;
 using steady = std::chrono::steady_clock;
 
 class MutexTest : public ::testing::Test {
@@ -423,7 +420,6 @@ TEST_F(MutexTest, KilledHolderFreesTheLockAfterItsTtlNotBefore) {
   m.unlock();
 }
 
-
 // A mutex shared by threads: A's lease runs out while A is still inside, B locks, and A's
 // unlock() must release A's own (expired) acquisition, never B's.
 TEST_F(MutexTest, UnlockReleasesOnlyTheCallingThreadsAcquisition) {
@@ -465,4 +461,4 @@ TEST_F(MutexTest, UnlockOnAThreadThatHoldsNothingIsNotHeld) {
   EXPECT_FALSE(m.last_error());
 }
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

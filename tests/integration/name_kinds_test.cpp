@@ -21,13 +21,10 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
-using test::eventually;
-using test::redis_server;
-using test::test_key;
 
 class NameKindTest : public ::testing::TestWithParam<bool> {  // fair?
  protected:
@@ -257,4 +254,4 @@ TEST(NameKindLatchTest, ALatchIsRefusedWhereALockHoldsTheNameAndALockWaitsForALa
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

@@ -26,15 +26,11 @@
 #include "support/test_keys.hpp"
 #include "support/checks.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
-using test::redis_server;
-using test::test_key;
 namespace fs = std::filesystem;
-
-using test::eventually;
 
 long long value_of(const std::string& text, const std::string& series) {
   return static_cast<long long>(test::metric_value(text, series));
@@ -46,8 +42,6 @@ std::string read_file(const fs::path& p) {
   s << in.rdbuf();
   return s.str();
 }
-
-using test::promtool_check;
 
 class ObserverTest : public ::testing::Test {
  protected:
@@ -289,4 +283,4 @@ TEST_F(ObserverTest, WritesTheTextfileAtomicallyOrNotAtAll) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

@@ -19,13 +19,11 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
-using test::redis_server;
-using test::test_key;
 
 class OneMeaningTest : public ::testing::Test {
  protected:
@@ -306,4 +304,4 @@ TEST_F(OneMeaningTest, AWaitWithoutADeadlineEndsWhenTheTtlIsShorterThanARoundTri
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

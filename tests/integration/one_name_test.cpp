@@ -23,14 +23,10 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
-using test::eventually;
-using test::raise_to;
-using test::redis_server;
-using test::test_key;
 
 // The Lua scripts' mark (rw_name.lua) is the header's.
 const std::string rw_mark{read_write_lock_mark};
@@ -372,4 +368,4 @@ TEST_F(OneNameTest, ANameThatIsNoLockIsRefusedWithWrongType) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

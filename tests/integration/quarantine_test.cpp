@@ -16,14 +16,11 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
-using test::eventually;
-using test::redis_server;
-using test::test_key;
 
 // Long enough for a handful of refused tries to fit in it on a slow build.
 const auto quarantine = test::scaled(1500ms);
@@ -216,4 +213,4 @@ TEST(QuarantineTest, AUserWhoMayNotWriteTheNodesKeysGetsAClearError) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

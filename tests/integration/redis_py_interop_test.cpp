@@ -18,11 +18,8 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
-
-using test::redis_server;
-using test::test_key;
 
 // Debian's interpreter, where python3-redis is installed (not whatever python3 PATH finds).
 constexpr const char* python = "/usr/bin/python3";
@@ -115,4 +112,4 @@ TEST_F(RedisPyInteropTest, ItsLockAndDlocksMutexAreOneLock) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

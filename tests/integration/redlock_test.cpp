@@ -28,15 +28,10 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
-using test::monitor_args;
-using test::raw_connection;
-using test::redis_server;
-using test::server_options;
-using test::test_key;
 using vote = node_result::vote;
 using steady = std::chrono::steady_clock;
 
@@ -567,7 +562,6 @@ TEST_F(RedlockTest, ExtendNeedsAQuorumAndReportsALossWhenAnotherOwnerHasIt) {
   for (std::size_t i : {2u, 3u, 4u}) EXPECT_EQ(get(i, test_key()), other_owner);
 }
 
-
 // Redlock over 3 nodes with one down and the lock held: a waiter's rounds keep the retry
 // pace (each round takes at least retry_delay / 2), whatever its wake inbox on the dead node
 // does. The review saw about 15,000 acquire scripts in 2 s here.
@@ -611,4 +605,4 @@ TEST_F(RedlockTest, UnlockReportsThatAQuorumMayStillHoldTheKey) {
   servers_[2]->resume();
 }
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

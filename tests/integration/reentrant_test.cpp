@@ -19,13 +19,10 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
-using test::eventually;
-using test::redis_server;
-using test::test_key;
 
 class ReentrantTest : public ::testing::Test {
  protected:
@@ -196,4 +193,4 @@ TEST_F(ReentrantTest, WorksOnRedlockAndIsRefusedWhereItHasNoMeaning) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

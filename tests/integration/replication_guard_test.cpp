@@ -19,13 +19,11 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
-using test::redis_server;
-using test::test_key;
 
 // A long timeout: a confirmation returns as soon as the replica acknowledged, and a slow
 // process (TSan) must not turn a healthy replica into a miss; a miss then takes 2 s.
@@ -212,4 +210,4 @@ TEST(ReplicationGuardInputTest, BadOptionsAreRefused) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

@@ -18,14 +18,10 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
-using test::eventually;
-using test::redis_server;
-using test::scaled;
-using test::test_key;
 using steady = std::chrono::steady_clock;
 
 // INCR on entry with the highest value kept, DECR on exit: an occupancy count that owes nothing
@@ -636,4 +632,4 @@ TEST_F(SemaphoreTest, FairWaiterInfoExpiresWithTheOtherKeysAfterARefresh) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

@@ -22,17 +22,10 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
-using test::backstop;
-using test::eventually;
-using test::redis_server;
-using test::scaled;
-using test::test_key;
-using test::within_wakeups;
-using test::woken_within;
 using steady = std::chrono::steady_clock;
 
 double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
@@ -571,4 +564,4 @@ TEST_F(SemaphoreFairHandoffTest, AWaiterThatNoLongerListensIsDroppedAndTheNextSe
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

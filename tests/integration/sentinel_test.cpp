@@ -19,16 +19,11 @@
 #include "support/sentinel_group.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
-using test::eventually;
-using test::raw_command;
-using test::redis_server;
-using test::sentinel_group;
-using test::test_key;
 
 std::string get_raw(unsigned short port, const std::string& key) {
   return raw_command(port, "GET " + key);
@@ -385,4 +380,4 @@ TEST(SentinelBadInputTest, APlainRedisIsNoSentinel) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

@@ -25,14 +25,10 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
-using test::eventually;
-using test::raise_to;
-using test::redis_server;
-using test::test_key;
 
 class SharedMutexTest : public ::testing::Test {
  protected:
@@ -409,4 +405,4 @@ TEST_F(SharedMutexTest, BadArgumentsAndWrongTypeAreTypedErrors) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

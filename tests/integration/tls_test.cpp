@@ -25,16 +25,12 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
-using test::eventually;
-using test::redis_server;
-using test::server_options;
-using test::test_key;
 
 // Runs a shell command line, its output into <dir>/openssl.log; at most 30 s.
 bool sh(const std::string& dir, const std::string& line) {
@@ -526,4 +522,4 @@ TEST_F(TlsTest, TheCommandLineToolSpeaksTlsWithItsFlags) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

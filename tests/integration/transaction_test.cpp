@@ -11,12 +11,10 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
-using test::redis_server;
-using test::test_key;
 
 long long integer_of(const reply& r) { return r.is_nil() ? 0 : std::stoll(r.str()); }
 
@@ -212,4 +210,4 @@ TEST_F(TransactionTest, ExceptionFromTheBodyPropagatesAndSendsNothing) {
 }
 
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test

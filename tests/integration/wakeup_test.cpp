@@ -21,17 +21,10 @@
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
-namespace dlock {
+namespace dlock::test {
 namespace {
 
 using namespace std::chrono_literals;
-using test::backstop;
-using test::eventually;
-using test::redis_server;
-using test::scaled;
-using test::test_key;
-using test::within_wakeups;
-using test::woken_within;
 using steady = std::chrono::steady_clock;
 
 double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
@@ -476,7 +469,6 @@ TEST_F(WakeupTest, FairModeIsRejectedForSeveralNodes) {
                std::system_error);
 }
 
-
 // The queue keys live twice the longest waiter ttl: a waiter with a short retry_delay must not
 // cut them to its own, or a patient waiter would lose its place (and fair mode its order).
 TEST_F(WakeupTest, AHastyWaiterNeverShortensThePatientOnesQueue) {
@@ -533,4 +525,4 @@ TEST_F(WakeupTest, SemaphoreRetriesKeepTheirPaceWhenTheNodeIsDown) {
   }
 }
 }  // namespace
-}  // namespace dlock
+}  // namespace dlock::test
