@@ -124,6 +124,29 @@ class AclTest : public ::testing::Test {
     return admin_.exec({"ZCARD", "{" + key + "}:waiters"}).integer();
   }
 
+  // Starts `waiter`'s try_lock_for(30 s) on another thread, waits until `is_waiting()` (else
+  // fails with `not_waiting`), lets `release()` free the lock, and expects the waiter to get it
+  // within 2 s of that: woken by the release, not by its backstop (half a retry_delay at the
+  // soonest).
+  template <class IsWaiting, class Release>
+  void expect_woken_by_the_release(mutex& waiter, IsWaiting is_waiting, const char* not_waiting,
+                                   Release release) {
+    auto acquired = std::async(std::launch::async, [&] {
+      bool ok = waiter.try_lock_for(test::scaled(30s));
+      auto at = steady::now();
+      if (ok) waiter.unlock();
+      return std::make_pair(ok, at);
+    });
+    EXPECT_TRUE(eventually(is_waiting)) << not_waiting;
+    auto released = steady::now();
+    release();
+    ASSERT_EQ(acquired.wait_for(test::scaled(40s)), std::future_status::ready);
+    auto [ok, at] = acquired.get();
+    EXPECT_TRUE(ok) << waiter.last_error().message();
+    EXPECT_LT(at - released, test::scaled(2s))
+        << "woken by the release, not by its backstop (half a retry_delay at the soonest)";
+  }
+
   redis_server server_;
   client admin_{server_.url()};
   std::string name_ = test::test_key();
@@ -168,21 +191,9 @@ TEST_F(AclTest, LeastPrivilegeUserIsWokenByAForeignRelease) {
   lock_options o = under_prefix_;
   o.retry_delay = test::scaled(12s);  // the backstop: far longer than a wake-up takes
   mutex waiter{u, name_, o};
-  auto acquired = std::async(std::launch::async, [&] {
-    bool ok = waiter.try_lock_for(test::scaled(30s));
-    auto at = steady::now();
-    if (ok) waiter.unlock();
-    return std::make_pair(ok, at);
-  });
-  auto watches = [&] { return test::command_calls(admin_)["client|tracking"] > 0; };
-  EXPECT_TRUE(eventually(watches)) << "the waiter never watched the key";
-  auto released = steady::now();
-  admin_.exec({"DEL", "locks:" + name_});
-  ASSERT_EQ(acquired.wait_for(test::scaled(40s)), std::future_status::ready);
-  auto [ok, at] = acquired.get();
-  EXPECT_TRUE(ok) << waiter.last_error().message();
-  EXPECT_LT(at - released, test::scaled(2s))
-      << "woken by the release, not by its backstop (half a retry_delay at the soonest)";
+  expect_woken_by_the_release(
+      waiter, [&] { return test::command_calls(admin_)["client|tracking"] > 0; },
+      "the waiter never watched the key", [&] { admin_.exec({"DEL", "locks:" + name_}); });
   expect_no_denials();
 }
 
@@ -197,21 +208,9 @@ TEST_F(AclTest, LeastPrivilegeUserWaitsAndIsWokenByTheRelease) {
     o.retry_delay = test::scaled(12s);  // the backstop: far longer than a wake-up takes
     mutex waiter{u, name_, o};
     ASSERT_TRUE(holder.try_lock()) << holder.last_error().message();
-    auto acquired = std::async(std::launch::async, [&] {
-      bool ok = waiter.try_lock_for(test::scaled(30s));
-      auto at = steady::now();
-      if (ok) waiter.unlock();
-      return std::make_pair(ok, at);
-    });
-    EXPECT_TRUE(eventually([&] { return queued_waiters("locks:" + name_) >= 1; }))
-        << "the waiter never queued";
-    auto released = steady::now();
-    holder.unlock();
-    ASSERT_EQ(acquired.wait_for(test::scaled(40s)), std::future_status::ready);
-    auto [ok, at] = acquired.get();
-    EXPECT_TRUE(ok) << waiter.last_error().message();
-    EXPECT_LT(at - released, test::scaled(2s))
-        << "woken by the release, not by its backstop (half a retry_delay at the soonest)";
+    expect_woken_by_the_release(
+        waiter, [&] { return queued_waiters("locks:" + name_) >= 1; }, "the waiter never queued",
+        [&] { holder.unlock(); });
   }
   expect_no_denials();
 }

@@ -26,6 +26,7 @@
 #include "script.hpp"
 #include "support/checks.hpp"
 #include "support/fake_peer.hpp"
+#include "support/loopback.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
 
@@ -36,14 +37,6 @@ using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
 
-milliseconds since(steady::time_point t0) {
-  return std::chrono::duration_cast<milliseconds>(steady::now() - t0);
-}
-
-std::string url_of(const fake_peer& peer) {
-  return "redis://127.0.0.1:" + std::to_string(peer.port());
-}
-
 // What a bounded wait may take beyond its deadline: the bound, on a plain build of an
 // idle machine (scaled: a slow build or a busy machine wakes the caller later, and the other
 // outcome, a wait for a node's timeout, is still far above it).
@@ -51,7 +44,7 @@ const milliseconds late_by_at_most = test::scaled(50ms);
 
 TEST(DeadlineBoundTest, AWaitOnASilentNodeEndsByItsDeadline) {
   fake_peer silent{fake_peer::mode::silent};
-  client node{url_of(silent)};
+  client node{silent.url()};
   mutex lock{node, test_key()};
   for (milliseconds wait : {100ms, 300ms, 1500ms}) {
     auto t0 = steady::now();
@@ -147,7 +140,7 @@ TEST(DeadlineBoundTest, AZeroWaitMakesOneWholeAttempt) {
 TEST(DeadlineBoundTest, ARedlockWithOneSilentNodeEndsByItsDeadlineWhenTheLockIsTaken) {
   redis_server a, b;
   fake_peer silent{fake_peer::mode::silent};
-  std::vector<client> nodes{client{a.url()}, client{b.url()}, client{url_of(silent)}};
+  std::vector<client> nodes{client{a.url()}, client{b.url()}, client{silent.url()}};
   const std::string key = test_key();
   mutex holder{nodes, key};
   auto held = holder.acquire();  // the two live nodes grant: a quorum without the silent one
@@ -205,10 +198,7 @@ TEST(DeadlineBoundTest, AnAttemptGivenUpAtTheDeadlineIsNotResentAfterItsCleanup)
 // A bare connection that PINGs once, so that the server counts it as a client; -1 on failure.
 int take_a_client_slot(unsigned short port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
+  sockaddr_in addr = loopback_address(port);
   const char ping[] = "PING\r\n";
   char buf[16];
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||

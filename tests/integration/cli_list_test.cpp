@@ -32,11 +32,10 @@
 #include "dlock/semaphore.hpp"
 #include "dlock/shared_mutex.hpp"
 #include "support/checks.hpp"
+#include "support/dlock_cli.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
-
-extern char** environ;
 
 namespace dlock::test {
 namespace {
@@ -50,38 +49,20 @@ struct cli_result {
   std::string out, err;
 };
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // Runs `dlock args...` with stdin from /dev/null and without our DLOCK_* environment; -1 when it
 // does not end within scaled(20 s) (it is killed then).
 cli_result run_dlock(std::vector<std::string> args) {
   char tmpl[] = "/tmp/dlock-list-test-XXXXXX";
   if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp");
   const fs::path dir = tmpl, out = dir / "out", err = dir / "err";
-  args.insert(args.begin(), DLOCK_CLI_PATH);
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    if (!std::string_view(*e).starts_with("DLOCK_")) env.emplace_back(*e);
-  }
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  pid_t pid = spawn_cli(std::move(args), {}, fa);
   posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) throw std::runtime_error("cannot start " DLOCK_CLI_PATH);
+  if (pid < 0) throw std::runtime_error("cannot start " DLOCK_CLI_PATH);
   cli_result r;
   const auto until = steady::now() + test::scaled(20s);
   for (int status = 0;;) {

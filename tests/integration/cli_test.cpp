@@ -36,14 +36,14 @@
 #include "dlock/mutex.hpp"
 #include "dlock/semaphore.hpp"
 #include "support/commandstats.hpp"
+#include "support/dlock_cli.hpp"
+#include "support/loopback.hpp"
 #include "support/promtool.hpp"
 #include "support/redis_server.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/sentinel_group.hpp"
 #include "support/test_keys.hpp"
 #include "support/checks.hpp"
-
-extern char** environ;
 
 namespace dlock::test {
 namespace {
@@ -52,32 +52,8 @@ using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // Creates the empty file `p`: what a test's CMD waits for before it exits.
 void touch(const fs::path& p) { std::ofstream{p}; }
-
-// The environment for the CLI: ours without any DLOCK_* setting and without what `extra`
-// sets (getenv finds the first of two), plus `extra`.
-std::vector<std::string> cli_environment(const std::vector<std::string>& extra) {
-  std::vector<std::string> env;
-  auto overridden = [&](std::string_view entry) {
-    auto name = entry.substr(0, entry.find('=') + 1);
-    return std::any_of(extra.begin(), extra.end(),
-                       [&](const std::string& x) { return x.starts_with(name); });
-  };
-  for (char** e = environ; *e; ++e) {
-    if (std::string_view(*e).starts_with("DLOCK_") || overridden(*e)) continue;
-    env.emplace_back(*e);
-  }
-  env.insert(env.end(), extra.begin(), extra.end());
-  return env;
-}
 
 // One `dlock ...` process; stdout and stderr go to files (stderr to `stderr_fd` if one is
 // given), stdin is /dev/null. A holder's CMD is `exec sleep 100000`: it holds until the test
@@ -90,13 +66,6 @@ class cli_process {
     auto n = std::to_string(++counter);
     out_ = dir / ("out." + n);
     err_ = dir / ("err." + n);
-    args.insert(args.begin(), DLOCK_CLI_PATH);
-    std::vector<char*> argv, envp;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    auto full_env = cli_environment(env);
-    for (auto& e : full_env) envp.push_back(e.data());
-    envp.push_back(nullptr);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -106,9 +75,9 @@ class cli_process {
     } else {
       posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     }
-    int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), envp.data());
+    pid_ = spawn_cli(std::move(args), env, fa);
     posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) throw std::runtime_error("cannot start " DLOCK_CLI_PATH);
+    if (pid_ < 0) throw std::runtime_error("cannot start " DLOCK_CLI_PATH);
   }
   // A dlock still running (a holder the test did not end, a test that failed midway) is ended
   // as a user would end it: SIGTERM, which it forwards to CMD before it releases (SIGCONT in
@@ -135,6 +104,11 @@ class cli_process {
   // Never once it has been waited for: kill(-1, sig) would reach every process we may signal.
   void signal(int sig) {
     if (pid_ > 0) ::kill(pid_, sig);
+  }
+  // Sends SIGTERM, as a user ending it would, and returns wait(limit).
+  int terminate(std::chrono::milliseconds limit = 20s) {
+    signal(SIGTERM);
+    return wait(limit);
   }
   // The exit status if it has ended (then as wait() gives it), else nullopt.
   std::optional<int> try_wait() {
@@ -290,6 +264,22 @@ class CliTest : public ::testing::Test {
                                      int stderr_fd = -1) {
     return std::make_unique<cli_process>(dir_, std::move(args), std::move(env), stderr_fd);
   }
+  // Starts `dlock args... sh -c "<script>; exec sleep 100000"`: its CMD runs `script`, then
+  // holds until the test ends it.
+  std::unique_ptr<cli_process> start_sleeping(std::vector<std::string> args,
+                                              const std::string& script) {
+    args.insert(args.end(), {"sh", "-c", script + "; exec sleep 100000"});
+    return start(std::move(args));
+  }
+  // start_sleeping() with `touch <marker>` as the script, and waits until its CMD runs; nullptr
+  // (and a failure) if it never does.
+  std::unique_ptr<cli_process> start_holder(std::vector<std::string> args,
+                                            const std::string& marker = "m") {
+    auto p = start_sleeping(std::move(args), "touch " + path(marker));
+    if (eventually([&] { return fs::exists(path(marker)); })) return p;
+    ADD_FAILURE() << "the holder's CMD never ran: " << p->err();
+    return nullptr;
+  }
 
   bool exists(const std::string& key, redis_server* s = nullptr) {
     return test::raw_command((s ? s : &server_)->port(), "EXISTS " + key).rfind(":1", 0) == 0;
@@ -339,23 +329,14 @@ std::pair<int, std::string> CliTest::run_on_terminal(std::vector<std::string> ar
     ::tcsetattr(slave, TCSANOW, &mode);
     ::close(slave);
   }
-  args.insert(args.begin(), DLOCK_CLI_PATH);
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  auto env = cli_environment({"TERM=xterm"});
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 2, terminal.c_str(), O_RDWR | O_NOCTTY, 0);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  pid_t pid = spawn_cli(std::move(args), {"TERM=xterm"}, fa);
   posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
+  if (pid < 0) {
     ::close(master);
     ADD_FAILURE() << "cannot start " DLOCK_CLI_PATH;
     return {-1, ""};
@@ -548,16 +529,14 @@ TEST_F(CliTest, ReplicationGuardMissesEndTheWaitOfTwoRunsWithoutW) {
 // exits (an unawaited write was dropped at exit, and the notes piled up).
 TEST_F(CliTest, ARunThatGivesUpLeavesNoWaiterNote) {
   const std::string key = test_key();
-  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
-                       "touch " + path("m") + "; exec sleep 100000"});
-  ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
+  auto holder = start_holder({"-r", server_.url(), "run", key, "--"});
+  ASSERT_TRUE(holder);
   for (int i = 0; i < 3; ++i) {
     auto r = run({"-r", server_.url(), "run", "-q", "-w", "1", key, "--", "true"});
     EXPECT_EQ(r.status, 75) << r.err;
   }
   EXPECT_EQ(test::raw_command(server_.port(), "HLEN " + waiter_notes_key(key)), ":0\r\n");
-  holder->signal(SIGTERM);
-  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+  EXPECT_EQ(holder->terminate(), 128 + SIGTERM);
 }
 
 // ... and ends with 69 once -w is over, not sooner.
@@ -590,12 +569,10 @@ TEST_F(CliTest, TwoNonblockingRunsAtOnceOneRunsTheOtherExits75AtOnce) {
   EXPECT_EQ(std::max(sa, sb), 75);
   EXPECT_EQ(lines(read_file(ran)), 1u) << "exactly one CMD ran";
   // -E replaces 75, like flock's -E.
-  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
-                       "touch " + path("m") + "; exec sleep 100000"});
-  ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
+  auto holder = start_holder({"-r", server_.url(), "run", key, "--"});
+  ASSERT_TRUE(holder);
   EXPECT_EQ(run({"-r", server_.url(), "run", "-n", "-E", "9", key, "--", "true"}).status, 9);
-  holder->signal(SIGTERM);
-  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+  EXPECT_EQ(holder->terminate(), 128 + SIGTERM);
 }
 
 // The same cron job on two hosts whose clocks differ by 500 ms: with --min-hold the quick job
@@ -658,8 +635,7 @@ TEST_F(CliTest, SigtermToDlockReachesCmdThenTheLockIsFreeAndNoProcessIsLeft) {
   ASSERT_GT(cmd, 0);
   ASSERT_TRUE(eventually([&] { return group_members(cmd).size() >= 2; })) << "sh and sleep";
   EXPECT_TRUE(exists(key));
-  d->signal(SIGTERM);
-  EXPECT_EQ(d->wait(), 3) << d->err();  // CMD's own status: it handled the TERM
+  EXPECT_EQ(d->terminate(), 3) << d->err();  // CMD's own status: it handled the TERM
   EXPECT_EQ(read_file(path("got")), "term\n");
   EXPECT_FALSE(exists(key)) << "released as soon as CMD exited";
   EXPECT_TRUE(eventually([&] { return group_members(cmd).empty(); }, 3s))
@@ -669,9 +645,8 @@ TEST_F(CliTest, SigtermToDlockReachesCmdThenTheLockIsFreeAndNoProcessIsLeft) {
 
 TEST_F(CliTest, SignalWhileWaitingEndsTheWait) {
   const std::string key = test_key();
-  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
-                       "touch " + path("m") + "; exec sleep 100000"});
-  ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
+  auto holder = start_holder({"-r", server_.url(), "run", key, "--"});
+  ASSERT_TRUE(holder);
   auto waiter = start({"-r", server_.url(), "run", key, "--", "touch", path("never")});
   ASSERT_TRUE(eventually([&] { return queued(lock_keys_for(key).waiters).size() == 1; }))
       << "the waiter never queued: " << waiter->err();
@@ -680,8 +655,7 @@ TEST_F(CliTest, SignalWhileWaitingEndsTheWait) {
   EXPECT_EQ(waiter->wait(), 128 + SIGINT);
   EXPECT_LT(steady::now() - t0, test::scaled(2s));
   EXPECT_FALSE(fs::exists(path("never")));
-  holder->signal(SIGTERM);
-  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+  EXPECT_EQ(holder->terminate(), 128 + SIGTERM);
 }
 
 // A waiting `dlock run` waits as a library waiter does: it queues on the node, and the holder's
@@ -689,17 +663,15 @@ TEST_F(CliTest, SignalWhileWaitingEndsTheWait) {
 // the engine it polled with one-attempt rounds, never queued, and raced every other waiter.
 TEST_F(CliTest, AWaitingRunQueuesAndIsHandedTheLockOnRelease) {
   const std::string key = test_key();
-  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
-                       "touch " + path("m") + "; exec sleep 100000"});
-  ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
+  auto holder = start_holder({"-r", server_.url(), "run", key, "--"});
+  ASSERT_TRUE(holder);
   auto waiter = start({"-r", server_.url(), "run", "-w", "10s", key, "--", "sh", "-c",
                        "echo $DLOCK_TOKEN > " + path("token")});
   EXPECT_TRUE(eventually([&] {
     return test::raw_command(server_.port(), "ZCARD {" + key + "}:waiters").rfind(":1", 0) == 0;
   }, 5s)) << "the waiting run never joined the waiter queue";
   std::string queued = test::raw_command(server_.port(), "ZRANGE {" + key + "}:waiters 0 0");
-  holder->signal(SIGTERM);
-  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+  EXPECT_EQ(holder->terminate(), 128 + SIGTERM);
   EXPECT_EQ(waiter->wait(), 0) << waiter->err();
   // The release hands the lock to the queued waiter: "<id>.h<round>". A round of that waiter
   // in flight at that moment takes the handed-over key over as "<id>.<round>" (acquire.lua),
@@ -713,8 +685,8 @@ TEST_F(CliTest, AWaitingRunQueuesAndIsHandedTheLockOnRelease) {
 TEST_F(CliTest, KillDashNineOfDlockFreesTheLockWithinTheTtl) {
   strays left;
   const std::string key = test_key();
-  auto d = start({"-r", server_.url(), "run", "--ttl", "1s", key, "--", "sh", "-c",
-                  "echo $$ > " + path("pid") + "; exec sleep 100000"});
+  auto d = start_sleeping({"-r", server_.url(), "run", "--ttl", "1s", key, "--"},
+                          "echo $$ > " + path("pid"));
   pid_t cmd = left.add(read_pid(path("pid")));
   ASSERT_TRUE(exists(key));
   d->signal(SIGKILL);
@@ -800,8 +772,8 @@ TEST_F(CliTest, ElectRunsCmdWhileLeaderAndLeaderNamesIt) {
   const std::string name = test_key();
   EXPECT_EQ(run({"-r", server_.url(), "leader", name}).status, 1);  // nobody leads
   auto watch = start({"-r", server_.url(), "leader", "--watch", name});
-  auto a = start({"-r", server_.url(), "elect", "--value", "alpha", name, "--", "sh", "-c",
-                  "echo $DLOCK_TERM > " + path("term") + "; exec sleep 100000"});
+  auto a = start_sleeping({"-r", server_.url(), "elect", "--value", "alpha", name, "--"},
+                          "echo $DLOCK_TERM > " + path("term"));
   ASSERT_TRUE(eventually([&] { return !read_file(path("term")).empty(); }));
   auto term = read_file(path("term"));
   term.pop_back();  // the newline
@@ -969,8 +941,7 @@ TEST_F(CliTest, WaitNotOnATerminalPrintsALineWhenTheHolderChanges) {
   auto quiet = run({"-r", server_.url(), "run", "-q", "-w", "1500ms", key, "--", "true"});
   EXPECT_EQ(quiet.status, 75);
   EXPECT_EQ(quiet.err, "");
-  second->signal(SIGTERM);
-  EXPECT_EQ(second->wait(), 128 + SIGTERM);
+  EXPECT_EQ(second->terminate(), 128 + SIGTERM);
 }
 
 // On a terminal the wait is one live line, rewritten in place (\r, clear to the end of the line)
@@ -978,9 +949,8 @@ TEST_F(CliTest, WaitNotOnATerminalPrintsALineWhenTheHolderChanges) {
 // that the bytes arrive as written.
 TEST_F(CliTest, WaitOnATerminalRewritesOneLiveLine) {
   const std::string key = test_key();
-  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
-                       "touch " + path("m") + "; exec sleep 100000"});
-  ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
+  auto holder = start_holder({"-r", server_.url(), "run", key, "--"});
+  ASSERT_TRUE(holder);
   auto [status, err] = run_on_terminal({"-r", server_.url(), "acquire", "-w", "2500ms", key});
   EXPECT_EQ(status, 75) << err;
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
@@ -994,16 +964,14 @@ TEST_F(CliTest, WaitOnATerminalRewritesOneLiveLine) {
   EXPECT_EQ(last.rfind("dlock: waiting for '" + key + "': held by ", 0), 0u) << err;
   EXPECT_NE(last.find("pid " + std::to_string(holder->pid())), std::string::npos) << err;
   EXPECT_NE(last.find("; waited 2."), std::string::npos) << err;
-  holder->signal(SIGTERM);
-  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+  EXPECT_EQ(holder->terminate(), 128 + SIGTERM);
 }
 
 // `dlock status` shows the waiter queue the library keeps for wake-ups and handoffs.
 TEST_F(CliTest, StatusOfALockShowsItsQueuedWaiters) {
   const std::string key = test_key();
-  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
-                       "touch " + path("m") + "; exec sleep 100000"});
-  ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
+  auto holder = start_holder({"-r", server_.url(), "run", key, "--"});
+  ASSERT_TRUE(holder);
   auto waiter = start({"-r", server_.url(), "run", "-q", "-w", "20s", key, "--", "true"});
   std::vector<std::string> ids;
   ASSERT_TRUE(
@@ -1020,8 +988,7 @@ TEST_F(CliTest, StatusOfALockShowsItsQueuedWaiters) {
             std::string::npos) << json.out;
   EXPECT_NE(json.out.find("\"takes_handoff\":true"), std::string::npos) << json.out;
 
-  holder->signal(SIGTERM);
-  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+  EXPECT_EQ(holder->terminate(), 128 + SIGTERM);
   EXPECT_EQ(waiter->wait(), 0) << waiter->err();
   auto after = run({"-r", server_.url(), "status", "--json", key});
   EXPECT_NE(after.out.find("\"waiters\":[]"), std::string::npos) << after.out;
@@ -1031,12 +998,9 @@ TEST_F(CliTest, StatusOfALockShowsItsQueuedWaiters) {
 // the queue; the same for a fair semaphore with --fair.
 TEST_F(CliTest, StatusOfASemaphoreShowsHoldersPermitsAndWaiters) {
   const std::string key = test_key("sem");
-  auto holder = [&](const std::string& name) {
-    return start({"-r", server_.url(), "run", "--semaphore", "2", key, "--", "sh", "-c",
-                  "echo $DLOCK_TOKEN > " + path(name) + "; exec sleep 100000"});
-  };
-  auto a = holder("a");
-  auto b = holder("b");
+  const std::vector<std::string> holder{"-r", server_.url(), "run", "--semaphore", "2", key, "--"};
+  auto a = start_sleeping(holder, "echo $DLOCK_TOKEN > " + path("a"));
+  auto b = start_sleeping(holder, "echo $DLOCK_TOKEN > " + path("b"));
   std::string token_a, token_b;
   ASSERT_TRUE(eventually([&] {
     token_a = read_file(path("a")), token_b = read_file(path("b"));
@@ -1079,11 +1043,9 @@ TEST_F(CliTest, StatusOfASemaphoreShowsHoldersPermitsAndWaiters) {
             std::string::npos) << json.out;
   // Status only reads: the waiter still queues, the holders still hold.
   EXPECT_EQ(queued(semaphore_keys_for(key, false).waiters), ids);
-  a->signal(SIGTERM);
-  EXPECT_EQ(a->wait(), 128 + SIGTERM);
+  EXPECT_EQ(a->terminate(), 128 + SIGTERM);
   EXPECT_EQ(waiter->wait(), 0) << waiter->err();
-  b->signal(SIGTERM);
-  EXPECT_EQ(b->wait(), 128 + SIGTERM);
+  EXPECT_EQ(b->terminate(), 128 + SIGTERM);
   auto free = run({"-r", server_.url(), "status", "--semaphore", "2", key});
   EXPECT_EQ(free.out.rfind(key + ": semaphore, 0 of 2 permits in use", 0), 0u) << free.out;
 
@@ -1137,22 +1099,17 @@ TEST_F(CliTest, StatusOfASemaphoreShowsHoldersPermitsAndWaiters) {
 
 TEST_F(CliTest, SemaphoreRunsUpToLimitCmdsAtOnce) {
   const std::string key = test_key("sem");
-  auto holder = [&](const std::string& marker) {
-    return start({"-r", server_.url(), "run", "--semaphore", "2", key, "--", "sh", "-c",
-                  "touch " + path(marker) + "; exec sleep 100000"});
-  };
-  auto a = holder("m1");
-  auto b = holder("m2");
+  const std::vector<std::string> holder{"-r", server_.url(), "run", "--semaphore", "2", key, "--"};
+  auto a = start_sleeping(holder, "touch " + path("m1"));
+  auto b = start_sleeping(holder, "touch " + path("m2"));
   ASSERT_TRUE(eventually([&] { return fs::exists(path("m1")) && fs::exists(path("m2")); }))
       << a->err() << b->err();
   auto third = run({"-r", server_.url(), "run", "-n", "--semaphore", "2", key, "--", "true"});
   EXPECT_EQ(third.status, 75) << third.err;
-  a->signal(SIGTERM);
-  EXPECT_EQ(a->wait(), 128 + SIGTERM);
+  EXPECT_EQ(a->terminate(), 128 + SIGTERM);
   auto now_free = run({"-r", server_.url(), "run", "-n", "--semaphore", "2", key, "--", "true"});
   EXPECT_EQ(now_free.status, 0) << now_free.err;
-  b->signal(SIGTERM);
-  EXPECT_EQ(b->wait(), 128 + SIGTERM);
+  EXPECT_EQ(b->terminate(), 128 + SIGTERM);
   // A semaphore lives on one node; a limit below 1 is a usage error.
   redis_server other;
   auto two_nodes = run({"-r", server_.url(), "-r", other.url(), "run", "--semaphore", "2", key, "--", "true"});
@@ -1163,34 +1120,28 @@ TEST_F(CliTest, SemaphoreRunsUpToLimitCmdsAtOnce) {
 
 TEST_F(CliTest, ReadersRunTogetherAndAWriterRunsAlone) {
   const std::string key = test_key("rw");
-  auto reader = [&](const std::string& marker) {
-    return start({"-r", server_.url(), "run", "--read", key, "--", "sh", "-c",
-                  "touch " + path(marker) + "; exec sleep 100000"});
-  };
-  auto a = reader("r1");
-  auto b = reader("r2");
+  const std::vector<std::string> reader{"-r", server_.url(), "run", "--read", key, "--"};
+  auto a = start_sleeping(reader, "touch " + path("r1"));
+  auto b = start_sleeping(reader, "touch " + path("r2"));
   ASSERT_TRUE(eventually([&] { return fs::exists(path("r1")) && fs::exists(path("r2")); }))
       << a->err() << b->err();
   auto writer_now = run({"-r", server_.url(), "run", "-n", "--write", key, "--", "true"});
   EXPECT_EQ(writer_now.status, 75) << writer_now.err;
   // A writer that waits keeps later readers out, and runs once both readers are gone.
-  auto writer = start({"-r", server_.url(), "run", "-w", "20s", "--write", key, "--", "sh", "-c",
-                       "touch " + path("w") + "; exec sleep 100000"});
+  auto writer = start_sleeping({"-r", server_.url(), "run", "-w", "20s", "--write", key, "--"},
+                               "touch " + path("w"));
   client node{server_.url()};
   ASSERT_TRUE(eventually([&] {
     return node.exec({"HLEN", shared_mutex_keys_for(key).weights}).integer() == 1;
   })) << writer->err();
   auto late_reader = run({"-r", server_.url(), "run", "-n", "--read", key, "--", "true"});
   EXPECT_EQ(late_reader.status, 75) << late_reader.err;
-  a->signal(SIGTERM);
-  EXPECT_EQ(a->wait(), 128 + SIGTERM);
+  EXPECT_EQ(a->terminate(), 128 + SIGTERM);
   std::this_thread::sleep_for(200ms);
   EXPECT_FALSE(fs::exists(path("w"))) << "the writer ran beside a reader";
-  b->signal(SIGTERM);
-  EXPECT_EQ(b->wait(), 128 + SIGTERM);
+  EXPECT_EQ(b->terminate(), 128 + SIGTERM);
   ASSERT_TRUE(eventually([&] { return fs::exists(path("w")); })) << writer->err();
-  writer->signal(SIGTERM);
-  EXPECT_EQ(writer->wait(), 128 + SIGTERM);
+  EXPECT_EQ(writer->terminate(), 128 + SIGTERM);
   auto both = run({"-r", server_.url(), "run", "--read", "--write", key, "--", "true"});
   EXPECT_EQ(both.status, 64);
   redis_server other;
@@ -1246,9 +1197,8 @@ TEST_F(CliTest, RunAlsoHoldsSeveralLocksAllOrNone) {
   EXPECT_EQ(value_a, value_b) << "both keys hold the run's owner value while CMD runs";
   EXPECT_EQ(node.exec({"EXISTS", a, b}).integer(), 0) << "released after CMD";
   // A 10 min TTL: the holder's renewals (every third of it) never count as the set's tries below.
-  auto holder = start({"-r", server_.url(), "run", "--ttl", "10m", c, "--", "sh", "-c",
-                       "touch " + path("c") + "; exec sleep 100000"});
-  ASSERT_TRUE(eventually([&] { return fs::exists(path("c")); })) << holder->err();
+  auto holder = start_holder({"-r", server_.url(), "run", "--ttl", "10m", c, "--"}, "c");
+  ASSERT_TRUE(holder);
   auto refused = run({"-r", server_.url(), "run", "-n", "--also", c, a, "--", "true"});
   EXPECT_EQ(refused.status, 75) << refused.err;
   EXPECT_EQ(node.exec({"EXISTS", a}).integer(), 0) << "part of the set was kept";
@@ -1259,12 +1209,10 @@ TEST_F(CliTest, RunAlsoHoldsSeveralLocksAllOrNone) {
   ASSERT_TRUE(eventually([&] { return test::scripts_run(node) >= scripts_before + 5; }))
       << waiting->err();
   EXPECT_FALSE(fs::exists(path("set")));
-  waiting->signal(SIGTERM);
-  EXPECT_EQ(waiting->wait(), 128 + SIGTERM) << "a waiting set ends on a signal";
+  EXPECT_EQ(waiting->terminate(), 128 + SIGTERM) << "a waiting set ends on a signal";
   EXPECT_EQ(node.exec({"EXISTS", a}).integer(), 0);
   auto later = start({"-r", server_.url(), "run", "--also", c, a, "--", "touch", path("set")});
-  holder->signal(SIGTERM);
-  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+  EXPECT_EQ(holder->terminate(), 128 + SIGTERM);
   EXPECT_EQ(later->wait(), 0) << later->err();
   EXPECT_TRUE(fs::exists(path("set")));
   auto mixed = run({"-r", server_.url(), "run", "--read", "--also", c, a, "--", "true"});
@@ -1330,8 +1278,7 @@ TEST_F(CliTest, MetricsFileCountsTheRunForTheTextfileCollector) {
   EXPECT_EQ(test::metric_value(text, "dlock_cli_exit_status" + cli), 75);
   std::tie(status, out) = test::promtool_check(text);
   EXPECT_EQ(status, 0) << out;
-  holder->signal(SIGTERM);
-  EXPECT_EQ(holder->wait(10s), 128 + SIGTERM);
+  EXPECT_EQ(holder->terminate(10s), 128 + SIGTERM);
 }
 
 // The series of one metrics file, without their values: "name{labels}" per line.
@@ -1377,15 +1324,14 @@ TEST_F(CliTest, MetricsFilesOfTwoJobsNeverShareASeries) {
 
   // While the lock is held: running, and since when.
   const std::string held = path("held.prom");
-  auto holder = start({"-r", server_.url(), "--metrics-file", held, "run", report, "sh", "-c",
-                       "touch " + path("holding") + "; exec sleep 100000"});
-  ASSERT_TRUE(eventually([&] { return fs::exists(path("holding")); })) << holder->err();
+  auto holder =
+      start_holder({"-r", server_.url(), "--metrics-file", held, "run", report}, "holding");
+  ASSERT_TRUE(holder);
   const std::string during = read_file(held);
   const std::string cli = "{key=\"" + report + "\",command=\"run\"}";
   EXPECT_EQ(test::metric_value(during, "dlock_cli_running" + cli), 1) << during;
   EXPECT_GT(test::metric_value(during, "dlock_cli_held_since_timestamp_seconds" + cli), 1.7e9);
-  holder->signal(SIGTERM);
-  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+  EXPECT_EQ(holder->terminate(), 128 + SIGTERM);
   EXPECT_EQ(test::metric_value(read_file(held), "dlock_cli_running" + cli), 0);
 
   for (const auto& bad : {"job", "key=x", "command=x", "__x=1", "9x=1", "node=x"}) {
@@ -1469,9 +1415,8 @@ TEST_F(CliTest, ARunClearsItsOwnHolderNoteAndNoOtherOne) {
 // semaphore's keys ...) are no lock names: run, acquire and status refuse them (64, one line)
 // instead of treating them as a lock, and lock zz, whose keys they are, stays held.
 TEST_F(CliTest, ALocksCompanionKeysAreNoLockNames) {
-  auto holder = start({"-r", server_.url(), "run", "zz", "--", "sh", "-c",
-                       "touch " + path("m") + "; exec sleep 100000"});
-  ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
+  auto holder = start_holder({"-r", server_.url(), "run", "zz", "--"});
+  ASSERT_TRUE(holder);
   const auto lock = lock_keys_for("zz");
   const auto sem = semaphore_keys_for("zz", false), fair = semaphore_keys_for("zz", true);
   ASSERT_EQ(lock.fence, "{zz}:fence");
@@ -1491,8 +1436,7 @@ TEST_F(CliTest, ALocksCompanionKeysAreNoLockNames) {
   }
   EXPECT_FALSE(fs::exists(path("never")));
   EXPECT_TRUE(exists("zz"));
-  holder->signal(SIGTERM);
-  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+  EXPECT_EQ(holder->terminate(), 128 + SIGTERM);
 }
 
 }  // namespace
@@ -1511,24 +1455,15 @@ int run_with_stderr_closed(std::vector<std::string> args, std::chrono::milliseco
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return -1;
   ::close(fds[0]);
-  args.insert(args.begin(), DLOCK_CLI_PATH);
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  auto env = cli_environment({});
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  pid_t pid = spawn_cli(std::move(args), {}, fa);
   posix_spawn_file_actions_destroy(&fa);
   ::close(fds[1]);
-  if (rc != 0) return -1;
+  if (pid < 0) return -1;
   int status = 0;
   auto until = steady::now() + test::scaled(limit);
   while (::waitpid(pid, &status, WNOHANG) != pid) {
@@ -1669,9 +1604,8 @@ TEST_F(CliTest, SignalsAreForwardedToCmdAndTheLockIsReleasedOnTheWayOut) {
   EXPECT_FALSE(running(cmd));
 
   // While waiting for the lock, the same signals end the wait cleanly: nothing held, no CMD.
-  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
-                       "touch " + path("m") + "; exec sleep 100000"});
-  ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
+  auto holder = start_holder({"-r", server_.url(), "run", key, "--"});
+  ASSERT_TRUE(holder);
   auto waiter = start({"-v", "-r", server_.url(), "run", "-q", key, "--", "touch", path("never")});
   ASSERT_TRUE(eventually([&] { return queued(lock_keys_for(key).waiters).size() == 1; }, 5s));
   waiter->signal(SIGUSR1);
@@ -1680,8 +1614,7 @@ TEST_F(CliTest, SignalsAreForwardedToCmdAndTheLockIsReleasedOnTheWayOut) {
             std::string::npos)
       << waiter->err();
   EXPECT_FALSE(fs::exists(path("never")));
-  holder->signal(SIGTERM);
-  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+  EXPECT_EQ(holder->terminate(), 128 + SIGTERM);
 }
 
 // With -v and stderr a pipe nobody reads any more, dlock's lines fail to write (EPIPE); that
@@ -1759,9 +1692,8 @@ TEST_F(CliTest, SigtstpStopsCmdWithDlockAndAnExpiredStopNeverResumesCmd) {
 TEST_F(CliTest, HugeDurationsMeanForeverNotAlreadyOver) {
   strays left;
   const std::string key = test_key();
-  auto holder = start({"-r", server_.url(), "run", key, "--", "sh", "-c",
-                       "touch " + path("m") + "; exec sleep 100000"});
-  ASSERT_TRUE(eventually([&] { return fs::exists(path("m")); }));
+  auto holder = start_holder({"-r", server_.url(), "run", key, "--"});
+  ASSERT_TRUE(holder);
   for (const char* forever : {"2562048h", "9223372036854775807"}) {
     const auto before = queued(lock_keys_for(key).waiters);
     auto waiter = start({"-r", server_.url(), "run", "-q", "-w", forever, key, "--", "touch",
@@ -1775,12 +1707,10 @@ TEST_F(CliTest, HugeDurationsMeanForeverNotAlreadyOver) {
     })) << forever << ": " << waiter->err();
     std::this_thread::sleep_for(1s);
     EXPECT_FALSE(waiter->try_wait().has_value()) << forever << ": " << waiter->err();
-    waiter->signal(SIGTERM);
-    EXPECT_EQ(waiter->wait(), 128 + SIGTERM) << forever;
+    EXPECT_EQ(waiter->terminate(), 128 + SIGTERM) << forever;
   }
   EXPECT_FALSE(fs::exists(path("never")));
-  holder->signal(SIGTERM);
-  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+  EXPECT_EQ(holder->terminate(), 128 + SIGTERM);
 
   auto patient =
       run({"--request-timeout", "2562048h", "-r", server_.url(), "run", key, "--", "true"});
@@ -1976,12 +1906,12 @@ TEST_F(CliTest, DlockSleepsWhileCmdRuns) {
     std::this_thread::sleep_for(span);
     return cpu_time(pid) - before;
   };
-  auto s = start({"-r", server_.url(), "run", "--semaphore", "1", "--ttl", "1s", key, "--", "sh",
-                  "-c", "echo $$ > " + path("cmd1") + "; exec sleep 100000"});
+  auto s =
+      start_sleeping({"-r", server_.url(), "run", "--semaphore", "1", "--ttl", "1s", key, "--"},
+                     "echo $$ > " + path("cmd1"));
   left.add(read_pid(path("cmd1")));
   EXPECT_LT(cpu_over(s->pid(), 2s), 400ms) << "with --semaphore";
-  s->signal(SIGTERM);
-  EXPECT_EQ(s->wait(), 128 + SIGTERM) << s->err();
+  EXPECT_EQ(s->terminate(), 128 + SIGTERM) << s->err();
 
   const std::string lock = test_key("lost");
   // Renewals every 2 s; once one finds the key gone, SIGKILL comes at the last safe moment,
@@ -2040,8 +1970,8 @@ TEST_F(CliTest, AbrtTrapAndSysFromKillAreForwardedAndTheLockReleased) {
     SCOPED_TRACE(strsignal(sig));
     const std::string key = test_key(std::to_string(sig));
     const std::string cmd_file = path("cmd" + std::to_string(sig));
-    auto d = start({"-r", server_.url(), "run", "--ttl", "30s", key, "--", "sh", "-c",
-                    "ulimit -c 0; echo $$ > " + cmd_file + "; exec sleep 100000"});
+    auto d = start_sleeping({"-r", server_.url(), "run", "--ttl", "30s", key, "--"},
+                            "ulimit -c 0; echo $$ > " + cmd_file);
     pid_t cmd = left.add(read_pid(cmd_file));
     ASSERT_TRUE(running(cmd));
     d->signal(sig);
@@ -2059,9 +1989,8 @@ TEST_F(CliTest, AbrtTrapAndSysFromKillAreForwardedAndTheLockReleased) {
 TEST_F(CliTest, FlockHabitsSecondsTheCommandAfterTheNameAndFlocksSpellings) {
   strays left;
   const std::string key = test_key(), url = server_.url();
-  auto holder = start({"-r", url, "run", key, "--", "sh", "-c",
-                       "touch " + path("held") + "; exec sleep 100000"});
-  ASSERT_TRUE(eventually([&] { return fs::exists(path("held")); }));
+  auto holder = start_holder({"-r", url, "run", key, "--"}, "held");
+  ASSERT_TRUE(holder);
   // `-w 1` waits a second, as flock's does (it gave up after 1 ms); so does --timeout.
   for (const char* wait : {"-w", "--wait", "--timeout"}) {
     auto r = run({"-r", url, "run", "-q", wait, "1", key, "--", "touch", path("never")});
@@ -2078,8 +2007,7 @@ TEST_F(CliTest, FlockHabitsSecondsTheCommandAfterTheNameAndFlocksSpellings) {
   auto exclusive = run({"-r", url, "run", "-x", "-n", key, "touch", path("never")});
   EXPECT_EQ(exclusive.status, 75) << exclusive.err;
   EXPECT_FALSE(fs::exists(path("never")));
-  holder->signal(SIGTERM);
-  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+  EXPECT_EQ(holder->terminate(), 128 + SIGTERM);
 
   // Every word after the name is CMD's, ours included; `--` before CMD is optional.
   auto words = run({"-r", url, "run", key, "printf", "%s|", "-n", "-w", "5", "--", "x"});
@@ -2145,9 +2073,8 @@ TEST_F(CliTest, FlockHabitsSecondsTheCommandAfterTheNameAndFlocksSpellings) {
 TEST_F(CliTest, UtilLinuxFlockCasesAgainstASharedHolder) {
   strays left;
   const std::string key = test_key(), url = server_.url();
-  auto holder = start({"-r", url, "run", "--shared", key, "--", "sh", "-c",
-                       "touch " + path("locking") + "; exec sleep 100000"});
-  ASSERT_TRUE(eventually([&] { return fs::exists(path("locking")); }));
+  auto holder = start_holder({"-r", url, "run", "--shared", key, "--"}, "locking");
+  ASSERT_TRUE(holder);
   auto never = [&] { return std::vector<std::string>{"touch", path("never")}; };
   auto with = [&](std::vector<std::string> args, std::vector<std::string> cmd) {
     args.insert(args.begin(), {"-r", url, "run"});
@@ -2175,8 +2102,7 @@ TEST_F(CliTest, UtilLinuxFlockCasesAgainstASharedHolder) {
   ASSERT_TRUE(eventually([&] { return !queued(lock_keys_for(key).waiters).empty(); }))
       << "the exclusive run did not wait in line";
   EXPECT_FALSE(fs::exists(path("after"))) << "an exclusive run ran beside a shared one";
-  holder->signal(SIGTERM);
-  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+  EXPECT_EQ(holder->terminate(), 128 + SIGTERM);
   EXPECT_EQ(waiter->wait(), 0) << waiter->err();
   EXPECT_TRUE(fs::exists(path("after")));
   EXPECT_FALSE(fs::exists(path("never")));
@@ -2190,9 +2116,7 @@ TEST_F(CliTest, StatusSaysUnknownWhenTheNodesCannotTell) {
   const std::string key = test_key();
   // A port bound but not listening: refused, and no server another test starts can take it.
   int held_port = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in at = loopback_address(0);
   socklen_t at_len = sizeof at;
   ASSERT_EQ(::bind(held_port, reinterpret_cast<sockaddr*>(&at), sizeof at), 0);
   ASSERT_EQ(::getsockname(held_port, reinterpret_cast<sockaddr*>(&at), &at_len), 0);
@@ -2329,9 +2253,8 @@ TEST_F(CliTest, AReleaseThatFindsTheLeaseGoneExits71) {
 TEST_F(CliTest, StatusShowsOtherKindsHeldUnderTheName) {
   strays left;
   const std::string key = test_key();
-  auto reader = start({"-r", server_.url(), "run", "--read", key, "sh", "-c",
-                       "touch " + path("reading") + "; exec sleep 100000"});
-  ASSERT_TRUE(eventually([&] { return fs::exists(path("reading")); })) << reader->err();
+  auto reader = start_holder({"-r", server_.url(), "run", "--read", key}, "reading");
+  ASSERT_TRUE(reader);
   auto text = run({"-r", server_.url(), "status", key});
   EXPECT_EQ(text.status, 0) << text.err;
   EXPECT_EQ(text.out.rfind(key + ": held as a read-write lock, its mark expires in", 0), 0u)
@@ -2341,8 +2264,7 @@ TEST_F(CliTest, StatusShowsOtherKindsHeldUnderTheName) {
   EXPECT_NE(json.out.find("\"other_kinds\":[{\"kind\":\"read-write lock\",\"holders\":1}]"),
             std::string::npos)
       << json.out;
-  reader->signal(SIGTERM);
-  EXPECT_EQ(reader->wait(), 128 + SIGTERM);
+  EXPECT_EQ(reader->terminate(), 128 + SIGTERM);
   auto after = run({"-r", server_.url(), "status", key});
   EXPECT_EQ(after.out.rfind(key + ": free\n", 0), 0u) << after.out;
 }
@@ -2353,9 +2275,8 @@ TEST_F(CliTest, StatusShowsOtherKindsHeldUnderTheName) {
 TEST_F(CliTest, ASemaphoresNameRefusesEveryOtherKindAndLimit) {
   strays left;
   const std::string key = test_key(), url = server_.url();
-  auto holder = start({"-r", url, "run", "--semaphore", "3", key, "sh", "-c",
-                       "touch " + path("holding") + "; exec sleep 100000"});
-  ASSERT_TRUE(eventually([&] { return fs::exists(path("holding")); })) << holder->err();
+  auto holder = start_holder({"-r", url, "run", "--semaphore", "3", key}, "holding");
+  ASSERT_TRUE(holder);
   for (auto args : {std::vector<std::string>{"-r", url, "run", key},
                     std::vector<std::string>{"-r", url, "run", "-w", "30", key},
                     std::vector<std::string>{"-r", url, "run", "--read", key},
@@ -2376,8 +2297,7 @@ TEST_F(CliTest, ASemaphoresNameRefusesEveryOtherKindAndLimit) {
       << text.out;
   auto same = run({"-r", url, "run", "--semaphore", "3", key, "true"});
   EXPECT_EQ(same.status, 0) << same.err;
-  holder->signal(SIGTERM);
-  EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+  EXPECT_EQ(holder->terminate(), 128 + SIGTERM);
   EXPECT_FALSE(fs::exists(path("never")));
   EXPECT_FALSE(exists(key)) << "the mark outlived the last holder";
   auto plain = run({"-r", url, "run", key, "true"});
@@ -2397,9 +2317,8 @@ TEST_F(CliTest, StatusIdentifiesWaitersLikeHolders) {
       if (semaphore) args.insert(args.begin() + 3, {"--semaphore", "1"});
       return args;
     };
-    auto holder = start(mode({"-r", url, "run", key, "sh", "-c",
-                              "touch " + path(key + "-holding") + "; exec sleep 100000"}));
-    ASSERT_TRUE(eventually([&] { return fs::exists(path(key + "-holding")); })) << holder->err();
+    auto holder = start_holder(mode({"-r", url, "run", key}), key + "-holding");
+    ASSERT_TRUE(holder);
     auto waiter = start(mode({"-r", url, "run", "-q", "-w", "60", key, "echo", "waited-here"}));
     const std::string pid = "pid " + std::to_string(waiter->pid());
     std::string out;
@@ -2412,8 +2331,7 @@ TEST_F(CliTest, StatusIdentifiesWaitersLikeHolders) {
     auto json = run(mode({"-r", url, "status", "--json", key})).out;
     EXPECT_NE(json.find("\"who\":{"), std::string::npos) << json;
     EXPECT_NE(json.find("\"pid\":" + std::to_string(waiter->pid())), std::string::npos) << json;
-    holder->signal(SIGTERM);
-    EXPECT_EQ(holder->wait(), 128 + SIGTERM);
+    EXPECT_EQ(holder->terminate(), 128 + SIGTERM);
     EXPECT_EQ(waiter->wait(), 0) << waiter->err();
     EXPECT_FALSE(exists(waiter_notes_key(key))) << "a waiter's note outlived its wait";
   }
@@ -2491,8 +2409,8 @@ TEST_F(CliTest, ForceReleaseEvictsTheHolderSaysWhoAndHandsTheLockOn) {
   strays left;
   const std::string key = test_key();
   const std::string ttl = std::to_string(test::scaled(3s).count()) + "ms";
-  auto holder = start({"-r", server_.url(), "run", "--ttl", ttl, key, "sh", "-c",
-                       "echo $DLOCK_FENCE > " + path("fence1") + "; exec sleep 100000"});
+  auto holder = start_sleeping({"-r", server_.url(), "run", "--ttl", ttl, key},
+                               "echo $DLOCK_FENCE > " + path("fence1"));
   ASSERT_TRUE(eventually([&] { return !read_file(path("fence1")).empty(); })) << holder->err();
   auto waiter = start({"-r", server_.url(), "run", "-q", key, "sh", "-c",
                        "echo $DLOCK_FENCE > " + path("fence2")});
@@ -2521,9 +2439,8 @@ TEST_F(CliTest, ForceReleaseEvictsTheHolderSaysWhoAndHandsTheLockOn) {
   EXPECT_NE(app_key.err.find("no TTL"), std::string::npos) << app_key.err;
   EXPECT_TRUE(exists(key)) << "--force deleted an application's key";
   const std::string shared = test_key("shared");
-  auto reader = start({"-r", server_.url(), "run", "--read", shared, "sh", "-c",
-                       "touch " + path("reading") + "; exec sleep 100000"});
-  ASSERT_TRUE(eventually([&] { return fs::exists(path("reading")); })) << reader->err();
+  auto reader = start_holder({"-r", server_.url(), "run", "--read", shared}, "reading");
+  ASSERT_TRUE(reader);
   auto rw = run({"-r", server_.url(), "release", "--force", shared});
   EXPECT_EQ(rw.status, 64) << rw.err;
   EXPECT_NE(rw.err.find("read-write lock"), std::string::npos) << rw.err;

@@ -38,10 +38,6 @@ using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
 
-milliseconds since(steady::time_point t0) {
-  return std::chrono::duration_cast<milliseconds>(steady::now() - t0);
-}
-
 // The outcome of one async_exec, for waiting on with a bound.
 struct outcome {
   std::error_code ec;

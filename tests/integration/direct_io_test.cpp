@@ -38,10 +38,6 @@ using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
 
-milliseconds since(steady::time_point t0) {
-  return std::chrono::duration_cast<milliseconds>(steady::now() - t0);
-}
-
 std::uint64_t direct_count() { return detail::direct_exchange_count(); }
 
 // After a request completed on the I/O thread, that thread gives the socket up a moment after
@@ -85,6 +81,29 @@ long long io_thread_switches() {
 
 class DirectIoTest : public ::testing::Test {
  protected:
+  // A blocking exec's outcome: its error, its reply and how long it took.
+  struct exchange {
+    std::error_code ec;
+    reply r;
+    milliseconds took;
+  };
+  // Pauses the server, then runs c.exec(ECHO "direct") on another thread and waits until that
+  // exchange has taken the socket directly: it stays there until the server resumes or its
+  // deadline passes.
+  std::future<exchange> pause_during_a_direct_exchange(client& c) {
+    server_.pause();
+    auto before = direct_count();
+    auto blocking = std::async(std::launch::async, [&c] {
+      exchange x;
+      auto t0 = steady::now();
+      x.r = c.exec({"ECHO", "direct"}, x.ec);
+      x.took = since(t0);
+      return x;
+    });
+    EXPECT_TRUE(test::eventually([&] { return direct_count() - before == 1; }));
+    return blocking;
+  }
+
   redis_server server_;
 };
 
@@ -335,15 +354,8 @@ TEST_F(DirectIoTest, AsyncRequestWaitsForADirectExchange) {
   client c{server_.url(), {.request_timeout = timeout}};
   ASSERT_TRUE(until_direct(c));
   std::int64_t id = c.exec({"CLIENT", "ID"}).integer();
-  server_.pause();
   auto before = direct_count();
-  auto blocking = std::async(std::launch::async, [&] {
-    std::error_code ec;
-    reply r = c.exec({"ECHO", "direct"}, ec);
-    return std::make_pair(ec, r);
-  });
-  // The direct exchange took the socket and waits for the paused server.
-  EXPECT_TRUE(test::eventually([&] { return direct_count() - before == 1; }));
+  auto blocking = pause_during_a_direct_exchange(c);
   auto p = std::make_shared<std::promise<std::pair<std::error_code, reply>>>();
   auto f = p->get_future();
   detail::access::start_exec(c, {"CLIENT", "ID"}, timeout, [p](std::error_code e, reply rr) {
@@ -352,7 +364,7 @@ TEST_F(DirectIoTest, AsyncRequestWaitsForADirectExchange) {
   std::this_thread::sleep_for(100ms);  // a negative check: no answer may come meanwhile
   EXPECT_EQ(f.wait_for(0s), std::future_status::timeout) << "answered while paused?";
   server_.resume();
-  auto [ec, r] = blocking.get();
+  auto [ec, r, took] = blocking.get();
   EXPECT_FALSE(ec) << ec.message();
   EXPECT_EQ(r.str(), "direct");
   EXPECT_EQ(direct_count() - before, 1u);
@@ -369,18 +381,9 @@ TEST_F(DirectIoTest, DisconnectDuringADirectExchangeWaitsForIt) {
   client c{server_.url(), {.request_timeout = timeout}};
   ASSERT_TRUE(until_direct(c));
   std::int64_t id = c.exec({"CLIENT", "ID"}).integer();
-  server_.pause();
-  auto before = direct_count();
-  auto blocking = std::async(std::launch::async, [&] {
-    std::error_code ec;
-    auto t0 = steady::now();
-    c.exec({"ECHO", "direct"}, ec);
-    return std::make_pair(ec, since(t0));
-  });
-  // The direct exchange took the socket.
-  EXPECT_TRUE(test::eventually([&] { return direct_count() - before == 1; }));
+  auto blocking = pause_during_a_direct_exchange(c);
   c.disconnect();
-  auto [ec, took] = blocking.get();
+  auto [ec, echoed, took] = blocking.get();
   EXPECT_EQ(ec, errc::timeout) << ec.message();  // it kept its socket until its deadline
   EXPECT_LT(took, timeout + test::scaled(250ms));
   server_.resume();

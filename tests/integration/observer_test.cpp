@@ -21,6 +21,7 @@
 #include "dlock/mutex.hpp"
 #include "dlock/prometheus.hpp"
 #include "dlock/semaphore.hpp"
+#include "support/dlock_cli.hpp"
 #include "support/promtool.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
@@ -34,13 +35,6 @@ namespace fs = std::filesystem;
 
 long long value_of(const std::string& text, const std::string& series) {
   return static_cast<long long>(test::metric_value(text, series));
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 class ObserverTest : public ::testing::Test {

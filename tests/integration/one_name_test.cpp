@@ -43,6 +43,23 @@ class OneNameTest : public ::testing::Test {
     return !admin_.exec({"SET", test_key(), value, "NX", "PX", px}).is_nil();
   }
 
+  // Neither a reader nor a writer gets the name through `rw`: both are refused as taken.
+  void expect_readers_and_writers_kept_out(shared_mutex& rw) {
+    std::error_code ec;
+    EXPECT_FALSE(rw.try_acquire_shared(ec));
+    EXPECT_EQ(ec, errc::not_acquired);
+    EXPECT_FALSE(rw.try_acquire(ec));
+    EXPECT_EQ(ec, errc::not_acquired);
+  }
+  // A reader's hold of the name through `rw`; an empty lease, with the reason as a failure,
+  // if it is refused.
+  lease reader_of(shared_mutex& rw) {
+    std::error_code ec;
+    lease held = rw.try_acquire_shared(ec);
+    EXPECT_TRUE(held) << ec.message();
+    return held;
+  }
+
   redis_server server_;
   client admin_{server_.url()};
   client client_{server_.url()};
@@ -54,10 +71,7 @@ TEST_F(OneNameTest, AMutexHolderKeepsReadersAndWritersOut) {
   std::error_code ec;
   lease held = plain.try_acquire(ec);
   ASSERT_TRUE(held) << ec.message();
-  EXPECT_FALSE(rw.try_acquire_shared(ec));
-  EXPECT_EQ(ec, errc::not_acquired);
-  EXPECT_FALSE(rw.try_acquire(ec));
-  EXPECT_EQ(ec, errc::not_acquired);
+  expect_readers_and_writers_kept_out(rw);
   held.release();
   lease reader = rw.try_acquire_shared(ec);
   EXPECT_TRUE(reader) << ec.message();
@@ -87,11 +101,7 @@ TEST_F(OneNameTest, ReadersAndAWriterKeepAMutexALockSetAndOtherClientsOut) {
 TEST_F(OneNameTest, AnotherClientsHolderKeepsReadersAndWritersOut) {
   ASSERT_TRUE(foreign_set_nx());
   shared_mutex rw{client_, test_key()};
-  std::error_code ec;
-  EXPECT_FALSE(rw.try_acquire_shared(ec));
-  EXPECT_EQ(ec, errc::not_acquired);
-  EXPECT_FALSE(rw.try_acquire(ec));
-  EXPECT_EQ(ec, errc::not_acquired);
+  expect_readers_and_writers_kept_out(rw);
   EXPECT_EQ(name_value(), "foreign-token") << "the read-write lock touched another's value";
 }
 
@@ -127,8 +137,8 @@ TEST_F(OneNameTest, TheMarkGoesWithTheLastReader) {
 TEST_F(OneNameTest, AVanishedReadersMarkExpiresWithItsHold) {
   shared_mutex rw{client_, test_key(), {.ttl = 1500ms}};
   std::error_code ec;
-  lease held = rw.try_acquire_shared(ec);
-  ASSERT_TRUE(held) << ec.message();
+  lease held = reader_of(rw);
+  ASSERT_TRUE(held);
   auto pttl = admin_.exec({"PTTL", test_key()}).integer();
   EXPECT_GT(pttl, 0);
   EXPECT_LE(pttl, 1500);
@@ -141,9 +151,8 @@ TEST_F(OneNameTest, AVanishedReadersMarkExpiresWithItsHold) {
 // A renewal moves the mark out with the hold, so a long reader keeps the name.
 TEST_F(OneNameTest, ARenewalMovesTheMarkOut) {
   shared_mutex rw{client_, test_key(), {.ttl = 2s}};
-  std::error_code ec;
-  lease held = rw.try_acquire_shared(ec);
-  ASSERT_TRUE(held) << ec.message();
+  lease held = reader_of(rw);
+  ASSERT_TRUE(held);
   admin_.exec({"PEXPIRE", test_key(), "300"});  // as if the mark were about to go
   ASSERT_FALSE(held.extend()) << "extend failed";
   EXPECT_GT(admin_.exec({"PTTL", test_key()}).integer(), 1000);
@@ -154,8 +163,8 @@ TEST_F(OneNameTest, ARenewalMovesTheMarkOut) {
 TEST_F(OneNameTest, AReaderSettledShortLetsAMutexInWhenItsHoldEnds) {
   shared_mutex rw{client_, test_key(), {.ttl = 30s}};
   std::error_code ec;
-  lease held = rw.try_acquire_shared(ec);
-  ASSERT_TRUE(held) << ec.message();
+  lease held = reader_of(rw);
+  ASSERT_TRUE(held);
   ASSERT_FALSE(held.release_after(500ms));
   EXPECT_LE(admin_.exec({"PTTL", test_key()}).integer(), 1000) << "the mark kept the long TTL";
   mutex plain{client_, test_key()};
@@ -190,9 +199,8 @@ TEST_F(OneNameTest, ReadersHandedTheLockByAWritersReleaseKeepTheName) {
 // and changes nothing: the read-write lock's scripts read the name before they write.
 TEST_F(OneNameTest, AReleaseThatFindsTheNameNoLockChangesNothing) {
   shared_mutex rw{client_, test_key(), {.ttl = 10s}};
-  std::error_code ec;
-  lease held = rw.try_acquire_shared(ec);
-  ASSERT_TRUE(held) << ec.message();
+  lease held = reader_of(rw);
+  ASSERT_TRUE(held);
   admin_.exec({"DEL", test_key()});
   admin_.exec({"HSET", test_key(), "field", "value"});
   EXPECT_EQ(held.release(), errc::wrong_type);
@@ -205,8 +213,8 @@ TEST_F(OneNameTest, AReleaseThatFindsTheNameNoLockChangesNothing) {
 TEST_F(OneNameTest, TheMarkIsNobodysOwnerValue) {
   shared_mutex rw{client_, test_key(), {.ttl = 10s}};
   std::error_code ec;
-  lease reader = rw.try_acquire_shared(ec);
-  ASSERT_TRUE(reader) << ec.message();
+  lease reader = reader_of(rw);
+  ASSERT_TRUE(reader);
   mutex plain{client_, test_key()};
   lease adopted = plain.adopt(rw_mark);
   EXPECT_EQ(adopted.extend(), errc::lease_lost);
@@ -220,9 +228,8 @@ TEST_F(OneNameTest, TheMarkIsNobodysOwnerValue) {
 // next renewal that it holds no more.
 TEST_F(OneNameTest, AReaderThatLostTheNameIsToldAtItsRenewal) {
   shared_mutex rw{client_, test_key(), {.ttl = 10s}};
-  std::error_code ec;
-  lease held = rw.try_acquire_shared(ec);
-  ASSERT_TRUE(held) << ec.message();
+  lease held = reader_of(rw);
+  ASSERT_TRUE(held);
   admin_.exec({"DEL", test_key()});
   ASSERT_TRUE(foreign_set_nx());
   EXPECT_EQ(held.extend(), errc::lease_lost);
@@ -234,42 +241,41 @@ TEST_F(OneNameTest, AReaderThatLostTheNameIsToldAtItsRenewal) {
 // every 20 s.
 TEST_F(OneNameTest, AWaiterOfOneKindIsWokenWhenTheOtherLetsGo) {
   const auto slow_polls = test::scaled(20s);
-  {
-    shared_mutex rw{client_, test_key(), {.ttl = 60s}};
-    std::error_code ec;
-    lease reader = rw.try_acquire_shared(ec);
-    ASSERT_TRUE(reader) << ec.message();
-    client waiting{server_.url()};
-    mutex plain{waiting, test_key(), {.ttl = 60s, .retry_delay = slow_polls}};
+  // Starts `acquire_until` (up to slow_polls) on another thread, lets `let_go` end the other
+  // holder once the waiter's first attempt found the name taken, and expects the waiter (`who`)
+  // to get in after that and within a second.
+  auto expect_woken = [&](auto acquire_until, auto let_go, const std::string& who,
+                          const std::string& other) {
     auto got = std::async(std::launch::async, [&] {
       std::error_code wait_ec;
-      lease l = plain.acquire_until(std::chrono::steady_clock::now() + slow_polls, wait_ec);
+      lease l = acquire_until(std::chrono::steady_clock::now() + slow_polls, wait_ec);
       return std::pair{std::move(l), std::chrono::steady_clock::now()};
     });
-    std::this_thread::sleep_for(300ms);  // its first attempt found the name marked
+    std::this_thread::sleep_for(300ms);  // its first attempt found the name taken
     auto released = std::chrono::steady_clock::now();
-    reader.release();
+    let_go();
     auto [held, at] = got.get();
     ASSERT_TRUE(held);
-    EXPECT_GT(at, released) << "the mutex got in beside the reader";
-    EXPECT_LT(at - released, test::scaled(1s)) << "the mutex waited for its poll, not the wake-up";
+    EXPECT_GT(at, released) << who << " got in beside " << other;
+    EXPECT_LT(at - released, test::scaled(1s)) << who << " waited for its poll, not the wake-up";
+  };
+  {
+    shared_mutex rw{client_, test_key(), {.ttl = 60s}};
+    lease reader = reader_of(rw);
+    ASSERT_TRUE(reader);
+    client waiting{server_.url()};
+    mutex plain{waiting, test_key(), {.ttl = 60s, .retry_delay = slow_polls}};
+    expect_woken(
+        [&](auto deadline, std::error_code& ec) { return plain.acquire_until(deadline, ec); },
+        [&] { reader.release(); }, "the mutex", "the reader");
   }
   {
     ASSERT_TRUE(foreign_set_nx());
     client waiting{server_.url()};
     shared_mutex rw{waiting, test_key(), {.ttl = 60s, .retry_delay = slow_polls}};
-    auto got = std::async(std::launch::async, [&] {
-      std::error_code wait_ec;
-      lease l = rw.acquire_shared_until(std::chrono::steady_clock::now() + slow_polls, wait_ec);
-      return std::pair{std::move(l), std::chrono::steady_clock::now()};
-    });
-    std::this_thread::sleep_for(300ms);
-    auto released = std::chrono::steady_clock::now();
-    admin_.exec({"DEL", test_key()});
-    auto [held, at] = got.get();
-    ASSERT_TRUE(held);
-    EXPECT_GT(at, released) << "the reader got in beside another client's holder";
-    EXPECT_LT(at - released, test::scaled(1s)) << "the reader waited for its poll, not the wake-up";
+    expect_woken(
+        [&](auto deadline, std::error_code& ec) { return rw.acquire_shared_until(deadline, ec); },
+        [&] { admin_.exec({"DEL", test_key()}); }, "the reader", "another client's holder");
   }
 }
 

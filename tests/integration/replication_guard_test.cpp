@@ -45,6 +45,16 @@ bool replica_online(client& admin) {
   });
 }
 
+// One attempt of `m` is refused as unconfirmed, and its node's vote says why: `why` is in it.
+void expect_unconfirmed(mutex& m, const std::string& why) {
+  node_results votes;
+  std::error_code ec;
+  EXPECT_FALSE(m.try_acquire(&votes, ec));
+  EXPECT_EQ(ec, errc::replication_not_confirmed) << ec.message();
+  ASSERT_EQ(votes.size(), 1u);
+  EXPECT_NE(votes[0].message.find(why), std::string::npos) << votes[0].message;
+}
+
 class ReplicationGuardTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(replica_online(admin_)) << "the replica never synced"; }
@@ -77,16 +87,11 @@ TEST_F(ReplicationGuardTest, AReplicaThatDoesNotAcknowledgeFailsTheAcquireAndRel
 
   client c{master_.url(), guarded};
   mutex m{c, test_key()};
-  node_results votes;
-  std::error_code ec;
-  EXPECT_FALSE(m.try_acquire(&votes, ec));
-  EXPECT_EQ(ec, errc::replication_not_confirmed) << ec.message();
-  ASSERT_EQ(votes.size(), 1u);
-  EXPECT_NE(votes[0].message.find("1 replica(s) acknowledged within"), std::string::npos)
-      << votes[0].message;
+  ASSERT_NO_FATAL_FAILURE(expect_unconfirmed(m, "1 replica(s) acknowledged within"));
   EXPECT_TRUE(admin_.exec({"GET", test_key()}).is_nil()) << "the unconfirmed grant was kept";
 
   semaphore s{c, test_key(), 2};
+  std::error_code ec;
   EXPECT_FALSE(s.try_acquire(ec));
   EXPECT_EQ(ec, errc::replication_not_confirmed) << ec.message();
   replica_.resume();
@@ -192,12 +197,7 @@ TEST(ReplicationGuardInputTest, AMasterWithoutReplicasIsAClearErrorNotAHang) {
   redis_server alone;
   client c{alone.url(), guarded};
   mutex m{c, test_key()};
-  node_results votes;
-  std::error_code ec;
-  EXPECT_FALSE(m.try_acquire(&votes, ec));
-  EXPECT_EQ(ec, errc::replication_not_confirmed) << ec.message();
-  ASSERT_EQ(votes.size(), 1u);
-  EXPECT_NE(votes[0].message.find("0 connected"), std::string::npos) << votes[0].message;
+  ASSERT_NO_FATAL_FAILURE(expect_unconfirmed(m, "0 connected"));
   EXPECT_TRUE(c.exec({"GET", test_key()}).is_nil());
 }
 

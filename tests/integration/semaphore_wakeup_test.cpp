@@ -28,8 +28,6 @@ namespace {
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 
-double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
 // The waiter's acquire_until of `permits` on another thread (support/background_wait.hpp).
 test::background_wait waiting_on(semaphore& waiter, std::ptrdiff_t permits = 1) {
   return test::background_wait{
@@ -82,46 +80,59 @@ class SemaphoreWakeupBase : public ::testing::Test {
     return count;
   }
 
-  // A holder of the only permit releases while a waiter is queued, asleep in its 15-30 s
-  // backstop: the release alone makes the waiter a holder, which runs no attempt after it.
-  void expect_the_release_makes_the_waiter_a_holder() {
-    load_scripts();
-    semaphore holder{client_, test_key(), 1, options({.ttl = 2 * backstop})};
-    semaphore waiter{client_, test_key(), 1, options({.ttl = 30s, .retry_delay = backstop})};
-    auto held = holder.try_acquire();
-    ASSERT_TRUE(held);
-    auto waiting = waiting_on(waiter);
-    wait_for_queue(1);
-    ASSERT_EQ(offering(), 1u);
-    // Its attempt that queued has run its script, and it failed one: no attempt of its own
-    // comes before its backstop now.
-    EXPECT_TRUE(eventually([&] { return waiting.failed > 0; }));
-    auto before = scripts_run();
-    auto released = steady::now();
-    EXPECT_FALSE(held.release());
-    ASSERT_EQ(waiting.result.wait_until(released + woken_within()), std::future_status::ready)
-        << "not made a holder within " << woken_within().count() << " ms";
-    auto got = waiting.result.get();
-    auto waited = waiting.returned_at - released;
+  // Two holders of one permit each of 2, and `w`, a waiter for both whose backstop (15-30 s)
+  // leaves only wake-ups and handoffs to move it between its attempts.
+  struct both_permits_held {
+    both_permits_held(client& c, const SemaphoreWakeupBase& base)
+        : a{c, test_key(), 2, base.options({.ttl = 2 * backstop})},
+          b{c, test_key(), 2, base.options({.ttl = 2 * backstop})},
+          w{c, test_key(), 2, base.options({.ttl = 30s, .retry_delay = backstop})},
+          held_a{a.try_acquire()},
+          held_b{b.try_acquire()} {}
+    semaphore a, b, w;
+    lease held_a, held_b;
+  };
+
+  // `got`, handed both permits of 2 with one script run since `before`, holds them alone: a
+  // newcomer finds none. Then it gives them back.
+  void expect_handed_both_permits(lease got, long long before) {
     ASSERT_TRUE(got);
-    EXPECT_LT(waited, woken_within()) << ms(waited) << " ms";
-    EXPECT_EQ(scripts_run() - before, 1) << "the waiter ran an attempt after the release";
-    EXPECT_GT(got.fencing_token(), held.fencing_token());
-    // A holder now, with the TTL as its expiry and no waiter entry; the fair variant's keeps
-    // its place in line (holders rank there too), the unfair one's leaves the queue.
-    EXPECT_FALSE(client_.exec({"ZSCORE", keys().expiries, got.value()}).is_nil());
-    if (fair()) {
-      EXPECT_FALSE(client_.exec({"ZSCORE", keys().owners, got.value()}).is_nil());
-    } else {
-      EXPECT_EQ(client_.exec({"ZCARD", keys().waiters}).integer(), 0);
+    EXPECT_EQ(scripts_run() - before, 1);
+    EXPECT_EQ(client_.exec({"HGET", keys().weights, got.value()}).str(), "2");
+    semaphore late{client_, test_key(), 2, options()};
+    EXPECT_FALSE(late.try_acquire());
+    EXPECT_FALSE(got.release());
+  }
+
+  // Waiters that each take one permit, on threads of their own, sleeping 15-30 s between
+  // attempts (start_herd): a winner counts itself in `winners`, holds until hand_on, then
+  // releases, which wakes the next.
+  struct herd {
+    std::atomic<int> winners{0};
+    std::atomic<bool> hand_on{false};
+    std::vector<std::unique_ptr<semaphore>> sems;
+    std::vector<std::future<void>> done;
+    // Lets the winners go, and waits until every waiter has held and released.
+    void finish() {
+      hand_on = true;
+      for (auto& d : done) d.get();
     }
-    EXPECT_EQ(client_.exec({"HLEN", keys().waiter_info}).integer(), 0);
-    EXPECT_GT(client_.exec({"PTTL", keys().expiries}).integer(), 25'000);
-    EXPECT_GT(got.remaining(), 25s);
-    semaphore late{client_, test_key(), 1, options()};
-    EXPECT_FALSE(late.try_acquire()) << "the handed-over permit was not counted";
-    EXPECT_FALSE(got.release());  // the permit is the waiter's own
-    EXPECT_EQ(client_.exec({"ZCARD", keys().expiries}).integer(), 0);
+    ~herd() { hand_on = true; }  // a test that stopped early must not leave a winner waiting
+  };
+  void start_herd(herd& h, int waiters, std::ptrdiff_t limit) {
+    for (int i = 0; i < waiters; ++i) {
+      h.sems.push_back(std::make_unique<semaphore>(client_, test_key(), limit,
+                                                   options({.ttl = 30s, .retry_delay = backstop})));
+    }
+    for (int i = 0; i < waiters; ++i) {
+      h.done.push_back(std::async(std::launch::async, [&h, i] {
+        auto p = h.sems[i]->try_acquire_for(4 * backstop);
+        if (!p) return;
+        ++h.winners;
+        while (!h.hand_on) std::this_thread::sleep_for(1ms);  // the others keep waiting meanwhile
+        EXPECT_FALSE(p.release());                            // wakes the next one
+      }));
+    }
   }
 
   // Loads every semaphore script, so that no NOSCRIPT round trip is counted later.
@@ -160,10 +171,14 @@ class SemaphoreWakeupTest : public SemaphoreWakeupBase, public ::testing::WithPa
   bool fair() const override { return GetParam(); }
 };
 
-class SemaphoreWakeupFairTest : public SemaphoreWakeupBase {
+// The base with the variant fixed, for the tests of one variant only.
+template <bool Fair>
+class SemaphoreFixedVariant : public SemaphoreWakeupBase {
  protected:
-  bool fair() const override { return true; }
+  bool fair() const override { return Fair; }
 };
+
+using SemaphoreWakeupFairTest = SemaphoreFixedVariant<true>;
 
 INSTANTIATE_TEST_SUITE_P(Variants, SemaphoreWakeupTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Fair" : "Unfair"; });
@@ -180,47 +195,73 @@ TEST_P(SemaphoreWakeupTest, ReleaseWakesTheWaiterLongBeforeItsBackstop) {
               ms(woken.value_or(0s)), static_cast<long long>(woken_within().count()));
 }
 
+// A holder of the only permit releases while a waiter is queued, asleep in its 15-30 s
+// backstop: the release alone makes the waiter a holder, which runs no attempt after it.
+TEST_P(SemaphoreWakeupTest, AReleaseMakesTheWaiterAHolderWithoutAnotherAttempt) {
+  load_scripts();
+  semaphore holder{client_, test_key(), 1, options({.ttl = 2 * backstop})};
+  semaphore waiter{client_, test_key(), 1, options({.ttl = 30s, .retry_delay = backstop})};
+  auto held = holder.try_acquire();
+  ASSERT_TRUE(held);
+  auto waiting = waiting_on(waiter);
+  wait_for_queue(1);
+  ASSERT_EQ(offering(), 1u);
+  // Its attempt that queued has run its script, and it failed one: no attempt of its own
+  // comes before its backstop now.
+  EXPECT_TRUE(eventually([&] { return waiting.failed > 0; }));
+  auto before = scripts_run();
+  auto released = steady::now();
+  EXPECT_FALSE(held.release());
+  ASSERT_EQ(waiting.result.wait_until(released + woken_within()), std::future_status::ready)
+      << "not made a holder within " << woken_within().count() << " ms";
+  auto got = waiting.result.get();
+  auto waited = waiting.returned_at - released;
+  ASSERT_TRUE(got);
+  EXPECT_LT(waited, woken_within()) << ms(waited) << " ms";
+  EXPECT_EQ(scripts_run() - before, 1) << "the waiter ran an attempt after the release";
+  EXPECT_GT(got.fencing_token(), held.fencing_token());
+  // A holder now, with the TTL as its expiry and no waiter entry; the fair variant's keeps
+  // its place in line (holders rank there too), the unfair one's leaves the queue.
+  EXPECT_FALSE(client_.exec({"ZSCORE", keys().expiries, got.value()}).is_nil());
+  if (fair()) {
+    EXPECT_FALSE(client_.exec({"ZSCORE", keys().owners, got.value()}).is_nil());
+  } else {
+    EXPECT_EQ(client_.exec({"ZCARD", keys().waiters}).integer(), 0);
+  }
+  EXPECT_EQ(client_.exec({"HLEN", keys().waiter_info}).integer(), 0);
+  EXPECT_GT(client_.exec({"PTTL", keys().expiries}).integer(), 25'000);
+  EXPECT_GT(got.remaining(), 25s);
+  semaphore late{client_, test_key(), 1, options()};
+  EXPECT_FALSE(late.try_acquire()) << "the handed-over permit was not counted";
+  EXPECT_FALSE(got.release());  // the permit is the waiter's own
+  EXPECT_EQ(client_.exec({"ZCARD", keys().expiries}).integer(), 0);
+}
+
 TEST_P(SemaphoreWakeupTest, OneReleaseWakesOneWaiterNotAHerd) {
   load_scripts();
   semaphore holder{client_, test_key(), 1, options({.ttl = 2 * backstop})};
   auto held = holder.try_acquire();
   ASSERT_TRUE(held);
   constexpr int waiters = 12;
-  std::atomic<int> winners{0};
-  std::atomic<bool> hand_on{false};
-  std::vector<std::unique_ptr<semaphore>> sems;
-  std::vector<std::future<void>> done;
-  for (int i = 0; i < waiters; ++i) {
-    sems.push_back(std::make_unique<semaphore>(client_, test_key(), 1,
-                                               options({.ttl = 30s, .retry_delay = backstop})));
-  }
-  for (int i = 0; i < waiters; ++i) {
-    done.push_back(std::async(std::launch::async, [&, i] {
-      auto p = sems[i]->try_acquire_for(4 * backstop);
-      if (!p) return;
-      ++winners;
-      while (!hand_on) std::this_thread::sleep_for(1ms);  // the others keep waiting meanwhile
-      EXPECT_FALSE(p.release());                           // wakes the next one
-    }));
-  }
+  herd h;
+  start_herd(h, waiters, 1);
   // Every attempt that queued has run its script: from here each waits for a wake-up or its
   // 15-30 s backstop.
   wait_for_queue(waiters);
   auto before = scripts_run();
   EXPECT_FALSE(held.release());  // one script (the release), then the woken waiter's acquire
   // The first wake-up, within a bound below the shortest backstop sleep: no poll can pass it.
-  EXPECT_TRUE(test::holds_within([&] { return winners > 0; }, within_wakeups(3s)));
+  EXPECT_TRUE(test::holds_within([&] { return h.winners > 0; }, within_wakeups(3s)));
   std::this_thread::sleep_for(scaled(200ms));  // a herd would show up here
   auto after = scripts_run();
-  EXPECT_EQ(winners.load(), 1);
+  EXPECT_EQ(h.winners.load(), 1);
   // Expected 2; a herd would be 1 + waiters. A busy machine may add a stray retry.
   EXPECT_LE(after - before, 4) << "a release woke more than one waiter";
   std::printf("[ report   ] scripts run after one release with %d waiters queued: %lld\n", waiters,
               after - before);
   auto start = steady::now();
-  hand_on = true;  // each winner's release wakes the next: no backstop in this chain
-  for (auto& d : done) d.get();
-  EXPECT_EQ(winners.load(), waiters);
+  h.finish();  // each winner's release wakes the next: no backstop in this chain
+  EXPECT_EQ(h.winners.load(), waiters);
   EXPECT_LT(steady::now() - start, within_wakeups(4s))
       << "a handoff waited for its 15-30 s backstop";
 }
@@ -232,37 +273,21 @@ TEST_P(SemaphoreWakeupTest, WeightedReleaseOfKPermitsWakesKWaiters) {
   semaphore holder{client_, test_key(), k, options({.ttl = 2 * backstop})};
   auto held = holder.try_acquire(k);
   ASSERT_TRUE(held);
-  std::atomic<int> winners{0};
-  std::atomic<bool> hand_on{false};
-  std::vector<std::unique_ptr<semaphore>> sems;
-  std::vector<std::future<void>> done;
-  for (int i = 0; i < waiters; ++i) {
-    sems.push_back(std::make_unique<semaphore>(client_, test_key(), k,
-                                               options({.ttl = 30s, .retry_delay = backstop})));
-  }
-  for (int i = 0; i < waiters; ++i) {
-    done.push_back(std::async(std::launch::async, [&, i] {
-      auto p = sems[i]->try_acquire_for(4 * backstop);
-      if (!p) return;
-      ++winners;
-      while (!hand_on) std::this_thread::sleep_for(1ms);
-      EXPECT_FALSE(p.release());
-    }));
-  }
+  herd h;
+  start_herd(h, waiters, k);
   wait_for_queue(waiters);  // each has run the attempt that queued it: now it sleeps 15-30 s
   auto before = scripts_run();
   EXPECT_FALSE(held.release());  // frees k permits: wakes the first k waiters, nobody else
   // All k woken by the one release, within a bound below the shortest backstop sleep.
-  EXPECT_TRUE(test::holds_within([&] { return winners >= k; }, within_wakeups(3s)));
+  EXPECT_TRUE(test::holds_within([&] { return h.winners >= k; }, within_wakeups(3s)));
   std::this_thread::sleep_for(scaled(200ms));  // more would show up here
   auto after = scripts_run();
-  EXPECT_EQ(winners.load(), k);
+  EXPECT_EQ(h.winners.load(), k);
   EXPECT_LE(after - before, 1 + k + 2) << "expected the release and " << k << " acquires";
   std::printf("[ report   ] scripts run after releasing %td permits with %d waiters queued: %lld\n",
               k, waiters, after - before);
-  hand_on = true;
-  for (auto& d : done) d.get();
-  EXPECT_EQ(winners.load(), waiters);
+  h.finish();
+  EXPECT_EQ(h.winners.load(), waiters);
 }
 
 TEST_P(SemaphoreWakeupTest, ALostNotificationCostsAtMostTheBackstop) {
@@ -398,32 +423,20 @@ TEST_F(SemaphoreWakeupFairTest, GrantsInTicketOrderThroughWakeUps) {
 
 // The unfair variant's handoff (sem_release.lua): the release makes the first waiter a holder
 // itself, so the waiter needs no attempt of its own after the wake-up.
-class SemaphoreHandoffTest : public SemaphoreWakeupBase {
- protected:
-  bool fair() const override { return false; }
-};
-
-TEST_F(SemaphoreHandoffTest, AReleaseMakesTheWaiterAHolderWithoutAnotherAttempt) {
-  expect_the_release_makes_the_waiter_a_holder();
-}
+using SemaphoreHandoffTest = SemaphoreFixedVariant<false>;
 
 // A waiter for 2 permits of 2 while two holders have 1 each: the first release frees one,
 // which is not enough (a wake-up only: its attempt fails); the second makes it a holder of 2.
 TEST_F(SemaphoreHandoffTest, AWaiterIsHandedPermitsOnlyWhenAllItWantsAreFree) {
   load_scripts();
-  semaphore a{client_, test_key(), 2, options({.ttl = 2 * backstop})};
-  semaphore b{client_, test_key(), 2, options({.ttl = 2 * backstop})};
-  // Between its attempts only wake-ups, no poll: its backstop is 15-30 s.
-  semaphore w{client_, test_key(), 2, options({.ttl = 30s, .retry_delay = backstop})};
-  auto held_a = a.try_acquire();
-  auto held_b = b.try_acquire();
-  ASSERT_TRUE(held_a && held_b);
-  auto acquired = waiting_on(w, 2);
+  both_permits_held t{client_, *this};
+  ASSERT_TRUE(t.held_a && t.held_b);
+  auto acquired = waiting_on(t.w, 2);
   wait_for_queue(1);
   EXPECT_TRUE(eventually([&] { return acquired.failed > 0; }));  // asleep in its backstop
   auto woken_once = acquired.failed.load();
   auto scripts_before_release = scripts_run();
-  EXPECT_FALSE(held_a.release());
+  EXPECT_FALSE(t.held_a.release());
   // Woken, it tried again (a script after the release's own) and queued again (its entry no
   // longer marked woken), and sleeps.
   EXPECT_TRUE(eventually([&] {
@@ -433,16 +446,9 @@ TEST_F(SemaphoreHandoffTest, AWaiterIsHandedPermitsOnlyWhenAllItWantsAreFree) {
   }));
   EXPECT_EQ(acquired.result.wait_for(0s), std::future_status::timeout);
   auto before = scripts_run();
-  EXPECT_FALSE(held_b.release());
+  EXPECT_FALSE(t.held_b.release());
   ASSERT_EQ(acquired.result.wait_for(scaled(10s)), std::future_status::ready);
-  auto got = acquired.result.get();
-  ASSERT_TRUE(got);
-  EXPECT_EQ(scripts_run() - before, 1);
-  EXPECT_EQ(client_.exec({"HGET", keys().weights, got.value()}).str(), "2");
-  // Both permits are the waiter's: a newcomer finds none.
-  semaphore late{client_, test_key(), 2, options()};
-  EXPECT_FALSE(late.try_acquire());
-  EXPECT_FALSE(got.release());
+  expect_handed_both_permits(acquired.result.get(), before);
 }
 
 // An attempt that ran after its acquisition gave up (it had timed out on its way) queues the
@@ -492,44 +498,26 @@ TEST_F(SemaphoreHandoffTest, APermitHandedToAWaiterThatGaveUpIsGivenBack) {
 
 // The fair variant's handoff: a release walks the line in ticket order and makes every waiter
 // whose permits fit, counting everyone ahead of it, a holder itself (sem_release.lua).
-class SemaphoreFairHandoffTest : public SemaphoreWakeupBase {
- protected:
-  bool fair() const override { return true; }
-};
-
-TEST_F(SemaphoreFairHandoffTest, AReleaseMakesTheWaiterAHolderWithoutAnotherAttempt) {
-  expect_the_release_makes_the_waiter_a_holder();
-}
+using SemaphoreFairHandoffTest = SemaphoreFixedVariant<true>;
 
 // A waiter for 2 permits of 2 behind two holders of 1: the first release leaves it neither
 // handed over nor woken (what is in line up to it does not fit), the second hands it both.
 TEST_F(SemaphoreFairHandoffTest, AWaiterIsHandedItsPermitsOnlyWhenAllAheadOfItFit) {
   load_scripts();
-  semaphore a{client_, test_key(), 2, options({.ttl = 2 * backstop})};
-  semaphore b{client_, test_key(), 2, options({.ttl = 2 * backstop})};
-  // Between its attempts only wake-ups, no poll: its backstop is 15-30 s.
-  semaphore w{client_, test_key(), 2, options({.ttl = 30s, .retry_delay = backstop})};
-  auto held_a = a.try_acquire();
-  auto held_b = b.try_acquire();
-  ASSERT_TRUE(held_a && held_b);
+  both_permits_held t{client_, *this};
+  ASSERT_TRUE(t.held_a && t.held_b);
   auto acquired =
-      std::async(std::launch::async, [&] { return w.try_acquire_for(2 * backstop, 2); });
+      std::async(std::launch::async, [&] { return t.w.try_acquire_for(2 * backstop, 2); });
   wait_for_queue(1);
   auto before = scripts_run();
-  EXPECT_FALSE(held_a.release());
+  EXPECT_FALSE(t.held_a.release());
   std::this_thread::sleep_for(scaled(100ms));  // a wake-up's attempt would show up here
   EXPECT_EQ(scripts_run() - before, 1) << "the waiter was woken for permits that do not fit";
   EXPECT_EQ(offering(), 1u);
   EXPECT_EQ(acquired.wait_for(0s), std::future_status::timeout);
   before = scripts_run();
-  EXPECT_FALSE(held_b.release());
-  auto got = acquired.get();
-  ASSERT_TRUE(got);
-  EXPECT_EQ(scripts_run() - before, 1);
-  EXPECT_EQ(client_.exec({"HGET", keys().weights, got.value()}).str(), "2");
-  semaphore late{client_, test_key(), 2, options()};
-  EXPECT_FALSE(late.try_acquire());
-  EXPECT_FALSE(got.release());
+  EXPECT_FALSE(t.held_b.release());
+  expect_handed_both_permits(acquired.get(), before);
 }
 
 // A waiter whose process is gone (nobody listens on its channel) loses its place at the

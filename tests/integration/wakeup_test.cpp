@@ -27,8 +27,6 @@ namespace {
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 
-double ms(steady::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
 // The waiter's acquire_until on another thread (support/background_wait.hpp).
 test::background_wait waiting_on(mutex& waiter) {
   return test::background_wait{

@@ -8,6 +8,8 @@
 //                       and capped (it must stay below another mechanism's time)
 //   is_invalid_argument runs a callable and says whether it threw errc::invalid_argument
 //   raise_to            raises an atomic maximum (the most readers seen at once, a fence)
+//   since               the whole milliseconds passed since a steady_clock time point
+//   ms                  a duration in milliseconds with a fraction, for a failure message
 // A test waits for a condition, never for a guessed time: every bound it gives is an upper
 // bound on a wait that normally ends much sooner, so making it generous costs nothing while the
 // test passes, and keeps a slow build or a busy machine from failing it.
@@ -84,6 +86,17 @@ void raise_to(std::atomic<T>& most, T value) {
   T seen = most.load();
   while (value > seen && !most.compare_exchange_weak(seen, value)) {
   }
+}
+
+// The whole milliseconds passed since `t0`.
+inline std::chrono::milliseconds since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                               t0);
+}
+
+// `d` in milliseconds with a fraction, for a failure message or a report line.
+inline double ms(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
 }
 
 }  // namespace dlock::test

@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/loopback.hpp"
+
 namespace dlock::test {
 
 // A loopback TCP listener that is not Redis. `garbage` answers every read with an HTTP error
@@ -33,10 +35,7 @@ class fake_peer {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
     ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(port);
+    sockaddr_in addr = loopback_address(port);
     if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
         ::listen(listen_fd_, 16) != 0) {
       ::close(listen_fd_);

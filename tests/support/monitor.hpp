@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "support/loopback.hpp"
+
 namespace dlock::test {
 
 // One connection, inline commands, reply lines with a deadline; never throws.
@@ -26,10 +28,7 @@ class raw_connection {
 
  public:
   explicit raw_connection(unsigned short port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sockaddr_in addr = loopback_address(port);
     connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
   }
   ~raw_connection() { ::close(fd_); }

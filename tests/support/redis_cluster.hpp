@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "support/checks.hpp"
+#include "support/loopback.hpp"
 #include "support/redis_server.hpp"
 
 namespace dlock::test {
@@ -129,10 +130,7 @@ inline std::string raw_command_complete(
     std::chrono::milliseconds timeout = std::chrono::seconds(2)) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return {};
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in addr = loopback_address(port);
   std::string out;
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
     std::string line = inline_command + "\r\n";
