@@ -30,80 +30,70 @@ constexpr stamp ms = 1'000'000;
 
 using test::raw_connection;
 
-TEST(kit_proxy, forwards_with_latency_each_way) {
-  redis_server server;
-  tcp_proxy proxy{server.port()};
-  raw_connection c{proxy.port()};
-  ASSERT_TRUE(c.connected());
-  EXPECT_EQ(c.call("PING", scaled(2s)), "+PONG");
+// A redis-server behind a proxy, and a connection through the proxy that a PING went through.
+class kit_proxy : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(c_.connected());
+    ASSERT_EQ(c_.call("PING", scaled(2s)), "+PONG");
+  }
+
+  redis_server server_;
+  tcp_proxy proxy_{server_.port()};
+  raw_connection c_{proxy_.port()};
+};
+
+TEST_F(kit_proxy, forwards_with_latency_each_way) {
   // Long enough that a PING without it, however slow the machine, takes less.
-  proxy.set_latency(300ms, 400ms);
+  proxy_.set_latency(300ms, 400ms);
   auto start = steady::now();
-  EXPECT_EQ(c.call("PING", scaled(2s) + 700ms), "+PONG");
+  EXPECT_EQ(c_.call("PING", scaled(2s) + 700ms), "+PONG");
   EXPECT_GE(steady::now() - start, 700ms);
-  proxy.set_latency(0ms, 0ms);
+  proxy_.set_latency(0ms, 0ms);
   start = steady::now();
-  EXPECT_EQ(c.call("PING", scaled(2s)), "+PONG");
+  EXPECT_EQ(c_.call("PING", scaled(2s)), "+PONG");
   EXPECT_LT(steady::now() - start, 700ms) << "the latency is still on";
 }
 
-TEST(kit_proxy, stall_holds_bytes_and_delivers_them_on_heal) {
-  redis_server server;
-  tcp_proxy proxy{server.port()};
-  raw_connection c{proxy.port()};
-  EXPECT_EQ(c.call("PING", scaled(2s)), "+PONG");
-  proxy.set_mode(tcp_proxy::mode::stall);
+TEST_F(kit_proxy, stall_holds_bytes_and_delivers_them_on_heal) {
+  proxy_.set_mode(tcp_proxy::mode::stall);
   // The SET is held, not lost: it lands after the partition heals (a "ghost" write).
-  EXPECT_EQ(c.call("SET k v", 300ms), std::nullopt);
-  EXPECT_EQ(test::raw_command(server.port(), "EXISTS k"), ":0\r\n");
-  proxy.set_mode(tcp_proxy::mode::pass);
-  EXPECT_EQ(c.next_line(scaled(2s)), "+OK");
-  EXPECT_EQ(test::raw_command(server.port(), "EXISTS k"), ":1\r\n");
+  EXPECT_EQ(c_.call("SET k v", 300ms), std::nullopt);
+  EXPECT_EQ(test::raw_command(server_.port(), "EXISTS k"), ":0\r\n");
+  proxy_.set_mode(tcp_proxy::mode::pass);
+  EXPECT_EQ(c_.next_line(scaled(2s)), "+OK");
+  EXPECT_EQ(test::raw_command(server_.port(), "EXISTS k"), ":1\r\n");
 }
 
-TEST(kit_proxy, dropped_replies_run_on_the_server_and_the_connection_dies_on_heal) {
-  redis_server server;
-  tcp_proxy proxy{server.port()};
-  raw_connection c{proxy.port()};
-  EXPECT_EQ(c.call("PING", scaled(2s)), "+PONG");
-  proxy.set_mode(tcp_proxy::mode::drop_replies);
-  EXPECT_EQ(c.call("SET k v", 300ms), std::nullopt);
-  EXPECT_TRUE(eventually([&] { return test::raw_command(server.port(), "EXISTS k") == ":1\r\n"; }))
+TEST_F(kit_proxy, dropped_replies_run_on_the_server_and_the_connection_dies_on_heal) {
+  proxy_.set_mode(tcp_proxy::mode::drop_replies);
+  EXPECT_EQ(c_.call("SET k v", 300ms), std::nullopt);
+  EXPECT_TRUE(eventually([&] { return test::raw_command(server_.port(), "EXISTS k") == ":1\r\n"; }))
       << "the SET never ran";
-  proxy.set_mode(tcp_proxy::mode::pass);
-  EXPECT_EQ(c.next_line(scaled(2s)), std::nullopt);
-  EXPECT_TRUE(c.eof());
+  proxy_.set_mode(tcp_proxy::mode::pass);
+  EXPECT_EQ(c_.next_line(scaled(2s)), std::nullopt);
+  EXPECT_TRUE(c_.eof());
 }
 
-TEST(kit_proxy, dropped_requests_never_reach_the_server) {
-  redis_server server;
-  tcp_proxy proxy{server.port()};
-  raw_connection c{proxy.port()};
-  EXPECT_EQ(c.call("PING", scaled(2s)), "+PONG");
-  proxy.set_mode(tcp_proxy::mode::drop_requests);
-  EXPECT_EQ(c.call("SET k v", 300ms), std::nullopt);
-  proxy.set_mode(tcp_proxy::mode::pass);
-  EXPECT_EQ(c.next_line(1s), std::nullopt);
-  EXPECT_EQ(test::raw_command(server.port(), "EXISTS k"), ":0\r\n");
+TEST_F(kit_proxy, dropped_requests_never_reach_the_server) {
+  proxy_.set_mode(tcp_proxy::mode::drop_requests);
+  EXPECT_EQ(c_.call("SET k v", 300ms), std::nullopt);
+  proxy_.set_mode(tcp_proxy::mode::pass);
+  EXPECT_EQ(c_.next_line(1s), std::nullopt);
+  EXPECT_EQ(test::raw_command(server_.port(), "EXISTS k"), ":0\r\n");
 }
 
-TEST(kit_proxy, refuse_closes_the_port) {
-  redis_server server;
-  tcp_proxy proxy{server.port()};
-  {
-    raw_connection c{proxy.port()};
-    EXPECT_EQ(c.call("PING", scaled(2s)), "+PONG");
-    proxy.set_mode(tcp_proxy::mode::refuse);
-    EXPECT_EQ(c.next_line(scaled(1s)), std::nullopt);
-    EXPECT_TRUE(c.eof());
-  }
+TEST_F(kit_proxy, refuse_closes_the_port) {
+  proxy_.set_mode(tcp_proxy::mode::refuse);
+  EXPECT_EQ(c_.next_line(scaled(1s)), std::nullopt);
+  EXPECT_TRUE(c_.eof());
   // The proxy closes its port before the connections (the eof above), so this holds at once.
-  EXPECT_FALSE(raw_connection{proxy.port()}.connected());
-  proxy.set_mode(tcp_proxy::mode::pass);
+  EXPECT_FALSE(raw_connection{proxy_.port()}.connected());
+  proxy_.set_mode(tcp_proxy::mode::pass);
   // The proxy thread listens again when it wakes to the new mode.
-  EXPECT_TRUE(eventually([&] { return raw_connection{proxy.port()}.connected(); }))
+  EXPECT_TRUE(eventually([&] { return raw_connection{proxy_.port()}.connected(); }))
       << "the port stayed closed";
-  raw_connection again{proxy.port()};
+  raw_connection again{proxy_.port()};
   EXPECT_EQ(again.call("PING", scaled(2s)), "+PONG");
 }
 
