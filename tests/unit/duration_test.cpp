@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <vector>
@@ -14,50 +15,48 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// A text and the duration it parses to.
+struct parses_to {
+  std::string text;
+  std::chrono::milliseconds value;
+};
+
+void expect_parses(std::initializer_list<parses_to> cases) {
+  for (const auto& c : cases) EXPECT_EQ(parse_duration(c.text), c.value) << '"' << c.text << '"';
+}
+
 TEST(DurationTest, AcceptsEachUnit) {
-  EXPECT_EQ(parse_duration("500ms"), 500ms);
-  EXPECT_EQ(parse_duration("30s"), 30s);
-  EXPECT_EQ(parse_duration("2m"), 2min);
-  EXPECT_EQ(parse_duration("1h"), 1h);
-  EXPECT_EQ(parse_duration("1d"), 24h);
+  expect_parses({{"500ms", 500ms}, {"30s", 30s}, {"2m", 2min}, {"1h", 1h}, {"1d", 24h}});
 }
 
 // `flock -w 60` waits a minute; so does `dlock run -w 60` (it gave up after 60 ms).
 TEST(DurationTest, BareNumbersAreSecondsAsInFlock) {
-  EXPECT_EQ(parse_duration("60"), 60s);
-  EXPECT_EQ(parse_duration("1"), 1s);
-  EXPECT_EQ(parse_duration("007"), 7s);
+  expect_parses({{"60", 60s}, {"1", 1s}, {"007", 7s}});
 }
 
 TEST(DurationTest, DecimalsInAnyUnit) {
-  EXPECT_EQ(parse_duration("2.5"), 2500ms);
-  EXPECT_EQ(parse_duration(".5"), 500ms);
-  EXPECT_EQ(parse_duration("0.25s"), 250ms);
-  EXPECT_EQ(parse_duration("1.5m"), 90s);
-  EXPECT_EQ(parse_duration("0.5d"), 12h);
-  EXPECT_EQ(parse_duration("2.000"), 2s);
+  expect_parses({{"2.5", 2500ms},
+                 {".5", 500ms},
+                 {"0.25s", 250ms},
+                 {"1.5m", 90s},
+                 {"0.5d", 12h},
+                 {"2.000", 2s}});
   // Below a millisecond rounds up: a positive wait or TTL never becomes zero.
-  EXPECT_EQ(parse_duration("0.0001"), 1ms);
-  EXPECT_EQ(parse_duration("1.2ms"), 2ms);
-  EXPECT_EQ(parse_duration("0.0000000000001s"), 1ms);
+  expect_parses({{"0.0001", 1ms}, {"1.2ms", 2ms}, {"0.0000000000001s", 1ms}});
   // Up to 18 digits count exactly: 0.0000000111 d is 0.959 ms, so 1 ms (not 2).
-  EXPECT_EQ(parse_duration("0.0000000111d"), 1ms);
-  EXPECT_EQ(parse_duration("0.0000166661m"), 1ms);
-  EXPECT_EQ(parse_duration("0.000000000000000000001"), 1ms);
+  expect_parses({{"0.0000000111d", 1ms}, {"0.0000166661m", 1ms}, {"0.000000000000000000001", 1ms}});
 }
 
 TEST(DurationTest, CompoundsNameTheirUnitsLongestFirst) {
-  EXPECT_EQ(parse_duration("1m30s"), 90s);
-  EXPECT_EQ(parse_duration("1h30m"), 90min);
-  EXPECT_EQ(parse_duration("1d2h3m4s5ms"), 24h + 2h + 3min + 4s + 5ms);
-  EXPECT_EQ(parse_duration("1m0.5s"), 60500ms);
-  EXPECT_EQ(parse_duration("2s500ms"), 2500ms);
+  expect_parses({{"1m30s", 90s},
+                 {"1h30m", 90min},
+                 {"1d2h3m4s5ms", 24h + 2h + 3min + 4s + 5ms},
+                 {"1m0.5s", 60500ms},
+                 {"2s500ms", 2500ms}});
 }
 
 TEST(DurationTest, ZeroParsesSoCallersCanSayWhyItIsWrong) {
-  EXPECT_EQ(parse_duration("0"), 0ms);
-  EXPECT_EQ(parse_duration("0s"), 0ms);
-  EXPECT_EQ(parse_duration("0.0"), 0ms);
+  expect_parses({{"0", 0ms}, {"0s", 0ms}, {"0.0", 0ms}});
 }
 
 TEST(DurationTest, RefusesMalformedText) {
