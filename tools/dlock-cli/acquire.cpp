@@ -31,14 +31,7 @@ int acquire_command(const global_options& g, const acquire_options& o) {
   check_ttl(o.ttl);
   auto nodes = make_clients(g);
   mutex lock{nodes, o.key, {.ttl = o.ttl, .retry_delay = 50ms, .copies = g.copies}};
-  wait_options w;
-  w.nonblock = o.nonblock;
-  w.wait = o.wait;
-  w.node_count = nodes.size();
-  w.unavailable_grace = outage_patience(o, g);
-  w.replication_guard = g.replication_guard;
-  w.key = o.key;
-  w.show_status = !o.quiet;
+  wait_options w = wait_options_for(o, g, nodes.size(), o.key);
   w.describe_holder = [&] { return lock_holder_status(nodes, o.key, g.copies); };
   lock_calls calls;
   calls.try_once = [&](std::error_code& ec, node_results* votes) {

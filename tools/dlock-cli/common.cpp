@@ -20,6 +20,7 @@
 #include "dlock/error.hpp"
 #include "dlock/options.hpp"
 #include "duration.hpp"
+#include "lock_wait.hpp"
 
 namespace dlock::cli {
 namespace {
@@ -302,6 +303,19 @@ std::string acquired_token(std::string_view printed) {
 
 std::chrono::milliseconds outage_patience(const wait_flags& w, const global_options& g) {
   return w.wait ? longest_duration : 2 * g.request_timeout;
+}
+
+wait_options wait_options_for(const wait_flags& flags, const global_options& g,
+                              std::size_t node_count, const std::string& key) {
+  wait_options w;
+  w.nonblock = flags.nonblock;
+  w.wait = flags.wait;
+  w.node_count = node_count;
+  w.unavailable_grace = outage_patience(flags, g);
+  w.show_status = !flags.quiet;
+  w.replication_guard = g.replication_guard;
+  w.key = key;
+  return w;
 }
 
 void check_ttl(std::chrono::milliseconds ttl, const char* option) {

@@ -3,6 +3,7 @@
 //   holder_status who holds what a wait waits for, as its status line says it
 //   lock_holder_status / semaphore_holder_status  read it from the nodes
 //   wait_options  -n / -w, -q, how long a node outage is waited out, how signals are watched
+//   wait_options_for  the part of them the user's flags and the global options set
 //   lock_calls    the library calls to make: one attempt (-n), or a wait under wait_control
 //   wait_result   acquired (with the lease), conflict, unavailable, failed or interrupted
 //   wait_for_lock one of those
@@ -71,6 +72,15 @@ struct wait_options {
   bool replication_guard = false;
   std::string key;  // for messages
 };
+
+struct global_options;  // cli.hpp
+struct wait_flags;      // cli.hpp
+
+// What `run` and `acquire` share of a wait for KEY on `node_count` nodes: -n, -w and -q, the
+// outage patience and --replication-guard. The caller adds what only it knows (signals, the
+// holder's description, waiter notes).
+wait_options wait_options_for(const wait_flags& flags, const global_options& g,
+                              std::size_t node_count, const std::string& key);
 
 struct lock_calls {
   std::function<lease(std::error_code&, node_results*)> try_once;

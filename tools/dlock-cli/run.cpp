@@ -595,12 +595,7 @@ int run_command(const global_options& g, const run_options& o) {
     };
   }
 
-  wait_options w;
-  w.nonblock = o.nonblock;
-  w.wait = o.wait;
-  w.node_count = nodes.size();
-  w.unavailable_grace = outage_patience(o, g);
-  w.key = o.key;
+  wait_options w = wait_options_for(o, g, nodes.size(), o.key);
   // Nothing is held yet: a signal that would end dlock ends the wait, a stop stops it.
   w.watch = [&](milliseconds d, int wake_fd) {
     for (const auto& s : signals.wait(d, {wake_fd}).signals) {
@@ -611,7 +606,6 @@ int run_command(const global_options& g, const run_options& o) {
     }
     return 0;
   };
-  w.show_status = !o.quiet;
   w.describe_holder = [&] {
     if (o.semaphore_limit) return semaphore_holder_status(nodes.front(), o.key, *o.semaphore_limit);
     if (o.read || o.write) return holder_status{};  // not shown yet
@@ -627,7 +621,6 @@ int run_command(const global_options& g, const run_options& o) {
   w.clear_waiter_note = [&](const std::string& id, bool awaited) {
     clear_waiter(nodes, o.key, id, awaited);
   };
-  w.replication_guard = g.replication_guard;
   // KEY's (or an --also name's) kind, read from its key when the library's error did not say.
   w.kind_found = [&]() -> std::optional<std::string> {
     std::string wanted = o.semaphore_limit ? *marked_kind(semaphore_mark(*o.semaphore_limit, false))
