@@ -13,6 +13,7 @@
 #include "observe.hpp"
 #include "replication_guard.hpp"
 #include "script.hpp"
+#include "slot_migration.hpp"
 
 namespace dlock::detail {
 
@@ -67,8 +68,11 @@ void acquire_run::start(handler_type handler, std::vector<request> first) {
     self->engine_.on_start(steady::now());
     self->arm_deadline();
     if (self->engine_.attempts_made() == 0) {
-      // Stopped before it began: it ends at once, having sent nothing.
-      if (self->control_.stop.stop_requested()) return self->stop(errc::cancelled);
+      // Stopped before it began: it ends having sent nothing, posted so that the handler
+      // never runs inside the initiating call.
+      if (self->control_.stop.stop_requested()) {
+        return asio::post(self->owner_->get_executor(), [self] { self->stop(errc::cancelled); });
+      }
       return self->attempt();
     }
     // run_blocking made the first attempt: go on from where it stands.
@@ -125,16 +129,34 @@ void acquire_run::attempt() {
 void acquire_run::send(request r) {
   auto& node = nodes_[r.node];
   auto id = r.id;
+  auto node_index = r.node;
   // The handler below keeps this run, and so its engine, alive until the request completes.
   r.gate = engine_.gate();
-  run_request(node, std::move(r), [self = shared_from_this(), id](std::error_code ec, reply answer) {
-    if (self->pumping_) {
-      self->inline_answers_.push_back({id, ec, std::move(answer)});
-      return;
+  // A cleanup's release of one value, refused while its slot migrates (slot_migration.hpp), is
+  // done by the lock's key alone; the key lives in the owner's target, which this run keeps.
+  std::optional<std::pair<std::string_view, std::string>> by_key_alone;
+  if (r.code == &release_script && r.args.size() == 1) by_key_alone.emplace(r.keys[0], r.args[0]);
+  run_request(node, std::move(r), [self = shared_from_this(), id, node_index,
+                                   by_key_alone = std::move(by_key_alone)](std::error_code ec,
+                                                                           reply answer) mutable {
+    if (by_key_alone && refused_while_migrating(answer)) {
+      return release_lock_key(self->nodes_[node_index], std::string(by_key_alone->first),
+                              std::move(by_key_alone->second), self->engine_.node_timeout(),
+                              [self, id](std::error_code step_ec, reply r) {
+                                self->take_answer(id, step_ec, std::move(r));
+                              });
     }
-    self->engine_.on_reply(id, steady::now(), ec, answer);
-    self->pump();
+    self->take_answer(id, ec, std::move(answer));
   });
+}
+
+void acquire_run::take_answer(std::uint64_t id, std::error_code ec, reply answer) {
+  if (pumping_) {
+    inline_answers_.push_back({id, ec, std::move(answer)});
+    return;
+  }
+  engine_.on_reply(id, steady::now(), ec, answer);
+  pump();
 }
 
 void acquire_run::pump() {

@@ -54,6 +54,8 @@ class acquire_run : public std::enable_shared_from_this<acquire_run> {
  private:
   void attempt();
   void send(request r);
+  // An answer for the engine: at once, or after the batch being sent (inline_answers_).
+  void take_answer(std::uint64_t id, std::error_code ec, reply answer);
   void pump();
   // Ends the wait at the engine's deadline however long the nodes take to answer.
   void arm_deadline();

@@ -11,7 +11,8 @@
 /// slot in ascending slot order (the same global order for every client); when a slot's names
 /// are held by another, the release of the slots already taken is sent (not awaited) before
 /// the attempt ends, so those names stay taken for the rest of the attempt, and until their TTL
-/// when that release is lost. No attempt ever waits while holding part of a set, so clients
+/// when that release is lost (or when a slot's script that timed out runs after it). While a
+/// slot migrates, that release goes by each key alone. No attempt ever waits while holding part of a set, so clients
 /// locking overlapping sets, in any order, cannot deadlock (no hold-and-wait). A set whose
 /// slots take longer than its TTL to take (one round trip each, plus one for the fences) fails
 /// every attempt with lease_expired: give it a TTL well above that.

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// A lock set's attempts. Each writes its own value "<id>.<index>" to every key, so that the
-// give-back of a failed attempt, which is not awaited and may run late, can never delete what a
-// later attempt took; a failed attempt that lands after its give-back leaves its keys to their
-// TTL. The groups are taken in the same global order by every client (ascending slot), and an
+// A lock set's attempts. Each writes its own value "<id>.<index>" to every key (the id is
+// drawn afresh for each acquisition), so that the give-back of a failed attempt, which is not
+// awaited and may run late, can never delete what a later attempt, or another acquisition,
+// took; a failed attempt that lands after its give-back leaves its keys to their TTL. The groups are taken in the same global order by every client (ascending slot), and an
 // attempt never waits while holding part of the set: overlapping sets cannot deadlock.
 #include "algo/lock_set_protocol.hpp"
 
@@ -58,7 +58,11 @@ void lock_set_protocol::on_group(wait_loop& loop, steady::time_point now, std::e
   auto fence = static_cast<std::uint64_t>(e[1].integer());
   attempt_.fences[attempt_.next_group++] = fence;
   attempt_.top_fence = std::max(attempt_.top_fence, fence);
-  if (attempt_.next_group < target_.groups.size()) return take_next_group(loop);
+  if (attempt_.next_group < target_.groups.size()) {
+    // Stopped meanwhile: what was taken goes back now rather than after the other groups.
+    if (loop.stopping()) return fail(loop, now, errc::cancelled, attempt_.next_group);
+    return take_next_group(loop);
+  }
   raise_fences(loop, now);
 }
 

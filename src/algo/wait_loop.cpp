@@ -9,7 +9,9 @@
 //
 // Giving up leaves nothing behind: the protocol's give-up script leaves the queues and gives
 // back what the wait won late, and the outcome waits for its answers (final_cleanup), so that
-// a caller who retries at once never meets our own leftovers.
+// a caller who retries at once never meets our own leftovers. What a failed attempt gives back
+// is awaited where the protocol asks for it (the lock's cleanup), or only sent (a lock set's,
+// whose next attempt writes a value of its own).
 #include "algo/wait_loop.hpp"
 
 #include <algorithm>
@@ -114,7 +116,8 @@ steady::duration wait_loop::retry_delay_after(const node_results& votes) {
       delay = std::min<steady::duration>(delay, milliseconds(v.holder_ttl_ms + 1));
     }
   }
-  return delay;
+  // retry_delay 0 polls every millisecond, not back to back.
+  return std::max<steady::duration>(delay, milliseconds(1));
 }
 
 // After a failed attempt: the error that ends a wait without a deadline all the same (a full

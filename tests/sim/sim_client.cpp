@@ -83,10 +83,17 @@ const detail::lock_set_target& sim_client::pick_set() {
   std::sort(asked.begin(), asked.end());
   asked.erase(std::unique(asked.begin(), asked.end()), asked.end());
   claimed_keys_ = asked;
-  std::vector<std::size_t> all(asked.size());
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-  set_ = &set_targets_.emplace_back(std::move(asked), std::vector<std::vector<std::size_t>>{all},
-                                    set_options_, set_request_timeout_);
+  // One group, as on a single node; or, half the time, as on a cluster: a group per "slot",
+  // here the key's last character's parity, the same for every client, taken in slot order.
+  std::vector<std::vector<std::size_t>> groups(1);
+  bool by_slot = rnd.chance(0.5);
+  if (by_slot) groups.resize(2);
+  for (std::size_t i = 0; i < asked.size(); ++i) {
+    groups[by_slot ? static_cast<unsigned char>(asked[i].back()) % 2 : 0].push_back(i);
+  }
+  std::erase_if(groups, [](const auto& g) { return g.empty(); });
+  set_ = &set_targets_.emplace_back(std::move(asked), std::move(groups), set_options_,
+                                    set_request_timeout_);
   return *set_;
 }
 
@@ -247,10 +254,12 @@ void sim_client::send_for_acquisition(detail::request r) {
                         r.code == &detail::sem_fair_acquire_script;
   if (attempt_script && in_attempt_) {
     attempt_requests_.push_back(r.id);
-    if (attempt_requests_.size() > nodes()) {
+    // One per node; a lock set's, one per slot group.
+    std::size_t most = set_ ? set_->groups.size() : nodes();
+    if (attempt_requests_.size() > most) {
       check_.violation("PACING: " + who() + "'s attempt sent " +
-                       std::to_string(attempt_requests_.size()) + " acquire requests to " +
-                       std::to_string(nodes()) + " nodes");
+                       std::to_string(attempt_requests_.size()) + " acquire requests, more than " +
+                       std::to_string(most));
     }
   }
   w_.call(c_, r, [this, cycle = cycle_, id = r.id](std::error_code ec, const reply& answer) {

@@ -871,5 +871,139 @@ TEST(LockAcquisitionTest, FailuresAreClassifiedForTheirCallers) {
   EXPECT_EQ(classify_failure(errc::auth_failed, mixed), failure_kind::fatal);
 }
 
+// A lock set of names a, b, c, d in two slot groups ({a, c} then {b, d}), as on a cluster.
+struct two_group_set {
+  lock_options o = [] {
+    lock_options o;
+    o.ttl = 1000ms;
+    o.retry_delay = 40ms;
+    return o;
+  }();
+  lock_set_target t{{"a", "b", "c", "d"}, {{0, 2}, {1, 3}}, o, 1000ms};
+};
+
+std::vector<std::string> keys_of(const request& r) {
+  return {r.keys.begin(), r.keys.end()};
+}
+
+TEST(LockSetAcquisitionTest, GroupsAreTakenInOrderAndTheFencesRaisedToTheHighest) {
+  two_group_set s;
+  acquisition a(s.t, "id", no_deadline, 3, 0);
+  a.begin_attempt(t0, {});
+  auto first = a.take_requests();
+  ASSERT_EQ(first.size(), 1u);  // one group at a time
+  EXPECT_EQ(first[0].code, &acquire_all_script);
+  EXPECT_EQ(keys_of(first[0]),
+            (std::vector<std::string>{"a", lock_keys_for("a").fence, "c", lock_keys_for("c").fence}));
+  EXPECT_EQ(first[0].args[0], "id.0");
+  answer(a, first[0], t0 + 1ms, ints({1, 7}));
+  auto second = a.take_requests();
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(keys_of(second[0]).front(), "b");
+  answer(a, second[0], t0 + 2ms, ints({1, 9}));
+  // The first group drew 7, less than 9: its names' counters are raised before the grant.
+  auto raises = a.take_requests();
+  ASSERT_EQ(raises.size(), 2u);
+  for (const auto& r : raises) {
+    EXPECT_EQ(r.code, &fence_raise_script);
+    EXPECT_EQ(r.args[0], "9");
+  }
+  EXPECT_EQ(keys_of(raises[0]).front(), lock_keys_for("a").fence);
+  EXPECT_EQ(keys_of(raises[1]).front(), lock_keys_for("c").fence);
+  answer(a, raises[0], t0 + 3ms, reply::make_integer(9));
+  EXPECT_FALSE(a.take_outcome());
+  answer(a, raises[1], t0 + 3ms, reply::make_integer(9));
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_FALSE(o->ec);
+  EXPECT_EQ(o->token, "id.0");
+  EXPECT_EQ(o->fence, 9u);
+  EXPECT_EQ(o->valid_until, t0 + 1000ms - drift_allowance(1000ms, s.o.drift_factor));
+}
+
+TEST(LockSetAcquisitionTest, ARefusalGivesBackTheGroupsTakenBeforeAndSleepsUntilTheHolderExpires) {
+  two_group_set s;
+  acquisition a(s.t, "id", no_deadline, 3, 0);
+  a.begin_attempt(t0, {});
+  answer(a, a.take_requests().at(0), t0 + 1ms, ints({1, 7}));
+  auto second = a.take_requests().at(0);
+  answer(a, second, t0 + 2ms, ints({0, 1, 5}));  // "b" held for 5 ms more
+  auto give_back = a.take_requests();
+  ASSERT_EQ(give_back.size(), 2u);  // the first group's names, not the refused group's
+  for (const auto& r : give_back) {
+    EXPECT_EQ(r.code, &release_script);
+    EXPECT_EQ(r.args, std::vector<std::string>{"id.0"});
+  }
+  EXPECT_EQ(keys_of(give_back[0]).front(), "a");
+  EXPECT_EQ(keys_of(give_back[1]).front(), "c");
+  auto sleep = a.take_sleep();
+  ASSERT_TRUE(sleep);
+  EXPECT_EQ(*sleep, steady::duration(6ms));
+  // The next attempt writes its own value: a late give-back of the first deletes nothing of it.
+  a.begin_attempt(t0 + 10ms, {});
+  EXPECT_EQ(a.take_requests().at(0).args[0], "id.1");
+}
+
+TEST(LockSetAcquisitionTest, AnErrorGivesBackTheGroupInFlightTooAndAnIncurableOneEndsTheWait) {
+  two_group_set s;
+  acquisition a(s.t, "id", no_deadline, 3, 0);
+  a.begin_attempt(t0, {});
+  answer(a, a.take_requests().at(0), t0 + 1ms, ints({1, 7}));
+  answer(a, a.take_requests().at(0), t0 + 2ms, reply{}, errc::wrong_type);
+  // The group in flight may have been taken in part (a script is not rolled back).
+  EXPECT_EQ(a.take_requests().size(), 4u);
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->ec, errc::wrong_type);
+}
+
+TEST(LockSetAcquisitionTest, AGrantLandingAfterItsValidityIsGivenBackAndRetried) {
+  two_group_set s;
+  acquisition a(s.t, "id", no_deadline, 3, 0);
+  a.begin_attempt(t0, {});
+  answer(a, a.take_requests().at(0), t0 + 1ms, ints({1, 7}));
+  answer(a, a.take_requests().at(0), t0 + 1000ms, ints({1, 7}));  // equal fences: no raise
+  EXPECT_EQ(a.take_requests().size(), 4u);  // all of it, given back
+  EXPECT_FALSE(a.take_outcome());
+  EXPECT_TRUE(a.take_sleep());
+  EXPECT_EQ(a.last_error(), errc::lease_expired);
+}
+
+TEST(LockSetAcquisitionTest, AStopDuringTheFenceRaiseGivesBackTheWonSetBeforeTheOutcome) {
+  two_group_set s;
+  acquisition a(s.t, "id", no_deadline, 3, 0);
+  a.begin_attempt(t0, {});
+  answer(a, a.take_requests().at(0), t0 + 1ms, ints({1, 7}));
+  answer(a, a.take_requests().at(0), t0 + 2ms, ints({1, 9}));
+  auto raises = a.take_requests();
+  ASSERT_EQ(raises.size(), 2u);
+  a.stop(t0 + 3ms, errc::cancelled);
+  EXPECT_FALSE(a.take_outcome());  // the attempt in flight concludes first
+  answer(a, raises[0], t0 + 4ms, reply::make_integer(9));
+  answer(a, raises[1], t0 + 4ms, reply::make_integer(9));
+  auto give_back = a.take_requests();
+  ASSERT_EQ(give_back.size(), 4u);
+  EXPECT_FALSE(a.take_outcome());  // awaited: a caller who retries at once meets none of it
+  for (const auto& r : give_back) a.on_reply(r.id, t0 + 5ms, {}, reply::make_integer(1));
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->ec, errc::cancelled);
+}
+
+TEST(LockSetAcquisitionTest, TheDeadlineEndsAGroupThatNeverAnswers) {
+  two_group_set s;
+  acquisition a(s.t, "id", t0 + 100ms, INT_MAX, 0);
+  a.on_start(t0);
+  a.begin_attempt(t0, {});
+  answer(a, a.take_requests().at(0), t0 + 1ms, ints({1, 7}));
+  auto hung = a.take_requests().at(0);
+  a.on_deadline(a.gives_up_at());
+  EXPECT_EQ(a.take_requests().size(), 4u);  // both groups given back, the hung one too
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->ec, errc::timeout);
+  EXPECT_FALSE(a.wants_fallback(hung.id));
+}
+
 }  // namespace
 }  // namespace dlock::detail
