@@ -33,6 +33,32 @@ TEST(ScriptsTest, EmbeddedSha1MatchesScriptLoad) {
   }
 }
 
+// fence_raise.lua raises a counter that exists to at least the value, and never lowers it; a
+// counter that expired while the raise was on its way starts from the server's clock, as a new
+// counter does, so that no token drawn before is handed out again.
+TEST(ScriptsTest, AFenceRaiseNeverSetsACounterBelowTheClock) {
+  test::redis_server server;
+  client c{server.url()};
+  auto raise = [&](const std::string& key, long long to) {
+    return c.exec({"EVAL", std::string(detail::fence_raise_script.body), "1", key,
+                   std::to_string(to), "10000"})
+        .integer();
+  };
+  auto now_ms = [&] {
+    auto t = c.exec({"TIME"});
+    return std::stoll(t.elements()[0].str()) * 1000 + std::stoll(t.elements()[1].str()) / 1000;
+  };
+  c.exec({"SET", "counter", "100"});
+  EXPECT_EQ(raise("counter", 150), 150);
+  EXPECT_EQ(raise("counter", 120), 150);  // never lowered
+  EXPECT_EQ(c.exec({"GET", "counter"}).str(), "150");
+  auto before = now_ms();
+  auto started = raise("gone", 150);  // expired meanwhile: from the clock
+  EXPECT_GE(started, before * 1024);
+  EXPECT_EQ(c.exec({"GET", "gone"}).str(), std::to_string(started));
+  EXPECT_GT(c.exec({"PTTL", "gone"}).integer(), 0);
+}
+
 // The single-key steps that stand in for a lease's scripts while its cluster slot migrates
 // (slot_migration.hpp) keep those scripts' rules: nothing is shortened, created or taken from
 // another holder, and a lost entry stays lost.
