@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "support/loopback.hpp"
+#include "support/redis_server.hpp"
 
 namespace dlock::fault {
 namespace {
@@ -87,7 +88,11 @@ struct tcp_proxy::state {
 
 tcp_proxy::tcp_proxy(unsigned short target_port)
     : target_port_(target_port), state_(std::make_unique<state>()) {
-  listen_fd_ = listen_on(0);
+  // One of free_port()'s, so that it never takes the port of a server another test killed,
+  // whose clients would then talk to the proxy's target.
+  for (int attempt = 0; listen_fd_ < 0 && attempt < 6; ++attempt) {
+    listen_fd_ = listen_on(test::free_port());
+  }
   if (listen_fd_ < 0) throw std::runtime_error("tcp_proxy: cannot listen");
   sockaddr_in addr{};
   socklen_t len = sizeof addr;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "support/loopback.hpp"
+#include "support/redis_server.hpp"
 
 namespace dlock::test {
 
@@ -31,15 +32,23 @@ class fake_peer {
  public:
   enum class mode { garbage, pong_then_garbage, silent, moved_loop };
 
+  // Port 0: one of free_port()'s, so that it never takes the port of a server another test
+  // killed, whose clients would then talk to it.
   explicit fake_peer(mode m, unsigned short port = 0) : mode_(m) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in addr = loopback_address(port);
-    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-        ::listen(listen_fd_, 16) != 0) {
+    sockaddr_in addr{};
+    for (int attempt = 0;; ++attempt) {
+      listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+      int one = 1;
+      ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      addr = loopback_address(port != 0 ? port : free_port());
+      if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+          ::listen(listen_fd_, 16) == 0) {
+        break;
+      }
       ::close(listen_fd_);
-      throw std::runtime_error("fake_peer: cannot listen on port " + std::to_string(port));
+      if (port != 0 || attempt >= 5) {
+        throw std::runtime_error("fake_peer: cannot listen on port " + std::to_string(port));
+      }
     }
     socklen_t len = sizeof addr;
     ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
