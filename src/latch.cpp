@@ -18,7 +18,7 @@
 #include <system_error>
 
 #include "access.hpp"
-#include "algo/acquisition.hpp"
+#include "algo/deadline_rule.hpp"
 #include "algo/retry.hpp"
 #include "dlock/key_layout.hpp"
 #include "dlock/options.hpp"
@@ -41,9 +41,11 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
       : node_(std::move(node)),
         key_(std::move(key)),
         channel_(std::move(channel)),
-        deadline_(deadline),
+        rule_(deadline),
         done_(std::move(done)),
-        timer_(node_.get_executor()) {}
+        timer_(node_.get_executor()) {
+    rule_.begin(steady::now());
+  }
 
   // `stop` ends the wait with cancelled (on the I/O thread, where the rest of it runs).
   void start(std::stop_token stop = {}) {
@@ -78,35 +80,37 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
     if (finished_) return;
     // A node that refuses SUBSCRIBE (an ACL) wakes nobody: look four times a second instead.
     if (subscriber_->refused() && (expires_in_ < 0 || expires_in_ > 250)) expires_in_ = 250;
-    auto at = deadline_;
+    auto at = rule_.deadline();
     if (expires_in_ >= 0) at = std::min(at, steady::now() + std::chrono::milliseconds(expires_in_ + 2));
     if (at == steady::time_point::max()) return;
     timer_.expires_at(at);
     timer_.async_wait([weak = weak_from_this()](std::error_code ec) {
       auto self = weak.lock();
       if (ec || !self) return;
-      if (steady::now() >= self->deadline_) return self->on_deadline();
+      if (self->rule_.passed(steady::now())) return self->on_deadline();
       self->read();
     });
   }
 
-  // A wait whose deadline was already due when it began (-w 0) is one whole look, as
-  // try_acquire() is one whole attempt: it awaits its first read (on_read arms the timer
-  // again), and so still finds an open latch open. Any other wait ends by its deadline and the
-  // engine's answer grace, whatever the node does.
+  // The deadline passed (deadline_rule): the wait ends, except that a first read still out is
+  // awaited until the rule gives up on it, so that a short wait still finds an open latch open.
+  // (A wait that began past its deadline, -w 0, is one whole look and has no deadline.)
   void on_deadline() {
-    if (!answered_ && reading_) {
-      if (deadline_ <= began_) return;
-      auto grace_end = deadline_ + acquisition::answer_grace;
-      if (steady::now() < grace_end) {
-        timer_.expires_at(grace_end);
-        timer_.async_wait([weak = weak_from_this()](std::error_code ec) {
-          if (auto self = weak.lock(); self && !ec) self->on_deadline();
-        });
-        return;
-      }
+    auto grace_end = rule_.gives_up_at();
+    if (!answered_ && reading_ && steady::now() < grace_end) {
+      timer_.expires_at(grace_end);
+      timer_.async_wait([weak = weak_from_this()](std::error_code ec) {
+        if (auto self = weak.lock(); self && !ec) self->on_deadline();
+      });
+      return;
     }
     finish(errc::timeout);
+  }
+
+  // After an answer that did not end the wait: the next look, if the rule allows one.
+  void look_again() {
+    if (!rule_.another_look(steady::now())) return finish(errc::timeout);
+    arm_timer();
   }
 
   void read() {
@@ -140,7 +144,7 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
       // at once when it takes the subscription again. An answer that refused (a cluster in
       // change) is read again at the first pace.
       expires_in_ = is_silence(ec) ? 250LL << std::min(failed_reads_++, 4) : 250LL;
-      return arm_timer();
+      return look_again();
     }
     failed_reads_ = 0;
     const auto& count = r.elements()[0];
@@ -154,7 +158,7 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
     }
     if (left == 0) return finish({});
     expires_in_ = r.elements()[1].is_integer() ? r.elements()[1].integer() : -1;
-    arm_timer();
+    look_again();
   }
 
   void finish(std::error_code ec) {
@@ -168,8 +172,7 @@ class latch_wait : public std::enable_shared_from_this<latch_wait> {
 
   client node_;
   std::string key_, channel_;
-  steady::time_point deadline_;
-  steady::time_point began_ = steady::now();
+  deadline_rule rule_;
   unique_function<void(std::error_code)> done_;
   asio::steady_timer timer_;
   std::shared_ptr<channel_subscriber> subscriber_;

@@ -23,6 +23,7 @@
 #include <system_error>
 #include <vector>
 
+#include "algo/deadline_rule.hpp"
 #include "algo/quorum_round.hpp"
 #include "algo/retry.hpp"
 #include "algo/targets.hpp"
@@ -66,8 +67,8 @@ class acquisition {
   // attempt (a queued waiter keeps waiting for a release's wake-up or handoff until then).
   static constexpr steady::duration last_attempt_lead = std::chrono::milliseconds(1);
   // How long past the deadline the answers to an attempt begun before it are still awaited
-  // (gives_up_at): the last attempt starts last_attempt_lead before the deadline.
-  static constexpr steady::duration answer_grace = std::chrono::milliseconds(25);
+  // (gives_up_at): the rule every wait keeps (deadline_rule.hpp).
+  static constexpr steady::duration answer_grace = deadline_rule::answer_grace;
 
   // The driver's loop:
   //   1. channels = the wake channel of each node ("" where that node cannot wake us, or when

@@ -37,13 +37,9 @@ wait_loop::wait_loop(std::unique_ptr<acquire_protocol> protocol, std::string id,
                      steady::time_point deadline, int attempts, std::uint64_t seed)
     : protocol_(std::move(protocol)),
       id_(std::move(id)),
-      deadline_(deadline),
+      rule_(deadline),
       attempts_(std::max(attempts, 1)),
       random_state_(seed) {}
-
-bool wait_loop::past_deadline() const noexcept {
-  return deadline_ != steady::time_point::max() && now_ >= deadline_;
-}
 
 // The node's last vote (the attempt in flight's, else the last attempt's) timed out or lost its
 // connection: the connection was closed, so a request to it now waits for a fresh connect and
@@ -62,7 +58,7 @@ bool wait_loop::lost_touch_with(std::size_t node) const noexcept {
 // cleanup still goes out, after our earlier requests to that node (one connection, FIFO), and
 // can delete only the values it names.
 std::optional<purpose> wait_loop::awaited_cleanup(std::size_t node, purpose what) const noexcept {
-  if (past_deadline() || (protocol_->pace().nodes == 1 && lost_touch_with(node))) {
+  if (rule_.passed(now_) || (protocol_->pace().nodes == 1 && lost_touch_with(node))) {
     return std::nullopt;
   }
   return what;
@@ -103,8 +99,8 @@ void wait_loop::abandon_attempt_requests() {
 // An attempt after which none could start before the deadline is the last: next_sleep ends a
 // sleep last_attempt_lead before the deadline at the latest.
 bool wait_loop::queues_next(steady::time_point now) const noexcept {
-  return made_ + 1 < attempts_ && (deadline_ == steady::time_point::max() ||
-                                   now + acquisition::last_attempt_lead < deadline_);
+  return made_ + 1 < attempts_ && (!rule_.bounded() ||
+                                   now + acquisition::last_attempt_lead < rule_.deadline());
 }
 
 steady::duration wait_loop::retry_delay_after(const node_results& votes) {
@@ -126,7 +122,7 @@ steady::duration wait_loop::retry_delay_after(const node_results& votes) {
 std::error_code wait_loop::ends_for_good(steady::time_point now, std::error_code ec,
                                          const node_results& votes) {
   auto why = endless_.gives_up_on(ec, votes, now);
-  return deadline_ == steady::time_point::max() ? why : std::error_code();
+  return rule_.bounded() ? std::error_code() : why;
 }
 
 // The sleep before the next attempt, or nullopt to give up. A backstop that would end past the
@@ -138,8 +134,8 @@ std::optional<steady::duration> wait_loop::next_sleep(steady::time_point now,
                                                       steady::duration delay,
                                                       std::error_code ec) const {
   if (!is_retryable(ec) || made_ >= attempts_) return std::nullopt;
-  if (deadline_ == steady::time_point::max() || now + delay < deadline_) return delay;
-  auto until_last = deadline_ - now - acquisition::last_attempt_lead;
+  if (!rule_.bounded() || now + delay < rule_.deadline()) return delay;
+  auto until_last = rule_.deadline() - now - acquisition::last_attempt_lead;
   if (until_last <= steady::duration::zero()) return std::nullopt;
   return until_last;
 }
@@ -148,7 +144,7 @@ void wait_loop::begin_attempt(steady::time_point now, const std::vector<std::str
   now_ = now;
   if (finished_ || round_) return;  // a driver bug; nothing sensible to do
   sleep_.reset();
-  if (made_ > 0 && deadline_ != steady::time_point::max() && now >= deadline_) {
+  if (made_ > 0 && !rule_.another_look(now)) {
     // A sleep that ended at the deadline (a late timer): no attempt starts after it.
     return give_up(last_error_, last_votes_, nullptr);
   }
@@ -270,10 +266,9 @@ acquisition::late_handoff_give_back wait_loop::give_back_plan() const {
   return plan;
 }
 
+// A deadline already due makes this one whole attempt (deadline_rule).
 void wait_loop::on_start(steady::time_point now) {
-  if (made_ > 0 || deadline_ == steady::time_point::max() || now < deadline_) return;
-  deadline_ = steady::time_point::max();
-  attempts_ = 1;
+  if (made_ == 0 && rule_.begin(now)) attempts_ = 1;
 }
 
 void wait_loop::on_deadline(steady::time_point now) {
@@ -288,12 +283,6 @@ void wait_loop::on_deadline(steady::time_point now) {
     }
   }
   for (const auto& p : std::vector<pending>(awaited_)) on_reply(p.id, now, errc::timeout, {});
-}
-
-steady::time_point wait_loop::gives_up_at() const noexcept {
-  constexpr auto grace = acquisition::answer_grace;
-  return deadline_ >= steady::time_point::max() - grace ? steady::time_point::max()
-                                                        : deadline_ + grace;
 }
 
 bool wait_loop::wants_fallback(std::uint64_t request_id) const noexcept {

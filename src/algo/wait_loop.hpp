@@ -2,8 +2,9 @@
 // algo/wait_loop.hpp: the engine behind `acquisition`: one wait loop driving one protocol.
 //   wait_loop         attempt -> judge -> sleep (cut short by a wake-up) -> attempt again, take
 //                     a handoff, or give up. It owns what every primitive shares: the deadline
-//                     and the attempts, pacing, stop, queueing and wake-ups, handoff deferral,
-//                     give-up, the outcome, and the bookkeeping of the requests in flight
+//                     (deadline_rule.hpp) and the attempts, pacing, stop, queueing and wake-ups,
+//                     handoff deferral, give-up, the outcome, and the bookkeeping of the
+//                     requests in flight
 //   acquire_protocol  what one primitive adds: its attempt's requests, how it judges their
 //                     answers, what a give-up sends, when a handoff may be taken
 //   purpose, attempt_verdict, pacing  what the two pass each other
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "algo/acquisition.hpp"
+#include "algo/deadline_rule.hpp"
 #include "algo/quorum_round.hpp"
 #include "algo/retry.hpp"
 
@@ -126,8 +128,8 @@ class wait_loop {
   void on_start(steady::time_point now);
   void on_deadline(steady::time_point now);
   void stop(steady::time_point now, std::error_code why);
-  steady::time_point deadline() const noexcept { return deadline_; }
-  steady::time_point gives_up_at() const noexcept;
+  steady::time_point deadline() const noexcept { return rule_.deadline(); }
+  steady::time_point gives_up_at() const noexcept { return rule_.gives_up_at(); }
   bool wants_fallback(std::uint64_t request_id) const noexcept;
   std::vector<request> take_requests() { return std::exchange(out_, {}); }
   std::optional<steady::duration> take_sleep() { return std::exchange(sleep_, std::nullopt); }
@@ -179,7 +181,6 @@ class wait_loop {
     quorum_round votes;
   };
 
-  bool past_deadline() const noexcept;
   bool lost_touch_with(std::size_t node) const noexcept;
   std::optional<pending> claim(std::uint64_t rid);
   steady::duration retry_delay_after(const node_results& votes);
@@ -196,7 +197,7 @@ class wait_loop {
 
   std::unique_ptr<acquire_protocol> protocol_;
   std::string id_;  // lock: the acquisition id; semaphore: the owner token
-  steady::time_point deadline_;
+  deadline_rule rule_;
   int attempts_ = 1;
   int made_ = 0;
   bool last_ = false;  // the attempt begun last cannot be followed by another
