@@ -13,7 +13,7 @@
 #include <climits>
 
 #include "access.hpp"
-#include "algo/acquisition.hpp"
+#include "algo/deadline_rule.hpp"
 #include "algo/quorum_round.hpp"
 #include "algo/retry.hpp"
 #include "dlock/key_layout.hpp"
@@ -108,29 +108,16 @@ struct campaign_context {
              answer_by);
   }
 
-  std::error_code announce_blocking(
-      const lease& leadership, std::string_view event,
-      steady::time_point answer_by = steady::time_point::max()) const {
+  std::error_code announce_blocking(const lease& leadership, std::string_view event) const {
     std::error_code ec;
     wait<int>(ec, [&](unique_function<void(std::error_code, int)> h) {
-      auto done = [h = std::move(h)](std::error_code e) mutable { h(e, 0); };
-      if (event == "elected") return announce_leadership(leadership, std::move(done), answer_by);
-      announce(leadership, event, std::move(done));
+      announce(leadership, event, [h = std::move(h)](std::error_code e) mutable { h(e, 0); });
     });
     return ec;
   }
 };
 
-// The grant made a leadership: renewed from now on, announced (by `answer_by` at the latest),
-// else given back.
-lease take_office(const campaign_context& context, lease granted, steady::time_point answer_by,
-                  std::error_code& ec) {
-  granted.keep_alive(context.keep_alive);
-  ec = context.announce_blocking(granted, "elected", answer_by);
-  if (!ec) return granted;
-  granted.release();
-  return {};
-}
+namespace {
 
 // A campaign whose announcement failed tries again when that may heal: the nodes, or a race
 // lost between the grant and the announcement (lease_lost: another candidate leads now).
@@ -138,6 +125,74 @@ bool campaign_again(std::error_code ec) {
   return is_retryable(ec) || ec == errc::lease_lost;
 }
 
+// One campaign, sync or async, on the I/O thread: the lock's acquisition (until the deadline,
+// under the caller's wait_control), then renewals and the announcement, and again while an
+// announcement's failure may heal and the deadline (deadline_rule) and the stop allow.
+// Renewals start before the announcement, so that a slow node cannot let the lease run out
+// meanwhile. An announcement that no node took gives the lease back first: a leader nobody can
+// see would not be one. A bounded campaign's announcement is answered by the rule's
+// gives_up_at(); one whose deadline was already due is one whole attempt, as try_campaign().
+class campaign_run : public std::enable_shared_from_this<campaign_run> {
+ public:
+  using handler_type = unique_function<void(std::error_code, lease)>;
+
+  campaign_run(std::shared_ptr<campaign_context> ctx, steady::time_point deadline,
+               wait_control control, handler_type handler)
+      : ctx_(std::move(ctx)),
+        deadline_(deadline),
+        rule_(deadline),
+        control_(std::move(control)),
+        handler_(std::move(handler)) {}
+
+  void start() {
+    rule_.begin(steady::now());
+    acquire();
+  }
+
+ private:
+  // The acquisition applies the same rule to the same deadline (one whole attempt when due).
+  void acquire() {
+    ctx_->core->start_acquire(
+        deadline_, INT_MAX,
+        [self = shared_from_this()](std::error_code ec, lease l) {
+          self->on_granted(ec, std::move(l));
+        },
+        nullptr, control_);
+  }
+
+  void on_granted(std::error_code ec, lease granted) {
+    if (ec) return finish(ec, {});
+    held_ = std::move(granted);
+    held_.keep_alive(ctx_->keep_alive);
+    ctx_->announce_leadership(
+        held_, [self = shared_from_this()](std::error_code ec) { self->on_announced(ec); },
+        rule_.gives_up_at());
+  }
+
+  // A stop that came meanwhile gives the leadership back: the caller no longer waits for it.
+  void on_announced(std::error_code ec) {
+    if (!ec && control_.stop.stop_requested()) ec = errc::cancelled;
+    if (!ec) return finish({}, std::move(held_));
+    held_.async_release([self = shared_from_this(), ec](std::error_code) {
+      if (ec == errc::cancelled || !campaign_again(ec)) return self->finish(ec, {});
+      // Stopped meanwhile: no other campaign, which would end only after a round.
+      if (self->control_.stop.stop_requested()) return self->finish(errc::cancelled, {});
+      if (!self->rule_.another_look(steady::now())) return self->finish(ec, {});
+      self->acquire();
+    });
+  }
+
+  void finish(std::error_code ec, lease l) { std::exchange(handler_, {})(ec, std::move(l)); }
+
+  std::shared_ptr<campaign_context> ctx_;
+  steady::time_point deadline_;  // as the caller gave it, for each acquisition
+  deadline_rule rule_;
+  wait_control control_;
+  handler_type handler_;
+  lease held_;  // granted, being announced
+};
+
+}  // namespace
 }  // namespace detail
 
 election::election(client node, std::string name, std::string value, election_options options)
@@ -174,31 +229,16 @@ lease election::campaign_until(clock::time_point deadline, std::error_code& ec) 
   return campaign_until(deadline, {}, ec);
 }
 
-// Renewals start before the announcement, so that a slow node cannot let the lease run out
-// meanwhile. An announcement that no node took (the lease was lost between the grant and it,
-// or the nodes went away) gives the lease back and campaigns again: a leader nobody can see
-// would not be one.
 lease election::campaign_until(clock::time_point deadline, const wait_control& control,
                                std::error_code& ec) {
-  // A bounded campaign's announcement is answered by its deadline (and the engine's grace);
-  // one whose deadline was already due is one whole attempt, as try_campaign().
-  const auto answer_by = deadline > clock::now() && deadline != clock::time_point::max()
-                             ? deadline + detail::acquisition::answer_grace
-                             : clock::time_point::max();
-  for (;;) {
-    lease l = lock_.acquire_until(deadline, control, nullptr, ec);
-    if (ec) return {};
-    if (lease won = detail::take_office(*context_, std::move(l), answer_by, ec)) return won;
-    bool again = detail::campaign_again(ec) && clock::now() < deadline &&
-                 !control.stop.stop_requested();
-    if (!again) return {};
-  }
+  return detail::wait<lease>(ec, [&](detail::unique_function<void(std::error_code, lease)> h) {
+    start_campaign(deadline, control, std::move(h));
+  });
 }
 
+// A deadline already due: one whole attempt (deadline_rule).
 lease election::try_campaign(std::error_code& ec) {
-  lease l = lock_.try_acquire(ec);
-  if (ec) return {};
-  lease won = take_office(std::move(l), ec);
+  lease won = campaign_until(clock::now(), ec);
   if (ec == errc::lease_lost) ec = errc::not_acquired;  // another candidate won the race
   return won;
 }
@@ -224,41 +264,9 @@ lease election::campaign_or_throw(clock::time_point deadline) {
   return l;
 }
 
-lease election::take_office(lease granted, std::error_code& ec) {
-  return detail::take_office(*context_, std::move(granted), clock::time_point::max(), ec);
-}
-
-// A stop (the handler's cancellation slot) ends the wait for the lock at once; one that comes
-// while the leadership is announced gives it back once that is done.
-void election::start_campaign(detail::unique_function<void(std::error_code, lease)> handler,
-                              std::stop_token stop) {
-  struct attempt {
-    static void run(std::shared_ptr<detail::campaign_context> ctx,
-                    detail::unique_function<void(std::error_code, lease)> handler,
-                    std::stop_token stop) {
-      auto core = ctx->core;
-      core->start_acquire(
-          clock::time_point::max(), INT_MAX,
-          [ctx = std::move(ctx), handler = std::move(handler), stop](std::error_code ec,
-                                                                     lease l) mutable {
-            if (ec) return handler(ec, {});
-            l.keep_alive(ctx->keep_alive);
-            auto held = std::make_shared<lease>(std::move(l));
-            ctx->announce_leadership(
-                *held, [ctx, held, handler = std::move(handler), stop](std::error_code ec) mutable {
-                  if (!ec && stop.stop_requested()) ec = errc::cancelled;
-                  if (!ec) return handler({}, std::move(*held));
-                  held->async_release([](std::error_code) {});
-                  if (ec == errc::cancelled || !detail::campaign_again(ec)) return handler(ec, {});
-                  // Stopped meanwhile: no other campaign, which would end only after a round.
-                  if (stop.stop_requested()) return handler(errc::cancelled, {});
-                  run(std::move(ctx), std::move(handler), std::move(stop));
-                });
-          },
-          nullptr, stop);
-    }
-  };
-  attempt::run(context_, std::move(handler), std::move(stop));
+void election::start_campaign(clock::time_point deadline, const wait_control& control,
+                              detail::unique_function<void(std::error_code, lease)> handler) {
+  std::make_shared<detail::campaign_run>(context_, deadline, control, std::move(handler))->start();
 }
 
 std::error_code election::resign(lease& leadership) noexcept {

@@ -53,7 +53,7 @@ std::shared_ptr<acquire_run> lock_core::make_run(steady::time_point deadline, in
 // With lock_options::reentrant, an owner that holds the lock in this process re-enters at once,
 // without a round (reentry.hpp), and a grant becomes the first of the owner's nested leases.
 void lock_core::start_acquire(steady::time_point deadline, int attempts, acquire_handler handler,
-                              node_results* out, std::stop_token stop) {
+                              node_results* out, wait_control control) {
   if (!reentry_slot_.empty()) {
     if (lease nested = reentry_enter(reentry_slot_)) {
       // Never inside the initiating call (Asio's rule for completions).
@@ -66,8 +66,7 @@ void lock_core::start_acquire(steady::time_point deadline, int attempts, acquire
       h(ec, reentry_hold_first(slot, std::move(granted)));
     };
   }
-  make_run(deadline, attempts, out, wait_control{.stop = std::move(stop), .on_retry = {}})
-      ->start(std::move(handler));
+  make_run(deadline, attempts, out, control)->start(std::move(handler));
 }
 
 lease lock_core::acquire_blocking(steady::time_point deadline, int attempts, std::error_code& ec,

@@ -33,10 +33,10 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
   io_executor get_executor() const noexcept override { return nodes_.front().get_executor(); }
 
   // Up to `attempts` rounds until `deadline` (max(): attempts only), under one acquisition id.
-  // `out`, if set, gets the last round's votes before the handler runs. `stop` ends the wait
-  // (cancelled, what was won given back).
+  // `out`, if set, gets the last round's votes before the handler runs. `control`: its stop
+  // ends the wait (cancelled, what was won given back); its on_retry hears of each failed round.
   void start_acquire(steady::time_point deadline, int attempts, acquire_handler handler,
-                     node_results* out, std::stop_token stop = {});
+                     node_results* out, wait_control control = {});
   // The same, blocking the calling thread; on a single node the first round goes out from
   // this thread when the connection is idle.
   lease acquire_blocking(steady::time_point deadline, int attempts, std::error_code& ec,

@@ -58,7 +58,8 @@ mutex::~mutex() = default;  // each thread's lease releases as holdings_ goes
 void mutex::start_acquire(clock::time_point deadline, int attempts,
                           detail::unique_function<void(std::error_code, lease)> handler,
                           node_results* nodes, std::stop_token stop) {
-  core_->start_acquire(deadline, attempts, std::move(handler), nodes, std::move(stop));
+  core_->start_acquire(deadline, attempts, std::move(handler), nodes,
+                       wait_control{.stop = std::move(stop), .on_retry = {}});
 }
 
 // Every blocking acquisition: the first round from this thread when the connection is idle

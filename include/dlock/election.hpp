@@ -161,7 +161,8 @@ class DLOCK_EXPORT election {
     return detail::initiate_stoppable<void(std::error_code, lease)>(
         std::forward<CompletionToken>(token), lock_.get_executor(),
         [this](detail::unique_function<void(std::error_code, lease)> h, std::stop_token stop) {
-          start_campaign(std::move(h), std::move(stop));
+          start_campaign(clock::time_point::max(),
+                         wait_control{.stop = std::move(stop), .on_retry = {}}, std::move(h));
         });
   }
 
@@ -204,11 +205,10 @@ class DLOCK_EXPORT election {
   const std::string& value() const noexcept;  ///< this candidate's value
 
  private:
-  void start_campaign(detail::unique_function<void(std::error_code, lease)> handler,
-                      std::stop_token stop);
+  // Every campaign, sync or async: runs on dlock's I/O thread; `handler` gets the leadership.
+  void start_campaign(clock::time_point deadline, const wait_control& control,
+                      detail::unique_function<void(std::error_code, lease)> handler);
   lease campaign_or_throw(clock::time_point deadline);
-  // After the grant: keep-alive and announcement; the lease, or empty with ec.
-  lease take_office(lease granted, std::error_code& ec);
 
   mutex lock_;
   // The nodes, the record, the value and the keep-alive: what campaigns in flight share.
