@@ -210,6 +210,26 @@ TEST_F(ElectionTest, CampaignUntilGivesUpAtItsDeadline) {
   EXPECT_EQ(a.leader().value, "a");
 }
 
+// The sync campaign's wait_control reaches the lock's acquisition: on_retry hears of each
+// failed round, and its false ends the campaign with that round's error.
+TEST_F(ElectionTest, ACampaignsOnRetryHearsOfEachFailedRoundAndMayEndIt) {
+  election a{client_, test_key(), "a", fast()};
+  election b{client_, test_key(), "b", fast()};
+  auto held = a.campaign();
+  int rounds = 0;  // written on the I/O thread, read after the campaign returned
+  wait_control control{.stop = {}, .on_retry = [&](const wait_progress& p) {
+                         ++rounds;
+                         return p.attempts < 3;
+                       }};
+  std::error_code ec;
+  auto t0 = std::chrono::steady_clock::now();
+  auto none = b.campaign_until(t0 + 20s, control, ec);
+  EXPECT_FALSE(none);
+  EXPECT_EQ(ec, errc::not_acquired);
+  EXPECT_EQ(rounds, 3);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, test::scaled(5s));
+}
+
 TEST_F(ElectionTest, BadArgumentsAreRefusedBeforeAnyIo) {
   auto refused = [](auto make) { return test::is_invalid_argument(make); };
   EXPECT_TRUE(refused([&] { election{client_, "", "v"}; }));
