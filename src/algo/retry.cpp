@@ -69,6 +69,15 @@ std::chrono::steady_clock::duration jittered_delay(std::chrono::milliseconds ret
   return std::chrono::microseconds(half + static_cast<long long>(random % span));
 }
 
+// splitmix64: small, fast, and the same sequence everywhere for one seed (the simulator
+// replays seeds).
+std::uint64_t next_random(std::uint64_t& state) noexcept {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
 std::uint64_t jitter_random() {
   thread_local std::mt19937_64 generator{std::random_device{}()};
   return generator();

@@ -60,6 +60,10 @@ bool throws_from_wait(std::error_code ec, std::chrono::steady_clock::time_point 
 std::chrono::steady_clock::duration jittered_delay(std::chrono::milliseconds retry_delay,
                                                    std::uint64_t random);
 
+// The next value of the seeded sequence `state` (the sans-io machines' random source, so that
+// a seed replays).
+std::uint64_t next_random(std::uint64_t& state) noexcept;
+
 // A fresh random value from a per-thread generator (not cryptographic; for jitter only).
 std::uint64_t jitter_random();
 

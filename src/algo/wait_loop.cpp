@@ -20,18 +20,6 @@
 #include "algo/retry.hpp"
 
 namespace dlock::detail {
-namespace {
-
-// splitmix64: small, fast, and the same sequence everywhere for one seed (the simulator
-// replays seeds).
-std::uint64_t next_random(std::uint64_t& state) noexcept {
-  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 wait_loop::wait_loop(std::unique_ptr<acquire_protocol> protocol, std::string id,
                      steady::time_point deadline, int attempts, std::uint64_t seed)

@@ -475,6 +475,7 @@ milliseconds pick_extend(rng& random, milliseconds ttl) {
 
 void sim_client::hold(const std::string& token, std::uint64_t, steady::time_point valid_until) {
   phase_ = phase::holding;
+  granted_at_ = w_.now();
   token_ = token;
   valid_until_ = valid_until;
   auto plan = plan_hold(w_.random(), ttl());
@@ -488,15 +489,49 @@ void sim_client::hold(const std::string& token, std::uint64_t, steady::time_poin
   w_.at_client(c_, w_.when(c_, hold_until_), [this, cycle = cycle_] {
     if (cycle == cycle_) release();
   });
+  watchdog_.reset();
   if (extending_) {
-    w_.at_client(c_, w_.when(c_, now() + ttl() / 3), [this, cycle = cycle_] {
-      if (cycle == cycle_) extend();
-    });
+    // As lease::keep_alive({}) does: renewals every third of the TTL.
+    watchdog_.emplace(detail::keep_alive_schedule::settings{{}, {}, 0, ttl()}, w_.random().next());
+    watchdog_->start(now(), valid_until_);
+    arm_watchdog();
   }
 }
 
+void sim_client::arm_watchdog() {
+  auto at = std::max(watchdog_->wake_at(now(), valid_until_), now());
+  w_.at_client(c_, w_.when(c_, at), [this, cycle = cycle_, armed = ++watchdog_timer_] {
+    if (cycle == cycle_ && armed == watchdog_timer_) on_watchdog_timer();
+  });
+}
+
+void sim_client::on_watchdog_timer() {
+  // From hold_until_ on, the release (due then) ends it.
+  if (phase_ != phase::holding || !watchdog_ || now() >= hold_until_) return;
+  switch (watchdog_->on_timer(now(), valid_until_)) {
+    case detail::keep_alive_schedule::step::wait:
+      return arm_watchdog();
+    case detail::keep_alive_schedule::step::renew:
+      extend();
+      return arm_watchdog();  // meanwhile, the end of validity
+    case detail::keep_alive_schedule::step::expired:
+      return lose_lease("validity ran out without a renewal");
+  }
+}
+
+// With the faults over, the watchdog keeps a lease granted since for as long as it is held: the
+// calm network's round trip is far below the shortest TTL a renewal asks for.
+void sim_client::lose_lease(const std::string& why) {
+  ++stats_.lost_leases;
+  if (granted_at_ >= liveness_.quiet_from) {
+    check_.violation("LIVENESS: " + who() + "'s kept-alive lease " + token_ +
+                     ", granted after the faults ended, was lost: " + why);
+  }
+  check_.ended(c_, why);
+  release();  // the lease's lost() fired; the holder lets go
+}
+
 void sim_client::extend() {
-  if (phase_ != phase::holding || now() >= hold_until_) return;
   ++stats_.extends;
   milliseconds by = pick_extend(w_.random(), ttl());
   if (w_.tracing()) w_.note(who() + " extends " + token_ + " by " + std::to_string(by.count()) + " ms");
@@ -511,7 +546,7 @@ void sim_client::extend_lock(milliseconds by) {
   // late one of an earlier extend would vouch for a key it set earlier).
   auto serial = ++extend_serial_;
   for (auto& r : extend_->take_requests()) {
-    w_.call(c_, r, [this, cycle = cycle_, serial, by, id = r.id](std::error_code ec,
+    w_.call(c_, r, [this, cycle = cycle_, serial, id = r.id](std::error_code ec,
                                                                   const reply& answer) {
       if (cycle != cycle_ || phase_ != phase::holding || !extend_ || serial != extend_serial_) {
         return;
@@ -520,7 +555,7 @@ void sim_client::extend_lock(milliseconds by) {
       auto verdict = extend_->take_outcome();
       if (!verdict) return;
       extend_.reset();
-      on_extend_verdict(verdict->ec, verdict->valid_until, by);
+      on_extend_verdict(verdict->ec, verdict->valid_until);
     });
   }
 }
@@ -530,7 +565,7 @@ void sim_client::extend_set(milliseconds by) {
   set_extend_.emplace(*set_, token_, by, "", now());
   auto serial = ++extend_serial_;
   for (auto& r : set_extend_->take_requests()) {
-    w_.call(c_, r, [this, cycle = cycle_, serial, by, id = r.id](std::error_code ec,
+    w_.call(c_, r, [this, cycle = cycle_, serial, id = r.id](std::error_code ec,
                                                                   const reply& answer) {
       if (cycle != cycle_ || phase_ != phase::holding || !set_extend_ ||
           serial != extend_serial_) {
@@ -540,7 +575,7 @@ void sim_client::extend_set(milliseconds by) {
       auto verdict = set_extend_->take_outcome();
       if (!verdict) return;
       set_extend_.reset();
-      on_extend_verdict(verdict->ec, verdict->valid_until, by);
+      on_extend_verdict(verdict->ec, verdict->valid_until);
     });
   }
 }
@@ -568,37 +603,30 @@ void sim_client::refresh_permit(milliseconds by) {
       if (now() >= valid_until_) return errc::lease_expired;
       return {};
     }();
-    on_extend_verdict(verdict, start + by - detail::drift_allowance(by, sem_->drift_factor), by);
+    on_extend_verdict(verdict, start + by - detail::drift_allowance(by, sem_->drift_factor));
   });
 }
 
-void sim_client::on_extend_verdict(std::error_code ec, steady::time_point valid_until,
-                                   milliseconds by) {
-  auto again_in = [this](steady::duration after) {
-    w_.at_client(c_, w_.when(c_, now() + after), [this, cycle = cycle_] {
-      if (cycle == cycle_) extend();
-    });
-  };
+void sim_client::on_extend_verdict(std::error_code ec, steady::time_point valid_until) {
   if (!ec) {
     valid_until_ = valid_until;
     auto claimed = valid_until_;
     if (bug_ == client_bug::double_validity) claimed += ttl();
     check_.extended(c_, claimed);
-    return again_in(by / 3);
   }
-  if (ec != errc::lease_lost && ec != errc::lease_expired) {
+  if (!ec || (ec != errc::lease_lost && ec != errc::lease_expired)) {
     // Undecided (timeouts, no quorum either way): the lease stands until its validity, and the
     // watchdog tries again soon.
-    return again_in(std::max(ttl() / 10, milliseconds(1)));
+    watchdog_->on_renewed(now(), valid_until_, !ec);
+    return arm_watchdog();
   }
-  ++stats_.lost_leases;
-  check_.ended(c_, "extend failed: " + ec.message());
-  release();  // the lease's lost() fired; the holder lets go
+  lose_lease("extend failed: " + ec.message());
 }
 
 void sim_client::release() {
   if (phase_ != phase::holding) return;
   phase_ = phase::releasing;
+  watchdog_.reset();
   extend_.reset();
   set_extend_.reset();
   if (abandon_) {

@@ -7,9 +7,10 @@
 //                  cycle), or on a lock set (a random subset of a pool of names a cycle):
 //                  acquire (try once, a few attempts, until a deadline, or without bound;
 //                  sometimes stopped from outside, as a cancelled wait) with
-//                  detail::acquisition, hold (sometimes past the TTL, sometimes extending:
-//                  a lock with detail::quorum_extend, a set with detail::set_extend, a permit
-//                  with sem_refresh.lua as semaphore_core does), release
+//                  detail::acquisition, hold (sometimes past the TTL, sometimes kept alive:
+//                  renewals planned by detail::keep_alive_schedule as the watchdog does, a
+//                  lock's with detail::quorum_extend, a set's with detail::set_extend, a
+//                  permit's with sem_refresh.lua as semaphore_core does), release
 //                  (detail::quorum_release, detail::set_release; a permit: sem_release.lua as
 //                  semaphore_core does) or abandon the lease, idle, again
 // The client drives the engine as acquire_run does (the loop in algo/acquisition.hpp), with the
@@ -28,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "algo/keep_alive_schedule.hpp"
 #include "algo/lease_upkeep.hpp"
 #include "sim_checker.hpp"
 #include "sim_world.hpp"
@@ -136,8 +138,7 @@ class sim_client {
   void extend_lock(std::chrono::milliseconds by);
   void refresh_permit(std::chrono::milliseconds by);
   // An extend's verdict, as lease_state's apply_extend takes it.
-  void on_extend_verdict(std::error_code ec, steady::time_point valid_until,
-                         std::chrono::milliseconds by);
+  void on_extend_verdict(std::error_code ec, steady::time_point valid_until);
   void next_cycle();
   void begin_attempt(cause why);
   void pump();
@@ -148,6 +149,11 @@ class sim_client {
   void stop_waiting();
   void finish_acquisition(const detail::acquisition::outcome& o);
   void hold(const std::string& token, std::uint64_t fence, steady::time_point valid_until);
+  // Arms the watchdog's timer for its schedule's next wake-up (an earlier one is void).
+  void arm_watchdog();
+  void on_watchdog_timer();
+  // The lease held is lost (its validity ran out, or a renewal found it not ours).
+  void lose_lease(const std::string& why);
   void extend();
   void release();
   void release_permit();
@@ -201,11 +207,14 @@ class sim_client {
   // The lease held.
   std::string token_;
   steady::time_point valid_until_{};  // the engine's word
+  sim_time granted_at_ = 0;           // true time
   steady::time_point hold_until_{};
   bool extending_ = false, abandon_ = false;
   std::optional<detail::quorum_extend> extend_;
   std::optional<detail::set_extend> set_extend_;
   std::uint64_t extend_serial_ = 0;  // which extend extend_ is
+  std::optional<detail::keep_alive_schedule> watchdog_;
+  std::uint64_t watchdog_timer_ = 0;  // which arm_watchdog the pending timer event is
   std::optional<detail::quorum_release> release_;
   std::optional<detail::set_release> set_release_;
   std::uint64_t release_serial_ = 0;  // semaphore: which release the answer is for
