@@ -28,9 +28,28 @@ local key, fence_key, queue, info, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
 local owner, ttl_ms, waiter, fair = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == 'fair'
 local id = string.match(owner, '^[^.]*')
 
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- #include node_state.lua
+
+local now  -- the server's time in ms, read once it is needed
+local function draw_fence() return next_fence(fence_key, now or server_ms, ttl_ms) end
+
+-- `fence`: the token already drawn for this ownership, or nil to draw a new one. A grant always
+-- takes the acquisition out of the queue, whether or not this round queued: an entry an
+-- earlier round left would otherwise make the holder's own release hand the lock back to it.
+-- `first`: round 0's SET NX took the key; there is no earlier round, so that is skipped (a
+-- command of every uncontended cycle). Its info entry goes only when a queue entry did. An
+-- info entry left without its queue entry (the two keys' expiries may differ by a millisecond)
+-- is never read: live_head and release.lua read info for queue members only.
+local function grant(fence, first)
+  if not first and redis.call('ZREM', queue, id) == 1 then redis.call('HDEL', info, id) end
+  return {1, fence or draw_fence()}
+end
+
+-- The uncontended grant comes first, before the script defines what only a wait needs: every
+-- function defined costs a closure at every run, and most runs end here.
+local quarantined = quarantine_left()
+if not fair and quarantined == 0 and redis.call('SET', key, owner, 'NX', 'PX', ttl_ms) then
+  return grant(nil, owner == id .. '.0')
 end
 
 -- The first waiter whose deadline has not passed; dead ones (crashed waiters) are dropped.
@@ -46,35 +65,17 @@ local function live_head(now)
   end
 end
 
--- #include node_state.lua
 -- #include name_mark.lua
 
-local now  -- the server's time in ms, read once it is needed
-local function draw_fence() return next_fence(fence_key, now or now_ms, ttl_ms) end
-
--- `fence`: the token already drawn for this ownership, or nil to draw a new one. A grant always
--- takes the acquisition out of the queue, whether or not this round queued: an entry an
--- earlier round left would otherwise make the holder's own release hand the lock back to it.
--- `first`: round 0's SET NX took the key; there is no earlier round, so that is skipped (a
--- command of every uncontended cycle). Its info entry goes only when a queue entry did. An
--- info entry left without its queue entry (the two keys' expiries may differ by a millisecond)
--- is never read: live_head and release.lua read info for queue members only.
-local function grant(fence, first)
-  if not first and redis.call('ZREM', queue, id) == 1 then redis.call('HDEL', info, id) end
-  return {1, fence or draw_fence()}
-end
-
-local quarantined = quarantine_left()
-local our_turn = quarantined == 0
-if fair then
-  now = now_ms()
+-- Fair: only the queue's head, or anyone when nobody waits.
+if fair and quarantined == 0 then
+  now = server_ms()
   local head = live_head(now)
-  our_turn = quarantined == 0 and (head == nil or head == id)
+  if (head == nil or head == id) and redis.call('SET', key, owner, 'NX', 'PX', ttl_ms) then
+    return grant(nil, owner == id .. '.0')
+  end
 end
 
-if our_turn and redis.call('SET', key, owner, 'NX', 'PX', ttl_ms) then
-  return grant(nil, owner == id .. '.0')
-end
 -- Where a value of this acquisition stands in its history: round n writes "<id>.<n>", and the
 -- handoff to round n's queue entry "<id>.h<n>" comes after round n ran and before round n + 1.
 local function order(value)
@@ -105,7 +106,7 @@ if holder and string.sub(holder, 1, #id + 1) == id .. '.' then
 end
 
 if waiter ~= '' then
-  now = now or now_ms()
+  now = now or server_ms()
   local waiter_ttl, rest = string.match(waiter, '^(%d+) (.+)$')
   waiter_ttl = tonumber(waiter_ttl)
   if redis.call('ZSCORE', queue, id) == false then

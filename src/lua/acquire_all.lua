@@ -14,11 +14,6 @@
 local owner, ttl_ms = ARGV[1], ARGV[2]
 local count = #KEYS / 2
 
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 -- #include node_state.lua
 -- #include name_mark.lua
 
@@ -37,7 +32,7 @@ end
 local top = 0
 for i = 1, count do
   redis.call('SET', KEYS[2 * i - 1], owner, 'PX', ttl_ms)
-  top = math.max(top, next_fence(KEYS[2 * i], now_ms, ttl_ms))
+  top = math.max(top, next_fence(KEYS[2 * i], server_ms, ttl_ms))
 end
 local fence = string.format('%.0f', top)
 for i = 1, count do

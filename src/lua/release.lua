@@ -19,11 +19,6 @@
 local key, queue, info, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, give_up = ARGV[1], ARGV[2] == 'give-up'
 
--- #include name_mark.lua
--- A read-write lock's or semaphore's mark on the name is nobody's owner value (`dlock release
--- NAME` with it, copied from `dlock status`, would take the name from its holders).
-if is_mark(owner) then return 0 end
-
 local holder = redis.call('GET', key)
 -- A key this script empties is deleted, and on a Redis Cluster node whose slot is migrating
 -- away, touching a key the script deleted fails the script midway (the key belongs to the
@@ -39,6 +34,24 @@ local function touch(...)
   end
   return r
 end
+
+-- The common release first (ours, nobody waits), before the script defines what a handoff
+-- needs: every function defined costs a closure at every run. Every mark begins "dlock:" and
+-- no owner value dlock writes does, so a mark never takes this way (is_mark, below).
+local queued  -- whether anyone waits, once asked
+if holder == owner and not give_up and string.sub(owner, 1, 6) ~= 'dlock:' then
+  queued = touch('EXISTS', queue) == 1
+  if not queued then
+    redis.call('DEL', key)
+    return 1
+  end
+end
+
+-- #include name_mark.lua
+-- A read-write lock's or semaphore's mark on the name is nobody's owner value (`dlock release
+-- NAME` with it, copied from `dlock status`, would take the name from its holders).
+if is_mark(owner) then return 0 end
+
 if give_up then
   redis.call('ZREM', queue, owner)
   redis.call('HDEL', info, owner)
@@ -49,15 +62,15 @@ end
 -- The key is overwritten for a handoff and deleted otherwise, and every write to it comes
 -- before the PUBLISH that tells a waiter it holds the lock, so that a failure midway never
 -- comes after the waiter was told (tests/integration/cluster_test found two holders so).
-if touch('EXISTS', queue) ~= 1 then
+if queued == nil then queued = touch('EXISTS', queue) == 1 end
+if not queued then
   redis.call('DEL', key)
   return 1
 end
 -- #include node_state.lua
 -- #include wake.lua
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_ms()
 local quarantined = quarantine_left() > 0
 local handed = false
 while true do

@@ -5,6 +5,12 @@
 -- or permit it forgot, or one it was restored with, may be another's. Every token drawn is
 -- above the floor. (One MGET of both costs more server time than these two reads: 0.72 against
 -- 0.45 us, measured.) pcall: a user whose ACL does not reach these keys is not stopped by them.
+-- The server's clock in ms.
+local function server_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
 local function quarantine_left()
   local ms = redis.pcall('PTTL', 'dlock:node:quarantine')
   if type(ms) == 'number' and ms > 0 then return ms end
