@@ -11,6 +11,7 @@
 
 #include <asio/steady_timer.hpp>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stop_token>
@@ -50,6 +51,10 @@ class acquire_run : public std::enable_shared_from_this<acquire_run> {
   void start(handler_type handler, std::vector<request> first = {});
   // The same, blocking the calling thread (not the I/O thread).
   lease run_blocking(std::error_code& ec);
+  // Told at the end, before the handler: whether the wait was granted by its first attempt (not
+  // a handoff), and whether a node refused the engine's transaction (acquisition.hpp). Set
+  // before start().
+  std::function<void(bool granted_at_once, bool refused_transaction)> on_end;
 
  private:
   void attempt();

@@ -6,6 +6,8 @@
 // Leases keep the core alive, so a lease may outlive the mutex that made it.
 #pragma once
 
+#include <atomic>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,6 +76,12 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
   lock_options options_;
   lock_target target_;
   std::string reentry_slot_;  // lock_options::reentrant: where the owner's holding is filed
+  // Whether the next acquisition tries acquire_unqueued first (lock_protocol.hpp): while the
+  // last one was granted by its first attempt, the lock is likely free again, and the try
+  // saves Redis most of a script; a wait or a handoff shows contention, where it would only
+  // add a round trip. Never again once a node refused the transaction.
+  std::atomic<bool> unqueued_first_{false};
+  std::atomic<bool> transaction_refused_{false};
 };
 
 }  // namespace dlock::detail

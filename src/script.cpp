@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <array>
+#include <iterator>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "access.hpp"
+#include "dlock/key_layout.hpp"
 #include "dlock/detail/async.hpp"
 
 namespace dlock::detail {
@@ -33,6 +35,36 @@ command script_command(std::string_view verb, std::string_view body_or_sha, cons
   out = std::copy(keys.begin(), keys.end(), out);
   std::copy(args.begin(), args.end(), out);
   return command(std::span<const std::string_view>(argv, n));
+}
+
+// acquire_unqueued_transaction as it goes out: the commands its twin (acquire_unqueued.lua) runs,
+// in one MULTI ... EXEC. The only transaction there is.
+template <class Keys, class Args>
+command transaction_command(const Keys& keys, const Args& args) {
+  std::string_view key = *keys.begin(), fence = *std::next(keys.begin());
+  std::string_view owner = *args.begin(), ttl = *std::next(args.begin());
+  command cmd{"MULTI"};
+  cmd.then({"SET", key, owner, "NX", "PX", ttl});
+  cmd.then({"SET", fence, "0", "NX", "PX", ttl});
+  cmd.then({"INCR", fence});
+  cmd.then({"MGET", node_quarantine_key, node_fence_floor_key});
+  cmd.then({"EXEC"});
+  access::allow_on_shared_connection(cmd);
+  return cmd;
+}
+
+// The first try of a request: EVALSHA, or the transaction.
+template <class Keys, class Args>
+command request_command(const script& s, const Keys& keys, const Args& args) {
+  if (s.as_transaction) return transaction_command(keys, args);
+  return script_command("EVALSHA", s.sha1, keys, args);
+}
+
+// A transaction's answer is EXEC's (the replies before it say QUEUED), as its twin's would be.
+void take_exec_answer(const script& s, reply& r) {
+  if (!s.as_transaction || !r.is_array() || r.elements().empty()) return;
+  reply exec = r.elements().back();
+  r = std::move(exec);
 }
 
 // What is left of a request's timeout for its EVAL fallback, rounded up: truncated, a 1 ms
@@ -61,11 +93,12 @@ void run_script(client& node, const script& s, std::vector<std::string> keys,
                 unique_function<void(std::error_code, reply)> handler) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   // Made before the handler below takes the keys and arguments over.
-  command evalsha = script_command("EVALSHA", s.sha1, keys, args);
+  command first = request_command(s, keys, args);
   access::start_exec(
-      node, std::move(evalsha), timeout,
+      node, std::move(first), timeout,
       [node, s, deadline, keys = std::move(keys), args = std::move(args),
        handler = std::move(handler)](std::error_code ec, reply r) mutable {
+        take_exec_answer(s, r);
         if (!is_noscript(r)) return handler(ec, std::move(r));
         auto left = time_left(deadline);
         if (left <= std::chrono::milliseconds::zero()) return handler(errc::timeout, {});
@@ -78,11 +111,12 @@ void run_request(client& node, request r, unique_function<void(std::error_code, 
   auto deadline = std::chrono::steady_clock::now() + r.timeout;
   const script* s = r.code;
   // Made before the handler below takes the keys and arguments over.
-  command evalsha = script_command("EVALSHA", s->sha1, r.keys, r.args);
+  command first = request_command(*s, r.keys, r.args);
   access::start_exec(
-      node, std::move(evalsha), r.timeout,
+      node, std::move(first), r.timeout,
       [node, s, deadline, keys = std::move(r.keys), args = std::move(r.args), gate = r.gate,
        id = r.id, handler = std::move(handler)](std::error_code ec, reply answer) mutable {
+        take_exec_answer(*s, answer);
         if (!is_noscript(answer)) return handler(ec, std::move(answer));
         if (gate.wanted && !gate.wanted(gate.owner, id)) return handler(errc::timeout, {});
         auto left = time_left(deadline);
@@ -100,10 +134,10 @@ bool exchange_script_direct(client& node, const script& code, const Keys& keys, 
                             std::chrono::milliseconds timeout, std::error_code& ec, reply& out) {
   if (on_io_thread()) return false;
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  if (!access::try_exec_direct_any(node, script_command("EVALSHA", code.sha1, keys, args), timeout,
-                                   out, ec)) {
+  if (!access::try_exec_direct_any(node, request_command(code, keys, args), timeout, out, ec)) {
     return false;
   }
+  take_exec_answer(code, out);
   if (!is_noscript(out)) return true;
   auto left = time_left(deadline);
   if (left <= std::chrono::milliseconds::zero()) {

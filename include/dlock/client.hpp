@@ -140,6 +140,7 @@ class DLOCK_EXPORT command {
   bool changes_session() const noexcept { return changes_session_; }
 
  private:
+  friend struct detail::access;
   std::string bytes_;
   std::size_t count_ = 0;
   bool changes_session_ = false;

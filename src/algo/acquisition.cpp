@@ -33,9 +33,9 @@ failure_kind classify_failure(std::error_code ec, const node_results& votes) {
 namespace dlock::detail {
 
 acquisition::acquisition(const lock_target& target, std::string id, steady::time_point deadline,
-                         int attempts, std::uint64_t seed)
-    : loop_(std::make_unique<wait_loop>(std::make_unique<lock_protocol>(target), std::move(id),
-                                        deadline, attempts, seed)) {}
+                         int attempts, std::uint64_t seed, bool unqueued_first)
+    : loop_(std::make_unique<wait_loop>(std::make_unique<lock_protocol>(target, unqueued_first),
+                                        std::move(id), deadline, attempts, seed)) {}
 
 acquisition::acquisition(const semaphore_target& target, std::string token, std::ptrdiff_t permits,
                          steady::time_point deadline, int attempts, std::uint64_t seed)
@@ -102,6 +102,8 @@ std::vector<acquisition::foreign_holder> acquisition::take_foreign_holders() {
 std::optional<acquisition::outcome> acquisition::take_outcome() { return loop_->take_outcome(); }
 bool acquisition::done() const noexcept { return loop_->done(); }
 bool acquisition::queued() const noexcept { return loop_->queued(); }
+bool acquisition::refused_transaction() const noexcept { return loop_->refused_transaction(); }
+
 int acquisition::attempts_made() const noexcept { return loop_->attempts_made(); }
 const std::string& acquisition::id() const noexcept { return loop_->id(); }
 std::uint16_t acquisition::slot(std::size_t node) const noexcept { return loop_->slot(node); }

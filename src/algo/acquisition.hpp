@@ -51,8 +51,9 @@ class acquisition {
   // A lock acquisition: up to `attempts` rounds until `deadline` (max(): attempts only, and
   // what endless_wait_rule says no wait cures), under the acquisition id `id` (round n writes
   // "<id>.<n>", a handoff "<id>.h<n>"). `seed` feeds the retry jitter.
+  // `unqueued_first`: round 0 tries acquire_unqueued first where it can (lock_protocol.hpp).
   acquisition(const lock_target& target, std::string id, steady::time_point deadline,
-              int attempts, std::uint64_t seed);
+              int attempts, std::uint64_t seed, bool unqueued_first = false);
   // A semaphore acquisition of `permits`, under the owner token `token` for every attempt.
   acquisition(const semaphore_target& target, std::string token, std::ptrdiff_t permits,
               steady::time_point deadline, int attempts, std::uint64_t seed);
@@ -142,6 +143,9 @@ class acquisition {
   // Some attempt queued us on some node (a channel was given).
   bool queued() const noexcept;
   int attempts_made() const noexcept;
+  // A node refused the transaction acquire_unqueued sends (EXECABORT: an ACL, say): do not
+  // ask for it again.
+  bool refused_transaction() const noexcept;
   // The last failed attempt's error and votes, for progress reports.
   std::error_code last_error() const noexcept;
   const node_results& last_votes() const noexcept;

@@ -18,6 +18,9 @@
 // earlier round still counts as ours.
 #include "algo/lock_protocol.hpp"
 
+#include <charconv>
+#include <utility>
+
 #include "algo/retry.hpp"
 
 namespace dlock::detail {
@@ -35,26 +38,41 @@ pacing lock_protocol::pace() const noexcept {
   return pacing_of(target_, target_.nodes, 1, waiter_entry_ttl(target_.retry_delay));
 }
 
+std::string lock_protocol::waiter_entry(const wait_loop& loop, std::size_t node,
+                                        const std::vector<std::string>& channels) const {
+  std::string entry;
+  if (loop.last_attempt() || node >= channels.size() || channels[node].empty()) return entry;
+  entry.append(std::to_string(waiter_entry_ttl(target_.retry_delay).count()))
+      .append(" ")
+      .append(channels[node]);
+  // "<lock ttl> <round>": release.lua may hand the lock to this entry (on_handoff).
+  if (target_.accepts_handoff()) {
+    entry.append(" ").append(target_.ttl_text).append(" ").append(
+        std::to_string(loop.attempt_index()));
+  }
+  return entry;
+}
+
+void lock_protocol::emit_acquire(wait_loop& loop, std::size_t node, std::string entry) {
+  if (!entry.empty()) loop.mark_queued();
+  loop.emit(node, acquire_script, lock_acquire_keys(target_.keys_on(node)),
+            {round_.value, target_.ttl_text, std::move(entry), target_.fair ? "fair" : ""},
+            purpose::attempt);
+}
+
 void lock_protocol::begin(wait_loop& loop, steady::time_point,
                           const std::vector<std::string>& channels) {
   std::size_t index = loop.attempt_index();
   round_ = round_state{loop.id() + "." + std::to_string(index)};
-  std::string mode = target_.fair ? "fair" : "";
-  for (std::size_t i = 0; i < target_.nodes; ++i) {
-    std::string entry;
-    if (!loop.last_attempt() && i < channels.size() && !channels[i].empty()) {
-      entry.append(std::to_string(waiter_entry_ttl(target_.retry_delay).count()))
-          .append(" ")
-          .append(channels[i]);
-      // "<lock ttl> <round>": release.lua may hand the lock to this entry (on_handoff).
-      if (target_.accepts_handoff()) {
-        entry.append(" ").append(target_.ttl_text).append(" ").append(std::to_string(index));
-      }
-      loop.mark_queued();
-    }
-    loop.emit(i, acquire_script, lock_acquire_keys(target_.keys_on(i)),
-              {round_.value, target_.ttl_text, std::move(entry), mode}, purpose::attempt);
+  if (index == 0 && unqueued_first_ && !unqueued_refused_) {
+    round_.unqueued = true;
+    round_.entry = waiter_entry(loop, 0, channels);
+    const auto& k = target_.keys_on(0);
+    loop.emit(0, acquire_unqueued_transaction, {k.key, k.fence}, {round_.value, target_.ttl_text},
+              purpose::attempt);
+    return;
   }
+  for (std::size_t i = 0; i < target_.nodes; ++i) emit_acquire(loop, i, waiter_entry(loop, i, channels));
 }
 
 void lock_protocol::on_answer(wait_loop& loop, purpose what, std::size_t node,
@@ -71,11 +89,47 @@ void lock_protocol::on_answer(wait_loop& loop, purpose what, std::size_t node,
   }
 }
 
+// {OK or nil, the counter's SET NX, the counter or its error, {quarantine, floor}}; an error
+// reply for the whole: the node refused the transaction (which may then have run in part).
+unqueued_answer read_unqueued_answer(const reply& r) noexcept {
+  unqueued_answer a;
+  if (r.is_error()) {
+    a.refused = true;
+    return a;
+  }
+  const auto& e = r.elements();
+  if (!r.is_array() || e.size() != 4) return a;
+  a.wrote = !e[0].is_nil() && !e[0].is_error();
+  if (!a.wrote || !e[2].is_integer() || !e[3].is_array() || e[3].elements().size() != 2) return a;
+  const auto& quarantine = e[3].elements()[0];
+  const auto& floor = e[3].elements()[1];
+  std::int64_t floor_value = 0;
+  if (floor.is_string()) {
+    // A floor that is no number: acquire.lua decides (tonumber, as next_fence reads it).
+    auto text = floor.str();
+    auto [end, parse_error] = std::from_chars(text.data(), text.data() + text.size(), floor_value);
+    if (parse_error != std::errc{} || end != text.data() + text.size()) return a;
+  }
+  a.fence = e[2].integer();
+  a.granted = quarantine.is_nil() && a.fence >= fence_clock_range && a.fence > floor_value;
+  return a;
+}
+
 void lock_protocol::on_vote(wait_loop& loop, std::size_t node, steady::time_point now,
                             std::error_code ec, const reply& r) {
   auto& votes = loop.votes();
   const auto& e = r.elements();
-  if (ec) {
+  if (std::exchange(round_.unqueued, false) && (!ec || r.is_error())) {
+    // Anything but a clean grant is for acquire.lua to settle, with this round's value: it
+    // queues us, waits for a quarantine, or takes over the key we just set and draws a token
+    // in order from the counter a plain INCR may have made.
+    auto a = read_unqueued_answer(r);
+    // Refused: the MULTI may have been refused alone, and the SET run without it.
+    round_.wrote_unqueued = a.wrote || a.refused;
+    if (a.refused) unqueued_refused_ = true;
+    if (!a.granted) return emit_acquire(loop, node, std::move(round_.entry));
+    votes.granted(node, a.fence);
+  } else if (ec) {
     votes.failed(node, ec, r.is_error() ? r.str() : std::string());
   } else if (r.is_array() && (e.size() == 2 || e.size() == 3) && e[0].is_integer() &&
              e[1].is_integer()) {
@@ -129,7 +183,9 @@ void lock_protocol::conclude_round(wait_loop& loop, steady::time_point now, std:
   // follow the cleanup below.
   loop.abandon_attempt_requests();
   for (std::size_t i = 0; i < target_.nodes; ++i) {
-    if (loop.votes().votes()[i].outcome == node_result::vote::taken) continue;
+    // acquire.lua's "taken" after acquire_unqueued set the key (a quarantine) leaves our value.
+    bool ours_left = i == 0 && round_.wrote_unqueued;
+    if (loop.votes().votes()[i].outcome == node_result::vote::taken && !ours_left) continue;
     auto awaited_for = loop.awaited_cleanup(i, purpose::cleanup);
     if (awaited_for) ++round_.cleanup_outstanding;
     loop.emit(i, release_script, lock_release_keys(target_.keys_on(i)), {round_.value},

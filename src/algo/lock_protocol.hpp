@@ -2,7 +2,9 @@
 // algo/lock_protocol.hpp: the mutex's part of an acquisition (wait_loop.hpp), on 1 and N nodes.
 //   lock_protocol  a round of acquire.lua on every node, judged as a quorum (quorum_round),
 //                  with the fence raised where the granting nodes disagree; a failed round's
-//                  cleanup; the queues left on a grant or a give-up; a release's handoff
+//                  cleanup; the queues left on a grant or a give-up; a release's handoff. On a
+//                  single node its first round may try acquire_unqueued first (no Lua)
+//   unqueued_answer  how that try's answer reads
 // Not thread-safe: driven by its wait_loop.
 #pragma once
 
@@ -14,10 +16,28 @@
 
 namespace dlock::detail {
 
+// acquire_unqueued's answer (its EXEC's, or its twin script's: acquire_unqueued.lua).
+struct unqueued_answer {
+  bool wrote = false;    // the key was free, and now holds the round's value
+  bool granted = false;  // ... and the node may grant: not quarantined, a token drawn in order
+  bool refused = false;  // the node refused the transaction (EXECABORT: an ACL, a command)
+  std::int64_t fence = 0;
+};
+unqueued_answer read_unqueued_answer(const reply& r) noexcept;
+
+// Counters start from the server's clock in ms x 1024 (next_fence, node_state.lua), far above
+// this; one below it was made by a plain INCR, which counts from 0, and must start again.
+inline constexpr std::int64_t fence_clock_range = std::int64_t{1} << 40;
+
 class lock_protocol final : public acquire_protocol {
  public:
-  // `target` must outlive the protocol and its requests.
-  explicit lock_protocol(const lock_target& target) : target_(target) {}
+  // `target` must outlive the protocol and its requests. `unqueued_first`: on a single node,
+  // neither fair nor a cluster, round 0 tries acquire_unqueued before acquire.lua (its
+  // transaction costs Redis a fraction of the script; lock_core asks for it while the lock
+  // was free at its last acquisitions).
+  lock_protocol(const lock_target& target, bool unqueued_first)
+      : target_(target),
+        unqueued_first_(unqueued_first && target.nodes == 1 && !target.fair && !target.cluster) {}
 
   pacing pace() const noexcept override;
   void begin(wait_loop& loop, steady::time_point now,
@@ -34,6 +54,7 @@ class lock_protocol final : public acquire_protocol {
   void give_back_script(const wait_loop& loop,
                         acquisition::late_handoff_give_back& plan) const override;
   std::string_view holder_key(std::size_t node) const noexcept override;
+  bool refused_transaction() const noexcept override { return unqueued_refused_; }
   std::uint16_t slot(std::size_t node) const noexcept override;
 
  private:
@@ -46,8 +67,15 @@ class lock_protocol final : public acquire_protocol {
     std::size_t fence_confirmed = 0, fence_outstanding = 0;
     std::size_t cleanup_outstanding = 0;
     std::error_code failure{};  // while cleaning up: why it failed
+    bool unqueued = false;        // acquire_unqueued is in flight (node 0)
+    bool wrote_unqueued = false;  // ... and set the key: node 0 holds this round's value
+    std::string entry{};          // node 0's waiter entry, for the acquire.lua that follows
   };
 
+  // acquire.lua's waiter entry on `node` ("" not to queue).
+  std::string waiter_entry(const wait_loop& loop, std::size_t node,
+                           const std::vector<std::string>& channels) const;
+  void emit_acquire(wait_loop& loop, std::size_t node, std::string entry);
   void on_vote(wait_loop& loop, std::size_t node, steady::time_point now, std::error_code ec,
                const reply& r);
   void on_fence(wait_loop& loop, steady::time_point now, std::error_code ec, const reply& r);
@@ -58,6 +86,8 @@ class lock_protocol final : public acquire_protocol {
   void leave_queues(wait_loop& loop, bool granted);
 
   const lock_target& target_;
+  bool unqueued_first_;
+  bool unqueued_refused_ = false;
   round_state round_;  // the round begun last (after a grant: the granting round)
 };
 

@@ -99,10 +99,13 @@ if holder and string.sub(holder, 1, #id + 1) == id .. '.' then
   if quarantined > 0 then return {0, math.max(redis.call('PTTL', key), quarantined)} end
   -- Whatever set an earlier value of ours (a late SET of an earlier round, a handoff) drew a
   -- fence then, and nobody can have drawn one since, so the counter still reads it: drawing
-  -- again would only leave gaps. (If the counter expired since, GET finds none and grant()
-  -- draws a new token from the clock, above it.)
+  -- again would only leave gaps. But a counter that expired since, or that a plain INCR made
+  -- again (acquire_unqueued, which set the key and cannot claim it), or one below the floor,
+  -- holds no token of ours: grant() then draws a new one.
   redis.call('SET', key, owner, 'PX', ttl_ms)
-  return grant(tonumber(redis.call('GET', fence_key)))
+  local current = tonumber(redis.call('GET', fence_key))
+  if current and (current < fence_clock_range or current <= fence_floor()) then current = nil end
+  return grant(current)
 end
 
 if waiter ~= '' then

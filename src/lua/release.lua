@@ -90,7 +90,8 @@ while true do
     if handoff then
       -- Drawn only once someone received it (below): a vanished waiter leaves no gap. A
       -- missing counter starts from the clock, and the floor holds, as in acquire.lua.
-      local current = tonumber(redis.call('GET', fence_key)) or now * 1024
+      local current = tonumber(redis.call('GET', fence_key))
+      if not current or current < fence_clock_range then current = now * 1024 end
       fence = string.format('%.0f', math.max(current, fence_floor()) + 1)
       message = head .. ' ' .. fence .. ' ' .. round
     end

@@ -321,9 +321,11 @@ TEST_F(LeaseTest, TokensStrictlyIncreaseAcrossConcurrentClients) {
   }
   for (auto& t : pool) t.join();
   EXPECT_EQ(violations.load(), 0);
-  // No gaps: the tokens run from the first (the server's clock, in ms x 1024) one by one.
+  // Gaps are allowed: a first try without Lua (acquire_unqueued) draws a token even when the
+  // key was taken. But each grant draws at most one try's worth: never more tokens than tries.
   auto last = std::stoull(client_.exec({"GET", test_key("last")}).str());
-  EXPECT_EQ(last - first.load() + 1, static_cast<std::uint64_t>(threads * rounds));
+  EXPECT_GE(last - first.load() + 1, static_cast<std::uint64_t>(threads * rounds));
+  EXPECT_LE(last - first.load() + 1, static_cast<std::uint64_t>(2 * threads * rounds));
   EXPECT_GT(first.load(), 1'700'000'000'000ull * 1024) << "the counter did not start from the clock";
 }
 

@@ -10,6 +10,8 @@
 // set the node's clock), without running commands.
 #include "sim_checker.hpp"
 
+#include "algo/lock_protocol.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <utility>
@@ -359,6 +361,8 @@ void checker::after_lock_script(std::size_t i, const detail::request& r, const r
     owns = before == owner;
   } else if (r.code == &detail::acquire_script) {
     owns = !before || starts_with(before, owner.substr(0, owner.find('.')) + ".");
+  } else if (r.code == &detail::acquire_unqueued_transaction) {
+    owns = !before;  // SET NX: only a free key
   } else if (r.code == &detail::acquire_all_script) {
     owns = !before;  // a fresh token per attempt: it only ever takes free keys
   } else if (r.code == &detail::sem_fair_acquire_script || r.code == &detail::sem_release_script ||
@@ -388,6 +392,13 @@ void checker::after_lock_script(std::size_t i, const detail::request& r, const r
 }
 
 void checker::check_node_fence(const detail::request& r, const reply& result) {
+  if (r.code == &detail::acquire_unqueued_transaction) {
+    // Its grant as the lock's protocol reads it; anything else is acquire.lua's to settle.
+    auto a = detail::read_unqueued_answer(result);
+    bool theirs = rw_ && std::find(r.keys.begin(), r.keys.end(), rw_->fence) == r.keys.end();
+    if (a.granted && !theirs) note_node_fence(r, a.fence, false);
+    return;
+  }
   bool draws = r.code == &detail::sem_acquire_script ||
                r.code == &detail::sem_fair_acquire_script || r.code == &detail::acquire_script ||
                r.code == &detail::acquire_all_script;
@@ -398,10 +409,12 @@ void checker::check_node_fence(const detail::request& r, const reply& result) {
   }
   // A lock set without the read-write lock's name draws from other counters.
   if (rw_ && std::find(r.keys.begin(), r.keys.end(), rw_->fence) == r.keys.end()) return;
-  auto fence = result.elements()[1].integer();
   // acquire.lua grants the holder of an earlier value of the acquisition again with the
   // counter as it stands: nobody can have drawn since.
-  bool may_repeat = r.code == &detail::acquire_script;
+  note_node_fence(r, result.elements()[1].integer(), r.code == &detail::acquire_script);
+}
+
+void checker::note_node_fence(const detail::request& r, std::int64_t fence, bool may_repeat) {
   if (safety_ && fences_ && fence_order_ && last_node_fence_ &&
       (fence < *last_node_fence_ || (fence == *last_node_fence_ && !may_repeat))) {
     violation("FENCES: the node granted " + r.args.at(0) + " fence " + std::to_string(fence) +

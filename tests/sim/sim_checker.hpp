@@ -140,6 +140,8 @@ class checker {
   // A grant drawn from the counter of the semaphore or of the read-write lock's name: above
   // the node's earlier grants (or, acquire.lua's re-grant of an earlier value, equal).
   void check_node_fence(const detail::request& r, const reply& result);
+  // A grant's `fence` on the node: above every earlier one (equal where `may_repeat`).
+  void note_node_fence(const detail::request& r, std::int64_t fence, bool may_repeat);
   bool checks_holders() const noexcept { return safety_ && fences_ && holders_; }
   std::string describe(const claim& k) const;
   std::string on_keys(const claim& k) const;  // " on k1,k2" when the checker watches several

@@ -139,7 +139,9 @@ void sim_client::next_cycle() {
   // and hex digits only, as theirs: acquire.lua takes any other holder for another library's).
   std::string id = who() + "a" + std::to_string(cycle_);
   if (lock_) {
-    acq_ = &engines_.emplace_back(*lock_, id, deadline, attempts, rnd.next());
+    // Half the time round 0 tries acquire_unqueued first, as lock_core does while the lock
+    // was free at its last acquisition (where the protocol allows it: one node, not fair).
+    acq_ = &engines_.emplace_back(*lock_, id, deadline, attempts, rnd.next(), rnd.chance(0.5));
   } else if (!set_pool_.empty()) {
     const auto& set = pick_set();
     acq_ = &engines_.emplace_back(set, id, deadline, attempts, rnd.next());

@@ -187,6 +187,7 @@ reply node::dispatch(args argv, bool from_script) {
   };
   static const std::map<std::string, spec, std::less<>> table = {
       {"GET", {2, true, [](node& n, args a) { return n.cmd_get(a); }}},
+      {"MGET", {-2, true, [](node& n, args a) { return n.cmd_mget(a); }}},
       {"SET", {-3, true, [](node& n, args a) { return n.cmd_set(a); }}},
       {"DEL", {-2, true, [](node& n, args a) { return n.cmd_del(a); }}},
       {"EXISTS", {-2, true, [](node& n, args a) { return n.cmd_exists(a); }}},
@@ -247,6 +248,17 @@ reply node::cmd_get(args a) {
   reply wrong;
   if (auto* s = find_as<std::string>(a[1], wrong)) return bulk(*s);
   return wrong;  // nil when absent
+}
+
+// A key that holds no string reads as nil here, not as WRONGTYPE.
+reply node::cmd_mget(args a) {
+  std::vector<reply> values;
+  for (std::size_t i = 1; i < a.size(); ++i) {
+    reply wrong;
+    auto* s = find_as<std::string>(a[i], wrong);
+    values.push_back(s ? bulk(*s) : reply{});
+  }
+  return reply::make_array(std::move(values));
 }
 
 reply node::cmd_set(args a) {

@@ -122,6 +122,7 @@ class node {
   T* find_or_create(const std::string& key, reply& wrong_type);
 
   reply cmd_get(args a);
+  reply cmd_mget(args a);
   reply cmd_set(args a);
   reply cmd_del(args a);
   reply cmd_exists(args a);

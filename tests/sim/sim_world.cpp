@@ -34,6 +34,7 @@ std::string render(const reply& r) {
 
 std::string_view script_name(const detail::script* s) {
   if (s == &detail::acquire_script) return "acquire";
+  if (s == &detail::acquire_unqueued_transaction) return "acquire_unqueued";
   if (s == &detail::release_script) return "release";
   if (s == &detail::extend_script) return "extend";
   if (s == &detail::fence_raise_script) return "fence_raise";
@@ -192,6 +193,8 @@ void world::call(std::size_t c, const detail::request& r, reply_handler done) {
 
 void world::send(std::size_t c, std::shared_ptr<const detail::request> req, bool eval,
                  std::int64_t deadline_us, reply_handler handler) {
+  // A transaction (plain commands) is never refused NOSCRIPT: its twin runs from its body.
+  eval = eval || req->code->as_transaction;
   std::size_t i = req->node;
   auto& slot = clients_[c].command_link[i];
   if (!slot) slot = open_link(c, i, false);

@@ -573,6 +573,140 @@ TEST(LockAcquisitionTest, AFailedRoundCleansUpWhereItMayHaveSetBeforeRetrying) {
   EXPECT_EQ(round(a, t0 + 40ms)[0].args[0], "id.1");  // the next round's own value
 }
 
+// ---- the unqueued first try (acquire_unqueued: a transaction without Lua) ----
+
+const std::int64_t clock_fence = 1'843'000'000'000'000;  // a token of the clock's range
+
+reply status_ok() { return reply::make_string(reply::kind::status, "OK"); }
+reply text(std::string_view s) { return reply::make_string(reply::kind::string, s); }
+
+// What EXEC answers: {key SET NX, counter SET NX, INCR, {quarantine, floor}}.
+reply unqueued(bool set, std::int64_t fence, reply quarantine = {}, reply floor = {}) {
+  return reply::make_array({set ? status_ok() : reply{}, reply{}, reply::make_integer(fence),
+                            reply::make_array({std::move(quarantine), std::move(floor)})});
+}
+
+TEST(UnqueuedAcquisitionTest, AFreeLockIsGrantedByTheTransactionAlone) {
+  auto t = lock_on(1);
+  acquisition a(t, "id", no_deadline, 3, 0, true);
+  auto rs = round(a, t0, {"chan"});
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].code, &acquire_unqueued_transaction);
+  EXPECT_EQ(rs[0].args[0], "id.0");
+  ASSERT_EQ(rs[0].keys.size(), 2u);
+  EXPECT_EQ(rs[0].keys[1], t.keys.fence);
+  answer(a, rs[0], t0 + 1ms, unqueued(true, clock_fence));
+  auto o = a.take_outcome();
+  ASSERT_TRUE(o);
+  EXPECT_FALSE(o->ec);
+  EXPECT_EQ(o->token, "id.0");
+  EXPECT_EQ(o->fence, static_cast<std::uint64_t>(clock_fence));
+  EXPECT_FALSE(a.queued());
+}
+
+// Taken: acquire.lua follows at once for the same round, queueing as the round would have.
+TEST(UnqueuedAcquisitionTest, ATakenLockIsTriedAgainByTheScriptWhichQueues) {
+  auto t = lock_on(1);
+  acquisition a(t, "id", no_deadline, 3, 0, true);
+  auto rs = round(a, t0, {"chan"});
+  answer(a, rs[0], t0 + 1ms, unqueued(false, clock_fence));
+  EXPECT_FALSE(a.take_outcome());
+  EXPECT_FALSE(a.take_sleep());
+  auto next = a.take_requests();
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].code, &acquire_script);
+  EXPECT_EQ(next[0].args[0], "id.0");
+  EXPECT_NE(next[0].args[2].find("chan"), std::string::npos) << "queues";
+  EXPECT_TRUE(a.queued());
+  answer(a, next[0], t0 + 2ms, ints({0, 500}));
+  EXPECT_TRUE(a.take_sleep());
+  EXPECT_TRUE(a.take_requests().empty()) << "taken: nothing of ours to clean up";
+}
+
+// A counter the INCR made (below the clock's range), one at or below the floor, a quarantine:
+// the transaction set the key but cannot claim it; acquire.lua settles it with the same value.
+TEST(UnqueuedAcquisitionTest, ASetKeyThatCannotBeClaimedIsSettledByTheScript) {
+  for (auto answer_of : {unqueued(true, 1),
+                         unqueued(true, clock_fence, {}, text(std::to_string(clock_fence))),
+                         unqueued(true, clock_fence, text("1"))}) {
+    auto t = lock_on(1);
+    acquisition a(t, "id", no_deadline, 3, 0, true);
+    auto rs = round(a, t0);
+    answer(a, rs[0], t0 + 1ms, answer_of);
+    auto next = a.take_requests();
+    ASSERT_EQ(next.size(), 1u) << answer_of.to_string();
+    EXPECT_EQ(next[0].code, &acquire_script);
+    EXPECT_EQ(next[0].args[0], "id.0");
+    answer(a, next[0], t0 + 2ms, ints({1, clock_fence + 7}));
+    auto o = a.take_outcome();
+    ASSERT_TRUE(o);
+    EXPECT_EQ(o->fence, static_cast<std::uint64_t>(clock_fence + 7)) << "the script's token";
+  }
+}
+
+// Quarantined: acquire.lua answers "taken", but the key holds our value since the transaction:
+// the failed round releases it, or it would keep everyone out for a TTL.
+TEST(UnqueuedAcquisitionTest, AKeySetDuringAQuarantineIsReleasedWhenTheRoundFails) {
+  auto t = lock_on(1);
+  acquisition a(t, "id", no_deadline, 3, 0, true);
+  auto rs = round(a, t0);
+  answer(a, rs[0], t0 + 1ms, unqueued(true, clock_fence, text("1")));
+  auto next = a.take_requests();
+  ASSERT_EQ(next.size(), 1u);
+  answer(a, next[0], t0 + 2ms, ints({0, 3000}));
+  EXPECT_FALSE(a.take_sleep()) << "not before our key is gone";
+  auto cleanup = a.take_requests();
+  ASSERT_EQ(cleanup.size(), 1u);
+  EXPECT_EQ(cleanup[0].code, &release_script);
+  EXPECT_EQ(cleanup[0].args[0], "id.0");
+  a.on_reply(cleanup[0].id, t0 + 3ms, {}, reply::make_integer(1));
+  EXPECT_TRUE(a.take_sleep());
+}
+
+// EXECABORT (an ACL without MULTI or MGET): the script takes over, and the refusal is reported
+// so that the lock stops asking. The MULTI alone may have been refused, with the rest run.
+TEST(UnqueuedAcquisitionTest, ARefusedTransactionFallsBackAndIsReported) {
+  auto t = lock_on(1);
+  acquisition a(t, "id", no_deadline, 3, 0, true);
+  auto rs = round(a, t0);
+  answer(a, rs[0], t0 + 1ms, reply::make_string(reply::kind::error, "EXECABORT Transaction discarded"));
+  EXPECT_TRUE(a.refused_transaction());
+  auto next = a.take_requests();
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].code, &acquire_script);
+  answer(a, next[0], t0 + 2ms, ints({0, 3000}));
+  auto cleanup = a.take_requests();
+  ASSERT_EQ(cleanup.size(), 1u) << "the SET may have run without the MULTI";
+  EXPECT_EQ(cleanup[0].code, &release_script);
+}
+
+// No answer: the SET may have run, as for a script that timed out.
+TEST(UnqueuedAcquisitionTest, ASilentTransactionFailsTheRoundAndCleansUp) {
+  auto t = lock_on(1);
+  acquisition a(t, "id", no_deadline, 3, 0, true);
+  auto rs = round(a, t0);
+  answer(a, rs[0], t0 + 2ms, reply{}, errc::timeout);
+  auto cleanup = a.take_requests();
+  ASSERT_EQ(cleanup.size(), 1u);
+  EXPECT_EQ(cleanup[0].code, &release_script);
+  a.on_reply(cleanup[0].id, t0 + 3ms, {}, reply::make_integer(0));
+  EXPECT_TRUE(a.take_sleep());
+  auto next = round(a, t0 + 60ms);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].code, &acquire_script) << "only round 0 tries the transaction";
+}
+
+// Where the protocol cannot use it: N nodes, fair mode.
+TEST(UnqueuedAcquisitionTest, RedlockAndFairLocksNeverSendTheTransaction) {
+  auto redlock = lock_on(3);
+  acquisition a(redlock, "id", no_deadline, 3, 0, true);
+  for (const auto& r : round(a, t0)) EXPECT_EQ(r.code, &acquire_script);
+  auto fair = lock_on(1);
+  fair.fair = true;
+  acquisition b(fair, "id", no_deadline, 3, 0, true);
+  for (const auto& r : round(b, t0)) EXPECT_EQ(r.code, &acquire_script);
+}
+
 // try_lock_for(15ms) with a retry_delay of 40 ms: no backstop of 20..40 ms ends in time, yet
 // the waiter queued and a release may wake it, and one more poll fits before the deadline. It
 // used to give up after its first round (found by ObserverTest's handoff test, whose waiter

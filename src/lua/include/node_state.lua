@@ -21,6 +21,12 @@ local function fence_floor()
   return type(floor) == 'string' and tonumber(floor) or 0
 end
 
+-- Every counter that next_fence starts begins far above this (the clock in ms x 1024); one
+-- below it was made by a plain INCR, which counts from 0 (acquire_unqueued.lua, whose INCR
+-- runs in a transaction, without Lua), and is started again from the clock like a new one.
+-- lock_protocol.hpp's fence_clock_range is the same.
+local fence_clock_range = 1099511627776  -- 2^40
+
 -- The next token of the fencing counter `fence_key`, `now` being the server's time in ms (or a
 -- function that reads it, called only for a counter that starts: TIME is a command too). A
 -- counter that does not exist yet starts from the server's clock, at ms x 1024, not at 0: when
@@ -35,7 +41,7 @@ end
 local function next_fence(fence_key, now, keep_ms)
   local fence = redis.call('INCR', fence_key)
   local floor = fence_floor()
-  if fence == 1 then
+  if fence < fence_clock_range then
     if type(now) == 'function' then now = now() end
     floor = math.max(floor, now * 1024)
   end
