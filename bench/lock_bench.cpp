@@ -14,6 +14,10 @@
 //   election         dlock::election, 4 candidates, the leader crashes 20 times: failover time
 //   rwlock           16 workers, 90 % reads holding ~1 ms: dlock::shared_mutex against a
 //                    dlock::mutex taking every cycle exclusively
+//   server cost      fenced floors (Lua; MULTI/EXEC), dlock's semaphore and read-write lock in
+//                    async chains: Redis's us per cycle against the lock's and the peers'
+//   user driver      one client, N threads lock()+unlock() vs N async chains, as a user's
+//                    program measures them: threads/async at 8 and 64 lockers
 //   command handoff  `dlock run` to `dlock run`: one CMD's end to the next waiting run's CMD
 //                    start, quiet and with 2 busy threads, beside a bare spawn of the same CMD
 //   client CPU       with --callgrind: instructions per cycle, counted by valgrind's callgrind
@@ -30,6 +34,11 @@
 //   lock_bench --election     the election scenario only, on 1 and 3 servers; a line each
 //   lock_bench --rwlock [--seconds S]   one server, the rwlock scenario only; a line each
 //   lock_bench --cli-handoff [--samples N]   one server, the command handoff only; a line each
+//   lock_bench --server-cost [--seconds S]   one server: the floors, dlock's lock (async), semaphore
+//                             and read-write lock, the peers' uncontended rows; the table
+//   lock_bench --user-driver [--seconds S] [--ud-lockers N] [--ud-variant V,...]   one server,
+//                             the user driver (8 and 64 lockers); V adds one of lock_bench's
+//                             habits: async-first, barrier, warm, vector, five-servers, after-bench
 //
 // Every run is bounded: scenarios by their window, child processes by timeout(1). On SIGINT
 // or SIGTERM the servers are killed before exiting.
@@ -58,6 +67,8 @@
 #include "harness/cli_handoff.hpp"
 #include "harness/election.hpp"
 #include "harness/rwlock.hpp"
+#include "harness/server_cost.hpp"
+#include "harness/user_driver.hpp"
 #include "harness/measure.hpp"
 #include "harness/peers.hpp"
 #include "harness/report.hpp"
@@ -98,6 +109,11 @@ struct options {
   bool rwlock_only = false;     // only the read-write lock's mixed load
   bool cli_handoff_only = false;  // only the command handoff
   int samples = 30;               // command handoffs per variant
+  bool server_cost_only = false;  // only the server cost rows
+  bool user_driver_only = false;  // only the user driver
+  bool seconds_given = false;     // --seconds was passed (the user driver's default is 2.5 s)
+  int ud_lockers = 0;             // > 0: the user driver at these lockers only
+  std::string ud_variant;         // the user driver's switches, comma-separated
   std::string command;
 };
 
@@ -113,7 +129,7 @@ options parse(int argc, char** argv) {
       if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--seconds") o.seconds = std::stod(value());
+    if (a == "--seconds") o.seconds = std::stod(value()), o.seconds_given = true;
     else if (a == "--warm-ms") o.warm_ms = std::stoi(value());
     else if (a == "--out") o.out = value();
     else if (a == "--peers-dir") o.peers_dir = value();
@@ -128,6 +144,10 @@ options parse(int argc, char** argv) {
     else if (a == "--rwlock") o.rwlock_only = true;
     else if (a == "--cli-handoff") o.cli_handoff_only = true;
     else if (a == "--samples") o.samples = std::stoi(value());
+    else if (a == "--server-cost") o.server_cost_only = true;
+    else if (a == "--user-driver") o.user_driver_only = true;
+    else if (a == "--ud-lockers") o.ud_lockers = std::stoi(value());
+    else if (a == "--ud-variant") o.ud_variant = value();
     else throw std::runtime_error("unknown argument " + a + " (see the comment atop lock_bench.cpp)");
   }
   return o;
@@ -378,6 +398,144 @@ int run_cli_handoff_mode(const options& o) {
   return 0;
 }
 
+// Issue 39's server cost rows on one server: the two fenced floors, then dlock's semaphore
+// (unfair and fair, limit 1) and read-write lock (exclusive and shared) in async chains.
+std::vector<row> server_cost_rows(dlock::client node, const timing& t,
+                                  const std::vector<int>& floor_lockers,
+                                  const std::vector<int>& primitive_lockers) {
+  std::vector<row> rows;
+  std::vector<dlock::client> set{node};
+  auto progress = [](const std::string& what) { std::cerr << "lock_bench: " << what << "\n"; };
+  for (auto kind : {floor_kind::lua, floor_kind::native}) {
+    for (int c : floor_lockers) {
+      progress(std::string("floor, ") + floor_variant(kind) + ", " + std::to_string(c) + " lockers");
+      flush_all(set);
+      rows.push_back(run_floor(node, kind, c, t, "bench:floor:" + std::to_string(c) + ":"));
+    }
+  }
+  for (auto p : {primitive::semaphore, primitive::fair_semaphore, primitive::rwlock_exclusive,
+                 primitive::rwlock_shared}) {
+    for (int c : primitive_lockers) {
+      flush_all(set);
+      rows.push_back(run_primitive_async(node, p, c, t, "bench:prim:" + std::to_string(c) + ":"));
+      progress(rows.back().library + ", " + rows.back().variant + ", " + std::to_string(c) + " lockers");
+    }
+  }
+  return rows;
+}
+
+// Prints the verdicts of issue 39 among `verdicts`.
+void print_issue39_verdicts(const std::vector<verdict>& verdicts) {
+  for (const auto& v : verdicts) {
+    bool ours = v.target.rfind("fenced lock", 0) == 0 || v.target.rfind("semaphore and", 0) == 0 ||
+                v.target.rfind("user driver", 0) == 0;
+    if (ours) std::cout << "- " << v.target << ": " << v.status << " (" << v.measured << ")\n";
+  }
+}
+
+int run_server_cost_mode(const options& o) {
+  redis_server server;
+  server_pids[0] = server.pid();
+  std::vector<dlock::client> set{dlock::client{server.url()}};
+  timing t = timing_of(o);
+  std::vector<row> rows;
+  for (int c : {1, 8, 64}) {
+    std::cerr << "lock_bench: dlock lock, async, " << c << " lockers\n";
+    flush_all(set);
+    rows.push_back(run_uncontended_async(set, c, t, "bench:ua:" + std::to_string(c) + ":"));
+  }
+  for (auto& r : server_cost_rows(set[0], t, {1, 8, 64}, {8})) rows.push_back(std::move(r));
+  peers p = find_peers(o.peers_dir);
+  if (!o.peers || !p.usable) {
+    std::cerr << "lock_bench: without the npm peers: " << (o.peers ? p.why_not : "--no-peers") << "\n";
+  } else {
+    for (std::string lib : {"node-redlock", "redis-semaphore"}) {
+      for (int c : {1, 8, 64}) {
+        std::cerr << "lock_bench: " << lib << " uncontended, " << c << " lockers\n";
+        flush_all(set);
+        std::string error;
+        auto r = run_peer(p, {lib, "uncontended", 1, c, 0}, {server.port()}, set, t, error);
+        if (r) rows.push_back(*r);
+        else std::cerr << "lock_bench: " << lib << " failed: " << error << "\n";
+      }
+    }
+  }
+  add_ratios(rows);
+  double load = 0;
+  std::ifstream("/proc/loadavg") >> load;
+  std::cout << server_cost_markdown(rows) << "\nload average (1 min) at the end: " << load << "\n\n";
+  print_issue39_verdicts(judge_targets(rows));
+  server_pids[0] = 0;
+  return 0;
+}
+
+// The user driver's switches, from --ud-variant (comma-separated).
+user_driver_setup user_driver_of(const options& o, const std::string& url, int lockers) {
+  user_driver_setup s{url, lockers, o.seconds_given ? o.seconds : 2.5, 2};
+  std::istringstream list(o.ud_variant);
+  for (std::string v; std::getline(list, v, ',');) {
+    if (v == "async-first") s.async_first = true;
+    else if (v == "barrier") s.barrier = true;
+    else if (v == "warm") s.warm_ms = o.warm_ms;
+    else if (v == "vector") s.node_vector = true;
+    else if (v != "five-servers" && v != "after-bench" && !v.empty())
+      throw std::runtime_error("unknown --ud-variant " + v);
+  }
+  return s;
+}
+
+std::vector<row> user_driver_rows(const options& o, const std::string& url) {
+  std::vector<row> rows;
+  std::vector<int> lockers{8, 64};
+  if (o.ud_lockers > 0) lockers = {o.ud_lockers};
+  for (int n : lockers) {
+    std::cerr << "lock_bench: user driver, " << n << " lockers\n";
+    rows.push_back(run_user_driver(user_driver_of(o, url, n)));
+  }
+  return rows;
+}
+
+// The user driver alone. Two switches act here, around it: five-servers (four more idle
+// servers, each with a client, as make bench has) and after-bench (lock_bench's uncontended
+// threads and async rows at the same lockers first, in this process).
+int run_user_driver_mode(const options& o) {
+  std::vector<std::unique_ptr<redis_server>> servers;
+  std::vector<dlock::client> clients;
+  bool five = o.ud_variant.find("five-servers") != std::string::npos;
+  for (std::size_t i = 0; i < (five ? 5u : 1u); ++i) {
+    servers.push_back(std::make_unique<redis_server>());
+    server_pids[i] = servers.back()->pid();
+    if (five) clients.emplace_back(servers.back()->url());
+  }
+  for (auto& c : clients) c.exec({"PING"});
+  if (o.ud_variant.find("after-bench") != std::string::npos) {
+    std::vector<dlock::client> set{dlock::client{servers[0]->url()}};
+    timing t = timing_of(o);
+    for (int n : {8, 64}) {
+      if (o.ud_lockers > 0 && n != o.ud_lockers) continue;
+      auto th = run_uncontended(set, n, t, "bench:u:" + std::to_string(n) + ":");
+      auto as = run_uncontended_async(set, n, t, "bench:ua:" + std::to_string(n) + ":");
+      std::cout << "lock_bench's rows first, " << n << " lockers: threads "
+                << th.get("cycles_per_s") << ", async " << as.get("cycles_per_s") << " cycles/s: "
+                << th.get("cycles_per_s") / as.get("cycles_per_s") << "\n";
+    }
+  }
+  auto rows = user_driver_rows(o, servers[0]->url());
+  for (const auto& r : rows) {
+    std::cout << r.concurrency << " lockers, " << r.variant << ": threads "
+              << r.get("threads_cycles_per_s") << ", async " << r.get("async_cycles_per_s")
+              << " cycles/s: " << r.get("ratio") << " (rounds";
+    for (int i = 1; r.has("ratio_" + std::to_string(i)); ++i)
+      std::cout << " " << r.get("threads_" + std::to_string(i)) << "/"
+                << r.get("async_" + std::to_string(i)) << " = " << r.get("ratio_" + std::to_string(i));
+    std::cout << "); load " << r.get("load_before") << " -> " << r.get("load_after") << "\n";
+  }
+  std::cout << user_driver_markdown(rows);
+  print_issue39_verdicts(judge_targets(rows));
+  for (auto& pid : server_pids) pid = 0;
+  return 0;
+}
+
 int run_single_scenario_mode(const options& o) {
   redis_server server;
   server_pids[0] = server.pid();
@@ -470,6 +628,10 @@ int run_all(const options& o) {
       }
     }
   }
+  progress("server cost: fenced floors, semaphore, read-write lock ...");
+  for (auto& r : server_cost_rows(clients[0], t, {1, 8, 64}, {1, 8, 64})) rows.push_back(std::move(r));
+  for (auto& r : user_driver_rows(o, servers[0]->url())) rows.push_back(std::move(r));
+
   // Contended mutex: the defaults (waiters woken by the release) and plain polling every 2 ms.
   dlock::lock_options polling;
   polling.retry_delay = std::chrono::milliseconds(2);
@@ -620,6 +782,8 @@ int main(int argc, char** argv) {
     if (o.election_only) return run_election_mode();
     if (o.rwlock_only) return run_rwlock_mode(o);
     if (o.cli_handoff_only) return run_cli_handoff_mode(o);
+    if (o.server_cost_only) return run_server_cost_mode(o);
+    if (o.user_driver_only) return run_user_driver_mode(o);
     return run_all(o);
   } catch (const std::exception& e) {
     std::cerr << "lock_bench: " << e.what() << "\n";

@@ -85,6 +85,9 @@ std::set<std::string> top_level_commands(const std::string& library);
 //   calls_per_op.<name>  each command's calls, so the JSON shows where the work went
 void add_server_figures(row& r, const command_counts& before, const command_counts& after,
                         const std::string& library, double ops);
+// The same for a client that sends the commands `sent` (the floors: EVALSHA, MULTI, EXEC).
+void add_server_figures(row& r, const command_counts& before, const command_counts& after,
+                        const std::set<std::string>& sent, double ops);
 
 // Drops every key on the servers, so a scenario starts from the same state.
 void flush_all(std::vector<client>& nodes);

@@ -15,6 +15,9 @@
 #include <functional>
 #include <sstream>
 
+#include "harness/server_cost.hpp"
+#include "harness/user_driver.hpp"
+
 namespace dlock::bench {
 namespace {
 
@@ -91,13 +94,88 @@ std::string short_variant(const row& r) { return is_async(r) ? "async" : "thread
 
 // Another library measured in the same run (not dlock in any setup, not the server's ceiling).
 bool is_peer(const row& r) {
-  return r.library.rfind("dlock", 0) != 0 && r.library != "redis-benchmark";
+  return r.library.rfind("dlock", 0) != 0 && r.library != "redis-benchmark" &&
+         r.library != floor_library;
+}
+
+// Server cost (issue 39): the floor of one kind at a concurrency, and the uncontended 1-node
+// rows a server cost is reported for.
+const row* floor_row(const std::vector<row>& rows, floor_kind k, int c) {
+  return find(rows, [&](const row& r) {
+    return r.scenario == "uncontended" && r.library == floor_library &&
+           r.variant == floor_variant(k) && r.concurrency == c;
+  });
+}
+bool has_server_cost(const row& r) {
+  return r.scenario == "uncontended" && r.nodes == 1 && r.has("server_usec_per_op") &&
+         !std::isnan(r.get("server_usec_per_op"));
+}
+// The peer whose uncontended 1-node cycle costs Redis least at `c` lockers, or null.
+const row* lightest_peer(const std::vector<row>& rows, int c) {
+  const row* best = nullptr;
+  for (const auto& r : rows) {
+    if (has_server_cost(r) && is_peer(r) && r.concurrency == c &&
+        (!best || r.get("server_usec_per_op") < best->get("server_usec_per_op")))
+      best = &r;
+  }
+  return best;
 }
 
 bool is_contended(const row& r) {
   return r.scenario == "contended" || r.scenario == "fairness" || r.scenario == "semaphore";
 }
 bool is_lock_row(const row& r) { return r.scenario == "uncontended" || is_contended(r); }
+
+// The "Server cost per cycle" table: dlock's lock, semaphore and read-write lock, the floors,
+// the peers; uncontended, 1 node.
+void server_cost_table(std::ostringstream& md, const std::vector<row>& rows) {
+  std::vector<const row*> shown;
+  for (std::string lib : {"dlock", "dlock semaphore", "dlock shared_mutex", "floor", ""}) {
+    for (const auto& r : rows) {
+      if (has_server_cost(r) && (lib.empty() ? is_peer(r) : r.library == lib)) shown.push_back(&r);
+    }
+  }
+  if (shown.empty()) return;
+  md << "\n**Server cost per cycle**: Redis's time in the commands each client sends "
+        "(commandstats, scripts and transactions whole), uncontended, 1 node; floors = the "
+        "least a fenced lock asks (SET NX PX + INCR fence, then compare-and-delete), through Lua "
+        "and through MULTI/EXEC; x lock = against dlock's async lock at the same lockers\n\n"
+     << "| library | variant | lockers | cycles/s | cmds sent/cycle | server cmds/cycle | server "
+        "us/cycle | x Lua floor | x no-Lua floor | x lock | lightest peer + 1 us | errors |\n"
+     << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const row* r : shown) {
+    const row* peer = r->library == "dlock" ? lightest_peer(rows, r->concurrency) : nullptr;
+    md << "| " << r->library << " | " << r->variant << " | " << r->concurrency << " | "
+       << fmt_rate(r->get("cycles_per_s")) << " | " << fmt(r->get("cmds_sent_per_op"), 2) << " | "
+       << fmt(r->get("server_cmds_per_op"), 2) << " | " << fmt(r->get("server_usec_per_op"), 1)
+       << " | " << fmt(r->get("x_lua_floor")) << " | " << fmt(r->get("x_native_floor")) << " | "
+       << fmt(r->get("x_lock")) << " | "
+       << fmt(peer ? peer->get("server_usec_per_op") + 1 : NAN, 1) << " | "
+       << fmt(r->get("errors"), 0) << " |\n";
+  }
+}
+
+void user_driver_table(std::ostringstream& md, const std::vector<row>& rows) {
+  bool any = false;
+  for (const auto& r : rows) {
+    if (r.scenario != "user driver") continue;
+    if (!any) {
+      md << "\n**User driver**: one dlock::client; N threads lock()+unlock() on their own "
+            "mutex, then N async_acquire -> async_release chains, each for the same seconds, "
+            "1 s apart, alternating; cycles counted as such a program counts them\n\n"
+         << "| lockers | variant | threads cycles/s | async cycles/s | threads / async | per "
+            "round | load before / after |\n|---:|---|---:|---:|---:|---|---|\n";
+      any = true;
+    }
+    std::string rounds;
+    for (int i = 1; r.has("ratio_" + std::to_string(i)); ++i)
+      rounds += std::string(i > 1 ? ", " : "") + fmt(r.get("ratio_" + std::to_string(i)));
+    md << "| " << r.concurrency << " | " << r.variant << " | "
+       << fmt_rate(r.get("threads_cycles_per_s")) << " | " << fmt_rate(r.get("async_cycles_per_s"))
+       << " | " << fmt(r.get("ratio")) << " | " << rounds << " | " << fmt(r.get("load_before"))
+       << " / " << fmt(r.get("load_after")) << " |\n";
+  }
+}
 
 }  // namespace
 
@@ -116,6 +194,16 @@ void add_ratios(std::vector<row>& rows) {
         if (auto* single = dlock_uncontended(snapshot, 1, r.concurrency, is_async(r)))
           r.figures["p50_vs_single"] = r.get("p50_ms") / single->get("p50_ms");
       }
+    }
+    if (has_server_cost(r)) {
+      double usec = r.get("server_usec_per_op");
+      if (auto* f = floor_row(snapshot, floor_kind::lua, r.concurrency))
+        r.figures["x_lua_floor"] = usec / f->get("server_usec_per_op");
+      if (auto* f = floor_row(snapshot, floor_kind::native, r.concurrency))
+        r.figures["x_native_floor"] = usec / f->get("server_usec_per_op");
+      bool other_primitive = r.library == "dlock semaphore" || r.library == "dlock shared_mutex";
+      if (auto* lock = dlock_uncontended(snapshot, 1, r.concurrency, true); lock && other_primitive)
+        r.figures["x_lock"] = usec / lock->get("server_usec_per_op");
     }
     if (is_contended(r)) {
       if (ping) r.figures["handoff_p50_rtts"] = r.get("handoff_p50_ms") / ping->get("rtt_ms");
@@ -166,6 +254,77 @@ std::vector<verdict> judge_targets(const std::vector<row>& rows) {
                        " " + fmt_rate(best_peer) + " cycles/s (dlock " +
                        fmt(best_peer > 0 ? many->get("cycles_per_s") / best_peer : NAN) + " x)",
                    status(x >= 0.5 && ahead)});
+  }
+  // Issue 39: what a fenced cycle costs Redis (server us per cycle, commandstats), against the
+  // floors and the peers of the same run. Threads and async run the same scripts; the dearer
+  // is judged.
+  for (int c : {1, 8, 64}) {
+    std::vector<const row*> locks;
+    for (bool async : {false, true}) {
+      const row* r = dlock_uncontended(rows, 1, c, async);
+      if (r && has_server_cost(*r)) locks.push_back(r);
+    }
+    if (locks.empty()) continue;
+    const row* judged = *std::max_element(locks.begin(), locks.end(), [](const row* a, const row* b) {
+      return a->get("server_usec_per_op") < b->get("server_usec_per_op");
+    });
+    double usec = judged->get("server_usec_per_op");
+    // Appended piece by piece: GCC 12's -Wrestrict misfires on `"literal" + std::string&&`.
+    std::string costs = "dlock";
+    for (const row* r : locks)
+      costs.append(" ").append(short_variant(*r)).append(" ")
+          .append(fmt(r->get("server_usec_per_op"), 1)).append(" us");
+    std::string at = ", ";
+    at += std::to_string(c) + (c > 1 ? " lockers" : " locker");
+    if (const row* lua = floor_row(rows, floor_kind::lua, c)) {
+      double x = judged->get("x_lua_floor");
+      std::string measured = costs + "; Lua floor " + fmt(lua->get("server_usec_per_op"), 1) +
+                             " us: " + fmt(x) + " x";
+      if (const row* native = floor_row(rows, floor_kind::native, c))
+        measured += " (no-Lua floor " + fmt(native->get("server_usec_per_op"), 1) + " us: " +
+                    fmt(judged->get("x_native_floor")) + " x)";
+      out.push_back({"fenced lock cycle" + at + ": server us <= 1.25 x the fenced Lua floor",
+                     measured, status(x <= 1.25)});
+    }
+    if (const row* peer = lightest_peer(rows, c)) {
+      double bound = peer->get("server_usec_per_op") + 1;
+      out.push_back({"fenced lock cycle" + at + ": server us <= the lightest peer's + 1 us",
+                     costs + "; lightest peer " + peer->library + " " +
+                         fmt(peer->get("server_usec_per_op"), 1) + " us, bound " +
+                         fmt(bound, 1) + " us",
+                     status(usec <= bound)});
+    }
+  }
+  {
+    std::string measured;
+    bool all_within = true;
+    for (const auto& r : rows) {
+      if (!has_server_cost(r) || !r.has("x_lock")) continue;
+      measured += std::string(measured.empty() ? "" : "; ") + r.library + " " + r.variant + " " +
+                  std::to_string(r.concurrency) + ": " + fmt(r.get("server_usec_per_op"), 1) +
+                  " us = " + fmt(r.get("x_lock")) + " x";
+      all_within = all_within && r.get("x_lock") <= 1.5;
+    }
+    if (!measured.empty())
+      out.push_back({"semaphore and read-write lock cycles: server us <= 1.5 x the lock's (async, "
+                     "same lockers)",
+                     measured, status(all_within)});
+  }
+  // Issue 39: threads against async chains on one client, as a user's program measures them.
+  for (const auto& r : rows) {
+    if (r.scenario != "user driver" || r.variant != user_driver_variant) continue;
+    double bound = r.concurrency == 8 ? 0.8 : r.concurrency == 64 ? 0.6 : NAN;
+    if (std::isnan(bound)) continue;
+    std::string rounds;
+    for (int i = 1; r.has("ratio_" + std::to_string(i)); ++i)
+      rounds += std::string(i > 1 ? ", " : "") + fmt(r.get("ratio_" + std::to_string(i)));
+    out.push_back({"user driver, " + std::to_string(r.concurrency) + " lockers: threads >= " +
+                       fmt(bound, 1) + " x async",
+                   "threads " + fmt_rate(r.get("threads_cycles_per_s")) + " vs async " +
+                       fmt_rate(r.get("async_cycles_per_s")) + " cycles/s: " +
+                       fmt(r.get("ratio")) + " x (rounds " + rounds + "; load " +
+                       fmt(r.get("load_before")) + " -> " + fmt(r.get("load_after")) + ")",
+                   status(r.get("ratio") >= bound)});
   }
   // Latency, so each variant against itself on one node; the better ratio is judged.
   const row* five = nullptr;
@@ -380,6 +539,9 @@ std::string markdown(const run_info& info, const std::vector<row>& rows,
        << fmt(r.get("client_cpu_us_per_op"), 1) << " |\n";
   }
 
+  server_cost_table(md, rows);
+  user_driver_table(md, rows);
+
   md << "\n**Contended**: workers on one key (a mutex; a semaphore of 4 permits), holding ~1 ms; "
         "handoff = release sent -> next holder acquired; fairness: greedy workers\n\n"
      << "| scenario | library | variant | nodes | workers | acquisitions/s | handoff p50 ms | "
@@ -470,7 +632,7 @@ std::string markdown(const run_info& info, const std::vector<row>& rows,
        << " instructions per uncontended single-instance lock + unlock cycle.\n";
   }
 
-  md << "\n**Targets** (issue 8)\n\n| target | measured | status |\n|---|---|---|\n";
+  md << "\n**Targets** (issues 8, 19, 36, 39)\n\n| target | measured | status |\n|---|---|---|\n";
   for (const auto& v : verdicts) md << "| " << v.target << " | " << v.measured << " | " << v.status << " |\n";
 
   std::string versions;
@@ -480,6 +642,18 @@ std::string markdown(const run_info& info, const std::vector<row>& rows,
       versions += (versions.empty() ? "" : "; ") + r.note;
   }
   if (!versions.empty()) md << "\nPeers: " << versions << " (node " << "in bench/peers).\n";
+  return md.str();
+}
+
+std::string server_cost_markdown(const std::vector<row>& rows) {
+  std::ostringstream md;
+  server_cost_table(md, rows);
+  return md.str();
+}
+
+std::string user_driver_markdown(const std::vector<row>& rows) {
+  std::ostringstream md;
+  user_driver_table(md, rows);
   return md.str();
 }
 

@@ -4,6 +4,7 @@
 //   judge_targets    issue 8's targets, each as measured ratio + met/missed
 //   write_json       bench/results/latest.json: the machine, the rows, the verdicts
 //   markdown         the same as Markdown tables (bench/results/latest.md)
+//   server_cost_markdown, user_driver_markdown  one of those tables alone (lock_bench's modes)
 //   write_plot_data  whitespace-separated columns for bench/plot.gp (gnuplot)
 #pragma once
 
@@ -38,6 +39,8 @@ void write_json(const std::string& path, const run_info& info, const std::vector
                 const std::vector<verdict>& verdicts);
 std::string markdown(const run_info& info, const std::vector<row>& rows,
                      const std::vector<verdict>& verdicts);
+std::string server_cost_markdown(const std::vector<row>& rows);
+std::string user_driver_markdown(const std::vector<row>& rows);
 void write_plot_data(const std::string& dir, const std::vector<row>& rows);
 
 }  // namespace dlock::bench
