@@ -75,8 +75,9 @@ command_counts commandstats(std::vector<client>& nodes);
 double calls_between(const command_counts& before, const command_counts& after,
                      const std::set<std::string>& only = {});
 // Commands a library sends itself (not those its scripts run inside Redis); read from its
-// source: node-redlock only runs scripts; dlock also SUBSCRIBEs its waiters' wake channel;
-// redis-semaphore's mutex acquires with a plain SET.
+// source: node-redlock only runs scripts; dlock also SUBSCRIBEs its waiters' wake channel and
+// sends a free lock's first try as MULTI ... EXEC; redis-semaphore's mutex acquires with a
+// plain SET.
 std::set<std::string> top_level_commands(const std::string& library);
 // Adds the server's side of `ops` operations of `library` between two snapshots:
 //   cmds_sent_per_op     commands the library sent (top_level_commands)
