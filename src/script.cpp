@@ -60,10 +60,17 @@ command request_command(const script& s, const Keys& keys, const Args& args) {
   return script_command("EVALSHA", s.sha1, keys, args);
 }
 
-// A transaction's answer is EXEC's (the replies before it say QUEUED), as its twin's would be.
+// A transaction's answer is EXEC's (the replies before it say QUEUED), as its twin's would be;
+// when EXEC refused, the first refusal before it says why (NOPERM, an unknown command).
 void take_exec_answer(const script& s, reply& r) {
   if (!s.as_transaction || !r.is_array() || r.elements().empty()) return;
-  reply exec = r.elements().back();
+  const auto& replies = r.elements();
+  reply exec = replies.back();
+  if (exec.is_error()) {
+    auto why = std::find_if(replies.begin(), replies.end() - 1,
+                            [](const reply& step) { return step.is_error(); });
+    if (why != replies.end() - 1) exec = *why;
+  }
   r = std::move(exec);
 }
 

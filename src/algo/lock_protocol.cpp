@@ -95,6 +95,9 @@ unqueued_answer read_unqueued_answer(const reply& r) noexcept {
   unqueued_answer a;
   if (r.is_error()) {
     a.refused = true;
+    // Not a passing state (OOM, LOADING, READONLY during a failover, BUSY ...).
+    auto text = r.str();
+    a.never = text.rfind("NOPERM", 0) == 0 || text.rfind("ERR unknown command", 0) == 0;
     return a;
   }
   const auto& e = r.elements();
@@ -126,7 +129,7 @@ void lock_protocol::on_vote(wait_loop& loop, std::size_t node, steady::time_poin
     auto a = read_unqueued_answer(r);
     // Refused: the MULTI may have been refused alone, and the SET run without it.
     round_.wrote_unqueued = a.wrote || a.refused;
-    if (a.refused) unqueued_refused_ = true;
+    if (a.never) unqueued_refused_ = true;
     if (!a.granted) return emit_acquire(loop, node, std::move(round_.entry));
     votes.granted(node, a.fence);
   } else if (ec) {

@@ -20,7 +20,8 @@ namespace dlock::detail {
 struct unqueued_answer {
   bool wrote = false;    // the key was free, and now holds the round's value
   bool granted = false;  // ... and the node may grant: not quarantined, a token drawn in order
-  bool refused = false;  // the node refused the transaction (EXECABORT: an ACL, a command)
+  bool refused = false;  // the node refused the transaction, which may have run in part
+  bool never = false;    // ... for good: a permission (NOPERM) or a command it lacks
   std::int64_t fence = 0;
 };
 unqueued_answer read_unqueued_answer(const reply& r) noexcept;

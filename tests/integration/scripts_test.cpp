@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dlock/client.hpp"
+#include "dlock/key_layout.hpp"
 #include "script.hpp"
 #include "semaphore_core.hpp"
 #include "support/redis_server.hpp"
@@ -65,6 +66,25 @@ TEST(ScriptsTest, AFenceRaiseNeverSetsACounterBelowTheClock) {
   c.exec({"SET", "remade", "3"});
   before = now_ms();
   EXPECT_GE(raise("remade", base + 150), before * 1024);
+}
+
+// A transaction that found the key held may leave a counter its INCR made (1, 2 ...), which
+// holds no token; acquire.lua's refusal deletes it, so that no client (of an earlier version,
+// which took any count above 1 for a token) hands it out.
+TEST(ScriptsTest, ARefusedAcquireDeletesACounterThatHoldsNoToken) {
+  test::redis_server server;
+  client c{server.url()};
+  auto keys = lock_keys_for("k");
+  c.exec({"SET", keys.key, "holder.0", "PX", "10000"});
+  c.exec({"SET", keys.fence, "1"});
+  auto r = c.exec({"EVAL", std::string(detail::acquire_script.body), "5", keys.key, keys.fence,
+                   keys.waiters, keys.waiter_info, keys.tickets, "other.0", "10000", "", ""});
+  EXPECT_EQ(r.elements()[0].integer(), 0);
+  EXPECT_TRUE(c.exec({"GET", keys.fence}).is_nil());
+  c.exec({"SET", keys.fence, "1843000000000000"});  // a token: kept
+  c.exec({"EVAL", std::string(detail::acquire_script.body), "5", keys.key, keys.fence,
+          keys.waiters, keys.waiter_info, keys.tickets, "other.1", "10000", "", ""});
+  EXPECT_EQ(c.exec({"GET", keys.fence}).str(), "1843000000000000");
 }
 
 // acquire_unqueued runs as a transaction of plain commands (script.cpp), and the simulator runs

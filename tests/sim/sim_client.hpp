@@ -62,6 +62,9 @@ std::chrono::milliseconds pick_extend(rng& random, std::chrono::milliseconds ttl
 struct liveness_rule {
   sim_time quiet_from = 0;     // no fault after this (true time)
   sim_time max_free_wait = 0;  // unclaimed time an unbounded waiter may see after quiet_from
+  // After quiet_from a renewal's answer (two round trips at most: a NOSCRIPT reload) always
+  // comes before the lease it renews runs out: the watchdog must then keep every lease.
+  bool renewals_fit = false;
 };
 
 struct client_stats {

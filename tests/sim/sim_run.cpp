@@ -310,13 +310,23 @@ run_result run_schedule(const run_config& c, bool trace, bool echo) {
   }
   result.max_free_wait = bound;
 
+  // A renewal, answered after two calm round trips at most (a NOSCRIPT reload), fits in what
+  // is left of a lease when it goes out: at least half of (an extend's shortest TTL, ttl / 2,
+  // less the drift and a round trip) and of (a grant's validity, less the node timeout its
+  // answer may have taken), three such answers over. No node is far.
+  sim_time renewal = 4 * c.calm_net.max_delay;
+  sim_time drift = us(std::chrono::duration_cast<milliseconds>(
+      detail::drift_allowance(c.lock.ttl / 2, c.lock.drift_factor)));
+  bool renewals_fit = !c.far_node && c.calm_net.spike_chance == 0 &&
+                      3 * renewal < ttl / 2 - drift - us(target.node_timeout);
+
   // By world index: a lock, semaphore or lock set client.
   std::vector<std::unique_ptr<sim_client>> clients;
   for (std::size_t k = 0; k < c.clients; ++k) {
     client_clock clock{rnd.between(1'000'000'000, 1'000'000'000'000),
                        rnd.between(-c.max_rate_ppm, c.max_rate_ppm)};
     std::size_t index = w.add_client(clock);
-    liveness_rule liveness{quiet, bound};
+    liveness_rule liveness{quiet, bound, renewals_fit};
     bool sets = !pool.empty() && c.mutex_name[k] == run_config::set_client;
     clients.emplace_back();
     if (sets) {

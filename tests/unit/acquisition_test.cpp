@@ -663,21 +663,27 @@ TEST(UnqueuedAcquisitionTest, AKeySetDuringAQuarantineIsReleasedWhenTheRoundFail
   EXPECT_TRUE(a.take_sleep());
 }
 
-// EXECABORT (an ACL without MULTI or MGET): the script takes over, and the refusal is reported
-// so that the lock stops asking. The MULTI alone may have been refused, with the rest run.
-TEST(UnqueuedAcquisitionTest, ARefusedTransactionFallsBackAndIsReported) {
-  auto t = lock_on(1);
-  acquisition a(t, "id", no_deadline, 3, 0, true);
-  auto rs = round(a, t0);
-  answer(a, rs[0], t0 + 1ms, reply::make_string(reply::kind::error, "EXECABORT Transaction discarded"));
-  EXPECT_TRUE(a.refused_transaction());
-  auto next = a.take_requests();
-  ASSERT_EQ(next.size(), 1u);
-  EXPECT_EQ(next[0].code, &acquire_script);
-  answer(a, next[0], t0 + 2ms, ints({0, 3000}));
-  auto cleanup = a.take_requests();
-  ASSERT_EQ(cleanup.size(), 1u) << "the SET may have run without the MULTI";
-  EXPECT_EQ(cleanup[0].code, &release_script);
+// A refusal (an ACL without MULTI or MGET: NOPERM): the script takes over, and the refusal is
+// reported so that the lock stops asking. The MULTI alone may have been refused, with the rest
+// run. A passing state (OOM, LOADING, a failover's READONLY) falls back the same, unreported.
+TEST(UnqueuedAcquisitionTest, ARefusedTransactionFallsBackAndOnlyAPermanentRefusalIsReported) {
+  for (std::string refusal : {"NOPERM this user has no permissions to run the 'multi' command",
+                              "ERR unknown command 'MGET'", "EXECABORT Transaction discarded",
+                              "LOADING Redis is loading the dataset in memory"}) {
+    auto t = lock_on(1);
+    acquisition a(t, "id", no_deadline, 3, 0, true);
+    auto rs = round(a, t0);
+    answer(a, rs[0], t0 + 1ms, reply::make_string(reply::kind::error, refusal));
+    bool permanent = refusal.rfind("NOPERM", 0) == 0 || refusal.rfind("ERR unknown", 0) == 0;
+    EXPECT_EQ(a.refused_transaction(), permanent) << refusal;
+    auto next = a.take_requests();
+    ASSERT_EQ(next.size(), 1u);
+    EXPECT_EQ(next[0].code, &acquire_script);
+    answer(a, next[0], t0 + 2ms, ints({0, 3000}));
+    auto cleanup = a.take_requests();
+    ASSERT_EQ(cleanup.size(), 1u) << "the SET may have run without the MULTI";
+    EXPECT_EQ(cleanup[0].code, &release_script);
+  }
 }
 
 // No answer: the SET may have run, as for a script that timed out.

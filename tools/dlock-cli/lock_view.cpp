@@ -368,7 +368,10 @@ lock_view inspect_lock(std::vector<client>& given, const std::string& key, read_
         ++votes[*n.token];
       }
       n.pttl_ms = e[1].integer();
+      // A count below 2^40 is no token: a plain INCR made the counter again after it expired
+      // (a lock's first try as a transaction), and the next grant starts it from the clock.
       if (e[2].is_string()) n.fence = static_cast<std::uint64_t>(to_number(e[2].str()).value_or(0));
+      if (n.fence < (std::uint64_t{1} << 40)) n.fence = 0;
       if (e[3].is_string()) n.holder = decode_holder(e[3].str());
       view.fence = std::max(view.fence, n.fence);
       if (with_queue) {
