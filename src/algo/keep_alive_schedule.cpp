@@ -75,14 +75,23 @@ keep_alive_schedule::step keep_alive_schedule::on_key_changed(steady::time_point
     return step::wait;
   }
   if (!may_renew(now)) return step::wait;
-  auto earliest = last_check_ + settings_.interval / 4;
+  auto earliest = next_check_allowed();
   if (now < earliest) {
     next_renewal_ = std::min(next_renewal_, earliest);
     return step::wait;
   }
-  last_check_ = now;
+  note_check(now);
   next_renewal_ = now;  // a renewal due now: its lag is 0
   return renew(now);
+}
+
+void keep_alive_schedule::note_check(steady::time_point at) noexcept {
+  checks_[0] = checks_[1];
+  checks_[1] = at;
+}
+
+steady::time_point keep_alive_schedule::next_check_allowed() const noexcept {
+  return checks_[0] + settings_.interval / 4;
 }
 
 void keep_alive_schedule::on_renewed(steady::time_point now, steady::time_point valid_until,
@@ -94,9 +103,8 @@ void keep_alive_schedule::on_renewed(steady::time_point now, steady::time_point 
   // A change reported while this renewal was out is checked by another one, as soon as
   // on_key_changed's pace allows.
   if (std::exchange(recheck_, false) && succeeded) {
-    auto earliest = last_check_ + settings_.interval / 4;
-    after = std::max(steady::duration::zero(), earliest - now);
-    last_check_ = now + after;
+    after = std::max(steady::duration::zero(), next_check_allowed() - now);
+    note_check(now + after);
   }
   next_renewal_ = plan(now, after, valid_until);
 }

@@ -35,8 +35,10 @@ class keep_alive_schedule {
   void start(steady::time_point now, steady::time_point valid_until) noexcept;
   // The timer fired.
   step on_timer(steady::time_point now, steady::time_point valid_until) noexcept;
-  // Another client changed the key (client-side caching): check it with a renewal at once,
-  // but at most one such renewal per quarter interval, whatever reports changes.
+  // Another client changed the key (client-side caching), or the watch was lost with its
+  // connection: check it with a renewal at once, but at most two such renewals per quarter
+  // interval, whatever reports changes (two: a lost watch's check must not put off the check
+  // of a takeover right after it).
   step on_key_changed(steady::time_point now) noexcept;
   // The renewal in flight ended; `valid_until` is the validity after it.
   void on_renewed(steady::time_point now, steady::time_point valid_until, bool succeeded) noexcept;
@@ -59,7 +61,11 @@ class keep_alive_schedule {
   settings settings_;
   std::uint64_t random_state_;
   steady::time_point started_{}, next_renewal_{};
-  steady::time_point last_check_{};  // the last renewal a reported change set off
+  // The last two renewals reported changes set off, the earlier first.
+  steady::time_point checks_[2]{};
+  // Counts a check at `at`; the pace allows the next one from the earlier of the two on.
+  void note_check(steady::time_point at) noexcept;
+  steady::time_point next_check_allowed() const noexcept;
   steady::duration lag_{};
   int renewals_ = 0;
   bool recheck_ = false;  // a change was reported while a renewal was in flight

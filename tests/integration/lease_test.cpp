@@ -146,7 +146,8 @@ TEST_F(LeaseTest, KeepAliveRenewalsDoNotSetOffTheirOwnWatch) {
   EXPECT_FALSE(l.lost().stop_requested());
   EXPECT_GE(renewals, 8);
   EXPECT_LE(renewals, 25) << "renewals set off more renewals";
-  EXPECT_FALSE(l.release());
+  auto ec = l.release();
+  EXPECT_FALSE(ec) << ec.message();
 }
 
 TEST_F(LeaseTest, CapsStopTheRenewalsAndTheLeaseThenRunsOut) {
