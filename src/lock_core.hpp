@@ -7,7 +7,6 @@
 #pragma once
 
 #include <atomic>
-
 #include <memory>
 #include <string>
 #include <vector>

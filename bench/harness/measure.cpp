@@ -141,6 +141,16 @@ void add_server_figures(row& r, const command_counts& before, const command_coun
   r.figures["server_usec_per_op"] = usec / ops;
 }
 
+void add_cycle_figures(row& r, std::vector<double> samples_ms, const timing& t, double errors) {
+  auto in_window = static_cast<double>(samples_ms.size());
+  auto p = summarize(std::move(samples_ms));
+  r.figures["cycles_per_s"] = in_window / std::chrono::duration<double>(t.measure).count();
+  r.figures["p50_ms"] = p.p50_ms;
+  r.figures["p99_ms"] = p.p99_ms;
+  r.figures["samples"] = static_cast<double>(p.samples);
+  r.figures["errors"] = errors;
+}
+
 void flush_all(std::vector<client>& nodes) {
   for (auto& node : nodes) node.exec({"FLUSHALL"});
 }
@@ -153,15 +163,8 @@ row uncontended_row(const std::string& variant, std::size_t nodes, int lockers,
                     std::vector<std::vector<double>>& latencies, double total_cycles,
                     double errors, const timing& t, const command_counts& before,
                     const command_counts& after, double cpu_used) {
-  auto all = merge(latencies);
-  auto p = summarize(all);
   row r{"uncontended", "dlock", variant, static_cast<int>(nodes), lockers, {}, {}};
-  r.figures["cycles_per_s"] = static_cast<double>(all.size()) /
-                              std::chrono::duration<double>(t.measure).count();
-  r.figures["p50_ms"] = p.p50_ms;
-  r.figures["p99_ms"] = p.p99_ms;
-  r.figures["samples"] = static_cast<double>(p.samples);
-  r.figures["errors"] = errors;
+  add_cycle_figures(r, merge(latencies), t, errors);
   add_server_figures(r, before, after, "dlock", total_cycles);
   if (total_cycles > 0) r.figures["client_cpu_us_per_op"] = cpu_used / total_cycles;
   return r;

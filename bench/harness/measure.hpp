@@ -74,6 +74,10 @@ command_counts commandstats(std::vector<client>& nodes);
 // administration (INFO, PING, CONFIG, CLIENT, SCRIPT, FLUSHALL, HELLO, COMMAND, SELECT, AUTH).
 double calls_between(const command_counts& before, const command_counts& after,
                      const std::set<std::string>& only = {});
+// The figures of an uncontended row from its in-window cycle latencies (ms): cycles/s over the
+// measured window, p50, p99, samples; and its errors.
+void add_cycle_figures(row& r, std::vector<double> samples_ms, const timing& t, double errors);
+
 // Commands a library sends itself (not those its scripts run inside Redis); read from its
 // source: node-redlock only runs scripts; dlock also SUBSCRIBEs its waiters' wake channel and
 // sends a free lock's first try as MULTI ... EXEC; redis-semaphore's mutex acquires with a

@@ -126,13 +126,7 @@ row run_chains(client node, std::size_t n, const timing& t, start_cycle start, r
     total += static_cast<double>(c.cycles);
     errors += static_cast<double>(c.errors);
   }
-  auto p = summarize(all);
-  r.figures["cycles_per_s"] = static_cast<double>(all.size()) /
-                              std::chrono::duration<double>(t.measure).count();
-  r.figures["p50_ms"] = p.p50_ms;
-  r.figures["p99_ms"] = p.p99_ms;
-  r.figures["samples"] = static_cast<double>(p.samples);
-  r.figures["errors"] = errors;
+  add_cycle_figures(r, std::move(all), t, errors);
   r.figures["cycles_total"] = total;
   add_server_figures(r, before, after, sent, total);
   if (total > 0) r.figures["client_cpu_us_per_op"] = cpu_used / total;
