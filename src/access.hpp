@@ -55,11 +55,6 @@ struct access {
   static subscription_site subscription_site_of(const client& c) {
     return {c.where(), c.options(), c.link_->cluster, c.get_executor()};
   }
-  // The library's own MULTI ... EXEC, whole in one request: nothing else can come between its
-  // commands on the shared connection, and it leaves the session as it found it.
-  static void allow_on_shared_connection(command& whole_transaction) noexcept {
-    whole_transaction.changes_session_ = false;
-  }
   // A transaction's own connection, shared with no one: it may WATCH and MULTI.
   static void make_dedicated(client& c) noexcept { c.dedicated_ = true; }
 

@@ -349,7 +349,7 @@ bool acquire_run::on_handoff(std::string_view grant) {
 void acquire_run::report(const acquisition::outcome& result) const {
   if (on_end) {
     on_end(!result.ec && !result.handoff && engine_.attempts_made() == 1,
-           engine_.refused_transaction());
+           engine_.refused_plain_commands());
   }
   auto* o = current_observer();
   if (!o) return;

@@ -52,9 +52,9 @@ class acquire_run : public std::enable_shared_from_this<acquire_run> {
   // The same, blocking the calling thread (not the I/O thread).
   lease run_blocking(std::error_code& ec);
   // Told at the end, before the handler: whether the wait was granted by its first attempt (not
-  // a handoff), and whether a node refused the engine's transaction (acquisition.hpp). Set
+  // a handoff), and whether a node refused the engine's plain commands (acquisition.hpp). Set
   // before start().
-  std::function<void(bool granted_at_once, bool refused_transaction)> on_end;
+  std::function<void(bool granted_at_once, bool refused_plain_commands)> on_end;
 
  private:
   void attempt();

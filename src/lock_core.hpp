@@ -78,9 +78,9 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
   // Whether the next acquisition tries acquire_unqueued first (lock_protocol.hpp): while the
   // last one was granted by its first attempt, the lock is likely free again, and the try
   // saves Redis most of a script; a wait or a handoff shows contention, where it would only
-  // add a round trip. Never again once a node refused the transaction.
+  // add a round trip. Never again once a node refused those commands.
   std::atomic<bool> unqueued_first_{false};
-  std::atomic<bool> transaction_refused_{false};
+  std::atomic<bool> plain_commands_refused_{false};
 };
 
 }  // namespace dlock::detail

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "access.hpp"
-#include "dlock/key_layout.hpp"
+#include "algo/lock_protocol.hpp"
 #include "dlock/detail/async.hpp"
 
 namespace dlock::detail {
@@ -37,41 +37,21 @@ command script_command(std::string_view verb, std::string_view body_or_sha, cons
   return command(std::span<const std::string_view>(argv, n));
 }
 
-// acquire_unqueued_transaction as it goes out: the commands its twin (acquire_unqueued.lua) runs,
-// in one MULTI ... EXEC. The only transaction there is.
+// acquire_unqueued_commands as they go out: its four plain commands in one write.
 template <class Keys, class Args>
-command transaction_command(const Keys& keys, const Args& args) {
-  std::string_view key = *keys.begin(), fence = *std::next(keys.begin());
-  std::string_view owner = *args.begin(), ttl = *std::next(args.begin());
-  command cmd{"MULTI"};
-  cmd.then({"SET", key, owner, "NX", "PX", ttl});
-  cmd.then({"SET", fence, "0", "NX", "PX", ttl});
-  cmd.then({"INCR", fence});
-  cmd.then({"MGET", node_quarantine_key, node_fence_floor_key});
-  cmd.then({"EXEC"});
-  access::allow_on_shared_connection(cmd);
+command plain_commands(const Keys& keys, const Args& args) {
+  auto steps = unqueued_commands(*keys.begin(), *std::next(keys.begin()), *args.begin(),
+                                 *std::next(args.begin()));
+  command cmd(steps[0].view());
+  for (std::size_t i = 1; i < steps.size(); ++i) cmd.then(steps[i].view());
   return cmd;
 }
 
-// The first try of a request: EVALSHA, or the transaction.
+// The first try of a request: EVALSHA, or the plain commands.
 template <class Keys, class Args>
 command request_command(const script& s, const Keys& keys, const Args& args) {
-  if (s.as_transaction) return transaction_command(keys, args);
+  if (s.as_commands) return plain_commands(keys, args);
   return script_command("EVALSHA", s.sha1, keys, args);
-}
-
-// A transaction's answer is EXEC's (the replies before it say QUEUED), as its twin's would be;
-// when EXEC refused, the first refusal before it says why (NOPERM, an unknown command).
-void take_exec_answer(const script& s, reply& r) {
-  if (!s.as_transaction || !r.is_array() || r.elements().empty()) return;
-  const auto& replies = r.elements();
-  reply exec = replies.back();
-  if (exec.is_error()) {
-    auto why = std::find_if(replies.begin(), replies.end() - 1,
-                            [](const reply& step) { return step.is_error(); });
-    if (why != replies.end() - 1) exec = *why;
-  }
-  r = std::move(exec);
 }
 
 // What is left of a request's timeout for its EVAL fallback, rounded up: truncated, a 1 ms
@@ -105,7 +85,6 @@ void run_script(client& node, const script& s, std::vector<std::string> keys,
       node, std::move(first), timeout,
       [node, s, deadline, keys = std::move(keys), args = std::move(args),
        handler = std::move(handler)](std::error_code ec, reply r) mutable {
-        take_exec_answer(s, r);
         if (!is_noscript(r)) return handler(ec, std::move(r));
         auto left = time_left(deadline);
         if (left <= std::chrono::milliseconds::zero()) return handler(errc::timeout, {});
@@ -123,7 +102,6 @@ void run_request(client& node, request r, unique_function<void(std::error_code, 
       node, std::move(first), r.timeout,
       [node, s, deadline, keys = std::move(r.keys), args = std::move(r.args), gate = r.gate,
        id = r.id, handler = std::move(handler)](std::error_code ec, reply answer) mutable {
-        take_exec_answer(*s, answer);
         if (!is_noscript(answer)) return handler(ec, std::move(answer));
         if (gate.wanted && !gate.wanted(gate.owner, id)) return handler(errc::timeout, {});
         auto left = time_left(deadline);
@@ -144,7 +122,6 @@ bool exchange_script_direct(client& node, const script& code, const Keys& keys, 
   if (!access::try_exec_direct_any(node, request_command(code, keys, args), timeout, out, ec)) {
     return false;
   }
-  take_exec_answer(code, out);
   if (!is_noscript(out)) return true;
   auto left = time_left(deadline);
   if (left <= std::chrono::milliseconds::zero()) {

@@ -80,8 +80,8 @@ void add_cycle_figures(row& r, std::vector<double> samples_ms, const timing& t, 
 
 // Commands a library sends itself (not those its scripts run inside Redis); read from its
 // source: node-redlock only runs scripts; dlock also SUBSCRIBEs its waiters' wake channel and
-// sends a free lock's first try as MULTI ... EXEC; redis-semaphore's mutex acquires with a
-// plain SET.
+// sends a free lock's first try as plain commands (SET, SET, INCR, MGET: "mget" stands for
+// them); redis-semaphore's mutex acquires with a plain SET.
 std::set<std::string> top_level_commands(const std::string& library);
 // Adds the server's side of `ops` operations of `library` between two snapshots:
 //   cmds_sent_per_op     commands the library sent (top_level_commands)

@@ -143,9 +143,9 @@ class acquisition {
   // Some attempt queued us on some node (a channel was given).
   bool queued() const noexcept;
   int attempts_made() const noexcept;
-  // A node refused the transaction acquire_unqueued sends (EXECABORT: an ACL, say): do not
-  // ask for it again.
-  bool refused_transaction() const noexcept;
+  // A node refused one of acquire_unqueued's plain commands for good (NOPERM: an ACL, say): do
+  // not ask for them again.
+  bool refused_plain_commands() const noexcept;
   // The last failed attempt's error and votes, for progress reports.
   std::error_code last_error() const noexcept;
   const node_results& last_votes() const noexcept;

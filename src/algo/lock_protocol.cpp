@@ -18,8 +18,11 @@
 // earlier round still counts as ours.
 #include "algo/lock_protocol.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <utility>
+
+#include "dlock/key_layout.hpp"
 
 #include "algo/retry.hpp"
 
@@ -68,7 +71,7 @@ void lock_protocol::begin(wait_loop& loop, steady::time_point,
     round_.unqueued = true;
     round_.entry = waiter_entry(loop, 0, channels);
     const auto& k = target_.keys_on(0);
-    loop.emit(0, acquire_unqueued_transaction, {k.key, k.fence}, {round_.value, target_.ttl_text},
+    loop.emit(0, acquire_unqueued_commands, {k.key, k.fence}, {round_.value, target_.ttl_text},
               purpose::attempt);
     return;
   }
@@ -89,20 +92,47 @@ void lock_protocol::on_answer(wait_loop& loop, purpose what, std::size_t node,
   }
 }
 
-// {OK or nil, the counter's SET NX, the counter or its error, {quarantine, floor}}; an error
-// reply for the whole: the node refused the transaction (which may then have run in part).
+std::array<plain_command, 4> unqueued_commands(std::string_view key, std::string_view fence,
+                                               std::string_view owner,
+                                               std::string_view ttl) noexcept {
+  return {{{{"SET", key, owner, "NX", "PX", ttl}, 6},
+           {{"SET", fence, "0", "NX", "PX", ttl}, 6},
+           {{"INCR", fence}, 2},
+           {{"MGET", node_quarantine_key, node_fence_floor_key}, 3}}};
+}
+
+namespace {
+
+// Not a passing state (OOM, LOADING, READONLY during a failover, BUSY ...).
+bool refused_for_good(const reply& r) {
+  if (!r.is_error()) return false;
+  const auto& text = r.str();
+  return text.rfind("NOPERM", 0) == 0 || text.rfind("ERR unknown command", 0) == 0;
+}
+
+}  // namespace
+
+// {SET's OK or nil, the counter's SET NX, INCR's count, MGET's {quarantine, floor}}, each
+// command's own answer or error. Claimed only when the SET was ours, and then sound although
+// the four are no transaction (unqueued_commands):
+// - Nobody is granted the key while our SET holds it (acquire.lua grants a free key or one of
+//   its own acquisition's values; a handoff needs the releaser's value in the key), so the
+//   INCR after it draws above every token granted before, unless our key expired in between:
+//   then the round's validity, counted from before the SET went out, has passed too.
+// - A count below the clock's range is no token: a counter made by our INCR, or one that
+//   another client's refusal deleted between our SET NX and INCR (acquire.lua starts it again).
+// - The MGET runs after the INCR: a quarantine or a floor raised before it shows; one after it
+//   is one after the grant, as with acquire.lua.
 unqueued_answer read_unqueued_answer(const reply& r) noexcept {
   unqueued_answer a;
-  if (r.is_error()) {
-    a.refused = true;
-    // Not a passing state (OOM, LOADING, READONLY during a failover, BUSY ...).
-    auto text = r.str();
-    a.never = text.rfind("NOPERM", 0) == 0 || text.rfind("ERR unknown command", 0) == 0;
+  const auto& e = r.elements();
+  if (!r.is_array() || e.size() != 4) {
+    a.unknown = true;
+    a.never = refused_for_good(r);
     return a;
   }
-  const auto& e = r.elements();
-  if (!r.is_array() || e.size() != 4) return a;
-  a.wrote = !e[0].is_nil() && !e[0].is_error();
+  a.never = std::any_of(e.begin(), e.end(), refused_for_good);
+  a.wrote = e[0].is_string();
   if (!a.wrote || !e[2].is_integer() || !e[3].is_array() || e[3].elements().size() != 2) return a;
   const auto& quarantine = e[3].elements()[0];
   const auto& floor = e[3].elements()[1];
@@ -127,8 +157,7 @@ void lock_protocol::on_vote(wait_loop& loop, std::size_t node, steady::time_poin
     // queues us, waits for a quarantine, or takes over the key we just set and draws a token
     // in order from the counter a plain INCR may have made.
     auto a = read_unqueued_answer(r);
-    // Refused: the MULTI may have been refused alone, and the SET run without it.
-    round_.wrote_unqueued = a.wrote || a.refused;
+    round_.wrote_unqueued = a.wrote || a.unknown;
     if (a.never) unqueued_refused_ = true;
     if (!a.granted) return emit_acquire(loop, node, std::move(round_.entry));
     votes.granted(node, a.fence);

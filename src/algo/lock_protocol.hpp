@@ -4,24 +4,49 @@
 //                  with the fence raised where the granting nodes disagree; a failed round's
 //                  cleanup; the queues left on a grant or a give-up; a release's handoff. On a
 //                  single node its first round may try acquire_unqueued first (no Lua)
-//   unqueued_answer  how that try's answer reads
+//   unqueued_commands  that try's plain commands, in order
+//   unqueued_answer  how their answers read
 // Not thread-safe: driven by its wait_loop.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "algo/targets.hpp"
 #include "algo/wait_loop.hpp"
 
 namespace dlock::detail {
 
-// acquire_unqueued's answer (its EXEC's, or its twin script's: acquire_unqueued.lua).
+// One plain command: its words, viewed.
+struct plain_command {
+  std::array<std::string_view, 6> words{};
+  std::size_t size = 0;
+  std::span<const std::string_view> view() const noexcept { return {words.data(), size}; }
+};
+
+// acquire_unqueued: the uncontended acquire without Lua, as four plain commands sent in one
+// write (script.cpp pipelines them; the simulator runs them one by one, as a server does when
+// the write reaches it in parts):
+//   SET key owner NX PX ttl; SET fence 0 NX PX ttl; INCR fence; MGET quarantine fence-floor
+// Not a transaction: another client's command may run between two of them. What matters is
+// that nobody is granted the key while our SET holds it, so the INCR draws above every token
+// granted before, and a quarantine or floor that began in between shows in the MGET after it
+// (lock_protocol.cpp says the rest). The counter's SET NX gives a counter that INCR would make
+// an expiry, so that no counter outlives its use.
+std::array<plain_command, 4> unqueued_commands(std::string_view key, std::string_view fence,
+                                               std::string_view owner,
+                                               std::string_view ttl) noexcept;
+
+// The answers of acquire_unqueued's commands: an array of their four replies, each on its own
+// (a command refused is not the others).
 struct unqueued_answer {
   bool wrote = false;    // the key was free, and now holds the round's value
   bool granted = false;  // ... and the node may grant: not quarantined, a token drawn in order
-  bool refused = false;  // the node refused the transaction, which may have run in part
-  bool never = false;    // ... for good: a permission (NOPERM) or a command it lacks
+  bool unknown = false;  // no answer per command: whether the SET ran is unknown
+  bool never = false;    // a command was refused for good: a permission (NOPERM) or one it lacks
   std::int64_t fence = 0;
 };
 unqueued_answer read_unqueued_answer(const reply& r) noexcept;
@@ -33,9 +58,9 @@ inline constexpr std::int64_t fence_clock_range = std::int64_t{1} << 40;
 class lock_protocol final : public acquire_protocol {
  public:
   // `target` must outlive the protocol and its requests. `unqueued_first`: on a single node,
-  // neither fair nor a cluster, round 0 tries acquire_unqueued before acquire.lua (its
-  // transaction costs Redis a fraction of the script; lock_core asks for it while the lock
-  // was free at its last acquisitions).
+  // neither fair nor a cluster, round 0 tries acquire_unqueued before acquire.lua (its plain
+  // commands cost Redis a fraction of the script; lock_core asks for it while the lock was free
+  // at its last acquisitions).
   lock_protocol(const lock_target& target, bool unqueued_first)
       : target_(target),
         unqueued_first_(unqueued_first && target.nodes == 1 && !target.fair && !target.cluster) {}
@@ -55,7 +80,7 @@ class lock_protocol final : public acquire_protocol {
   void give_back_script(const wait_loop& loop,
                         acquisition::late_handoff_give_back& plan) const override;
   std::string_view holder_key(std::size_t node) const noexcept override;
-  bool refused_transaction() const noexcept override { return unqueued_refused_; }
+  bool refused_plain_commands() const noexcept override { return unqueued_refused_; }
   std::uint16_t slot(std::size_t node) const noexcept override;
 
  private:

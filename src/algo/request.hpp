@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // algo/request.hpp: what the engines ask the nodes to run, without any I/O.
 //   script       a script's body and SHA1 (generated at build time from src/lua/*.lua), and the
-//                library's scripts (one of them sent as a transaction of plain commands)
+//                library's scripts (and the one request of plain commands, acquire_unqueued)
 //   fallback_gate  whether a NOSCRIPT fallback may still go out
 //   script_keys  a script's KEYS, inline or viewed where they live
 //   request      one script call the engine asks for (script.hpp runs it on a node)
@@ -24,15 +24,14 @@ namespace dlock::detail {
 struct script {
   std::string_view body;
   std::string_view sha1;
-  // Sent as plain commands in one MULTI ... EXEC (script.cpp, transaction_command) rather than
-  // as a script: `body` is the script that answers as that EXEC does (the simulator runs it).
-  bool as_transaction = false;
+  // No script: the request is acquire_unqueued's plain commands (lock_protocol.hpp's
+  // unqueued_commands), sent pipelined, and its answer the array of their replies.
+  bool as_commands = false;
 };
 
 inline constexpr script acquire_script{scripts::acquire_body, scripts::acquire_sha1};
-// The uncontended lock's first try on a single node, without Lua (acquire_unqueued.lua).
-inline constexpr script acquire_unqueued_transaction{scripts::acquire_unqueued_body,
-                                                     scripts::acquire_unqueued_sha1, true};
+// The uncontended lock's first try on a single node, without Lua (lock_protocol.hpp).
+inline constexpr script acquire_unqueued_commands{{}, {}, true};
 inline constexpr script release_script{scripts::release_body, scripts::release_sha1};
 inline constexpr script extend_script{scripts::extend_body, scripts::extend_sha1};
 inline constexpr script fence_raise_script{scripts::fence_raise_body, scripts::fence_raise_sha1};

@@ -111,8 +111,8 @@ class acquire_protocol {
   // The key to watch on `node` when its holder is not a dlock client.
   virtual std::string_view holder_key(std::size_t node) const noexcept = 0;
   virtual std::uint16_t slot(std::size_t node) const noexcept = 0;
-  // acquisition::refused_transaction.
-  virtual bool refused_transaction() const noexcept { return false; }
+  // acquisition::refused_plain_commands.
+  virtual bool refused_plain_commands() const noexcept { return false; }
 };
 
 class wait_loop {
@@ -142,7 +142,7 @@ class wait_loop {
   bool done() const noexcept { return finished_; }
   bool queued() const noexcept { return queued_; }
   int attempts_made() const noexcept { return made_; }
-  bool refused_transaction() const noexcept { return protocol_->refused_transaction(); }
+  bool refused_plain_commands() const noexcept { return protocol_->refused_plain_commands(); }
   std::error_code last_error() const noexcept { return last_error_; }
   const node_results& last_votes() const noexcept { return last_votes_; }
   const std::string& id() const noexcept { return id_; }

@@ -108,7 +108,7 @@ if holder and string.sub(holder, 1, #id + 1) == id .. '.' then
   return grant(current)
 end
 
--- A counter that a transaction's INCR made while the key was held (acquire_unqueued) holds no
+-- A counter that a plain INCR made while the key was held (acquire_unqueued) holds no
 -- token: gone, no client of an earlier version takes its count for one.
 -- (pcall: a counter of another type is for the grant to report, as before.)
 local counted = redis.pcall('GET', fence_key)

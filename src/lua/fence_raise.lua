@@ -11,7 +11,7 @@ local fence_key, floor, ttl_ms = KEYS[1], tonumber(ARGV[1]), ARGV[2]
 
 local held = redis.call('GET', fence_key)
 local current = tonumber(held or '0')
--- 2^40: a counter below it was made by a plain INCR (acquire_unqueued.lua) after the last one
+-- 2^40: a counter below it was made by a plain INCR (acquire_unqueued) after the last one
 -- expired, and counts as one that no longer exists (fence_clock_range, node_state.lua).
 if not held or current < 1099511627776 then
   local t = redis.call('TIME')

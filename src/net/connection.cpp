@@ -688,6 +688,7 @@ void connection::on_reply(reply r) {
   demoted_ = demoted_ || (sentinel_ && is_demoted_reply(r));
   request& front = inflight_.front();
   if (front.expected > 1) {
+    if (front.got.empty()) front.got.reserve(front.expected);
     front.got.push_back(std::move(r));
     if (front.got.size() < front.expected) return;
   }

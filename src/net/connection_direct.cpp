@@ -119,6 +119,7 @@ bool connection::try_exchange_direct(std::string_view payload, std::size_t repli
       if (replies == 1) {
         out = std::move(*r);
       } else {
+        if (got.empty()) got.reserve(replies);
         got.push_back(std::move(*r));
       }
       ++received;

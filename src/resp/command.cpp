@@ -134,6 +134,13 @@ command& command::then(std::initializer_list<std::string_view> args) {
   return *this;
 }
 
+command& command::then(std::span<const std::string_view> args) {
+  append_formatted(bytes_, args);
+  changes_session_ = changes_session_ || changes_connection_state(args);
+  ++count_;
+  return *this;
+}
+
 command& command::then(std::span<const std::string> args) {
   append_formatted(bytes_, args);
   changes_session_ = changes_session_ || changes_connection_state(args);

@@ -183,10 +183,10 @@ TEST_F(AclTest, LeastPrivilegeUserCanLockUnlockAndExtend) {
 
 // Behind a holder that is not a dlock client, the waiter watches the key (CLIENT TRACKING):
 // the documented rule allows it, and the foreign release wakes the waiter.
-// Without MULTI (an older rule), the transaction a free lock is first tried with is refused
+// Without MGET (an older rule), the plain commands a free lock is first tried with are refused
 // once; that lock object then uses the script, and every acquisition still succeeds.
-TEST_F(AclTest, WithoutMultiALockIsRefusedTheTransactionOnceThenUsesTheScript) {
-  client u = user("scripts-only", without(lock_rule(), "+multi"));
+TEST_F(AclTest, WithoutMgetALockIsRefusedThePlainCommandsOnceThenUsesTheScript) {
+  client u = user("scripts-only", without(lock_rule(), "+mget"));
   mutex m{u, name_, under_prefix_};
   for (int i = 0; i < 5; ++i) {
     ASSERT_TRUE(m.try_lock()) << i << ": " << m.last_error().message();
@@ -195,7 +195,7 @@ TEST_F(AclTest, WithoutMultiALockIsRefusedTheTransactionOnceThenUsesTheScript) {
   }
   auto log = acl_log();
   ASSERT_EQ(log.size(), 1u) << "one refusal, not one per acquisition";
-  EXPECT_EQ(log.front()["object"], "multi");
+  EXPECT_EQ(log.front()["object"], "mget");
 }
 
 TEST_F(AclTest, LeastPrivilegeUserIsWokenByAForeignRelease) {

@@ -87,69 +87,6 @@ TEST(ScriptsTest, ARefusedAcquireDeletesACounterThatHoldsNoToken) {
   EXPECT_EQ(c.exec({"GET", keys.fence}).str(), "1843000000000000");
 }
 
-// acquire_unqueued runs as a transaction of plain commands (script.cpp), and the simulator runs
-// its twin script instead: both must answer alike, whatever the keys hold.
-TEST(ScriptsTest, TheUnqueuedAcquireAnswersAsItsTwinScript) {
-  test::redis_server server;
-  client c{server.url()};
-  const std::string ttl = "10000";
-  auto as_transaction = [&](const std::string& key, const std::string& fence,
-                            const std::string& owner) {
-    std::promise<std::string> answer;
-    detail::run_script(c, detail::acquire_unqueued_transaction, {key, fence}, {owner, ttl},
-                       std::chrono::seconds(5), [&](std::error_code ec, reply r) {
-                         answer.set_value(ec && !r.is_error() ? ec.message() : r.to_string());
-                       });
-    return answer.get_future().get();
-  };
-  auto as_script = [&](const std::string& key, const std::string& fence, const std::string& owner) {
-    auto r = c.exec({"EVAL", std::string(detail::acquire_unqueued_transaction.body), "2", key,
-                     fence, owner, ttl});
-    return r.to_string();
-  };
-  // Each state is set up twice, once for each form, on keys of their own.
-  struct state {
-    std::string name;
-    std::function<void(const std::string& key, const std::string& fence)> setup;
-  };
-  const std::vector<state> states{
-      {"free, no counter", [](const std::string&, const std::string&) {}},
-      {"free, counter", [&](const std::string&, const std::string& f) {
-         c.exec({"SET", f, "1843000000000000", "PX", "10000"});
-       }},
-      {"taken", [&](const std::string& k, const std::string&) { c.exec({"SET", k, "x.0"}); }},
-      {"counter no number", [&](const std::string&, const std::string& f) {
-         c.exec({"SET", f, "abc"});
-       }},
-      {"counter a hash", [&](const std::string&, const std::string& f) {
-         c.exec({"HSET", f, "a", "b"});
-       }},
-      {"key a hash", [&](const std::string& k, const std::string&) {
-         c.exec({"HSET", k, "a", "b"});
-       }},
-      {"quarantined, floor", [&](const std::string&, const std::string&) {
-         c.exec({"SET", "dlock:node:quarantine", "1", "PX", "100000"});
-         c.exec({"SET", "dlock:node:fence-floor", "1844000000000000"});
-       }},
-  };
-  int n = 0;
-  for (const auto& s : states) {
-    auto tx_key = "tx" + std::to_string(n), lua_key = "lua" + std::to_string(n);
-    ++n;
-    s.setup(tx_key, tx_key + ":fence");
-    auto from_transaction = as_transaction(tx_key, tx_key + ":fence", "o.0");
-    s.setup(lua_key, lua_key + ":fence");
-    auto from_script = as_script(lua_key, lua_key + ":fence", "o.0");
-    EXPECT_EQ(from_transaction, from_script) << s.name;
-    auto get = [&](const std::string& key) {
-      std::error_code ec;
-      return c.exec({"GET", key}, ec).to_string();
-    };
-    EXPECT_EQ(get(tx_key + ":fence"), get(lua_key + ":fence")) << s.name << ": the counters differ";
-    EXPECT_EQ(get(tx_key), get(lua_key)) << s.name << ": the keys differ";
-  }
-}
-
 // The single-key steps that stand in for a lease's scripts while its cluster slot migrates
 // (slot_migration.hpp) keep those scripts' rules: nothing is shortened, created or taken from
 // another holder, and a lost entry stays lost.

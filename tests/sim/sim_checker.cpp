@@ -361,7 +361,7 @@ void checker::after_lock_script(std::size_t i, const detail::request& r, const r
     owns = before == owner;
   } else if (r.code == &detail::acquire_script) {
     owns = !before || starts_with(before, owner.substr(0, owner.find('.')) + ".");
-  } else if (r.code == &detail::acquire_unqueued_transaction) {
+  } else if (r.code == &detail::acquire_unqueued_commands) {
     owns = !before;  // SET NX: only a free key
   } else if (r.code == &detail::acquire_all_script) {
     owns = !before;  // a fresh token per attempt: it only ever takes free keys
@@ -392,7 +392,7 @@ void checker::after_lock_script(std::size_t i, const detail::request& r, const r
 }
 
 void checker::check_node_fence(const detail::request& r, const reply& result) {
-  if (r.code == &detail::acquire_unqueued_transaction) {
+  if (r.code == &detail::acquire_unqueued_commands) {
     // Its grant as the lock's protocol reads it; anything else is acquire.lua's to settle.
     auto a = detail::read_unqueued_answer(result);
     bool theirs = rw_ && std::find(r.keys.begin(), r.keys.end(), rw_->fence) == r.keys.end();

@@ -27,6 +27,7 @@
 #include <random>
 #include <sstream>
 
+#include "algo/lock_protocol.hpp"
 #include "dlock/client.hpp"
 #include "dlock/detail/scripts.hpp"
 #include "dlock/key_layout.hpp"
@@ -126,6 +127,8 @@ struct step {
   std::vector<std::string> keys;
   std::vector<std::string> args;  // or the command's argv
   std::vector<std::string> then;  // a second command, or empty
+  // Or acquire_unqueued's plain commands (lock_protocol.hpp), one after the other.
+  std::vector<std::vector<std::string>> unqueued;
 
   std::string describe() const {
     std::ostringstream out;
@@ -136,6 +139,10 @@ struct step {
     for (const auto& a : args) out << " '" << a << "'";
     if (!then.empty()) out << ", then";
     for (const auto& a : then) out << " '" << a << "'";
+    for (const auto& command : unqueued) {
+      out << ";";
+      for (const auto& a : command) out << " " << a;
+    }
     return out.str();
   }
 };
@@ -151,8 +158,9 @@ class step_generator {
     // onto or just past a TTL (the universe's TTLs are 50, 100, 1000 and 30000 ms).
     s.advance_ms = below(10) < 7 ? pick<std::int64_t>({0, 0, 1, 2, 5, 10})
                                  : pick<std::int64_t>({49, 50, 99, 100, 101, 300, 1000, 2500});
-    switch (below(26)) {
+    switch (below(28)) {
       case 0: case 1: case 2: case 3: case 4: lock_acquire(s); break;
+      case 26: case 27: unqueued_acquire(s); break;
       case 5: case 6: case 7: case 8: lock_release(s); break;
       case 9: script(s, leave, {lock().waiters, lock().waiter_info}, {id()}); break;
       case 10: {  // extend, or settle under a successor value (lease::release_after)
@@ -252,6 +260,16 @@ class step_generator {
     if (waiter.size() > 20) written_.push_back(value.substr(0, 1) + ".h" + waiter.substr(waiter.rfind(' ') + 1));
     script(s, acquire, {k.key, k.fence, k.waiters, k.waiter_info, k.tickets},
            {value, ttl(), waiter, below(2) ? "fair" : ""});
+  }
+
+  void unqueued_acquire(step& s) {
+    const auto& k = lock();
+    std::string value = id() + "." + round();
+    written_.push_back(value);
+    std::string lease_ttl = ttl();  // the commands view it
+    for (const auto& command : detail::unqueued_commands(k.key, k.fence, value, lease_ttl)) {
+      s.unqueued.emplace_back(command.view().begin(), command.view().end());
+    }
   }
 
   void lock_release(step& s) {
@@ -458,6 +476,8 @@ class SimNodeDiffTest : public ::testing::Test {
         if (call("EVALSHA", s.script->sha1).str().starts_with("NOSCRIPT")) {
           call("EVAL", s.script->body);
         }
+      } else if (!s.unqueued.empty()) {
+        for (const auto& argv : s.unqueued) both(argv);
       } else {
         both(s.args);
         if (!s.then.empty()) both(s.then);
@@ -466,6 +486,9 @@ class SimNodeDiffTest : public ::testing::Test {
       const reply& answer = replies.back().first;
       if (s.script == &acquire && answer.is_array() && answer.elements()[0].integer() == 1) {
         generate.granted(s.keys[0], s.args[0]);
+      }
+      if (!s.unqueued.empty() && replies.front().first.is_string()) {
+        generate.granted(s.unqueued[0][1], s.unqueued[0][2]);
       }
       for (const auto& [server, simulated] : replies) {
         reached_.wrong_type += server.str().starts_with("WRONGTYPE") ? 1 : 0;

@@ -13,6 +13,7 @@
 #include <cassert>
 #include <cstdio>
 
+#include "algo/lock_protocol.hpp"
 #include "dlock/client.hpp"
 
 namespace dlock::sim {
@@ -34,7 +35,7 @@ std::string render(const reply& r) {
 
 std::string_view script_name(const detail::script* s) {
   if (s == &detail::acquire_script) return "acquire";
-  if (s == &detail::acquire_unqueued_transaction) return "acquire_unqueued";
+  if (s == &detail::acquire_unqueued_commands) return "acquire_unqueued";
   if (s == &detail::release_script) return "release";
   if (s == &detail::extend_script) return "extend";
   if (s == &detail::fence_raise_script) return "fence_raise";
@@ -193,8 +194,6 @@ void world::call(std::size_t c, const detail::request& r, reply_handler done) {
 
 void world::send(std::size_t c, std::shared_ptr<const detail::request> req, bool eval,
                  std::int64_t deadline_us, reply_handler handler) {
-  // A transaction (plain commands) is never refused NOSCRIPT: its twin runs from its body.
-  eval = eval || req->code->as_transaction;
   std::size_t i = req->node;
   auto& slot = clients_[c].command_link[i];
   if (!slot) slot = open_link(c, i, false);
@@ -228,6 +227,7 @@ void world::arrive(std::uint64_t call_id) {
   auto& k = calls_[call_id];
   auto& l = links_[k.link];
   std::size_t i = l.node;
+  if (l.mid_request) return l.held.push_back(call_id);
   if (k.lost || !l.server_open) {
     k.lost = true;
     ++stats_.lost_in_flight;
@@ -242,6 +242,7 @@ void world::arrive(std::uint64_t call_id) {
   }
   k.arrived = true;
   if (!l.client_open) ++stats_.late_executions;
+  if (k.req->code->as_commands) return run_plain_command(call_id);
   auto& n = *nodes_[i].redis;
   n.set_time(wall_ms());
   const auto& r = *k.req;
@@ -260,10 +261,68 @@ void world::arrive(std::uint64_t call_id) {
          std::string(script_name(r.code)) + (l.client_open ? "" : " (its client gave up on it)") +
          " -> " + render(result));
   }
-  deliver_messages(i);
-  l.last_at_client = std::max(l.last_at_client, now_ + delay(i));
+  send_reply(call_id, std::move(result));
+}
+
+void world::send_reply(std::uint64_t call_id, reply result) {
+  auto& l = links_[calls_[call_id].link];
+  deliver_messages(l.node);
+  l.last_at_client = std::max(l.last_at_client, now_ + delay(l.node));
   at_client(l.client, l.last_at_client,
             [this, call_id, result = std::move(result)] { on_reply(call_id, result); });
+}
+
+// The next of a request's plain commands (lock_protocol.hpp's unqueued_commands, the words the
+// library sends). A crash or a drop in between loses the rest, as it loses a write's unread end.
+void world::run_plain_command(std::uint64_t call_id) {
+  auto& k = calls_[call_id];
+  auto& l = links_[k.link];
+  std::size_t i = l.node;
+  if (k.lost || !l.server_open) {
+    k.lost = true;
+    ++stats_.lost_in_flight;
+    if (tracing_)
+      note("n" + std::to_string(i) + " #" + std::to_string(call_id) + " loses its last " +
+           std::to_string(4 - k.replies.size()) + " command(s)");
+    l.mid_request = false;
+    return arrive_held(l.id);
+  }
+  auto& n = *nodes_[i].redis;
+  n.set_time(wall_ms());
+  const auto& r = *k.req;
+  auto steps = detail::unqueued_commands(r.keys[0], r.keys[1], r.args.at(0), r.args.at(1));
+  std::size_t step = k.replies.size();
+  auto words = steps[step].view();
+  std::vector<std::string> argv(words.begin(), words.end());
+  if (step == 0 && before_script) before_script(i, r);
+  reply result = n.exec(argv);
+  if (step == 0 && after_script) after_script(i, r, result);
+  if (tracing_) {
+    note("n" + std::to_string(i) + " #" + std::to_string(call_id) + " ran " + argv[0] + " " +
+         argv[1] + (l.client_open ? "" : " (its client gave up on it)") + " -> " +
+         render(result));
+  }
+  k.replies.push_back(std::move(result));
+  if (k.replies.size() < steps.size()) {
+    l.mid_request = true;
+    if (!rng_.chance(0.25)) return run_plain_command(call_id);
+    // The rest of the write is still on its way: others run first.
+    return at_node(i, now_ + rng_.between(1, 200), [this, call_id] { run_plain_command(call_id); });
+  }
+  l.mid_request = false;
+  reply answer = reply::make_array(std::exchange(k.replies, {}));
+  if (after_script) after_script(i, r, answer);
+  send_reply(call_id, std::move(answer));
+  arrive_held(l.id);
+}
+
+// The requests that arrived behind plain commands, in order, until one of them is plain too.
+void world::arrive_held(std::uint64_t link_id) {
+  while (!links_[link_id].mid_request && !links_[link_id].held.empty()) {
+    auto id = links_[link_id].held.front();
+    links_[link_id].held.pop_front();
+    arrive(id);
+  }
 }
 
 void world::on_reply(std::uint64_t call_id, const reply& r) {
@@ -496,7 +555,7 @@ void world::note(std::string text) {
 }
 
 std::string world::describe(const detail::request& r, bool eval) const {
-  std::string s = eval ? "EVAL " : "EVALSHA ";
+  std::string s = r.code->as_commands ? "commands " : eval ? "EVAL " : "EVALSHA ";
   s += script_name(r.code);
   for (const auto& k : r.keys) s.append(" ").append(k);
   s += " |";

@@ -16,6 +16,10 @@
 //   different clients) overtake each other, but never on one link.
 // - A script call is run_script: EVALSHA, and on a NOSCRIPT reply an EVAL with the body on the
 //   same connection within what is left of the same timeout.
+// - acquire_unqueued's plain commands (lock_protocol.hpp) go out in one write and run one by
+//   one: usually back to back, as a server runs a write that arrived whole, but by coin with a
+//   short wait after a command, in which other connections' commands run (a write that arrived
+//   in parts). The connection's later requests wait behind them.
 // - When an in-flight request passes its deadline (on the client's clock) the whole connection
 //   fails: every request in flight on it completes with errc::timeout and their replies are
 //   lost, while the requests already sent still run on the node when they arrive (the late
@@ -130,7 +134,9 @@ class world {
   std::function<void(std::size_t c, std::size_t i)> on_subscribed;
   std::function<void(std::size_t c, std::size_t i)> on_subscription_lost;
   // Around every EVALSHA or EVAL on a node (after set_time; an EVALSHA answered NOSCRIPT runs
-  // nothing, but is reported too): the checker's hooks.
+  // nothing, but is reported too): the checker's hooks. For acquire_unqueued's plain commands,
+  // around the first (the SET, the only one that may write the lock key) with its reply, and
+  // after the last once more (no before) with the whole answer.
   std::function<void(std::size_t i, const detail::request& r)> before_script;
   std::function<void(std::size_t i, const detail::request& r, const reply& result)> after_script;
 
@@ -190,6 +196,8 @@ class world {
     bool server_open = true;  // the node still serves it
     sim_time last_at_node = 0, last_at_client = 0;
     std::deque<std::uint64_t> inflight;  // call ids awaiting a reply, in send order
+    bool mid_request = false;             // plain commands of a request are still to run
+    std::deque<std::uint64_t> held;       // arrivals waiting behind them, in order
   };
   struct call_state {
     std::size_t client;
@@ -199,6 +207,7 @@ class world {
     std::int64_t deadline_us;  // on the client's clock
     bool arrived = false, lost = false, done = false;
     reply_handler handler;
+    std::vector<reply> replies{};  // plain commands: the answers of those run so far
   };
   enum class sub_state { none, subscribing, subscribed };
   struct subscription {
@@ -224,6 +233,9 @@ class world {
   void send(std::size_t c, std::shared_ptr<const detail::request> req, bool eval,
             std::int64_t deadline_us, reply_handler handler);
   void arrive(std::uint64_t call_id);
+  void run_plain_command(std::uint64_t call_id);
+  void send_reply(std::uint64_t call_id, reply result);
+  void arrive_held(std::uint64_t link_id);
   void on_reply(std::uint64_t call_id, const reply& r);
   void complete(std::uint64_t call_id, std::error_code ec, const reply& r);
   void fail_link(std::uint64_t link_id, std::error_code ec);

@@ -573,25 +573,25 @@ TEST(LockAcquisitionTest, AFailedRoundCleansUpWhereItMayHaveSetBeforeRetrying) {
   EXPECT_EQ(round(a, t0 + 40ms)[0].args[0], "id.1");  // the next round's own value
 }
 
-// ---- the unqueued first try (acquire_unqueued: a transaction without Lua) ----
+// ---- the unqueued first try (acquire_unqueued: plain commands, no Lua) ----
 
 const std::int64_t clock_fence = 1'843'000'000'000'000;  // a token of the clock's range
 
 reply status_ok() { return reply::make_string(reply::kind::status, "OK"); }
 reply text(std::string_view s) { return reply::make_string(reply::kind::string, s); }
 
-// What EXEC answers: {key SET NX, counter SET NX, INCR, {quarantine, floor}}.
+// The commands' answers: {key SET NX, counter SET NX, INCR, {quarantine, floor}}.
 reply unqueued(bool set, std::int64_t fence, reply quarantine = {}, reply floor = {}) {
   return reply::make_array({set ? status_ok() : reply{}, reply{}, reply::make_integer(fence),
                             reply::make_array({std::move(quarantine), std::move(floor)})});
 }
 
-TEST(UnqueuedAcquisitionTest, AFreeLockIsGrantedByTheTransactionAlone) {
+TEST(UnqueuedAcquisitionTest, AFreeLockIsGrantedByThePlainCommandsAlone) {
   auto t = lock_on(1);
   acquisition a(t, "id", no_deadline, 3, 0, true);
   auto rs = round(a, t0, {"chan"});
   ASSERT_EQ(rs.size(), 1u);
-  EXPECT_EQ(rs[0].code, &acquire_unqueued_transaction);
+  EXPECT_EQ(rs[0].code, &acquire_unqueued_commands);
   EXPECT_EQ(rs[0].args[0], "id.0");
   ASSERT_EQ(rs[0].keys.size(), 2u);
   EXPECT_EQ(rs[0].keys[1], t.keys.fence);
@@ -624,7 +624,7 @@ TEST(UnqueuedAcquisitionTest, ATakenLockIsTriedAgainByTheScriptWhichQueues) {
 }
 
 // A counter the INCR made (below the clock's range), one at or below the floor, a quarantine:
-// the transaction set the key but cannot claim it; acquire.lua settles it with the same value.
+// the commands set the key but cannot claim it; acquire.lua settles it with the same value.
 TEST(UnqueuedAcquisitionTest, ASetKeyThatCannotBeClaimedIsSettledByTheScript) {
   for (auto answer_of : {unqueued(true, 1),
                          unqueued(true, clock_fence, {}, text(std::to_string(clock_fence))),
@@ -644,7 +644,7 @@ TEST(UnqueuedAcquisitionTest, ASetKeyThatCannotBeClaimedIsSettledByTheScript) {
   }
 }
 
-// Quarantined: acquire.lua answers "taken", but the key holds our value since the transaction:
+// Quarantined: acquire.lua answers "taken", but the key holds our value since our SET:
 // the failed round releases it, or it would keep everyone out for a TTL.
 TEST(UnqueuedAcquisitionTest, AKeySetDuringAQuarantineIsReleasedWhenTheRoundFails) {
   auto t = lock_on(1);
@@ -663,31 +663,51 @@ TEST(UnqueuedAcquisitionTest, AKeySetDuringAQuarantineIsReleasedWhenTheRoundFail
   EXPECT_TRUE(a.take_sleep());
 }
 
-// A refusal (an ACL without MULTI or MGET: NOPERM): the script takes over, and the refusal is
-// reported so that the lock stops asking. The MULTI alone may have been refused, with the rest
-// run. A passing state (OOM, LOADING, a failover's READONLY) falls back the same, unreported.
-TEST(UnqueuedAcquisitionTest, ARefusedTransactionFallsBackAndOnlyAPermanentRefusalIsReported) {
-  for (std::string refusal : {"NOPERM this user has no permissions to run the 'multi' command",
-                              "ERR unknown command 'MGET'", "EXECABORT Transaction discarded",
-                              "LOADING Redis is loading the dataset in memory"}) {
+// A refusal (an ACL without SET, INCR or MGET: NOPERM) comes per command: the script takes
+// over, and a refusal for good is reported so that the lock stops asking; a passing state (OOM,
+// LOADING, a failover's READONLY) falls back the same, unreported. Our key is cleaned up after
+// the script's "taken" exactly when the SET ran, or when no per-command answer says it did not.
+TEST(UnqueuedAcquisitionTest, ARefusedCommandFallsBackAndOnlyAPermanentRefusalIsReported) {
+  auto error = [](std::string_view text) { return reply::make_string(reply::kind::error, text); };
+  auto refused = [&](std::string_view text) {
+    return reply::make_array({error(text), error(text), error(text), error(text)});
+  };
+  struct refusal_case {
+    std::string name;
+    reply answer;
+    bool permanent, set_ran;
+  };
+  const std::string noperm = "NOPERM this user has no permissions to run the 'set' command";
+  std::vector<refusal_case> cases{
+      {"every command refused", refused(noperm), true, false},
+      {"MGET unknown", reply::make_array({status_ok(), reply{}, reply::make_integer(clock_fence),
+                                          error("ERR unknown command 'MGET'")}),
+       true, true},
+      {"loading", refused("LOADING Redis is loading the dataset in memory"), false, false},
+      {"no answer per command", error("ERR something else"), false, true},
+  };
+  for (const auto& c : cases) {
     auto t = lock_on(1);
     acquisition a(t, "id", no_deadline, 3, 0, true);
     auto rs = round(a, t0);
-    answer(a, rs[0], t0 + 1ms, reply::make_string(reply::kind::error, refusal));
-    bool permanent = refusal.rfind("NOPERM", 0) == 0 || refusal.rfind("ERR unknown", 0) == 0;
-    EXPECT_EQ(a.refused_transaction(), permanent) << refusal;
+    answer(a, rs[0], t0 + 1ms, c.answer);
+    EXPECT_EQ(a.refused_plain_commands(), c.permanent) << c.name;
     auto next = a.take_requests();
-    ASSERT_EQ(next.size(), 1u);
+    ASSERT_EQ(next.size(), 1u) << c.name;
     EXPECT_EQ(next[0].code, &acquire_script);
     answer(a, next[0], t0 + 2ms, ints({0, 3000}));
     auto cleanup = a.take_requests();
-    ASSERT_EQ(cleanup.size(), 1u) << "the SET may have run without the MULTI";
+    if (!c.set_ran) {
+      EXPECT_TRUE(cleanup.empty()) << c.name << ": the SET did not run";
+      continue;
+    }
+    ASSERT_EQ(cleanup.size(), 1u) << c.name << ": our key is left";
     EXPECT_EQ(cleanup[0].code, &release_script);
   }
 }
 
 // No answer: the SET may have run, as for a script that timed out.
-TEST(UnqueuedAcquisitionTest, ASilentTransactionFailsTheRoundAndCleansUp) {
+TEST(UnqueuedAcquisitionTest, SilentPlainCommandsFailTheRoundAndCleanUp) {
   auto t = lock_on(1);
   acquisition a(t, "id", no_deadline, 3, 0, true);
   auto rs = round(a, t0);
@@ -699,11 +719,11 @@ TEST(UnqueuedAcquisitionTest, ASilentTransactionFailsTheRoundAndCleansUp) {
   EXPECT_TRUE(a.take_sleep());
   auto next = round(a, t0 + 60ms);
   ASSERT_EQ(next.size(), 1u);
-  EXPECT_EQ(next[0].code, &acquire_script) << "only round 0 tries the transaction";
+  EXPECT_EQ(next[0].code, &acquire_script) << "only round 0 tries the plain commands";
 }
 
 // Where the protocol cannot use it: N nodes, fair mode.
-TEST(UnqueuedAcquisitionTest, RedlockAndFairLocksNeverSendTheTransaction) {
+TEST(UnqueuedAcquisitionTest, RedlockAndFairLocksNeverSendThePlainCommands) {
   auto redlock = lock_on(3);
   acquisition a(redlock, "id", no_deadline, 3, 0, true);
   for (const auto& r : round(a, t0)) EXPECT_EQ(r.code, &acquire_script);

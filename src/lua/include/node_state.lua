@@ -22,8 +22,8 @@ local function fence_floor()
 end
 
 -- Every counter that next_fence starts begins far above this (the clock in ms x 1024); one
--- below it was made by a plain INCR, which counts from 0 (acquire_unqueued.lua, whose INCR
--- runs in a transaction, without Lua), and is started again from the clock like a new one.
+-- below it was made by a plain INCR, which counts from 0 (acquire_unqueued's, sent without
+-- Lua: lock_protocol.hpp), and is started again from the clock like a new one.
 -- lock_protocol.hpp's fence_clock_range is the same.
 local fence_clock_range = 1099511627776  -- 2^40
 
