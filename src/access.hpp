@@ -7,6 +7,8 @@
 #pragma once
 
 #include <chrono>
+#include <span>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -18,6 +20,11 @@
 namespace dlock::detail {
 
 struct access {
+  // dlock's own words (a script call, the plain commands of acquire_unqueued), formatted as
+  // one request without the checks that user commands need.
+  static command library_command(std::span<const std::span<const std::string_view>> commands) {
+    return command(command::library_words{}, commands);
+  }
   // client::async_exec's core: sends `cmd`, `timeout` bounding the whole request.
   static void start_exec(client& c, command cmd, std::chrono::milliseconds timeout,
                          unique_function<void(std::error_code, reply)> handler) {

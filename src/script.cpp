@@ -34,17 +34,18 @@ command script_command(std::string_view verb, std::string_view body_or_sha, cons
   *out++ = nkeys;
   out = std::copy(keys.begin(), keys.end(), out);
   std::copy(args.begin(), args.end(), out);
-  return command(std::span<const std::string_view>(argv, n));
+  std::span<const std::string_view> words(argv, n);
+  return access::library_command({&words, 1});
 }
 
-// acquire_unqueued_commands as they go out: its four plain commands in one write.
+// acquire_unqueued_commands as they go out: its three plain commands in one write.
 template <class Keys, class Args>
 command plain_commands(const Keys& keys, const Args& args) {
   auto steps = unqueued_commands(*keys.begin(), *std::next(keys.begin()), *args.begin(),
                                  *std::next(args.begin()));
-  command cmd(steps[0].view());
-  for (std::size_t i = 1; i < steps.size(); ++i) cmd.then(steps[i].view());
-  return cmd;
+  std::array<std::span<const std::string_view>, steps.size()> words;
+  for (std::size_t i = 0; i < steps.size(); ++i) words[i] = steps[i].view();
+  return access::library_command(words);
 }
 
 // The first try of a request: EVALSHA, or the plain commands.

@@ -128,7 +128,6 @@ class DLOCK_EXPORT command {
   /// Appends another command; the request then completes with an array of all replies.
   command& then(std::initializer_list<std::string_view> args);
   command& then(std::span<const std::string> args);  ///< the same, for a run-time list
-  command& then(std::span<const std::string_view> args);  ///< the same, of views
 
   /// The request as it goes on the wire: each command in RESP.
   const std::string& bytes() const noexcept { return bytes_; }
@@ -141,6 +140,12 @@ class DLOCK_EXPORT command {
   bool changes_session() const noexcept { return changes_session_; }
 
  private:
+  friend struct detail::access;
+  struct library_words {};
+  // dlock's own request (access.hpp): the words of its scripts and plain commands, which are
+  // never empty nor change or break the session, go out unchecked, sized and written at once.
+  command(library_words, std::span<const std::span<const std::string_view>> commands);
+
   std::string bytes_;
   std::size_t count_ = 0;
   bool changes_session_ = false;

@@ -45,14 +45,14 @@ std::string lock_protocol::waiter_entry(const wait_loop& loop, std::size_t node,
                                         const std::vector<std::string>& channels) const {
   std::string entry;
   if (loop.last_attempt() || node >= channels.size() || channels[node].empty()) return entry;
-  entry.append(std::to_string(waiter_entry_ttl(target_.retry_delay).count()))
-      .append(" ")
-      .append(channels[node]);
+  auto entry_ttl = std::to_string(waiter_entry_ttl(target_.retry_delay).count());
+  auto round = std::to_string(loop.attempt_index());
+  // Sized once: this runs at every attempt, and each append that grew it was an allocation.
+  entry.reserve(entry_ttl.size() + channels[node].size() + target_.ttl_text.size() +
+                round.size() + 3);
+  entry.append(entry_ttl).append(" ").append(channels[node]);
   // "<lock ttl> <round>": release.lua may hand the lock to this entry (on_handoff).
-  if (target_.accepts_handoff()) {
-    entry.append(" ").append(target_.ttl_text).append(" ").append(
-        std::to_string(loop.attempt_index()));
-  }
+  if (target_.accepts_handoff()) entry.append(" ").append(target_.ttl_text).append(" ").append(round);
   return entry;
 }
 
@@ -66,7 +66,10 @@ void lock_protocol::emit_acquire(wait_loop& loop, std::size_t node, std::string 
 void lock_protocol::begin(wait_loop& loop, steady::time_point,
                           const std::vector<std::string>& channels) {
   std::size_t index = loop.attempt_index();
-  round_ = round_state{loop.id() + "." + std::to_string(index)};
+  auto round = std::to_string(index);
+  round_ = round_state{};
+  round_.value.reserve(loop.id().size() + 1 + round.size());
+  round_.value.append(loop.id()).append(".").append(round);
   if (index == 0 && unqueued_first_ && !unqueued_refused_) {
     round_.unqueued = true;
     round_.entry = waiter_entry(loop, 0, channels);
@@ -92,11 +95,10 @@ void lock_protocol::on_answer(wait_loop& loop, purpose what, std::size_t node,
   }
 }
 
-std::array<plain_command, 4> unqueued_commands(std::string_view key, std::string_view fence,
+std::array<plain_command, 3> unqueued_commands(std::string_view key, std::string_view fence,
                                                std::string_view owner,
                                                std::string_view ttl) noexcept {
   return {{{{"SET", key, owner, "NX", "PX", ttl}, 6},
-           {{"SET", fence, "0", "NX", "PX", ttl}, 6},
            {{"INCR", fence}, 2},
            {{"MGET", node_quarantine_key, node_fence_floor_key}, 3}}};
 }
@@ -112,30 +114,31 @@ bool refused_for_good(const reply& r) {
 
 }  // namespace
 
-// {SET's OK or nil, the counter's SET NX, INCR's count, MGET's {quarantine, floor}}, each
-// command's own answer or error. Claimed only when the SET was ours, and then sound although
-// the four are no transaction (unqueued_commands):
+// {SET's OK or nil, INCR's count, MGET's {quarantine, floor}}, each command's own answer or
+// error. Claimed only when the SET was ours, and then sound although the three are no
+// transaction (unqueued_commands):
 // - Nobody is granted the key while our SET holds it (acquire.lua grants a free key or one of
 //   its own acquisition's values; a handoff needs the releaser's value in the key), so the
 //   INCR after it draws above every token granted before, unless our key expired in between:
 //   then the round's validity, counted from before the SET went out, has passed too.
-// - A count below the clock's range is no token: a counter made by our INCR, or one that
-//   another client's refusal deleted between our SET NX and INCR (acquire.lua starts it again).
+// - A count below the clock's range is no token: a counter our INCR made (there was none, or
+//   another client's refusal deleted one below the range in between); acquire.lua, which
+//   follows, starts it again from the clock, with an expiry.
 // - The MGET runs after the INCR: a quarantine or a floor raised before it shows; one after it
 //   is one after the grant, as with acquire.lua.
 unqueued_answer read_unqueued_answer(const reply& r) noexcept {
   unqueued_answer a;
   const auto& e = r.elements();
-  if (!r.is_array() || e.size() != 4) {
+  if (!r.is_array() || e.size() != 3) {
     a.unknown = true;
     a.never = refused_for_good(r);
     return a;
   }
   a.never = std::any_of(e.begin(), e.end(), refused_for_good);
   a.wrote = e[0].is_string();
-  if (!a.wrote || !e[2].is_integer() || !e[3].is_array() || e[3].elements().size() != 2) return a;
-  const auto& quarantine = e[3].elements()[0];
-  const auto& floor = e[3].elements()[1];
+  if (!a.wrote || !e[1].is_integer() || !e[2].is_array() || e[2].elements().size() != 2) return a;
+  const auto& quarantine = e[2].elements()[0];
+  const auto& floor = e[2].elements()[1];
   std::int64_t floor_value = 0;
   if (floor.is_string()) {
     // A floor that is no number: acquire.lua decides (tonumber, as next_fence reads it).
@@ -143,7 +146,7 @@ unqueued_answer read_unqueued_answer(const reply& r) noexcept {
     auto [end, parse_error] = std::from_chars(text.data(), text.data() + text.size(), floor_value);
     if (parse_error != std::errc{} || end != text.data() + text.size()) return a;
   }
-  a.fence = e[2].integer();
+  a.fence = e[1].integer();
   a.granted = quarantine.is_nil() && a.fence >= fence_clock_range && a.fence > floor_value;
   return a;
 }

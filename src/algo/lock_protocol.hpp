@@ -27,20 +27,22 @@ struct plain_command {
   std::span<const std::string_view> view() const noexcept { return {words.data(), size}; }
 };
 
-// acquire_unqueued: the uncontended acquire without Lua, as four plain commands sent in one
+// acquire_unqueued: the uncontended acquire without Lua, as three plain commands sent in one
 // write (script.cpp pipelines them; the simulator runs them one by one, as a server does when
 // the write reaches it in parts):
-//   SET key owner NX PX ttl; SET fence 0 NX PX ttl; INCR fence; MGET quarantine fence-floor
+//   SET key owner NX PX ttl; INCR fence; MGET quarantine fence-floor
 // Not a transaction: another client's command may run between two of them. What matters is
 // that nobody is granted the key while our SET holds it, so the INCR draws above every token
 // granted before, and a quarantine or floor that began in between shows in the MGET after it
-// (lock_protocol.cpp says the rest). The counter's SET NX gives a counter that INCR would make
-// an expiry, so that no counter outlives its use.
-std::array<plain_command, 4> unqueued_commands(std::string_view key, std::string_view fence,
+// (lock_protocol.cpp says the rest). A counter the INCR makes has no expiry and counts from 1:
+// below the clock's range, so it is never claimed, and the acquire.lua that follows at once
+// starts it again with one (or deletes it). Only a client that dies in that round trip leaves
+// it, until the lock is next used (docs/guarantees.md).
+std::array<plain_command, 3> unqueued_commands(std::string_view key, std::string_view fence,
                                                std::string_view owner,
                                                std::string_view ttl) noexcept;
 
-// The answers of acquire_unqueued's commands: an array of their four replies, each on its own
+// The answers of acquire_unqueued's commands: an array of their three replies, each on its own
 // (a command refused is not the others).
 struct unqueued_answer {
   bool wrote = false;    // the key was free, and now holds the round's value

@@ -97,15 +97,16 @@ if holder and string.sub(holder, 1, #id + 1) == id .. '.' then
   -- In quarantine, an earlier value of ours may have been restored from disk or a replica
   -- after it was released and the lock taken by another: it is ours no more.
   if quarantined > 0 then return {0, math.max(redis.call('PTTL', key), quarantined)} end
-  -- Whatever set an earlier value of ours (a late SET of an earlier round, a handoff) drew a
-  -- fence then, and nobody can have drawn one since, so the counter still reads it: drawing
-  -- again would only leave gaps. But a counter that expired since, or that a plain INCR made
-  -- again (acquire_unqueued, which set the key and cannot claim it), or one below the floor,
-  -- holds no token of ours: grant() then draws a new one.
+  -- A handoff drew its token with the value (release.lua), and the counter reads it or a later
+  -- count nobody claimed (a plain INCR that found the key taken): drawing again would only
+  -- leave a gap. Any other value of ours may have been set without a draw: acquire_unqueued's
+  -- SET NX runs before its INCR, and a crash or a cut connection can drop the INCR, so the
+  -- counter may still read the previous holder's token. A new one is drawn. So is one for a
+  -- counter that expired since, that a plain INCR made again, or one below the floor.
   redis.call('SET', key, owner, 'PX', ttl_ms)
-  local current = tonumber(redis.call('GET', fence_key))
+  local current = theirs and theirs % 2 == 1 and tonumber(redis.call('GET', fence_key))
   if current and (current < fence_clock_range or current <= fence_floor()) then current = nil end
-  return grant(current)
+  return grant(current or nil)
 end
 
 -- A counter that a plain INCR made while the key was held (acquire_unqueued) holds no

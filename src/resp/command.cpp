@@ -85,6 +85,33 @@ char* write_header(char* out, char type, std::size_t n) noexcept {
   return end + 2;
 }
 
+// RESP multibulk, written directly: hiredis's redisFormatCommandArgv prints each length with
+// sprintf, which was a third of a lock cycle's client CPU (callgrind). The bytes are the same
+// as hiredis's; tests/unit/command_test.cpp checks that against hiredis itself. The exact size
+// first, then one resize and plain stores: appending piece by piece checked the capacity 3
+// times per argument, a sixth of a cycle's formatting.
+template <class Range>
+std::size_t formatted_size(const Range& args) noexcept {
+  std::size_t size = 3 + decimal_digits(args.size());
+  for (const auto& a : args) size += 5 + decimal_digits(a.size()) + a.size();
+  return size;
+}
+
+// Writes `args` at `p`, which has formatted_size(args) bytes of room; returns the end.
+template <class Range>
+char* write_formatted(char* p, const Range& args) noexcept {
+  p = write_header(p, '*', args.size());
+  for (const auto& a : args) {
+    p = write_header(p, '$', a.size());
+    if (a.size() != 0) std::memcpy(p, a.data(), a.size());
+    p += a.size();
+    p[0] = '\r';
+    p[1] = '\n';
+    p += 2;
+  }
+  return p;
+}
+
 template <class Range>
 void append_formatted(std::string& out, const Range& args) {
   // Redis answers nothing to an empty multibulk, so an empty command would take the reply of
@@ -96,30 +123,22 @@ void append_formatted(std::string& out, const Range& args) {
     throw std::system_error(make_error_code(errc::invalid_argument),
                             "pub/sub, MONITOR, SYNC and CLIENT REPLY need a connection of their own");
   }
-  // RESP multibulk, written directly: hiredis's redisFormatCommandArgv prints each length
-  // with sprintf, which was a third of a lock cycle's client CPU (callgrind). The bytes are
-  // the same as hiredis's; tests/unit/command_test.cpp checks that against hiredis itself.
-  // The exact size first, then one resize and plain stores: appending piece by piece checked
-  // the capacity 3 times per argument, a sixth of a cycle's formatting.
-  std::size_t size = 3 + decimal_digits(args.size());
-  for (const auto& a : args) size += 5 + decimal_digits(a.size()) + a.size();
   std::size_t start = out.size();
-  out.resize(start + size);
-  char* p = out.data() + start;
-  p = write_header(p, '*', args.size());
-  for (const auto& a : args) {
-    p = write_header(p, '$', a.size());
-    if (a.size() != 0) std::memcpy(p, a.data(), a.size());
-    p += a.size();
-    p[0] = '\r';
-    p[1] = '\n';
-    p += 2;
-  }
+  out.resize(start + formatted_size(args));
+  write_formatted(out.data() + start, args);
 }
 
 }  // namespace
 
 command::command(std::initializer_list<std::string_view> args) { then(args); }
+command::command(library_words, std::span<const std::span<const std::string_view>> commands) {
+  std::size_t size = 0;
+  for (const auto& words : commands) size += formatted_size(words);
+  bytes_.resize(size);
+  char* p = bytes_.data();
+  for (const auto& words : commands) p = write_formatted(p, words);
+  count_ = commands.size();
+}
 command::command(std::span<const std::string> args) { then(args); }
 command::command(std::span<const std::string_view> args) {
   append_formatted(bytes_, args);
@@ -128,13 +147,6 @@ command::command(std::span<const std::string_view> args) {
 }
 
 command& command::then(std::initializer_list<std::string_view> args) {
-  append_formatted(bytes_, args);
-  changes_session_ = changes_session_ || changes_connection_state(args);
-  ++count_;
-  return *this;
-}
-
-command& command::then(std::span<const std::string_view> args) {
   append_formatted(bytes_, args);
   changes_session_ = changes_session_ || changes_connection_state(args);
   ++count_;

@@ -11,48 +11,83 @@
 namespace dlock::detail {
 namespace {
 
-reply convert(const redisReply* r) {
-  switch (r->type) {
-    case REDIS_REPLY_INTEGER: return reply::make_integer(r->integer);
-    case REDIS_REPLY_STRING: return reply::make_string(reply::kind::string, {r->str, r->len});
-    case REDIS_REPLY_STATUS: return reply::make_string(reply::kind::status, {r->str, r->len});
-    case REDIS_REPLY_ERROR: return reply::make_string(reply::kind::error, {r->str, r->len});
-    case REDIS_REPLY_ARRAY: {
-      std::vector<reply> elements;
-      elements.reserve(r->elements);
-      for (std::size_t i = 0; i < r->elements; ++i) elements.push_back(convert(r->element[i]));
-      return reply::make_array(std::move(elements));
-    }
-    default: return reply::make_nil();
-  }
-}
-
 // hiredis 0.14 allocates an array's element table as soon as it reads the header, for up to
 // INT_MAX elements, and frees a partial one by visiting every slot: one "*1877585808\r\n" from
-// a peer costs a 15 GB table and seconds on the I/O thread that every lock shares. No reply dlock deals in comes near this bound; a longer one is
-// refused, which hiredis reports as out of memory and next() as a protocol error.
+// a peer would cost a 15 GB table and seconds on the I/O thread that every lock shares. No
+// reply dlock deals in comes near this bound; a longer one is refused, which hiredis reports as
+// out of memory and next() as a protocol error. (The lists here reserve what the header says.)
 constexpr int max_array_elements = 1 << 24;
-void* (*hiredis_create_array)(const redisReadTask*, int) = nullptr;
-
-void* create_bounded_array(const redisReadTask* task, int elements) {
-  if (elements > max_array_elements) return nullptr;
-  return hiredis_create_array(task, elements);
-}
 
 }  // namespace
 
-reply_reader::reply_reader() : reader_(redisReaderCreate()) {
+reply_reader::reply_reader() {
+  // The default functions made a redisReply per element (and a copy of each string) that was
+  // then converted and freed: a quarter of a lock cycle's client instructions.
+  static redisReplyObjectFunctions functions{create_string, create_array, create_integer,
+                                             create_nil, free_object};
+  reader_ = redisReaderCreateWithFunctions(&functions);
   if (reader_ == nullptr) throw std::bad_alloc();
-  static redisReplyObjectFunctions* const bounded = [this] {
-    static redisReplyObjectFunctions functions = *reader_->fn;
-    hiredis_create_array = functions.createArray;
-    functions.createArray = create_bounded_array;
-    return &functions;
-  }();
-  reader_->fn = bounded;
+  reader_->privdata = this;
 }
 
 reply_reader::~reply_reader() { redisReaderFree(reader_); }
+
+reply_reader& reply_reader::of(const redisReadTask* task) noexcept {
+  return *static_cast<reply_reader*>(task->privdata);
+}
+
+// A reply goes to its array's level (completing the arrays it was the last element of) or, at
+// the top, to root_. hiredis needs a non-null object back; it only keeps the root's (for
+// free_object) and an array's (as its elements' parent, which this finds by nesting instead).
+void* reply_reader::place(const redisReadTask* task, reply r) {
+  if (task->parent == nullptr) {
+    root_ = std::move(r);
+    return &root_;
+  }
+  auto depth = static_cast<std::size_t>(task->parent - reader_->rstack);
+  for (;;) {
+    auto& l = levels_[depth];
+    l.elements.push_back(std::move(r));
+    if (l.elements.size() < l.expected) return this;
+    r = reply::make_array(std::move(l.elements));
+    l.elements = {};
+    if (depth == 0) {
+      root_ = std::move(r);
+      return this;
+    }
+    --depth;
+  }
+}
+
+void* reply_reader::create_string(const redisReadTask* task, char* text, std::size_t length) {
+  auto k = task->type == REDIS_REPLY_ERROR    ? reply::kind::error
+           : task->type == REDIS_REPLY_STATUS ? reply::kind::status
+                                              : reply::kind::string;
+  return of(task).place(task, reply::make_string(k, {text, length}));
+}
+
+void* reply_reader::create_array(const redisReadTask* task, int elements) {
+  if (elements > max_array_elements) return nullptr;
+  auto& self = of(task);
+  if (elements == 0) return self.place(task, reply::make_array({}));
+  auto& l = self.levels_[static_cast<std::size_t>(task - self.reader_->rstack)];
+  l.elements.reserve(static_cast<std::size_t>(elements));
+  l.expected = static_cast<std::size_t>(elements);
+  return &l;
+}
+
+void* reply_reader::create_integer(const redisReadTask* task, long long value) {
+  return of(task).place(task, reply::make_integer(value));
+}
+
+void* reply_reader::create_nil(const redisReadTask* task) {
+  return of(task).place(task, reply{});
+}
+
+// A reply hiredis gives up on (a protocol error midway, the reader freed): what was gathered
+// is dropped with the levels' lists, which the next reply starts afresh (after an error the
+// reader is not used again).
+void reply_reader::free_object(void*) {}
 
 void reply_reader::feed(std::string_view bytes) {
   // hiredis also refuses bytes once the stream was found not to be RESP (or an array too long);
@@ -71,10 +106,7 @@ std::optional<reply> reply_reader::next(std::error_code& ec) {
   }
   ec.clear();
   if (raw == nullptr) return std::nullopt;
-  auto* r = static_cast<redisReply*>(raw);
-  reply out = convert(r);
-  freeReplyObject(r);
-  return out;
+  return std::move(root_);
 }
 
 }  // namespace dlock::detail

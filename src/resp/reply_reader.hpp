@@ -2,14 +2,17 @@
 // resp/reply_reader.hpp: incremental RESP2 decoding with hiredis's reader. Private.
 #pragma once
 
-#include <memory>
+#include <array>
+#include <cstddef>
 #include <optional>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 #include "dlock/reply.hpp"
 
 struct redisReader;
+struct redisReadTask;
 
 namespace dlock::detail {
 
@@ -28,7 +31,24 @@ class reply_reader {
   std::optional<reply> next(std::error_code& ec);
 
  private:
+  // hiredis parses; these build the dlock::reply as it goes (its object functions), with no
+  // redisReply in between. An array's elements gather in its nesting level's list until the
+  // last one came; hiredis nests at most 8 deep.
+  struct level {
+    std::vector<reply> elements;
+    std::size_t expected = 0;
+  };
+  static reply_reader& of(const redisReadTask* task) noexcept;
+  void* place(const redisReadTask* task, reply r);
+  static void* create_string(const redisReadTask* task, char* text, std::size_t length);
+  static void* create_array(const redisReadTask* task, int elements);
+  static void* create_integer(const redisReadTask* task, long long value);
+  static void* create_nil(const redisReadTask* task);
+  static void free_object(void* object);
+
   redisReader* reader_;
+  std::array<level, 9> levels_{};
+  reply root_;
 };
 
 }  // namespace dlock::detail

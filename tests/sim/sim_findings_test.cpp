@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the simulator found, each reduced to the smallest schedule that shows it, now fixed:
-// each test failed before its fix and guards it since (findings 1 and 2, 2026-11-25). The
-// hunts that found finding 2 stay DISABLED_ (run them with --gtest_also_run_disabled_tests):
-// after the fix they search all their seeds. Each prints the run's report when it fails.
+// each test failed before its fix and guards it since (findings 1 and 2, 2026-11-25; 3,
+// 2026-11-30). The hunts that found finding 2 stay DISABLED_ (run them with
+// --gtest_also_run_disabled_tests): after the fix they search all their seeds. Each prints the
+// run's report when it fails.
 #include <gtest/gtest.h>
 
 #include "sim_run.hpp"
@@ -84,6 +85,18 @@ TEST(SimFindings, AnEarlierRoundsLateGrantNeverCountsForTheRoundInFlight) {
   auto outcome = a.take_outcome();
   EXPECT_FALSE(outcome) << "granted " << outcome->token << " (fence " << outcome->fence
                         << ") on n0 and on round 0's late grant from n2, which holds b.0";
+}
+
+// Finding 3 (acquire.lua's takeover, with acquire_unqueued's plain commands, 2026-11-30): the
+// first try's SET NX ran, and the node crashed before its INCR (restarted with its data: the
+// key kept our value, the counter the previous holder's token). The next round's acquire.lua
+// took our value over and granted "the counter as it stands", which was that holder's token:
+// two holders of one fence. A takeover now draws a new token unless the value is a handoff
+// (release.lua draws with it). The sweep's seed 13974 (single node; 30,000 schedules).
+TEST(SimFindings, ATakeoverAfterAFirstTryCutBeforeItsIncrDrawsANewToken) {
+  auto c = make_config(13974, topology::single);
+  auto r = run_schedule(c, true);
+  EXPECT_EQ(r.failure, "") << report(c, r, 80);
 }
 
 // Finding 2 in the simulator: Redlock schedules biased toward it (a far node, SCRIPT FLUSH and

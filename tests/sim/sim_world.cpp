@@ -283,7 +283,8 @@ void world::run_plain_command(std::uint64_t call_id) {
     ++stats_.lost_in_flight;
     if (tracing_)
       note("n" + std::to_string(i) + " #" + std::to_string(call_id) + " loses its last " +
-           std::to_string(4 - k.replies.size()) + " command(s)");
+           std::to_string(detail::unqueued_commands({}, {}, {}, {}).size() - k.replies.size()) +
+           " command(s)");
     l.mid_request = false;
     return arrive_held(l.id);
   }

@@ -580,9 +580,9 @@ const std::int64_t clock_fence = 1'843'000'000'000'000;  // a token of the clock
 reply status_ok() { return reply::make_string(reply::kind::status, "OK"); }
 reply text(std::string_view s) { return reply::make_string(reply::kind::string, s); }
 
-// The commands' answers: {key SET NX, counter SET NX, INCR, {quarantine, floor}}.
+// The commands' answers: {key SET NX, INCR, {quarantine, floor}}.
 reply unqueued(bool set, std::int64_t fence, reply quarantine = {}, reply floor = {}) {
-  return reply::make_array({set ? status_ok() : reply{}, reply{}, reply::make_integer(fence),
+  return reply::make_array({set ? status_ok() : reply{}, reply::make_integer(fence),
                             reply::make_array({std::move(quarantine), std::move(floor)})});
 }
 
@@ -670,7 +670,7 @@ TEST(UnqueuedAcquisitionTest, AKeySetDuringAQuarantineIsReleasedWhenTheRoundFail
 TEST(UnqueuedAcquisitionTest, ARefusedCommandFallsBackAndOnlyAPermanentRefusalIsReported) {
   auto error = [](std::string_view text) { return reply::make_string(reply::kind::error, text); };
   auto refused = [&](std::string_view text) {
-    return reply::make_array({error(text), error(text), error(text), error(text)});
+    return reply::make_array({error(text), error(text), error(text)});
   };
   struct refusal_case {
     std::string name;
@@ -680,7 +680,7 @@ TEST(UnqueuedAcquisitionTest, ARefusedCommandFallsBackAndOnlyAPermanentRefusalIs
   const std::string noperm = "NOPERM this user has no permissions to run the 'set' command";
   std::vector<refusal_case> cases{
       {"every command refused", refused(noperm), true, false},
-      {"MGET unknown", reply::make_array({status_ok(), reply{}, reply::make_integer(clock_fence),
+      {"MGET unknown", reply::make_array({status_ok(), reply::make_integer(clock_fence),
                                           error("ERR unknown command 'MGET'")}),
        true, true},
       {"loading", refused("LOADING Redis is loading the dataset in memory"), false, false},

@@ -123,6 +123,23 @@ TEST(ReplyReaderTest, NestedArrays) {
   EXPECT_EQ(r.to_string(), R"([[(integer) 1, ["a", (nil)]], [], "b"])");
 }
 
+// The deepest nesting hiredis reads (8 arrays), closing all at once, then a reply after it:
+// each array ends where its last element does, however deep that is.
+TEST(ReplyReaderTest, ArraysThatEndTogetherAtEveryDepth) {
+  std::string bytes;
+  for (int i = 0; i < 8; ++i) bytes += "*1\r\n";
+  bytes += ":5\r\n*2\r\n*0\r\n*-1\r\n";
+  auto all = decode(bytes);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].to_string(), "[[[[[[[[(integer) 5]]]]]]]]");
+  EXPECT_EQ(all[1].to_string(), "[[], (nil)]");
+  reply_reader reader;
+  reader.feed("*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n");
+  std::error_code ec;
+  EXPECT_FALSE(reader.next(ec));
+  EXPECT_EQ(ec, errc::protocol_error) << "9 deep";
+}
+
 // Several replies of every type back to back, as a pipelined response arrives.
 const std::string pipeline =
     "+OK\r\n"
