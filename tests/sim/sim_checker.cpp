@@ -393,10 +393,18 @@ void checker::after_lock_script(std::size_t i, const detail::request& r, const r
 
 void checker::check_node_fence(const detail::request& r, const reply& result) {
   if (r.code == &detail::acquire_unqueued_commands) {
-    // Its grant as the lock's protocol reads it; anything else is acquire.lua's to settle.
+    // Its grant as the lock's protocol reads it; anything else is acquire.lua's to settle. Its
+    // commands may run apart (sim_world.hpp): a grant whose key no longer holds its value once
+    // the last one ran is claimed by no one (the key expired, and the round's validity with
+    // it, or the client gave up on the answer and released), and drew its token before the
+    // grants that came in between.
     auto a = detail::read_unqueued_answer(result);
     bool theirs = rw_ && std::find(r.keys.begin(), r.keys.end(), rw_->fence) == r.keys.end();
-    if (a.granted && !theirs) note_node_fence(r, a.fence, false);
+    auto key = std::find(keys_.begin(), keys_.end(), r.keys[0]);
+    bool still_ours =
+        key != keys_.end() && value_on(r.node, static_cast<std::size_t>(key - keys_.begin())) ==
+                                  r.args.at(0);
+    if (a.granted && !theirs && still_ours) note_node_fence(r, a.fence, false);
     return;
   }
   bool draws = r.code == &detail::sem_acquire_script ||
