@@ -4,6 +4,7 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/read.h>
 
+#include <algorithm>
 #include <new>
 
 #include "dlock/error.hpp"
@@ -11,11 +12,11 @@
 namespace dlock::detail {
 namespace {
 
-// hiredis 0.14 allocates an array's element table as soon as it reads the header, for up to
-// INT_MAX elements, and frees a partial one by visiting every slot: one "*1877585808\r\n" from
-// a peer would cost a 15 GB table and seconds on the I/O thread that every lock shares. No
-// reply dlock deals in comes near this bound; a longer one is refused, which hiredis reports as
-// out of memory and next() as a protocol error. (The lists here reserve what the header says.)
+// hiredis 0.14's own functions allocated an array's element table as soon as they read the
+// header, for up to INT_MAX elements: one "*1877585808\r\n" from a peer cost a 15 GB table
+// (fuzz/regressions/fuzz_reply_reader/). These allocate as the elements come; still, no reply
+// dlock deals in comes near this bound, and a longer one is refused, which hiredis reports as
+// out of memory and next() as a protocol error.
 constexpr int max_array_elements = 1 << 24;
 
 }  // namespace
@@ -71,8 +72,10 @@ void* reply_reader::create_array(const redisReadTask* task, int elements) {
   auto& self = of(task);
   if (elements == 0) return self.place(task, reply::make_array({}));
   auto& l = self.levels_[static_cast<std::size_t>(task - self.reader_->rstack)];
-  l.elements.reserve(static_cast<std::size_t>(elements));
   l.expected = static_cast<std::size_t>(elements);
+  // What the header announces is reserved only up to what dlock's own replies hold: a peer's
+  // "*16000000" would otherwise cost a gigabyte before a single element came.
+  l.elements.reserve(std::min<std::size_t>(l.expected, 64));
   return &l;
 }
 
