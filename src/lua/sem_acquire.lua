@@ -29,12 +29,34 @@ local queue, info, tickets = KEYS[4], KEYS[5], KEYS[6]
 local owner, limit, want, ttl_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local waiter = ARGV[5] or ''
 local name = KEYS[7]
+if not ARGV[6] or ARGV[6] == '' then name = nil end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- #include node_state.lua
+
+-- The uncontended grant comes first, before the script defines what a wait needs (every
+-- function defined costs a closure at every run): nobody holds or waits, the name is free or
+-- marked by this kind, no quarantine. It writes what the full way below would.
+local name_value = name and redis.call('GET', name)
+if not name_value or name_value == ARGV[6] then
+  if want <= limit and redis.call('EXISTS', holders, queue, info) == 0 and
+      quarantine_left() == 0 then
+    local now = server_ms()
+    local expiry = string.format('%.0f', now + ttl_ms)  -- formatted once for its uses
+    redis.call('ZADD', holders, expiry, owner)
+    redis.call('PEXPIREAT', holders, expiry)
+    if want > 1 then
+      redis.call('HSET', weights, owner, ARGV[3])
+      redis.call('PEXPIREAT', weights, expiry)
+    end
+    if name then redis.call('SET', name, ARGV[6], 'PX', ttl_ms) end
+    return {1, next_fence(fence_key, now, ttl_ms)}
+  end
+end
+
+local now = server_ms()
 
 -- #include name_mark.lua
-if ARGV[6] and ARGV[6] ~= '' then mark = ARGV[6] else name = nil end
+if name then mark = ARGV[6] end
 -- Read before anything is written: a script is not rolled back.
 local refused = read_name(name)
 if refused then return refused end
@@ -57,7 +79,6 @@ local function expire_with_last_holder()
   end
 end
 
--- #include node_state.lua
 local quarantined = quarantine_left()
 
 local function draw_fence() return next_fence(fence_key, now, ttl_ms) end

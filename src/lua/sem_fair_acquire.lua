@@ -40,12 +40,53 @@ local owner, limit, want = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local ttl_ms, queue_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
 local channel, attempt = string.match(ARGV[6] or '', '^(%S*) ?(%d*)$')
 channel, attempt = channel or '', attempt or ''
+if not ARGV[7] or ARGV[7] == '' then name = nil end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- #include node_state.lua
+local now  -- the server's time in ms, read once the checks that need none passed
+
+-- The fence is drawn at the grant, not at arrival: with a limit above 1, waiters may be granted
+-- out of ticket order (the one that polls first), and fences must grow in grant order. A
+-- counter that does not exist yet also starts above every ticket so far, because earlier
+-- versions handed out the tickets as fences. Most draws find it: next_fence's INCR is kept
+-- where next_fence would keep it, and is undone otherwise, so that the draw goes the full way
+-- (which saves asking first whether the counter exists).
+local function draw_fence()
+  local fence = redis.call('INCR', fence_key)
+  if fence >= fence_clock_range and fence > fence_floor() then return fence end
+  if fence == 1 then redis.call('DEL', fence_key) else redis.call('INCRBY', fence_key, '-1') end
+  if redis.call('EXISTS', fence_key) == 0 then
+    local start = math.max(tonumber(redis.call('GET', counter) or '0'), now * 1024)
+    redis.call('SET', fence_key, string.format('%.0f', start), 'PX', ttl_ms)
+  end
+  return next_fence(fence_key, now, ttl_ms)
+end
+
+-- The uncontended grant comes first, before the script defines what a wait needs (every
+-- function defined costs a closure at every run): nobody is in line, the name is free or
+-- marked by this kind, no quarantine. It writes what the full way below would, but for the
+-- ticket: 0, below every ticket the counter gives, so that whoever comes next ranks behind.
+local name_value = name and redis.call('GET', name)
+if (not name_value or name_value == ARGV[7]) and want <= limit and
+    redis.call('EXISTS', owners, timeouts, info, weights) == 0 and quarantine_left() == 0 then
+  now = server_ms()
+  local expiry = string.format('%.0f', now + ttl_ms)  -- formatted once for its uses
+  redis.call('ZADD', owners, '0', owner)
+  redis.call('ZADD', timeouts, expiry, owner)
+  redis.call('PEXPIREAT', owners, expiry)
+  redis.call('PEXPIREAT', timeouts, expiry)
+  if want > 1 then
+    redis.call('HSET', weights, owner, ARGV[3])
+    redis.call('PEXPIREAT', weights, expiry)
+  end
+  if name then redis.call('SET', name, ARGV[7], 'PX', ttl_ms) end
+  return {1, draw_fence(), 0}
+end
+
+now = server_ms()
 
 -- #include name_mark.lua
-if ARGV[7] and ARGV[7] ~= '' then mark = ARGV[7] else name = nil end
+if name then mark = ARGV[7] end
 -- Read before anything is written: a name's key of another kind is refused here (a key that is
 -- no string raises WRONGTYPE), and a script is not rolled back.
 local refused, name_held = read_name(name)
@@ -92,20 +133,6 @@ local function keep(expiry)
   local current = redis.call('ZSCORE', timeouts, owner)
   if not current or expiry > tonumber(current) then redis.call('ZADD', timeouts, expiry, owner) end
   expire_with_last_member()
-end
-
--- #include node_state.lua
-
--- The fence is drawn at the grant, not at arrival: with a limit above 1, waiters may be granted
--- out of ticket order (the one that polls first), and fences must grow in grant order. A
--- counter that does not exist yet also starts above every ticket so far, because earlier
--- versions handed out the tickets as fences.
-local function draw_fence()
-  if redis.call('EXISTS', fence_key) == 0 then
-    local start = math.max(tonumber(redis.call('GET', counter) or '0'), now * 1024)
-    redis.call('SET', fence_key, string.format('%.0f', start), 'PX', ttl_ms)
-  end
-  return next_fence(fence_key, now, ttl_ms)
 end
 
 local ticket = redis.call('ZSCORE', owners, owner)

@@ -32,19 +32,37 @@
 local expiries, weights, queue, info, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local tickets, name = KEYS[6], KEYS[7]
 local owner, limit, fair = ARGV[1], tonumber(ARGV[2] or ''), ARGV[3] == 'fair'
-
--- #include wake.lua
--- #include node_state.lua
--- #include sem_holders.lua
--- #include name_mark.lua
-if ARGV[4] and ARGV[4] ~= '' then mark = ARGV[4] else name = nil end
-
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if not ARGV[4] or ARGV[4] == '' then name = nil end
 
 -- Read before anything is written: a name's key that is no lock raises WRONGTYPE here, and a
 -- script is not rolled back. Held by another kind of lock: nobody in this line can hold now.
-local name_held = name_taken(name)
+local name_value = name and redis.call('GET', name)
+local name_held = name ~= nil and name_value ~= false and name_value ~= ARGV[4]
+
+-- The release nobody waits for comes first, before the script defines what a handoff needs
+-- (every function defined costs a closure at every run): the token is the only member of the
+-- expiry set, and nobody queues (the fair variant's waiters are members of that set too: what
+-- else its line holds is dead, and the walk below would drop it). The keys then go whole, and
+-- the mark with them.
+local only = redis.call('ZRANGE', expiries, '0', '1', 'WITHSCORES')
+if only[1] == owner and not only[3] and (fair or redis.call('EXISTS', queue, info) == 0) then
+  local gone = {expiries, weights, queue, info}
+  if name and name_value == ARGV[4] then gone[5] = name end
+  redis.call('DEL', unpack(gone))
+  local t = redis.call('TIME')
+  if tonumber(only[2]) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
+    return 1
+  end
+  return 0
+end
+
+-- #include node_state.lua
+-- #include wake.lua
+-- #include sem_holders.lua
+-- #include name_mark.lua
+if name then mark = ARGV[4] end
+
+local now = server_ms()
 
 local expiry = redis.call('ZSCORE', expiries, owner)
 local live = expiry and tonumber(expiry) > now
