@@ -72,10 +72,14 @@ local function name_taken(name)
 end
 
 -- Marks the name until `until_ms` (a holder's expiry, server ms) at least; never shortens it.
-local function mark_name_until(name, until_ms, now)
-  if not name or until_ms <= now or name_taken(name) then return end
+-- `value`: what the name's key held when the caller read it in this script (false: nothing),
+-- or nil to read it here.
+local function mark_name_until(name, until_ms, now, value)
+  if not name or until_ms <= now then return end
+  if value == nil then value = redis.call('GET', name) end
+  if value and value ~= mark then return end  -- taken (name_taken)
   local ms = until_ms - now
-  if redis.call('PTTL', name) < ms then redis.call('SET', name, mark, 'PX', ms) end
+  if not value or redis.call('PTTL', name) < ms then redis.call('SET', name, mark, 'PX', ms) end
 end
 
 -- The latest expiry among the live holders (0 when none holds), or nil when the 1000 latest
