@@ -66,6 +66,7 @@ local function live_head(now)
 end
 
 -- #include name_mark.lua
+-- #include name_kinds.lua
 
 -- Fair: only the queue's head, or anyone when nobody waits.
 if fair and quarantined == 0 then

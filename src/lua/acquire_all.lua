@@ -16,6 +16,7 @@ local count = #KEYS / 2
 
 -- #include node_state.lua
 -- #include name_mark.lua
+-- #include name_kinds.lua
 
 local quarantined = quarantine_left()
 if quarantined > 0 then return {0, 0, quarantined} end

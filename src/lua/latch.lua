@@ -15,6 +15,7 @@ local key = KEYS[1]
 local op, n, ttl, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 
 -- #include name_mark.lua
+-- #include name_kinds.lua
 local held = redis.call('GET', key)  -- raises WRONGTYPE for a key of another type
 local left = held and tonumber(held)
 if held and (not left or left < 0 or left ~= math.floor(left)) then

@@ -8,6 +8,7 @@
 local name = KEYS[1]
 
 -- #include name_mark.lua
+-- #include name_kinds.lua
 mark = ARGV[1]
 if name_taken(name) then return 0 end
 local t = redis.call('TIME')

@@ -36,25 +36,26 @@ if not ARGV[6] or ARGV[6] == '' then name = nil end
 if name then mark = ARGV[6] end
 
 -- The uncontended grant comes first, before the script defines what a wait needs (every
--- function defined costs a closure at every run): nobody holds or waits, the name is free or
--- marked by this kind, no quarantine. It writes what the full way below would.
-local name_value = name and redis.call('GET', name)
-if not name_value or name_value == mark then
-  if want <= limit and redis.call('EXISTS', holders, weights, queue, info) == 0 and
-      quarantine_left() == 0 then
-    local now = server_ms()
-    redis.call('ZADD', holders, now + ttl_ms, owner)
-    redis.call('PEXPIREAT', holders, now + ttl_ms)
-    if want > 1 then
-      redis.call('HSET', weights, owner, want)
-      redis.call('PEXPIREAT', weights, now + ttl_ms)
-    end
-    mark_name_until(name, now + ttl_ms, now, name_value)
-    return {1, next_fence(fence_key, now, ttl_ms)}
+-- function defined costs a closure at every run): nobody holds or waits and the name's key
+-- does not exist (one EXISTS of them all; a name marked by this kind already goes the full way,
+-- which reads it), no quarantine. It writes what the full way below would.
+if want <= limit and redis.call('EXISTS', holders, weights, queue, info, name or holders) == 0 and
+    quarantine_left() == 0 then
+  local now = server_ms()
+  local expiry = string.format('%.0f', now + ttl_ms)  -- one conversion for its uses
+  redis.call('ZADD', holders, expiry, owner)
+  redis.call('PEXPIREAT', holders, expiry)
+  if want > 1 then
+    redis.call('HSET', weights, owner, want)
+    redis.call('PEXPIREAT', weights, expiry)
   end
+  mark_name_until(name, now + ttl_ms, now, false)
+  return {1, next_fence(fence_key, now, ttl_ms)}
 end
 
 local now = server_ms()
+
+-- #include name_kinds.lua
 
 -- Read before anything is written: a script is not rolled back.
 local refused = read_name(name)

@@ -66,25 +66,30 @@ end
 if name then mark = ARGV[7] end
 
 -- The uncontended grant comes first, before the script defines what a wait needs (every
--- function defined costs a closure at every run): nobody is in line, the name is free or
--- marked by this kind, no quarantine. It writes what the full way below would: a ticket from
--- the counter, the entries, the keys' expiry (expire_with_last_member's), the mark, the fence.
-local name_value = name and redis.call('GET', name)
-if (not name_value or name_value == mark) and want <= limit and
-    redis.call('EXISTS', owners, timeouts, info, weights) == 0 and quarantine_left() == 0 then
+-- function defined costs a closure at every run): nobody is in line and the name's key does
+-- not exist (one EXISTS of them all; a name marked by this kind already goes the full way,
+-- which reads it), no quarantine. It writes what the full way below would: a ticket from the
+-- counter, the entries, the keys' expiry (expire_with_last_member's), the mark, the fence.
+if want <= limit and redis.call('EXISTS', owners, timeouts, info, weights, name or owners) == 0 and
+    quarantine_left() == 0 then
   now = server_ms()
+  local expiry = string.format('%.0f', now + ttl_ms)  -- one conversion for its uses
   redis.call('ZADD', owners, redis.call('INCR', counter), owner)
-  redis.call('ZADD', timeouts, now + ttl_ms, owner)
-  if want > 1 then redis.call('HSET', weights, owner, want) end
-  for _, key in ipairs(want > 1 and {owners, timeouts, weights, counter} or
-                       {owners, timeouts, counter}) do
-    redis.call('PEXPIREAT', key, now + ttl_ms)
+  redis.call('ZADD', timeouts, expiry, owner)
+  redis.call('PEXPIREAT', owners, expiry)
+  redis.call('PEXPIREAT', timeouts, expiry)
+  if want > 1 then
+    redis.call('HSET', weights, owner, want)
+    redis.call('PEXPIREAT', weights, expiry)
   end
-  mark_name_until(name, now + ttl_ms, now, name_value)
+  redis.call('PEXPIREAT', counter, expiry)
+  mark_name_until(name, now + ttl_ms, now, false)
   return {1, draw_fence(), 0}
 end
 
 now = server_ms()
+
+-- #include name_kinds.lua
 
 -- Read before anything is written: a name's key of another kind is refused here (a key that is
 -- no string raises WRONGTYPE), and a script is not rolled back.

@@ -31,6 +31,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- #include name_mark.lua
+-- #include name_kinds.lua
 if ARGV[4] and ARGV[4] ~= '' then mark = ARGV[4] else name = nil end
 
 local expiry = redis.call('ZSCORE', expiries, owner)

@@ -46,20 +46,21 @@ local name_held = name ~= nil and name_value ~= false and name_value ~= ARGV[4]
 -- the mark with them.
 local only = redis.call('ZRANGE', expiries, '0', '1', 'WITHSCORES')
 if only[1] == owner and not only[3] and (fair or redis.call('EXISTS', queue, info) == 0) then
-  local gone = {expiries, weights, queue, info}
-  if name and name_value == ARGV[4] then gone[5] = name end
-  redis.call('DEL', unpack(gone))
   local t = redis.call('TIME')
-  if tonumber(only[2]) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
-    return 1
+  local live = tonumber(only[2]) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if name and name_value == ARGV[4] then
+    redis.call('DEL', expiries, weights, queue, info, name)
+  else
+    redis.call('DEL', expiries, weights, queue, info)
   end
-  return 0
+  return live and 1 or 0
 end
 
 -- #include node_state.lua
 -- #include wake.lua
 -- #include sem_holders.lua
 -- #include name_mark.lua
+-- #include name_kinds.lua
 if name then mark = ARGV[4] end
 
 local now = server_ms()

@@ -12,6 +12,7 @@
 #include "dlock/key_layout.hpp"
 #include "dlock/mutex.hpp"
 #include "dlock/semaphore.hpp"
+#include "dlock/shared_mutex.hpp"
 #include "support/checks.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
@@ -203,6 +204,42 @@ TEST(QuarantineTest, ThePlainCommandsFirstTryClaimNothingInQuarantineAndLeaveNoK
   ASSERT_TRUE(m.try_lock()) << m.last_error().message();
   EXPECT_GT(m.current_lease()->fencing_token(), static_cast<std::uint64_t>(floor));
   m.unlock();
+}
+
+// The uncontended grant of a semaphore or a read-write lock, which comes before the script's
+// full way, sees the quarantine and the fence floor as the full way does: a quarantine grants
+// nothing, a quarantine key without an expiry quarantines nothing (quarantine_left), and every
+// token drawn is above the floor.
+TEST(QuarantineTest, TheUncontendedGrantOfASemaphoreOrReadWriteLockSeesTheQuarantineAndTheFloor) {
+  redis_server server;
+  client plain{server.url()};
+  client admin{server.url()};
+  const std::string key = test_key();
+  semaphore unfair{plain, key + ":unfair", 2};
+  semaphore fair{plain, key + ":fair", 2, {.fair = true}};
+  shared_mutex rw{plain, key + ":rw"};
+  admin.exec({"SET", std::string(node_quarantine_key), "x", "PX", "60000"});
+  EXPECT_FALSE(unfair.try_acquire()) << "a semaphore ignored the quarantine";
+  EXPECT_FALSE(fair.try_acquire()) << "a fair semaphore ignored the quarantine";
+  EXPECT_FALSE(rw.try_acquire()) << "a writer ignored the quarantine";
+  EXPECT_FALSE(rw.try_acquire_shared()) << "a reader ignored the quarantine";
+  admin.exec({"PERSIST", std::string(node_quarantine_key)});
+  const long long floor = (1'900'000'000'000LL) * 1024;  // above every token the clock gave yet
+  admin.exec({"SET", std::string(node_fence_floor_key), std::to_string(floor)});
+  for (auto* s : {&unfair, &fair}) {
+    std::error_code ec;
+    auto permit = s->try_acquire(1, ec);
+    ASSERT_TRUE(permit) << s->key() << ": " << ec.message();
+    EXPECT_GT(permit.fencing_token(), static_cast<std::uint64_t>(floor)) << s->key();
+    EXPECT_FALSE(permit.release());
+  }
+  for (bool shared : {false, true}) {
+    std::error_code ec;
+    auto held = shared ? rw.try_acquire_shared(ec) : rw.try_acquire(ec);
+    ASSERT_TRUE(held) << (shared ? "reader: " : "writer: ") << ec.message();
+    EXPECT_GT(held.fencing_token(), static_cast<std::uint64_t>(floor));
+    EXPECT_FALSE(held.release());
+  }
 }
 
 // A user who may not run INFO hears what the check needs, not only "no permission".

@@ -159,7 +159,7 @@ std::vector<other_kind> other_kinds_held(std::vector<client>& nodes, const std::
 // The kind whose mark a name's key holds (key_layout.hpp): "a read-write lock", "a semaphore of
 // 3 permits (fair)"; nothing for any other value (a lock's owner, another client's token).
 std::optional<std::string> marked_kind(std::string_view value);
-// What holds a name whose key holds `value`, for a message (name_mark.lua's held_as): the
+// What holds a name whose key holds `value`, for a message (name_kinds.lua's held_as): the
 // marked kind, "a latch or a lock" for a count (hand-made locks write "1" too), else "a lock".
 std::string held_as(std::string_view value);
 

@@ -50,7 +50,7 @@ std::string node_failures(const node_results& votes) {
 }
 
 // "'KEY' is held as a semaphore of 3 permits (fair), not as a lock" when a node refused the
-// name as held by another kind (name_mark.lua's WRONGTYPE), else nothing.
+// name as held by another kind (name_kinds.lua's WRONGTYPE), else nothing.
 std::optional<std::string> held_as_another_kind(const std::string& key,
                                                 const node_results& votes) {
   static constexpr std::string_view said = "WRONGTYPE dlock: the name is ";
