@@ -528,7 +528,10 @@ int run_user_driver_mode(const options& o) {
     for (int i = 1; r.has("ratio_" + std::to_string(i)); ++i)
       std::cout << " " << r.get("threads_" + std::to_string(i)) << "/"
                 << r.get("async_" + std::to_string(i)) << " = " << r.get("ratio_" + std::to_string(i));
-    std::cout << "); load " << r.get("load_before") << " -> " << r.get("load_after") << "\n";
+    std::cout << "); per cycle: threads " << r.get("threads_switches_per_cycle") << " switches "
+              << r.get("threads_cpu_us_per_cycle") << " us, async "
+              << r.get("async_switches_per_cycle") << " switches " << r.get("async_cpu_us_per_cycle")
+              << " us; load " << r.get("load_before") << " -> " << r.get("load_after") << "\n";
   }
   std::cout << user_driver_markdown(rows);
   print_issue39_verdicts(judge_targets(rows));

@@ -5,6 +5,8 @@
 // each cycle inside a window after a warm-up.
 #include "harness/user_driver.hpp"
 
+#include <sys/resource.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <fstream>
@@ -28,19 +30,46 @@ std::unique_ptr<mutex> make_mutex(client& c, const std::string& name, const user
   return std::make_unique<mutex>(c, name);
 }
 
+// A window's cycles per second, and what each cycle cost this process (all its threads, the
+// I/O thread's included): voluntary context switches and CPU time.
+struct window {
+  double rate = 0;
+  double switches_per_cycle = 0;
+  double cpu_us_per_cycle = 0;
+};
+
+rusage usage() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u;
+}
+
+double cpu_us(const rusage& u) {
+  auto us = [](const timeval& t) { return t.tv_sec * 1e6 + static_cast<double>(t.tv_usec); };
+  return us(u.ru_utime) + us(u.ru_stime);
+}
+
 // Counts `cycles` from `from` (or, with a barrier or warm-up, from where those end) for the
-// setup's seconds; returns cycles per second.
-double count_window(const std::atomic<long>& cycles, bench_clock::time_point from,
+// setup's seconds.
+window count_window(const std::atomic<long>& cycles, bench_clock::time_point from,
                     const user_driver_setup& s) {
   std::this_thread::sleep_until(from);
   long first = cycles.load();
+  rusage u0 = usage();
   auto t0 = bench_clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(s.seconds));
   long got = cycles.load() - first;
-  return static_cast<double>(got) / std::chrono::duration<double>(bench_clock::now() - t0).count();
+  rusage u1 = usage();
+  window w;
+  w.rate = static_cast<double>(got) / std::chrono::duration<double>(bench_clock::now() - t0).count();
+  if (got > 0) {
+    w.switches_per_cycle = static_cast<double>(u1.ru_nvcsw - u0.ru_nvcsw) / static_cast<double>(got);
+    w.cpu_us_per_cycle = (cpu_us(u1) - cpu_us(u0)) / static_cast<double>(got);
+  }
+  return w;
 }
 
-double threads_phase(client& c, const user_driver_setup& s) {
+window threads_phase(client& c, const user_driver_setup& s) {
   std::atomic<long> cycles{0};
   std::atomic<bool> stop{false};
   auto start = bench_clock::now() + milliseconds(s.barrier ? 20 : 0);
@@ -56,13 +85,13 @@ double threads_phase(client& c, const user_driver_setup& s) {
       }
     });
   }
-  double rate = count_window(cycles, start + milliseconds(s.warm_ms), s);
+  window rate = count_window(cycles, start + milliseconds(s.warm_ms), s);
   stop = true;
   for (auto& th : threads) th.join();
   return rate;
 }
 
-double async_phase(client& c, const user_driver_setup& s) {
+window async_phase(client& c, const user_driver_setup& s) {
   std::vector<std::unique_ptr<mutex>> locks;
   for (int i = 0; i < s.lockers; ++i) locks.push_back(make_mutex(c, "ud:a:" + std::to_string(i), s));
   std::atomic<long> cycles{0};
@@ -86,7 +115,7 @@ double async_phase(client& c, const user_driver_setup& s) {
   };
   auto start = bench_clock::now();
   for (auto& m : locks) next(*m);
-  double rate = count_window(cycles, start + milliseconds(s.warm_ms), s);
+  window rate = count_window(cycles, start + milliseconds(s.warm_ms), s);
   stop = true;
   std::unique_lock guard(mu);
   cv.wait(guard, [&] { return running == 0; });
@@ -106,20 +135,29 @@ row run_user_driver(const user_driver_setup& s) {
 
   client c{s.url};
   double threads_total = 0, async_total = 0;
+  window threads_cost, async_cost;  // summed over the rounds
   for (int round = 1; round <= s.rounds; ++round) {
-    double threads = 0, async = 0;
+    window threads, async;
     for (int half = 0; half < 2; ++half) {
       if ((half == 0) != s.async_first) threads = threads_phase(c, s);
       else async = async_phase(c, s);
       std::this_thread::sleep_for(std::chrono::seconds(1));
     }
     std::string n = std::to_string(round);
-    r.figures["threads_" + n] = threads;
-    r.figures["async_" + n] = async;
-    r.figures["ratio_" + n] = threads / async;
-    threads_total += threads;
-    async_total += async;
+    r.figures["threads_" + n] = threads.rate;
+    r.figures["async_" + n] = async.rate;
+    r.figures["ratio_" + n] = threads.rate / async.rate;
+    threads_total += threads.rate;
+    async_total += async.rate;
+    threads_cost.switches_per_cycle += threads.switches_per_cycle / s.rounds;
+    threads_cost.cpu_us_per_cycle += threads.cpu_us_per_cycle / s.rounds;
+    async_cost.switches_per_cycle += async.switches_per_cycle / s.rounds;
+    async_cost.cpu_us_per_cycle += async.cpu_us_per_cycle / s.rounds;
   }
+  r.figures["threads_switches_per_cycle"] = threads_cost.switches_per_cycle;
+  r.figures["threads_cpu_us_per_cycle"] = threads_cost.cpu_us_per_cycle;
+  r.figures["async_switches_per_cycle"] = async_cost.switches_per_cycle;
+  r.figures["async_cpu_us_per_cycle"] = async_cost.cpu_us_per_cycle;
   r.figures["threads_cycles_per_s"] = threads_total / s.rounds;
   r.figures["async_cycles_per_s"] = async_total / s.rounds;
   r.figures["ratio"] = threads_total / async_total;

@@ -7,8 +7,10 @@
 //                    as such a program counts them: one shared counter, read when the window
 //                    ends; no warm-up, no start barrier, no latency samples. Figures:
 //                    threads_cycles_per_s, async_cycles_per_s, ratio (threads / async, all
-//                    rounds), per round threads_<r>, async_<r>, ratio_<r>, and the 1-minute load
-//                    average before and after.
+//                    rounds), per round threads_<r>, async_<r>, ratio_<r>, the client process's
+//                    cost per cycle in each phase (threads_/async_switches_per_cycle: voluntary
+//                    context switches; threads_/async_cpu_us_per_cycle: CPU time), and the
+//                    1-minute load average before and after.
 // The setup's switches add one of run_uncontended's habits at a time, to find which of them (if
 // any) makes lock_bench's threads/async ratio differ from such a program's.
 #pragma once
