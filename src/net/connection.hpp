@@ -152,10 +152,11 @@ class connection : public std::enable_shared_from_this<connection> {
   // Who may touch the socket and `reader_`. The I/O thread holds it (`io`) from the first
   // connect on, and gives it up (`idle`) only when the connection is ready, plain, not a
   // subscriber, with nothing queued, in flight, being written or being read; a caller then
-  // takes it (idle -> `direct`) for one exchange. The I/O thread never waits for a caller: when
-  // it needs the socket meanwhile, it marks it `direct_wanted`, and the caller hands it back as
-  // `io` and posts after_direct(). A caller whose exchange failed hands it back as `broken`: the
-  // I/O thread fails the socket (it may still deliver a late reply) before anything else.
+  // takes it (idle -> `direct`) for a session: its exchange and those of the callers that join
+  // it. The I/O thread never waits for a caller: when it needs the socket meanwhile, it marks
+  // it `direct_wanted` (no one joins then), and the last caller hands it back as `io` and posts
+  // after_direct(). A session that failed is handed back as `broken`: the I/O thread fails the
+  // socket (it may still deliver a late reply) before anything else.
   enum class driver : std::uint8_t { io, idle, direct, direct_wanted, broken };
   enum class claim { io, caller, broken };
 
