@@ -279,9 +279,6 @@ class connection : public std::enable_shared_from_this<connection> {
   bool session_open_ = false;                 // guarded by session_mutex_
   std::deque<direct_waiter*> session_wire_;   // written, awaiting replies in order; guarded
   std::error_code session_failed_;            // a joiner's write failed; guarded
-  // Until when the session's reader waits for the socket at most; guarded. A request due much
-  // earlier does not join (the reader would not wake for it), and takes another way.
-  clock::time_point session_until_;
   // Requests of joiners not yet written, and whether one of them is writing (outside the lock):
   // who joins while another writes leaves its request here for that writer. Guarded.
   std::string session_outbox_;

@@ -99,10 +99,10 @@ void wake_all(const std::vector<std::atomic<std::uint32_t>*>& states) {
   }
 }
 
-// How much earlier than the session's reader next wakes up a joiner may be due; it then times
-// out at most that late. Callers with one timeout compute their deadlines a moment before they
-// join, in any order: without it they would not join each other.
-constexpr auto join_slack = std::chrono::milliseconds(10);
+// How long the session's reader waits for the socket at most before it looks at the deadlines
+// again: a caller may join meanwhile due sooner than the reader's wait ends (another timeout, or
+// a deadline computed a moment before another's), and then times out at most this late.
+constexpr auto reader_recheck = std::chrono::milliseconds(10);
 
 enum class write_result { sent, nothing_sent, lost };
 
@@ -145,10 +145,9 @@ bool connection::try_exchange_direct(std::string_view payload, std::size_t repli
       if (!open_session(deadline)) return false;
     } else if (driver_.load(std::memory_order_acquire) != driver::direct ||
                in_transit_.load(std::memory_order_seq_cst) != 0 || session_failed_ ||
-               deadline + join_slack < session_until_ || clock::now() >= deadline) {
+               clock::now() >= deadline) {
       // The I/O thread wants the socket back, or a submitted request must go first: no new
-      // requests join, so that the session ends. Nor does one due well before the reader next
-      // wakes up (another timeout).
+      // requests join, so that the session ends.
       return false;
     }
     direct_exchanges.fetch_add(1, std::memory_order_relaxed);
@@ -231,14 +230,13 @@ bool connection::open_session(clock::time_point deadline) {
   }
   session_open_ = true;
   session_failed_.clear();
-  session_until_ = deadline;
   return true;
 }
 
 // Replies come in the order of session_wire_. Each reader reads until its own request is
 // answered, then wakes the next waiter as reader: nobody stays behind reading for others. The
-// reader's wait ends at the earliest deadline of the requests written: a missed one fails them
-// all, as on the async path (connection::on_deadline).
+// reader's wait ends at the earliest deadline of the requests written (or after
+// reader_recheck): a missed one fails them all, as on the async path (connection::on_deadline).
 void connection::lead_session(direct_waiter& me) {
   const int fd = direct_fd_;
   socket_link& link = *direct_link_;
@@ -297,18 +295,25 @@ void connection::lead_session(direct_waiter& me) {
       wake_all(woken);
       return;
     }
-    auto until = clock::time_point::max();
-    for (auto* w : session_wire_) until = std::min(until, w->deadline);
-    session_until_ = until;
+    auto due = clock::time_point::max();
+    for (auto* w : session_wire_) due = std::min(due, w->deadline);
     lock.unlock();
     wake_all(std::exchange(woken, {}));
 
-    bool ready = wait_for(fd, POLLIN, until);
+    auto now = clock::now();
+    bool ready = wait_for(fd, POLLIN, due - now > reader_recheck ? now + reader_recheck : due);
     ssize_t n = ready ? ::recv(fd, link.read_buf.data(), link.read_buf.size(), MSG_DONTWAIT) : -1;
     int err = errno;
     lock.lock();
     if (!ready) {
-      fail_session(errc::timeout, woken);
+      // A request on the FIFO missed its deadline (maybe one that joined during the wait).
+      auto late = clock::now();
+      for (auto* w : session_wire_) {
+        if (w->deadline <= late) {
+          fail_session(errc::timeout, woken);
+          break;
+        }
+      }
     } else if (n > 0) {
       link.heard_back = true;
       reader.feed({link.read_buf.data(), static_cast<std::size_t>(n)});
