@@ -35,8 +35,10 @@ when the lock is lost, and passes it a fencing token.")
 
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libdlock-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
+# hiredis before 1.0: the reply reader builds replies in hiredis 0.14's object functions, whose
+# table 1.0 changed (resp/reply_reader.cpp), and a static libdlock keeps that layout.
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
-  "libasio-dev (>= 1:1.22), libhiredis-dev (>= 0.14), libssl-dev (>= 3)")
+  "libasio-dev (>= 1:1.22), libhiredis-dev (>= 0.14), libhiredis-dev (<< 1.0), libssl-dev (>= 3)")
 set(CPACK_DEBIAN_DEV_DESCRIPTION "C++20 library for distributed locks on Redis (development files)
 Locks over one Redis server or N independent ones (Redlock), counting semaphores, fencing
 tokens, leases with a watchdog, and WATCH-based optimistic transactions; the lock is a

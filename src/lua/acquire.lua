@@ -52,6 +52,14 @@ if not fair and quarantined == 0 and redis.call('SET', key, owner, 'NX', 'PX', t
   return grant(nil, owner == id .. '.0')
 end
 
+-- A counter that a plain INCR made (acquire_unqueued, which found no counter) holds no token
+-- and no expiry: gone before any answer below, a refusal or an error as much as a grant, so
+-- that none leaves it behind and no client of an earlier version takes its count for one.
+-- (pcall: a counter of another type is for the grant to report, as before.)
+local counted = redis.pcall('GET', fence_key)
+counted = type(counted) == 'string' and tonumber(counted)
+if counted and counted < fence_clock_range then redis.call('DEL', fence_key) end
+
 -- The first waiter whose deadline has not passed; dead ones (crashed waiters) are dropped.
 local function live_head(now)
   while true do
@@ -109,13 +117,6 @@ if holder and string.sub(holder, 1, #id + 1) == id .. '.' then
   if current and (current < fence_clock_range or current <= fence_floor()) then current = nil end
   return grant(current or nil)
 end
-
--- A counter that a plain INCR made while the key was held (acquire_unqueued) holds no
--- token: gone, no client of an earlier version takes its count for one.
--- (pcall: a counter of another type is for the grant to report, as before.)
-local counted = redis.pcall('GET', fence_key)
-counted = type(counted) == 'string' and tonumber(counted)
-if counted and counted < fence_clock_range then redis.call('DEL', fence_key) end
 
 if waiter ~= '' then
   now = now or server_ms()

@@ -33,13 +33,16 @@ class reply_reader {
  private:
   // hiredis parses; these build the dlock::reply as it goes (its object functions), with no
   // redisReply in between. An array's elements gather in its nesting level's list until the
-  // last one came; hiredis nests at most 8 deep.
+  // last one came; hiredis 0.14 nests at most 8 deep (a deeper reply is refused here too).
   struct level {
     std::vector<reply> elements;
     std::size_t expected = 0;
   };
   static reply_reader& of(const redisReadTask* task) noexcept;
+  std::size_t depth_of(const redisReadTask* array) const noexcept;
   void* place(const redisReadTask* task, reply r);
+  template <class Build>
+  static void* guarded(Build build) noexcept;
   static void* create_string(const redisReadTask* task, char* text, std::size_t length);
   static void* create_array(const redisReadTask* task, int elements);
   static void* create_integer(const redisReadTask* task, long long value);

@@ -182,7 +182,8 @@ TEST(QuarantineTest, TokensAfterAnIdentityChangeAreAboveEveryEarlierOne) {
 // A lock free at its last acquisition tries the next one with plain commands, without Lua
 // (acquire_unqueued), whose SET NX cannot see the quarantine: it reads the quarantine and the
 // floor after its INCR, claims nothing, gives the key back, and draws its next token above the
-// floor.
+// floor. Its counter gone too (a restart without persistence), the INCR made one without
+// expiry, which the refusal that follows deletes (a review found it left for good).
 TEST(QuarantineTest, ThePlainCommandsFirstTryClaimNothingInQuarantineAndLeaveNoKey) {
   redis_server server;
   client plain{server.url()};
@@ -194,12 +195,15 @@ TEST(QuarantineTest, ThePlainCommandsFirstTryClaimNothingInQuarantineAndLeaveNoK
   const long long floor = (1'900'000'000'000LL) * 1024;  // above every token the clock gave yet
   admin.exec({"SET", std::string(node_quarantine_key), "x", "PX", "60000"});
   admin.exec({"SET", std::string(node_fence_floor_key), std::to_string(floor)});
+  const std::string counter = lock_keys_for(key).fence;
+  admin.exec({"DEL", counter});
   admin.exec({"CONFIG", "RESETSTAT"});
   EXPECT_FALSE(m.try_lock());
   EXPECT_NE(admin.exec({"INFO", "commandstats"}).str().find("cmdstat_mget:calls=1,"),
             std::string::npos)
       << "the plain commands were tried";
   EXPECT_TRUE(admin.exec({"GET", key}).is_nil()) << "the key the commands set was left";
+  EXPECT_NE(admin.exec({"PTTL", counter}).integer(), -1) << "a counter left without expiry";
   admin.exec({"DEL", std::string(node_quarantine_key)});
   ASSERT_TRUE(m.try_lock()) << m.last_error().message();
   EXPECT_GT(m.current_lease()->fencing_token(), static_cast<std::uint64_t>(floor));
