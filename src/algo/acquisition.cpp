@@ -102,7 +102,9 @@ std::vector<acquisition::foreign_holder> acquisition::take_foreign_holders() {
 std::optional<acquisition::outcome> acquisition::take_outcome() { return loop_->take_outcome(); }
 bool acquisition::done() const noexcept { return loop_->done(); }
 bool acquisition::queued() const noexcept { return loop_->queued(); }
-bool acquisition::refused_plain_commands() const noexcept { return loop_->refused_plain_commands(); }
+bool acquisition::refused_plain_commands() const noexcept {
+  return loop_->refused_plain_commands();
+}
 
 int acquisition::attempts_made() const noexcept { return loop_->attempts_made(); }
 const std::string& acquisition::id() const noexcept { return loop_->id(); }

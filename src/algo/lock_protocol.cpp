@@ -52,7 +52,9 @@ std::string lock_protocol::waiter_entry(const wait_loop& loop, std::size_t node,
                 round.size() + 3);
   entry.append(entry_ttl).append(" ").append(channels[node]);
   // "<lock ttl> <round>": release.lua may hand the lock to this entry (on_handoff).
-  if (target_.accepts_handoff()) entry.append(" ").append(target_.ttl_text).append(" ").append(round);
+  if (target_.accepts_handoff()) {
+    entry.append(" ").append(target_.ttl_text).append(" ").append(round);
+  }
   return entry;
 }
 
