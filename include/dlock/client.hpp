@@ -102,9 +102,10 @@ struct client_options {
   /// and releases, or fails the extend and leaves the lease's validity as it was.
   replication_guard_options replication_guard{};
   /// Connections that dlock's blocking lock and semaphore calls (lock(), unlock(), acquire(),
-  /// release() on threads) may open to the node beside the shared one: when another thread's
-  /// request occupies that one, the calling thread makes its round trip on an idle spare
-  /// itself instead of queueing behind it and waiting for the I/O thread (docs/design.md).
+  /// release() on threads) may open to the node beside the shared one: when the I/O thread's
+  /// work occupies that one (blocking calls join each other there otherwise), the calling
+  /// thread makes its round trip on an idle spare itself instead of queueing behind it and
+  /// waiting for the I/O thread, where later blocking calls would queue too (docs/design.md).
   /// Opened one at a time, only when all are busy; commands sent with exec() and async calls
   /// always use the shared connection, in order, and a thread whose own async requests have
   /// not all completed keeps to it too, so that no blocking call overtakes them. Plain TCP and

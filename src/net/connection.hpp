@@ -19,6 +19,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -96,7 +97,10 @@ class connection : public std::enable_shared_from_this<connection> {
   // written), the calling thread writes `payload` itself and reads the `replies` replies on the
   // socket until `deadline`, without waking the I/O thread; it then returns true with the
   // reply (an array when replies > 1) in `out` and the error, as submit()'s handler would get
-  // them. Otherwise it returns false having written nothing, and the caller uses submit().
+  // them. While callers hold the socket, other callers join them: each writes its own request
+  // and sleeps, and one of them at a time reads the replies for all (a session, see
+  // connection_direct.cpp). Otherwise it returns false having written nothing, and the caller
+  // uses submit().
   // A missed deadline, a reset or bytes that are not RESP fail the connection as on the async
   // path (timeout, connection_lost, protocol_error). A connection found closed by the server
   // while idle is failed too, and false is returned: submit() then goes out on a fresh one.
@@ -130,6 +134,7 @@ class connection : public std::enable_shared_from_this<connection> {
   void master_moved(const host_port& master);
 
  private:
+  struct direct_waiter;  // a caller in a session (connection_direct.cpp)
   struct request {
     std::string payload;
     std::size_t expected = 1;
@@ -147,10 +152,11 @@ class connection : public std::enable_shared_from_this<connection> {
   // Who may touch the socket and `reader_`. The I/O thread holds it (`io`) from the first
   // connect on, and gives it up (`idle`) only when the connection is ready, plain, not a
   // subscriber, with nothing queued, in flight, being written or being read; a caller then
-  // takes it (idle -> `direct`) for one exchange. The I/O thread never waits for a caller: when
-  // it needs the socket meanwhile, it marks it `direct_wanted`, and the caller hands it back as
-  // `io` and posts after_direct(). A caller whose exchange failed hands it back as `broken`: the
-  // I/O thread fails the socket (it may still deliver a late reply) before anything else.
+  // takes it (idle -> `direct`) for a session: its exchange and those of the callers that join
+  // it. The I/O thread never waits for a caller: when it needs the socket meanwhile, it marks
+  // it `direct_wanted` (no one joins then), and the last caller hands it back as `io` and posts
+  // after_direct(). A session that failed is handed back as `broken`: the I/O thread fails the
+  // socket (it may still deliver a late reply) before anything else.
   enum class driver : std::uint8_t { io, idle, direct, direct_wanted, broken };
   enum class claim { io, caller, broken };
 
@@ -194,6 +200,17 @@ class connection : public std::enable_shared_from_this<connection> {
   void after_direct();    // posted by a caller that handed the socket back as io or broken
   // Caller side. `exchanged`: a request and its reply went through (not a refusal to start).
   void hand_back(bool broken, bool exchanged = false);
+  // Caller side, with session_mutex_ held: takes the idle socket (idle -> direct) and opens a
+  // session, or refuses (false, nothing written) as try_exchange_direct() does.
+  bool open_session(clock::time_point deadline);
+  // With session_mutex_ held: writes session_outbox_ until it stays empty.
+  void write_outbox(std::unique_lock<std::mutex>& lock, clock::time_point deadline);
+  // The session's reader: reads and hands out replies in order until `me`'s are in, then hands
+  // the reading on to the next waiter, or ends the session when none is left.
+  void lead_session(direct_waiter& me);
+  // With session_mutex_ held: every request written in the session fails with `code` (its
+  // outcome is unknown), and the socket goes back to the I/O thread, which fails it.
+  void fail_session(std::error_code code, std::vector<std::atomic<std::uint32_t>*>& woken);
   void on_reply(reply r);
   static bool is_push(const reply& r);
   // READONLY: with Sentinel, the node we took for the master was demoted.
@@ -255,6 +272,18 @@ class connection : public std::enable_shared_from_this<connection> {
   std::atomic<bool> direct_used_{false};
   // A fail() that came while a caller held the socket: run when it is handed back.
   std::optional<std::error_code> deferred_fail_;
+
+  // The callers' session on the socket (connection_direct.cpp): open from the caller that took
+  // it (idle -> direct) until the last reply of the requests written meanwhile was read.
+  std::mutex session_mutex_;
+  bool session_open_ = false;                 // guarded by session_mutex_
+  std::deque<direct_waiter*> session_wire_;   // written, awaiting replies in order; guarded
+  std::error_code session_failed_;            // a joiner's write failed; guarded
+  // Requests of joiners not yet written, and whether one of them is writing (outside the lock):
+  // who joins while another writes leaves its request here for that writer. Guarded.
+  std::string session_outbox_;
+  bool session_writing_ = false;
+  bool session_hand_back_ = false;  // the session failed during a write: the writer hands back
 
   std::function<void(const reply&)> on_push_;
   std::function<void()> on_drop_;

@@ -15,8 +15,22 @@
 // which fails the connection exactly as the async path would, and the I/O thread never closes
 // a socket a caller is using (the fd number could be reused under it) but defers that close
 // until the caller hands back.
+//
+// Callers that come while another holds the socket join it, a session: each appends its request
+// to the session's FIFO and writes it (or leaves it to the joiner writing at that moment, who
+// sends all that queued in one go), then sleeps. One of them at a time reads: the replies, in
+// FIFO order, wake their callers, and a reader whose own reply came wakes the next caller to
+// read in its place. So many threads share one connection and Redis reads their requests in
+// batches, as it reads the async path's, instead of one request per read from a connection per
+// thread; and nobody wakes the I/O thread. The session ends when the FIFO empties, or the I/O
+// thread wants the socket (no one joins then), or it fails: a missed deadline (the reader waits
+// until the earliest of the FIFO's), a reset or bytes that are not RESP fail every request
+// written, as on the async path, and the socket goes back to the I/O thread as `broken`.
+#include <linux/futex.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <asio/post.hpp>
 #include <algorithm>
@@ -53,41 +67,47 @@ std::uint64_t direct_exchange_count() noexcept {
   return direct_exchanges.load(std::memory_order_relaxed);
 }
 
-bool connection::try_exchange_direct(std::string_view payload, std::size_t replies,
-                                     clock::time_point deadline, std::error_code& ec,
-                                     reply& out) {
-  if (replies == 0 || on_io_thread() || in_forked_child()) return false;
-  driver expected = driver::idle;
-  if (!driver_.compare_exchange_strong(expected, driver::direct, std::memory_order_acquire,
-                                       std::memory_order_relaxed)) {
-    return false;
-  }
-  if (in_transit_.load(std::memory_order_seq_cst) != 0) {
-    hand_back(false);  // a request submitted before this call (maybe by this thread) goes first
-    return false;
-  }
-  // The I/O thread published these before it gave the socket up; nobody else touches them now.
-  const int fd = direct_fd_;
-  socket_link& link = *direct_link_;
-  reply_reader& reader = *reader_;
-  if (spoke_while_idle(fd)) {
-    hand_back(true);  // dropped while idle: the I/O thread fails it; submit() reconnects
-    return false;
-  }
-  if (clock::now() >= deadline) {
-    hand_back(false);  // let the async path report the timeout, as it always did
-    return false;
-  }
-  direct_exchanges.fetch_add(1, std::memory_order_relaxed);
-  // After the first byte went out the request's outcome is unknown on any failure, and a late
-  // reply could pair with the next request: the socket must go (see the top).
-  auto lost = [&](errc code) {
-    ec = code;
-    out = reply{};
-    hand_back(true);
-    return true;
-  };
+// A caller in a session: its request's replies, and whether it is done or must read next.
+struct connection::direct_waiter {
+  enum : std::uint32_t { waiting, done, lead };
+  std::size_t expected = 1;
+  clock::time_point deadline;
+  std::vector<reply> got;  // a pipelined request's (expected > 1)
+  reply out;
+  std::error_code ec;
+  bool demoted = false;  // a READONLY among its replies (Sentinel)
+  std::atomic<std::uint32_t> state{waiting};
+};
 
+namespace {
+
+// Raw futex calls on a waiter's state: the wake-up may come after the waiter saw its new state
+// and returned (its frame gone). FUTEX_WAKE only looks the address up, which makes that
+// harmless; std::atomic::notify_one promises nothing of the kind.
+void sleep_while(std::atomic<std::uint32_t>& state, std::uint32_t value) {
+  static_assert(sizeof(state) == sizeof(std::uint32_t));
+  while (state.load(std::memory_order_acquire) == value) {
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&state), FUTEX_WAIT_PRIVATE, value,
+              nullptr, nullptr, 0);
+  }
+}
+
+void wake_all(const std::vector<std::atomic<std::uint32_t>*>& states) {
+  for (auto* s : states) {
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(s), FUTEX_WAKE_PRIVATE, 1, nullptr,
+              nullptr, 0);
+  }
+}
+
+// How long the session's reader waits for the socket at most before it looks at the deadlines
+// again: a caller may join meanwhile due sooner than the reader's wait ends (another timeout, or
+// a deadline computed a moment before another's), and then times out at most this late.
+constexpr auto reader_recheck = std::chrono::milliseconds(10);
+
+enum class write_result { sent, nothing_sent, lost };
+
+// Writes all of `payload` on `fd` by `deadline`; `code` says why when it did not.
+write_result write_all(int fd, std::string_view payload, clock::time_point deadline, errc& code) {
   std::size_t sent = 0;
   while (sent < payload.size()) {
     ssize_t n = ::send(fd, payload.data() + sent, payload.size() - sent,
@@ -97,61 +117,234 @@ bool connection::try_exchange_direct(std::string_view payload, std::size_t repli
       continue;
     }
     if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return lost(errc::connection_lost);
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      code = errc::connection_lost;
+      return write_result::lost;
+    }
     if (!wait_for(fd, POLLOUT, deadline)) {
-      if (sent != 0) return lost(errc::timeout);
-      ec = errc::timeout;  // nothing went out: the connection is as good as before
-      out = reply{};
-      hand_back(false);
-      return true;
+      code = errc::timeout;
+      return sent == 0 ? write_result::nothing_sent : write_result::lost;
     }
   }
+  return write_result::sent;
+}
 
-  // One reply (the usual case) goes straight to `out`: no vector to allocate per exchange.
-  std::vector<reply> got;
-  std::size_t received = 0;
+}  // namespace
+
+bool connection::try_exchange_direct(std::string_view payload, std::size_t replies,
+                                     clock::time_point deadline, std::error_code& ec,
+                                     reply& out) {
+  if (replies == 0 || on_io_thread() || in_forked_child()) return false;
+  direct_waiter me;
+  me.expected = replies;
+  me.deadline = deadline;
+  {
+    std::unique_lock lock(session_mutex_);
+    const bool opener = !session_open_;
+    if (opener) {
+      if (!open_session(deadline)) return false;
+    } else if (driver_.load(std::memory_order_acquire) != driver::direct ||
+               in_transit_.load(std::memory_order_seq_cst) != 0 || session_failed_ ||
+               clock::now() >= deadline) {
+      // The I/O thread wants the socket back, or a submitted request must go first: no new
+      // requests join, so that the session ends.
+      return false;
+    }
+    direct_exchanges.fetch_add(1, std::memory_order_relaxed);
+    if (opener) {
+      // The opener reads, and writes first; nobody else can write yet.
+      errc code{};
+      switch (write_all(direct_fd_, payload, deadline, code)) {
+        case write_result::sent:
+          break;
+        case write_result::nothing_sent:
+          // Nothing went out: the connection is as good as before.
+          ec = code;
+          out = reply{};
+          session_open_ = false;
+          hand_back(false);
+          return true;
+        case write_result::lost:
+          session_failed_ = code;  // lead_session fails it
+          break;
+      }
+      session_wire_.push_back(&me);
+      me.state.store(direct_waiter::lead, std::memory_order_relaxed);
+    } else {
+      // The order on the wire is the order of session_wire_: a joiner queues its bytes with its
+      // place, and whoever writes takes all that is queued in one send.
+      session_outbox_.append(payload);
+      session_wire_.push_back(&me);
+      if (!session_writing_) write_outbox(lock, deadline);
+      lock.unlock();
+      // Until the reader hands over this request's replies, or the reading itself.
+      sleep_while(me.state, direct_waiter::waiting);
+    }
+  }
+  if (me.state.load(std::memory_order_acquire) == direct_waiter::lead) lead_session(me);
+  ec = me.ec;
+  out = std::move(me.out);
+  return true;
+}
+
+// With session_mutex_ held; unlocks it while it writes. After the first byte went out, a failed
+// or late write leaves every request on the wire unknown: the reader fails them all.
+void connection::write_outbox(std::unique_lock<std::mutex>& lock, clock::time_point deadline) {
+  session_writing_ = true;
+  std::string batch;
+  while (!session_outbox_.empty() && !session_failed_ && !session_hand_back_) {
+    batch.clear();
+    batch.swap(session_outbox_);
+    lock.unlock();
+    errc code{};
+    auto result = write_all(direct_fd_, batch, deadline, code);
+    lock.lock();
+    if (result != write_result::sent && !session_failed_) session_failed_ = code;
+  }
+  session_outbox_.clear();
+  session_writing_ = false;
+  // The session failed meanwhile: its reader left the socket to this writer to hand back.
+  if (std::exchange(session_hand_back_, false)) hand_back(true);
+}
+
+// With session_mutex_ held.
+bool connection::open_session(clock::time_point deadline) {
+  driver expected = driver::idle;
+  if (!driver_.compare_exchange_strong(expected, driver::direct, std::memory_order_acquire,
+                                       std::memory_order_relaxed)) {
+    return false;
+  }
+  if (in_transit_.load(std::memory_order_seq_cst) != 0) {
+    hand_back(false);  // a request submitted before this call (maybe by this thread) goes first
+    return false;
+  }
+  // The I/O thread published direct_fd_ and direct_link_ before it gave the socket up; callers
+  // alone touch them, the reader and reader_ until the session ends.
+  if (spoke_while_idle(direct_fd_)) {
+    hand_back(true);  // dropped while idle: the I/O thread fails it; submit() reconnects
+    return false;
+  }
+  if (clock::now() >= deadline) {
+    hand_back(false);  // let the async path report the timeout, as it always did
+    return false;
+  }
+  session_open_ = true;
+  session_failed_.clear();
+  return true;
+}
+
+// Replies come in the order of session_wire_. Each reader reads until its own request is
+// answered, then wakes the next waiter as reader: nobody stays behind reading for others. The
+// reader's wait ends at the earliest deadline of the requests written (or after
+// reader_recheck): a missed one fails them all, as on the async path (connection::on_deadline).
+void connection::lead_session(direct_waiter& me) {
+  const int fd = direct_fd_;
+  socket_link& link = *direct_link_;
+  reply_reader& reader = *reader_;
+  std::vector<std::atomic<std::uint32_t>*> woken;
+  bool answered = false;
+  std::unique_lock lock(session_mutex_);
   for (;;) {
     std::error_code perr;
-    while (received < replies) {
+    bool demoted = false;
+    while (!session_wire_.empty() && !demoted) {
       auto r = reader.next(perr);
-      if (perr) return lost(errc::protocol_error);
-      if (!r) break;
-      if (replies == 1) {
-        out = std::move(*r);
+      if (perr || !r) break;
+      direct_waiter& front = *session_wire_.front();
+      // With Sentinel, READONLY means the node was demoted: the socket ends after this
+      // request, so that the next request votes again (connection::on_reply).
+      front.demoted = front.demoted || (sentinel_ && is_demoted_reply(*r));
+      if (front.expected > 1) {
+        if (front.got.empty()) front.got.reserve(front.expected);
+        front.got.push_back(std::move(*r));
+        if (front.got.size() < front.expected) continue;
+        front.out = reply::make_array(std::move(front.got));
+        front.ec = {};
       } else {
-        if (got.empty()) got.reserve(replies);
-        got.push_back(std::move(*r));
+        front.ec = r->is_error() ? error_from_reply(*r) : std::error_code{};
+        front.out = std::move(*r);
       }
-      ++received;
+      session_wire_.pop_front();
+      demoted = front.demoted;
+      if (&front == &me) {
+        answered = true;
+      } else {
+        front.state.store(direct_waiter::done, std::memory_order_release);
+        woken.push_back(&front.state);
+      }
     }
-    if (received == replies) break;
-    if (!wait_for(fd, POLLIN, deadline)) return lost(errc::timeout);
-    ssize_t n = ::recv(fd, link.read_buf.data(), link.read_buf.size(), MSG_DONTWAIT);
-    if (n > 0) {
+    if (perr || demoted || session_failed_) {
+      fail_session(perr     ? std::error_code(errc::protocol_error)
+                   : demoted ? std::error_code(errc::connection_lost)
+                             : session_failed_,
+                   woken);
+    } else if (answered) {
+      if (session_wire_.empty()) {
+        // A reply beyond the last request was not asked for: on the async path it fails the
+        // connection (after the requests completed normally); do the same.
+        bool unasked = reader.next(perr).has_value() || perr;
+        session_open_ = false;
+        hand_back(unasked, true);
+      } else {
+        session_wire_.front()->state.store(direct_waiter::lead, std::memory_order_release);
+        woken.push_back(&session_wire_.front()->state);
+      }
+    }
+    if (!session_open_ || answered) {
+      lock.unlock();
+      wake_all(woken);
+      return;
+    }
+    auto due = clock::time_point::max();
+    for (auto* w : session_wire_) due = std::min(due, w->deadline);
+    lock.unlock();
+    wake_all(std::exchange(woken, {}));
+
+    auto now = clock::now();
+    bool ready = wait_for(fd, POLLIN, due - now > reader_recheck ? now + reader_recheck : due);
+    ssize_t n = ready ? ::recv(fd, link.read_buf.data(), link.read_buf.size(), MSG_DONTWAIT) : -1;
+    int err = errno;
+    lock.lock();
+    if (!ready) {
+      // A request on the FIFO missed its deadline (maybe one that joined during the wait).
+      auto late = clock::now();
+      for (auto* w : session_wire_) {
+        if (w->deadline <= late) {
+          fail_session(errc::timeout, woken);
+          break;
+        }
+      }
+    } else if (n > 0) {
       link.heard_back = true;
       reader.feed({link.read_buf.data(), static_cast<std::size_t>(n)});
-      continue;
+    } else if (n == 0 || (err != EINTR && err != EAGAIN && err != EWOULDBLOCK)) {
+      fail_session(errc::connection_lost, woken);
     }
-    if (n == 0) return lost(errc::connection_lost);
-    if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-    return lost(errc::connection_lost);
   }
-  // A reply beyond ours was not asked for: on the async path it fails the connection (after
-  // our request completed normally); do the same.
-  std::error_code perr;
-  bool unasked = reader.next(perr).has_value() || perr;
-  // With Sentinel, READONLY means the node was demoted: end the socket, so that the next
-  // request votes again, as on the async path (connection::on_reply).
-  bool demoted = sentinel_ && replies == 1 && is_demoted_reply(out);
-  for (const auto& r : got) demoted |= sentinel_ && is_demoted_reply(r);
-  if (replies == 1) {
-    ec = out.is_error() ? error_from_reply(out) : std::error_code{};
+}
+
+// After the first byte of a request went out its outcome is unknown on any failure, and a late
+// reply could pair with the next request: the socket must go (see the top).
+void connection::fail_session(std::error_code code,
+                              std::vector<std::atomic<std::uint32_t>*>& woken) {
+  for (auto* w : session_wire_) {
+    w->ec = code;
+    w->out = reply{};
+    // The reader itself is among them when its request was not answered; it needs no wake-up.
+    if (w->state.exchange(direct_waiter::done, std::memory_order_acq_rel) ==
+        direct_waiter::waiting) {
+      woken.push_back(&w->state);
+    }
+  }
+  session_wire_.clear();
+  session_failed_.clear();
+  session_open_ = false;
+  // A joiner may be writing on the socket outside the lock: it hands back once done.
+  if (session_writing_) {
+    session_hand_back_ = true;
   } else {
-    out = reply::make_array(std::move(got));
-    ec = {};
+    hand_back(true);
   }
-  hand_back(unasked || demoted, true);
-  return true;
 }
 
 void connection::hand_back(bool broken, bool exchanged) {

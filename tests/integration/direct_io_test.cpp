@@ -392,6 +392,120 @@ TEST_F(DirectIoTest, DisconnectDuringADirectExchangeWaitsForIt) {
   EXPECT_NE(r.integer(), id);
 }
 
+// Blocking calls from many threads at once join the caller that holds the socket: every call
+// goes out on the shared connection, none through the I/O thread, and each gets its own reply.
+TEST_F(DirectIoTest, BlockingCallsFromManyThreadsShareTheConnectionAndKeepTheirReplies) {
+  client c{server_.url(), {.request_timeout = test::scaled(10s)}};
+  ASSERT_TRUE(until_direct(c));
+  std::int64_t id = c.exec({"CLIENT", "ID"}).integer();
+  constexpr int threads = 8, rounds = 1000;
+  std::atomic<int> wrong{0}, errors{0}, elsewhere{0};
+  auto before = direct_count();
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      const std::string key = test_key("n-" + std::to_string(t));
+      for (int i = 1; i <= rounds; ++i) {
+        std::error_code ec;
+        reply r = i % 100 == 0 ? c.exec({"CLIENT", "ID"}, ec) : c.exec({"INCR", key}, ec);
+        if (ec) ++errors;
+        if (i % 100 == 0) {
+          if (r.integer() != id) ++elsewhere;
+        } else if (r.integer() != i - i / 100) {
+          ++wrong;
+        }
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(elsewhere.load(), 0) << "calls went out on another connection";
+  EXPECT_EQ(direct_count() - before, std::uint64_t{threads} * rounds)
+      << "calls queued on the I/O thread instead of joining the caller holding the socket";
+}
+
+// While the server hangs, callers that joined the one holding the socket all end with a timeout
+// (their requests were written: the outcome is unknown, the socket goes), and the calls after
+// the server resumes get their own replies, never the late ones.
+TEST_F(DirectIoTest, HungServerTimesOutEveryJoinedCallAndTheNextCallsWork) {
+  const auto timeout = 300ms;
+  client c{server_.url(), {.request_timeout = timeout}};
+  ASSERT_TRUE(until_direct(c));
+  std::int64_t id = c.exec({"CLIENT", "ID"}).integer();
+  server_.pause();
+  auto before = direct_count();
+  std::vector<std::future<std::error_code>> calls;
+  for (int t = 0; t < 4; ++t) {
+    calls.push_back(std::async(std::launch::async, [&c, t] {
+      std::error_code ec;
+      c.exec({"ECHO", "during-" + std::to_string(t)}, ec);
+      return ec;
+    }));
+  }
+  for (auto& f : calls) {
+    ASSERT_EQ(f.wait_for(test::scaled(10s)), std::future_status::ready) << "a joined call hangs";
+    EXPECT_EQ(f.get(), errc::timeout);
+  }
+  EXPECT_GE(direct_count() - before, 1u);
+  server_.resume();
+  for (int i = 0; i < 20; ++i) {
+    std::string p = "after-" + std::to_string(i);
+    EXPECT_EQ(c.exec({"ECHO", p}).str(), p);
+  }
+  EXPECT_NE(c.exec({"CLIENT", "ID"}).integer(), id) << "the timed-out socket was kept";
+}
+
+// A call that joins a session while its reader waits for a later deadline is still failed by its
+// own: the reader looks at the FIFO's deadlines again while it waits. Its request was written,
+// so every request on the socket ends with a timeout (outcome unknown), as on the async path.
+TEST_F(DirectIoTest, AJoinedCallDueBeforeTheReaderTimesOutByItsOwnDeadline) {
+  const auto timeout = test::scaled(10s);
+  client c{server_.url(), {.request_timeout = timeout}};
+  ASSERT_TRUE(until_direct(c));
+  std::int64_t id = c.exec({"CLIENT", "ID"}).integer();
+  auto blocking = pause_during_a_direct_exchange(c);
+  std::error_code ec;
+  reply out;
+  auto before = direct_count();
+  auto t0 = steady::now();
+  EXPECT_TRUE(detail::access::try_exec_direct(c, {"ECHO", "early"}, 200ms, out, ec));
+  auto took = since(t0);
+  EXPECT_EQ(direct_count() - before, 1u);
+  EXPECT_EQ(ec, errc::timeout) << ec.message();
+  EXPECT_LT(took, timeout / 2) << "it waited for the reader's deadline";
+  auto [first_ec, first, first_took] = blocking.get();
+  EXPECT_EQ(first_ec, errc::timeout) << first_ec.message();
+  server_.resume();
+  EXPECT_EQ(c.exec({"ECHO", "after"}).str(), "after");
+  EXPECT_NE(c.exec({"CLIENT", "ID"}).integer(), id) << "the timed-out socket was kept";
+}
+
+// disconnect() while callers share the socket: the close waits until the session is over (the
+// fd stays valid for every caller), and the next call reconnects.
+TEST_F(DirectIoTest, DisconnectDuringASessionWaitsForAllItsCallers) {
+  const auto timeout = 400ms;
+  client c{server_.url(), {.request_timeout = timeout}};
+  ASSERT_TRUE(until_direct(c));
+  std::int64_t id = c.exec({"CLIENT", "ID"}).integer();
+  auto blocking = pause_during_a_direct_exchange(c);
+  auto before = direct_count();
+  auto joined = std::async(std::launch::async, [&c] {
+    std::error_code e;
+    c.exec({"ECHO", "joined"}, e);
+    return e;
+  });
+  EXPECT_TRUE(test::eventually([&] { return direct_count() - before == 1; }));
+  c.disconnect();
+  auto [ec, echoed, took] = blocking.get();
+  EXPECT_EQ(ec, errc::timeout) << ec.message();
+  EXPECT_EQ(joined.get(), errc::timeout);
+  server_.resume();
+  reply r = c.exec({"CLIENT", "ID"}, ec);
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_NE(r.integer(), id);
+}
+
 TEST(DirectIoPeerTest, BytesThatAreNotRespAreAProtocolErrorAndDropTheConnection) {
   test::fake_peer peer{test::fake_peer::mode::pong_then_garbage};
   // A request timeout far above the bound below: only the garbage can end the call in time.
