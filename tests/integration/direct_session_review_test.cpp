@@ -1,0 +1,307 @@
+// SPDX-License-Identifier: Apache-2.0
+// Adversarial review of the blocking sessions (connection_direct.cpp): deadlines of callers that
+// joined a session while another caller writes, and replies paired with their own requests
+// under timeouts, drops and disconnects.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <future>
+#include <iostream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "access.hpp"
+#include "dlock/client.hpp"
+#include "dlock/error.hpp"
+#include "net/connection.hpp"
+#include "support/checks.hpp"
+#include "support/loopback.hpp"
+#include "support/redis_server.hpp"
+#include "support/test_keys.hpp"
+
+namespace dlock::test {
+namespace {
+
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+using steady = std::chrono::steady_clock;
+
+std::uint64_t direct_count() { return detail::direct_exchange_count(); }
+
+bool until_direct(client& c, milliseconds limit = 5s) {
+  return test::eventually(
+      [&] {
+        auto before = direct_count();
+        std::error_code ec;
+        c.exec({"PING"}, ec);
+        return !ec && direct_count() > before;
+      },
+      limit);
+}
+
+// A loopback proxy to one redis-server whose directions can be held: a held direction is not
+// read at all, so the sender's buffers fill and its send() blocks (EAGAIN, then poll).
+class gated_proxy {
+ public:
+  explicit gated_proxy(unsigned short target) : target_(target) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    int small = 4096;  // inherited by accepted sockets: the client's sends block sooner
+    ::setsockopt(listen_fd_, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    auto addr = loopback_address(0);
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(listen_fd_, 16) != 0) {
+      throw std::runtime_error("gated_proxy: cannot listen");
+    }
+    socklen_t len = sizeof addr;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~gated_proxy() {
+    stop_ = true;
+    thread_.join();
+    for (auto& p : pairs_) {
+      ::close(p.client);
+      ::close(p.server);
+    }
+    ::close(listen_fd_);
+  }
+  gated_proxy(const gated_proxy&) = delete;
+  gated_proxy& operator=(const gated_proxy&) = delete;
+
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  void hold_requests(bool on) { hold_up_ = on; }
+  void hold_replies(bool on) { hold_down_ = on; }
+
+ private:
+  struct link {
+    int client, server;
+  };
+  static bool send_all(int fd, const char* p, std::size_t n) {
+    while (n > 0) {
+      auto k = ::send(fd, p, n, MSG_NOSIGNAL);
+      if (k <= 0) return false;
+      p += k;
+      n -= static_cast<std::size_t>(k);
+    }
+    return true;
+  }
+  void run() {
+    std::vector<char> buf(1 << 16);
+    while (!stop_) {
+      const bool up = !hold_up_, down = !hold_down_;
+      std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+      for (auto& p : pairs_) {
+        fds.push_back({p.client, static_cast<short>(up ? POLLIN : 0), 0});
+        fds.push_back({p.server, static_cast<short>(down ? POLLIN : 0), 0});
+      }
+      if (::poll(fds.data(), fds.size(), 5) <= 0) continue;
+      if (fds[0].revents & POLLIN) {
+        int c = ::accept(listen_fd_, nullptr, nullptr);
+        if (c >= 0) {
+          int s = ::socket(AF_INET, SOCK_STREAM, 0);
+          auto a = loopback_address(target_);
+          if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+            pairs_.push_back({c, s});
+          } else {
+            ::close(c);
+            ::close(s);
+          }
+        }
+      }
+      std::vector<std::size_t> dead;
+      const std::size_t polled = (fds.size() - 1) / 2;  // not the one accepted just now
+      for (std::size_t i = 0; i < polled; ++i) {
+        auto& p = pairs_[i];
+        bool gone = false;
+        for (int dir = 0; dir < 2 && !gone; ++dir) {
+          const auto& f = fds[1 + 2 * i + static_cast<std::size_t>(dir)];
+          if (!(dir == 0 ? up : down)) continue;
+          if (!(f.revents & (POLLIN | POLLHUP | POLLERR))) continue;
+          auto n = ::recv(f.fd, buf.data(), buf.size(), 0);
+          if (n <= 0 || !send_all(dir == 0 ? p.server : p.client, buf.data(),
+                                  static_cast<std::size_t>(n))) {
+            gone = true;
+          }
+        }
+        if (gone) dead.push_back(i);
+      }
+      for (auto it = dead.rbegin(); it != dead.rend(); ++it) {
+        ::close(pairs_[*it].client);
+        ::close(pairs_[*it].server);
+        pairs_.erase(pairs_.begin() + static_cast<std::ptrdiff_t>(*it));
+      }
+    }
+  }
+
+  unsigned short target_;
+  unsigned short port_ = 0;
+  int listen_fd_ = -1;
+  std::vector<link> pairs_;  // the proxy's thread only
+  std::atomic<bool> hold_up_{false}, hold_down_{false}, stop_{false};
+  std::thread thread_;
+};
+
+class DirectIoSessionReview : public ::testing::Test {
+ protected:
+  redis_server server_;
+};
+
+struct timed {
+  bool direct = false;
+  std::error_code ec;
+  milliseconds took{};
+};
+
+timed direct_call(client& c, const command& cmd, milliseconds timeout) {
+  timed t;
+  reply out;
+  auto t0 = steady::now();
+  t.direct = detail::access::try_exec_direct(c, cmd, timeout, out, t.ec);
+  t.took = since(t0);
+  return t;
+}
+
+// The opener writes its request holding session_mutex_; a caller that comes meanwhile waits for
+// that mutex, with no deadline of its own, until the opener's write ends (its deadline). Before
+// the sessions it found the socket taken and went to the I/O thread at once.
+TEST_F(DirectIoSessionReview, ACallerIsNotHeldPastItsDeadlineByTheOpenersBlockedWrite) {
+  gated_proxy proxy{server_.port()};
+  client c{proxy.url(), {.request_timeout = test::scaled(10s)}};
+  ASSERT_TRUE(until_direct(c));
+  proxy.hold_requests(true);
+  const std::string big(32u << 20, 'x');
+  auto before = direct_count();
+  auto opener = std::async(std::launch::async,
+                           [&] { return direct_call(c, {"SET", test_key(), big}, 3s); });
+  ASSERT_TRUE(test::eventually([&] { return direct_count() - before == 1; }));
+  std::this_thread::sleep_for(200ms);  // its send() blocks now: the proxy reads nothing
+  auto late = direct_call(c, {"PING"}, 300ms);
+  EXPECT_LT(late.took, 1000ms) << "a 300 ms call took " << late.took.count() << " ms (direct "
+                               << late.direct << ", " << late.ec.message() << ")";
+  proxy.hold_requests(false);
+  auto first = opener.get();
+  EXPECT_EQ(first.ec, errc::timeout) << first.ec.message();
+}
+
+// The reader hands the reading to the front of the FIFO once its own reply is in; when that
+// front is a joiner still writing (blocked, server not reading), nobody looks at the FIFO's
+// deadlines until that write ends: a caller that joined behind it waits for the writer's
+// deadline, not its own.
+TEST_F(DirectIoSessionReview, AJoinerBehindABlockedWriterWhoLeadsKeepsItsDeadline) {
+  gated_proxy proxy{server_.port()};
+  client c{proxy.url(), {.request_timeout = test::scaled(10s)}};
+  ASSERT_TRUE(until_direct(c));
+  proxy.hold_replies(true);
+  auto before = direct_count();
+  auto reader = std::async(std::launch::async, [&] { return direct_call(c, {"ECHO", "r"}, 5s); });
+  ASSERT_TRUE(test::eventually([&] { return direct_count() - before == 1; }));
+  std::this_thread::sleep_for(100ms);  // ECHO r reached the server; its reply is held
+  proxy.hold_requests(true);
+  const std::string big(32u << 20, 'x');
+  auto writer = std::async(std::launch::async,
+                           [&] { return direct_call(c, {"SET", test_key(), big}, 5s); });
+  ASSERT_TRUE(test::eventually([&] { return direct_count() - before == 2; }));
+  std::this_thread::sleep_for(200ms);  // the writer's send() blocks
+  auto joiner = std::async(std::launch::async, [&] { return direct_call(c, {"PING"}, 400ms); });
+  ASSERT_TRUE(test::eventually([&] { return direct_count() - before == 3; }));
+  proxy.hold_replies(false);  // the reader's reply comes: it hands the reading to the writer
+  auto r = reader.get();
+  EXPECT_FALSE(r.ec) << r.ec.message();
+  auto j = joiner.get();
+  EXPECT_LT(j.took, 1500ms) << "a 400 ms call took " << j.took.count() << " ms (direct "
+                            << j.direct << ", " << j.ec.message() << ")";
+  proxy.hold_requests(false);
+  writer.get();
+}
+
+// Jepsen-style: threads make blocking calls with their own payloads and mixed deadlines (some
+// so short that they expire in the middle of the FIFO), large ones that need many sends, while
+// another thread kills the connection, disconnects and submits async requests. Every reply
+// that comes without an error is the one for the caller's own request; nothing hangs.
+TEST_F(DirectIoSessionReview, RepliesStayPairedUnderTimeoutsDropsAndDisconnects) {
+  client c{server_.url(), {.request_timeout = test::scaled(2s)}};
+  client killer{server_.url()};
+  ASSERT_TRUE(until_direct(c));
+  constexpr int threads = 8;
+  const auto run_for = test::scaled(6s);
+  std::atomic<bool> stop{false};
+  std::atomic<long> wrong{0}, ok{0}, failed{0}, direct{0}, async_wrong{0};
+  std::vector<std::future<void>> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.push_back(std::async(std::launch::async, [&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1);
+      for (long i = 0; !stop; ++i) {
+        std::string p = "t" + std::to_string(t) + "-" + std::to_string(i) + "-";
+        int kind = static_cast<int>(rng() % 20);
+        if (kind == 0) p.append(200000 + rng() % 300000, static_cast<char>('a' + t));
+        std::error_code ec;
+        reply out;
+        if (kind <= 3) {
+          auto timeout = milliseconds(kind == 0 ? 2 + rng() % 5 : rng() % 3);
+          if (!detail::access::try_exec_direct(c, {"ECHO", p}, timeout, out, ec)) continue;
+          ++direct;
+        } else {
+          out = c.exec({"ECHO", p}, ec);
+        }
+        if (ec) {
+          ++failed;
+        } else if (!out.is_string() || out.str() != p) {
+          ++wrong;
+        } else {
+          ++ok;
+        }
+      }
+    }));
+  }
+  auto chaos = std::async(std::launch::async, [&] {
+    std::mt19937 rng(4242);
+    std::vector<std::future<bool>> seen;
+    while (!stop) {
+      std::this_thread::sleep_for(milliseconds(5 + rng() % 40));
+      switch (rng() % 4) {
+        case 0: {
+          std::error_code ec;
+          killer.exec({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"}, ec);
+          break;
+        }
+        case 1:
+          c.disconnect();
+          break;
+        default: {
+          auto pr = std::make_shared<std::promise<bool>>();
+          seen.push_back(pr->get_future());
+          std::string p = "async-" + std::to_string(seen.size());
+          c.async_exec({"ECHO", p}, [pr, p](std::error_code ec, reply r) {
+            pr->set_value(ec || (r.is_string() && r.str() == p));
+          });
+        }
+      }
+    }
+    for (auto& f : seen) {
+      if (f.wait_for(test::scaled(10s)) != std::future_status::ready || !f.get()) ++async_wrong;
+    }
+  });
+  std::this_thread::sleep_for(run_for);
+  stop = true;
+  for (auto& w : workers) {
+    ASSERT_EQ(w.wait_for(test::scaled(20s)), std::future_status::ready) << "a caller hangs";
+  }
+  chaos.get();
+  EXPECT_EQ(wrong.load(), 0) << "replies paired with another request";
+  EXPECT_EQ(async_wrong.load(), 0);
+  EXPECT_GT(ok.load(), 100);
+  std::cout << "ok " << ok << " failed " << failed << " short direct " << direct << "\n";
+}
+
+}  // namespace
+}  // namespace dlock::test
