@@ -79,8 +79,15 @@ class gated_proxy {
   gated_proxy& operator=(const gated_proxy&) = delete;
 
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
-  void hold_requests(bool on) { hold_up_ = on; }
-  void hold_replies(bool on) { hold_down_ = on; }
+  // Returns once the proxy's thread has seen the change (two turns of its loop).
+  void hold_requests(bool on) {
+    hold_up_ = on;
+    settle();
+  }
+  void hold_replies(bool on) {
+    hold_down_ = on;
+    settle();
+  }
 
  private:
   struct link {
@@ -95,16 +102,21 @@ class gated_proxy {
     }
     return true;
   }
+  void settle() {
+    auto seen = turns_.load();
+    while (turns_.load() < seen + 2) std::this_thread::sleep_for(1ms);
+  }
   void run() {
     std::vector<char> buf(1 << 16);
-    while (!stop_) {
+    for (;; ++turns_) {
+      if (stop_) break;
       const bool up = !hold_up_, down = !hold_down_;
       std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
       for (auto& p : pairs_) {
         fds.push_back({p.client, static_cast<short>(up ? POLLIN : 0), 0});
         fds.push_back({p.server, static_cast<short>(down ? POLLIN : 0), 0});
       }
-      if (::poll(fds.data(), fds.size(), 5) <= 0) continue;
+      if (::poll(fds.data(), fds.size(), 5) <= 0) continue;  // (the for's ++turns_ runs)
       if (fds[0].revents & POLLIN) {
         int c = ::accept(listen_fd_, nullptr, nullptr);
         if (c >= 0) {
@@ -148,6 +160,7 @@ class gated_proxy {
   int listen_fd_ = -1;
   std::vector<link> pairs_;  // the proxy's thread only
   std::atomic<bool> hold_up_{false}, hold_down_{false}, stop_{false};
+  std::atomic<unsigned long> turns_{0};
   std::thread thread_;
 };
 
@@ -301,6 +314,102 @@ TEST_F(DirectIoSessionReview, RepliesStayPairedUnderTimeoutsDropsAndDisconnects)
   EXPECT_EQ(async_wrong.load(), 0);
   EXPECT_GT(ok.load(), 100);
   std::cout << "ok " << ok << " failed " << failed << " short direct " << direct << "\n";
+}
+
+// The same through a proxy that now and then stops reading requests or replies for a few ms:
+// sends block halfway (requests partly written when a deadline passes), deadlines expire in the
+// middle of the FIFO, pipelined requests share the session.
+TEST_F(DirectIoSessionReview, RepliesStayPairedWhenWritesStallHalfway) {
+  gated_proxy proxy{server_.port()};
+  client c{proxy.url(), {.request_timeout = test::scaled(2s)}};
+  ASSERT_TRUE(until_direct(c));
+  constexpr int threads = 8;
+  const auto run_for = test::scaled(6s);
+  std::atomic<bool> stop{false};
+  std::atomic<long> wrong{0}, ok{0}, failed{0};
+  std::vector<std::future<void>> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.push_back(std::async(std::launch::async, [&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t) * 104729u + 3);
+      for (long i = 0; !stop; ++i) {
+        std::string p = "t" + std::to_string(t) + "-" + std::to_string(i) + "-";
+        if (rng() % 3 == 0) p.append(rng() % 65536, static_cast<char>('a' + t));
+        const bool pipelined = rng() % 4 == 0;
+        command cmd{"ECHO", p};
+        if (pipelined) cmd.then({"ECHO", p + "2"});
+        std::error_code ec;
+        reply out;
+        if (rng() % 5 == 0) {
+          if (!detail::access::try_exec_direct(c, cmd, milliseconds(5 + rng() % 25), out, ec)) {
+            continue;
+          }
+        } else {
+          out = c.exec(std::move(cmd), ec);
+        }
+        if (ec) {
+          ++failed;
+          continue;
+        }
+        bool right = pipelined ? out.is_array() && out.elements().size() == 2 &&
+                                     out.elements()[0].str() == p &&
+                                     out.elements()[1].str() == p + "2"
+                               : out.is_string() && out.str() == p;
+        if (right) {
+          ++ok;
+        } else {
+          ++wrong;
+        }
+      }
+    }));
+  }
+  std::mt19937 rng(777);
+  auto until = steady::now() + run_for;
+  while (steady::now() < until) {
+    std::this_thread::sleep_for(milliseconds(5 + rng() % 25));
+    const auto r = rng() % 10;
+    if (r < 4) {
+      proxy.hold_requests(true);
+      std::this_thread::sleep_for(milliseconds(rng() % 40));
+      proxy.hold_requests(false);
+    } else if (r < 8) {
+      proxy.hold_replies(true);
+      std::this_thread::sleep_for(milliseconds(rng() % 40));
+      proxy.hold_replies(false);
+    } else if (r == 8) {
+      c.disconnect();
+    }
+  }
+  stop = true;
+  for (auto& w : workers) {
+    ASSERT_EQ(w.wait_for(test::scaled(20s)), std::future_status::ready) << "a caller hangs";
+  }
+  EXPECT_EQ(wrong.load(), 0) << "replies paired with another request";
+  EXPECT_GT(ok.load(), 100);
+  std::cout << "ok " << ok << " failed " << failed << "\n";
+}
+
+// A session that fails while a joiner's send is blocked is handed back by that writer once its
+// write ends: the write goes on to the writer's own deadline though every request of the
+// session has failed, and the I/O thread cannot fail and replace the socket meanwhile.
+TEST_F(DirectIoSessionReview, ABlockedWriterStopsOnceTheSessionFailed) {
+  gated_proxy proxy{server_.port()};
+  client c{proxy.url(), {.request_timeout = test::scaled(10s)}};
+  ASSERT_TRUE(until_direct(c));
+  proxy.hold_requests(true);
+  auto before = direct_count();
+  auto reader = std::async(std::launch::async, [&] { return direct_call(c, {"ECHO", "r"}, 300ms); });
+  ASSERT_TRUE(test::eventually([&] { return direct_count() - before == 1; }));
+  const std::string big(32u << 20, 'x');
+  auto writer = std::async(std::launch::async,
+                           [&] { return direct_call(c, {"SET", test_key(), big}, 5s); });
+  ASSERT_TRUE(test::eventually([&] { return direct_count() - before == 2; }));
+  auto r = reader.get();
+  EXPECT_EQ(r.ec, errc::timeout) << r.ec.message();
+  auto w = writer.get();
+  EXPECT_EQ(w.ec, errc::timeout) << w.ec.message();
+  EXPECT_LT(w.took, 2000ms) << "the writer kept writing for " << w.took.count()
+                            << " ms after its session failed (direct " << w.direct << ")";
+  proxy.hold_requests(false);
 }
 
 }  // namespace
