@@ -106,8 +106,13 @@ constexpr auto reader_recheck = std::chrono::milliseconds(10);
 
 enum class write_result { sent, nothing_sent, lost };
 
-// Writes all of `payload` on `fd` by `deadline`; `code` says why when it did not.
-write_result write_all(int fd, std::string_view payload, clock::time_point deadline, errc& code) {
+// Writes all of `payload` on `fd` by `deadline`; `code` says why when it did not. While the
+// socket takes nothing, every reader_recheck `give_up()` may end the write early as a timeout: a
+// session's writer is the only one who could notice another caller's deadline meanwhile (it may
+// be the session's reader too), and a session failed elsewhere needs its socket back.
+template <class GiveUp>
+write_result write_all(int fd, std::string_view payload, clock::time_point deadline, errc& code,
+                       GiveUp give_up) {
   std::size_t sent = 0;
   while (sent < payload.size()) {
     ssize_t n = ::send(fd, payload.data() + sent, payload.size() - sent,
@@ -121,7 +126,11 @@ write_result write_all(int fd, std::string_view payload, clock::time_point deadl
       code = errc::connection_lost;
       return write_result::lost;
     }
-    if (!wait_for(fd, POLLOUT, deadline)) {
+    auto now = clock::now();
+    if (wait_for(fd, POLLOUT, deadline - now > reader_recheck ? now + reader_recheck : deadline)) {
+      continue;
+    }
+    if (clock::now() >= deadline || give_up()) {
       code = errc::timeout;
       return sent == 0 ? write_result::nothing_sent : write_result::lost;
     }
@@ -135,6 +144,15 @@ bool connection::try_exchange_direct(std::string_view payload, std::size_t repli
                                      clock::time_point deadline, std::error_code& ec,
                                      reply& out) {
   if (replies == 0 || on_io_thread() || in_forked_child()) return false;
+  auto session_due = [this] {
+    // With session_mutex_ unlocked: the session failed elsewhere, or a request on its FIFO is
+    // past its deadline (which fails the session anyway).
+    std::lock_guard guard(session_mutex_);
+    if (session_hand_back_ || session_failed_) return true;
+    auto now = clock::now();
+    return std::any_of(session_wire_.begin(), session_wire_.end(),
+                       [now](const direct_waiter* w) { return w->deadline <= now; });
+  };
   direct_waiter me;
   me.expected = replies;
   me.deadline = deadline;
@@ -152,24 +170,35 @@ bool connection::try_exchange_direct(std::string_view payload, std::size_t repli
     }
     direct_exchanges.fetch_add(1, std::memory_order_relaxed);
     if (opener) {
-      // The opener reads, and writes first; nobody else can write yet.
-      errc code{};
-      switch (write_all(direct_fd_, payload, deadline, code)) {
-        case write_result::sent:
-          break;
-        case write_result::nothing_sent:
-          // Nothing went out: the connection is as good as before.
-          ec = code;
-          out = reply{};
-          session_open_ = false;
-          hand_back(false);
-          return true;
-        case write_result::lost:
-          session_failed_ = code;  // lead_session fails it
-          break;
-      }
+      // The opener reads, and writes first, outside the lock: a caller that comes meanwhile
+      // joins (its bytes wait in the outbox) instead of waiting for the lock past its deadline.
       session_wire_.push_back(&me);
       me.state.store(direct_waiter::lead, std::memory_order_relaxed);
+      if (session_writing_) {
+        // The last session's writer has not taken the lock back since its last send (all it
+        // sent was answered): it writes what the outbox holds before it stops. Writing here
+        // too would interleave two threads' bytes.
+        session_outbox_.append(payload);
+      } else {
+        session_writing_ = true;
+        lock.unlock();
+        errc code{};
+        auto result = write_all(direct_fd_, payload, deadline, code, session_due);
+        lock.lock();
+        session_writing_ = false;
+        if (result == write_result::nothing_sent && session_wire_.size() == 1) {
+          // Nothing went out and nobody joined: the connection is as good as before.
+          session_wire_.clear();
+          session_open_ = false;
+          ec = code;
+          out = reply{};
+          hand_back(false);
+          return true;
+        }
+        if (result != write_result::sent && !session_failed_) session_failed_ = code;
+        // What joiners queued meanwhile (nothing, when the write failed).
+        write_outbox(lock, deadline);
+      }
     } else {
       // The order on the wire is the order of session_wire_: a joiner queues its bytes with its
       // place, and whoever writes takes all that is queued in one send.
@@ -190,6 +219,15 @@ bool connection::try_exchange_direct(std::string_view payload, std::size_t repli
 // With session_mutex_ held; unlocks it while it writes. After the first byte went out, a failed
 // or late write leaves every request on the wire unknown: the reader fails them all.
 void connection::write_outbox(std::unique_lock<std::mutex>& lock, clock::time_point deadline) {
+  auto session_due = [this] {
+    // With session_mutex_ unlocked: the session failed elsewhere, or a request on its FIFO is
+    // past its deadline (which fails the session anyway).
+    std::lock_guard guard(session_mutex_);
+    if (session_hand_back_ || session_failed_) return true;
+    auto now = clock::now();
+    return std::any_of(session_wire_.begin(), session_wire_.end(),
+                       [now](const direct_waiter* w) { return w->deadline <= now; });
+  };
   session_writing_ = true;
   std::string batch;
   while (!session_outbox_.empty() && !session_failed_ && !session_hand_back_) {
@@ -197,7 +235,7 @@ void connection::write_outbox(std::unique_lock<std::mutex>& lock, clock::time_po
     batch.swap(session_outbox_);
     lock.unlock();
     errc code{};
-    auto result = write_all(direct_fd_, batch, deadline, code);
+    auto result = write_all(direct_fd_, batch, deadline, code, session_due);
     lock.lock();
     if (result != write_result::sent && !session_failed_) session_failed_ = code;
   }
