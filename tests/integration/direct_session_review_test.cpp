@@ -444,5 +444,40 @@ TEST_F(DirectIoSessionReview, AJoinerBehindATricklingReplyKeepsItsDeadline) {
             << "\n";
 }
 
+// A joiner whose bytes still wait in the outbox when the session fails (here: another caller's
+// deadline, while a writer's send is blocked) never reached the server, yet it fails with
+// timeout (outcome unknown) long before its own deadline. Before the sessions it queued on the
+// I/O thread, and a request not yet written when a socket fails goes out on a fresh one.
+TEST_F(DirectIoSessionReview, ARequestThatNeverWentOutIsNotFailedByAnotherCallersDeadline) {
+  gated_proxy proxy{server_.port()};
+  client c{proxy.url(), {.request_timeout = test::scaled(10s)}};
+  ASSERT_TRUE(until_direct(c));
+  const command set{"SET", test_key(), std::string(32u << 20, 'x')};
+  proxy.hold_requests(true);
+  auto before = direct_count();
+  auto reader = std::async(std::launch::async, [&] { return direct_call(c, {"ECHO", "r"}, 1s); });
+  ASSERT_TRUE(test::eventually([&] { return direct_count() - before == 1; }));
+  auto writer = std::async(std::launch::async, [&] { return direct_call(c, set, 3s); });
+  ASSERT_TRUE(test::eventually([&] { return direct_count() - before == 2; }));
+  std::this_thread::sleep_for(100ms);  // the writer's send() blocks
+  auto joiner = std::async(std::launch::async, [&] {
+    timed t;
+    auto t0 = steady::now();
+    reply r = c.exec({"ECHO", "j"}, t.ec);  // request_timeout: 10 s
+    t.took = since(t0);
+    t.direct = !t.ec && r.is_string() && r.str() == "j";  // (here: answered right)
+    return t;
+  });
+  ASSERT_TRUE(test::eventually([&] { return direct_count() - before == 3; }));
+  auto r = reader.get();
+  EXPECT_EQ(r.ec, errc::timeout) << r.ec.message();
+  proxy.hold_requests(false);  // the server is reachable again
+  auto j = joiner.get();
+  EXPECT_FALSE(j.ec) << "a request that never went out failed after " << j.took.count()
+                     << " ms with " << j.ec.message();
+  EXPECT_TRUE(j.direct) << "not answered ECHO j";
+  writer.get();
+}
+
 }  // namespace
 }  // namespace dlock::test
