@@ -69,13 +69,16 @@ std::uint64_t direct_exchange_count() noexcept {
 
 // A caller in a session: its request's replies, and whether it is done or must read next.
 struct connection::direct_waiter {
-  enum : std::uint32_t { waiting, done, lead };
+  // unsent: the session failed while its bytes still waited in the outbox; nothing of it
+  // went out, and the caller goes to the I/O thread (try_exchange_direct returns false).
+  enum : std::uint32_t { waiting, done, lead, unsent };
   std::size_t expected = 1;
   clock::time_point deadline;
   std::vector<reply> got;  // a pipelined request's (expected > 1)
   reply out;
   std::error_code ec;
   bool demoted = false;  // a READONLY among its replies (Sentinel)
+  bool in_outbox = false;  // its bytes wait in session_outbox_; guarded by session_mutex_
   std::atomic<std::uint32_t> state{waiting};
 };
 
@@ -179,6 +182,7 @@ bool connection::try_exchange_direct(std::string_view payload, std::size_t repli
         // sent was answered): it writes what the outbox holds before it stops. Writing here
         // too would interleave two threads' bytes.
         session_outbox_.append(payload);
+        me.in_outbox = true;
       } else {
         session_writing_ = true;
         lock.unlock();
@@ -204,6 +208,7 @@ bool connection::try_exchange_direct(std::string_view payload, std::size_t repli
       // place, and whoever writes takes all that is queued in one send.
       session_outbox_.append(payload);
       session_wire_.push_back(&me);
+      me.in_outbox = true;
       if (!session_writing_) write_outbox(lock, deadline);
       lock.unlock();
       // Until the reader hands over this request's replies, or the reading itself.
@@ -211,6 +216,10 @@ bool connection::try_exchange_direct(std::string_view payload, std::size_t repli
     }
   }
   if (me.state.load(std::memory_order_acquire) == direct_waiter::lead) lead_session(me);
+  if (me.state.load(std::memory_order_acquire) == direct_waiter::unsent) {
+    direct_exchanges.fetch_sub(1, std::memory_order_relaxed);
+    return false;  // nothing was written: the caller submits it
+  }
   ec = me.ec;
   out = std::move(me.out);
   return true;
@@ -233,6 +242,7 @@ void connection::write_outbox(std::unique_lock<std::mutex>& lock, clock::time_po
   while (!session_outbox_.empty() && !session_failed_ && !session_hand_back_) {
     batch.clear();
     batch.swap(session_outbox_);
+    for (auto* w : session_wire_) w->in_outbox = false;  // theirs may go out from now on
     lock.unlock();
     errc code{};
     auto result = write_all(direct_fd_, batch, deadline, code, session_due);
@@ -368,13 +378,17 @@ void connection::fail_session(std::error_code code,
   for (auto* w : session_wire_) {
     w->ec = code;
     w->out = reply{};
+    // Requests still in the outbox never went out: unless past their deadline they go to the
+    // I/O thread instead, as the async path sends a request not yet written on a fresh socket.
+    auto next = w->in_outbox && clock::now() < w->deadline ? direct_waiter::unsent
+                                                           : direct_waiter::done;
     // The reader itself is among them when its request was not answered; it needs no wake-up.
-    if (w->state.exchange(direct_waiter::done, std::memory_order_acq_rel) ==
-        direct_waiter::waiting) {
+    if (w->state.exchange(next, std::memory_order_acq_rel) == direct_waiter::waiting) {
       woken.push_back(&w->state);
     }
   }
   session_wire_.clear();
+  session_outbox_.clear();  // theirs only: a writer's batch was taken out of it already
   session_failed_.clear();
   session_open_ = false;
   // A joiner may be writing on the socket outside the lock: it hands back once done.
