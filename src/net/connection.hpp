@@ -205,6 +205,9 @@ class connection : public std::enable_shared_from_this<connection> {
   bool open_session(clock::time_point deadline);
   // With session_mutex_ held: writes session_outbox_ until it stays empty.
   void write_outbox(std::unique_lock<std::mutex>& lock, clock::time_point deadline);
+  // Takes session_mutex_: whether a writer blocked in send() should give up (its write ends as
+  // a timeout), because the session failed elsewhere or a request on its FIFO is past due.
+  bool writer_should_stop();
   // The session's reader: reads and hands out replies in order until `me`'s are in, then hands
   // the reading on to the next waiter, or ends the session when none is left.
   void lead_session(direct_waiter& me);

@@ -147,15 +147,6 @@ bool connection::try_exchange_direct(std::string_view payload, std::size_t repli
                                      clock::time_point deadline, std::error_code& ec,
                                      reply& out) {
   if (replies == 0 || on_io_thread() || in_forked_child()) return false;
-  auto session_due = [this] {
-    // With session_mutex_ unlocked: the session failed elsewhere, or a request on its FIFO is
-    // past its deadline (which fails the session anyway).
-    std::lock_guard guard(session_mutex_);
-    if (session_hand_back_ || session_failed_) return true;
-    auto now = clock::now();
-    return std::any_of(session_wire_.begin(), session_wire_.end(),
-                       [now](const direct_waiter* w) { return w->deadline <= now; });
-  };
   direct_waiter me;
   me.expected = replies;
   me.deadline = deadline;
@@ -187,7 +178,8 @@ bool connection::try_exchange_direct(std::string_view payload, std::size_t repli
         session_writing_ = true;
         lock.unlock();
         errc code{};
-        auto result = write_all(direct_fd_, payload, deadline, code, session_due);
+        auto result = write_all(direct_fd_, payload, deadline, code,
+                                [this] { return writer_should_stop(); });
         lock.lock();
         session_writing_ = false;
         if (result == write_result::nothing_sent && session_wire_.size() == 1) {
@@ -228,15 +220,6 @@ bool connection::try_exchange_direct(std::string_view payload, std::size_t repli
 // With session_mutex_ held; unlocks it while it writes. After the first byte went out, a failed
 // or late write leaves every request on the wire unknown: the reader fails them all.
 void connection::write_outbox(std::unique_lock<std::mutex>& lock, clock::time_point deadline) {
-  auto session_due = [this] {
-    // With session_mutex_ unlocked: the session failed elsewhere, or a request on its FIFO is
-    // past its deadline (which fails the session anyway).
-    std::lock_guard guard(session_mutex_);
-    if (session_hand_back_ || session_failed_) return true;
-    auto now = clock::now();
-    return std::any_of(session_wire_.begin(), session_wire_.end(),
-                       [now](const direct_waiter* w) { return w->deadline <= now; });
-  };
   session_writing_ = true;
   std::string batch;
   while (!session_outbox_.empty() && !session_failed_ && !session_hand_back_) {
@@ -245,7 +228,8 @@ void connection::write_outbox(std::unique_lock<std::mutex>& lock, clock::time_po
     for (auto* w : session_wire_) w->in_outbox = false;  // theirs may go out from now on
     lock.unlock();
     errc code{};
-    auto result = write_all(direct_fd_, batch, deadline, code, session_due);
+    auto result =
+        write_all(direct_fd_, batch, deadline, code, [this] { return writer_should_stop(); });
     lock.lock();
     if (result != write_result::sent && !session_failed_) session_failed_ = code;
   }
@@ -253,6 +237,16 @@ void connection::write_outbox(std::unique_lock<std::mutex>& lock, clock::time_po
   session_writing_ = false;
   // The session failed meanwhile: its reader left the socket to this writer to hand back.
   if (std::exchange(session_hand_back_, false)) hand_back(true);
+}
+
+// With session_mutex_ unlocked (a writer blocked in send): the session failed elsewhere, or a
+// request on its FIFO is past its deadline, which fails the session anyway.
+bool connection::writer_should_stop() {
+  std::lock_guard guard(session_mutex_);
+  if (session_hand_back_ || session_failed_) return true;
+  auto now = clock::now();
+  return std::any_of(session_wire_.begin(), session_wire_.end(),
+                     [now](const direct_waiter* w) { return w->deadline <= now; });
 }
 
 // With session_mutex_ held.
