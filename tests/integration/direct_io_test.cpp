@@ -30,6 +30,7 @@
 #include "net/connection.hpp"
 #include "script.hpp"
 #include "support/checks.hpp"
+#include "support/direct_path.hpp"
 #include "support/fake_peer.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
@@ -40,22 +41,6 @@ namespace {
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
-
-std::uint64_t direct_count() { return detail::direct_exchange_count(); }
-
-// After a request completed on the I/O thread, that thread gives the socket up a moment after
-// the handler ran; a blocking call made in between queues. Blocks until a blocking call is
-// taken directly (each try is a PING), or gives up after scaled(limit).
-bool until_direct(client& c, milliseconds limit = 5s) {
-  return test::eventually(
-      [&] {
-        auto before = direct_count();
-        std::error_code ec;
-        c.exec({"PING"}, ec);
-        return !ec && direct_count() > before;
-      },
-      limit);
-}
 
 // The I/O thread gave `c`'s socket up: a blocking call now would take it (nothing is sent).
 bool socket_given_up(const client& c) {

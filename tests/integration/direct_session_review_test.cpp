@@ -23,6 +23,7 @@
 #include "dlock/error.hpp"
 #include "net/connection.hpp"
 #include "support/checks.hpp"
+#include "support/direct_path.hpp"
 #include "support/loopback.hpp"
 #include "support/redis_server.hpp"
 #include "support/test_keys.hpp"
@@ -33,19 +34,6 @@ namespace {
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
-
-std::uint64_t direct_count() { return detail::direct_exchange_count(); }
-
-bool until_direct(client& c, milliseconds limit = 5s) {
-  return test::eventually(
-      [&] {
-        auto before = direct_count();
-        std::error_code ec;
-        c.exec({"PING"}, ec);
-        return !ec && direct_count() > before;
-      },
-      limit);
-}
 
 // How late past its own deadline a caller may return on this build and machine: the bound of
 // the tests below. Whatever holds a caller wrongly holds it for seconds beyond it (the other
