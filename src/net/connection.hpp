@@ -212,7 +212,8 @@ class connection : public std::enable_shared_from_this<connection> {
   // the reading on to the next waiter, or ends the session when none is left.
   void lead_session(direct_waiter& me);
   // With session_mutex_ held: every request written in the session fails with `code` (its
-  // outcome is unknown), and the socket goes back to the I/O thread, which fails it.
+  // outcome is unknown), one still in the outbox goes to the I/O thread (unsent), and the
+  // socket goes back to the I/O thread, which fails it.
   void fail_session(std::error_code code, std::vector<std::atomic<std::uint32_t>*>& woken);
   void on_reply(reply r);
   static bool is_push(const reply& r);
@@ -281,7 +282,7 @@ class connection : public std::enable_shared_from_this<connection> {
   std::mutex session_mutex_;
   bool session_open_ = false;                 // guarded by session_mutex_
   std::deque<direct_waiter*> session_wire_;   // written, awaiting replies in order; guarded
-  std::error_code session_failed_;            // a joiner's write failed; guarded
+  std::error_code session_failed_;            // a write failed: the reader fails all; guarded
   // Requests of joiners not yet written, and whether one of them is writing (outside the lock):
   // who joins while another writes leaves its request here for that writer. Guarded.
   std::string session_outbox_;
