@@ -10,6 +10,7 @@
 
 #include "access.hpp"
 #include "algo/lock_protocol.hpp"
+#include "algo/semaphore_protocol.hpp"
 #include "dlock/detail/async.hpp"
 
 namespace dlock::detail {
@@ -38,20 +39,26 @@ command script_command(std::string_view verb, std::string_view body_or_sha, cons
   return access::library_command({&words, 1});
 }
 
-// acquire_unqueued_commands as they go out: its three plain commands in one write.
+// A request of plain commands as they go out (plain_commands_of: the lock's acquire_unqueued,
+// the semaphore's solo grant), in one write.
 template <class Keys, class Args>
-command plain_commands(const Keys& keys, const Args& args) {
-  auto steps = unqueued_commands(*keys.begin(), *std::next(keys.begin()), *args.begin(),
-                                 *std::next(args.begin()));
+command plain_commands(const script& s, const Keys& keys, const Args& args) {
+  std::array<std::string_view, 4> key_words{};
+  std::array<std::string_view, 4> arg_words{};
+  std::size_t nk = 0, na = 0;
+  for (const auto& k : keys) if (nk < key_words.size()) key_words[nk++] = k;
+  for (const auto& a : args) if (na < arg_words.size()) arg_words[na++] = a;
+  std::size_t size = 0;
+  auto steps = plain_commands_of(s, {key_words.data(), nk}, {arg_words.data(), na}, size);
   std::array<std::span<const std::string_view>, steps.size()> words;
-  for (std::size_t i = 0; i < steps.size(); ++i) words[i] = steps[i].view();
-  return access::library_command(words);
+  for (std::size_t i = 0; i < size; ++i) words[i] = steps[i].view();
+  return access::library_command({words.data(), size});
 }
 
 // The first try of a request: EVALSHA, or the plain commands.
 template <class Keys, class Args>
 command request_command(const script& s, const Keys& keys, const Args& args) {
-  if (s.as_commands) return plain_commands(keys, args);
+  if (s.as_commands) return plain_commands(s, keys, args);
   return script_command("EVALSHA", s.sha1, keys, args);
 }
 

@@ -6,6 +6,7 @@
 // Permits keep the core alive, so a permit may outlive the semaphore that made it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -78,6 +79,12 @@ class semaphore_core final : public lease_owner,
   semaphore_options options_;
   semaphore_target target_;
   primitive kind_ = primitive::semaphore;
+  // Whether the next acquisition tries the solo grant first (semaphore_protocol.hpp): at first,
+  // and while the last one was granted by its first attempt, the name is likely free, and the
+  // try saves Redis most of a script; a wait or a handoff shows contention, where it would only
+  // add a round trip. Never again once the node refused those commands.
+  std::atomic<bool> solo_first_{true};
+  std::atomic<bool> plain_commands_refused_{false};
 };
 
 }  // namespace dlock::detail

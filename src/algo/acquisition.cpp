@@ -38,9 +38,11 @@ acquisition::acquisition(const lock_target& target, std::string id, steady::time
                                         std::move(id), deadline, attempts, seed)) {}
 
 acquisition::acquisition(const semaphore_target& target, std::string token, std::ptrdiff_t permits,
-                         steady::time_point deadline, int attempts, std::uint64_t seed)
-    : loop_(std::make_unique<wait_loop>(std::make_unique<semaphore_protocol>(target, permits),
-                                        std::move(token), deadline, attempts, seed)) {}
+                         steady::time_point deadline, int attempts, std::uint64_t seed,
+                         bool solo_first)
+    : loop_(std::make_unique<wait_loop>(
+          std::make_unique<semaphore_protocol>(target, permits, solo_first), std::move(token),
+          deadline, attempts, seed)) {}
 
 acquisition::acquisition(const lock_set_target& target, std::string id,
                          steady::time_point deadline, int attempts, std::uint64_t seed)

@@ -55,8 +55,10 @@ class acquisition {
   acquisition(const lock_target& target, std::string id, steady::time_point deadline,
               int attempts, std::uint64_t seed, bool unqueued_first = false);
   // A semaphore acquisition of `permits`, under the owner token `token` for every attempt.
+  // `solo_first`: attempt 0 tries the solo grant first where it can (semaphore_protocol.hpp).
   acquisition(const semaphore_target& target, std::string token, std::ptrdiff_t permits,
-              steady::time_point deadline, int attempts, std::uint64_t seed);
+              steady::time_point deadline, int attempts, std::uint64_t seed,
+              bool solo_first = false);
   // A lock set's acquisition: as a lock's, attempt n writing "<id>.<n>" to every key.
   acquisition(const lock_set_target& target, std::string id, steady::time_point deadline,
               int attempts, std::uint64_t seed);

@@ -6,6 +6,7 @@
 #include "algo/semaphore_protocol.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace dlock::detail {
 
@@ -46,8 +47,91 @@ pacing semaphore_protocol::pace() const noexcept {
   return pacing_of(target_, 1, 0, place);
 }
 
+std::string solo_value(std::string_view mark, std::string_view token, std::string_view permits) {
+  std::string v;
+  v.reserve(mark.size() + token.size() + permits.size() + 2);
+  return v.append(mark).append(" ").append(token).append(" ").append(permits);
+}
+
+std::array<plain_command, 6> solo_commands(bool fair, std::span<const std::string_view> keys,
+                                           std::span<const std::string_view> args,
+                                           std::size_t& size) noexcept {
+  std::array<plain_command, 6> out{};
+  plain_command set{{"SET", keys[0], args[0], "NX", "PX", args[1]}, 6};
+  plain_command incr{{"INCR", keys[1]}, 2};
+  plain_command mget{{"MGET", node_quarantine_key, node_fence_floor_key}, 3};
+  if (!fair) {
+    out[0] = set, out[1] = incr, out[2] = mget;
+    size = 3;
+    return out;
+  }
+  out[0] = {{"MULTI"}, 1};
+  out[1] = set;
+  out[2] = {{"EXISTS", keys[2]}, 2};
+  out[3] = {{"EXEC"}, 1};
+  out[4] = incr, out[5] = mget;
+  size = 6;
+  return out;
+}
+
+// Unfair: the lock's three answers (read_unqueued_answer says why they are sound although no
+// transaction). Fair: MULTI's and the two QUEUED, EXEC's {SET's, EXISTS's}, then INCR's and
+// MGET's; granted only where EXISTS found no line.
+unqueued_answer read_solo_answer(const reply& r, bool fair) noexcept {
+  if (!fair) return read_unqueued_answer(r);
+  const auto& e = r.elements();
+  if (!r.is_array() || e.size() != 6) return read_unqueued_answer(r);  // unknown, or refused
+  const auto& exec = e[3];
+  std::vector<reply> three;
+  if (exec.is_array() && exec.elements().size() == 2) {
+    three = {exec.elements()[0], e[4], e[5]};
+  } else {
+    // EXECABORT (a command refused as it was queued: NOPERM ...): nothing ran.
+    three = {exec.is_error() ? exec : reply::make_nil(), e[4], e[5]};
+  }
+  auto a = read_unqueued_answer(reply::make_array(std::move(three)));
+  a.never = a.never || std::any_of(e.begin(), e.begin() + 3, [](const reply& q) {
+              return q.is_error() && (q.str().rfind("NOPERM", 0) == 0 ||
+                                      q.str().rfind("ERR unknown command", 0) == 0);
+            });
+  if (a.granted) {
+    const auto& line = exec.elements()[1];
+    a.granted = line.is_integer() && line.integer() == 0;
+  }
+  return a;
+}
+
+std::array<plain_command, 6> plain_commands_of(const script& s,
+                                               std::span<const std::string_view> keys,
+                                               std::span<const std::string_view> args,
+                                               std::size_t& size) noexcept {
+  if (&s == &sem_solo_commands || &s == &sem_fair_solo_commands) {
+    return solo_commands(&s == &sem_fair_solo_commands, keys, args, size);
+  }
+  std::array<plain_command, 6> out{};
+  auto lock = unqueued_commands(keys[0], keys[1], args[0], args[1]);
+  std::copy(lock.begin(), lock.end(), out.begin());
+  size = lock.size();
+  return out;
+}
+
 void semaphore_protocol::begin(wait_loop& loop, steady::time_point,
                                const std::vector<std::string>& channels) {
+  if (loop.attempt_index() == 0 && solo_first_ && !solo_refused_) {
+    solo_in_flight_ = true;
+    channels_ = channels;
+    const auto& k = target_.keys;
+    script_keys keys{k.name, k.fence};
+    if (target_.fair) keys.push_back(k.owners);
+    loop.emit(0, target_.fair ? sem_fair_solo_commands : sem_solo_commands, std::move(keys),
+              {solo_value(target_.name_mark, loop.id(), permits_), target_.ttl_text},
+              purpose::attempt);
+    return;
+  }
+  emit_script(loop, channels);
+}
+
+void semaphore_protocol::emit_script(wait_loop& loop, const std::vector<std::string>& channels) {
   std::string attempt = std::to_string(loop.attempt_index());
   bool last = loop.last_attempt();
   std::string channel = !last && !channels.empty() ? channels[0] : std::string();
@@ -83,7 +167,22 @@ void semaphore_protocol::begin(wait_loop& loop, steady::time_point,
 void semaphore_protocol::on_answer(wait_loop& loop, purpose, std::size_t, steady::time_point now,
                                    std::error_code ec, const reply& r) {
   semaphore_reply parsed;
-  if (!ec) parsed = parse_semaphore_reply(r, target_.fair, ec);
+  if (std::exchange(solo_in_flight_, false) && (!ec || r.is_error())) {
+    // Anything but a clean grant is for the acquire script to settle, at once: it adopts the
+    // value we may have set (adopt_solo), queues us, or waits out a quarantine; and a give-up
+    // must remove what it leaves.
+    auto a = read_solo_answer(r, target_.fair);
+    if (a.never) solo_refused_ = true;
+    if (!a.granted) {
+      if (a.wrote || a.unknown) attempt_lost_ = true;
+      return emit_script(loop, std::exchange(channels_, {}));
+    }
+    ec.clear();
+    parsed.granted = true;
+    parsed.ticket = a.fence;
+  } else if (!ec) {
+    parsed = parse_semaphore_reply(r, target_.fair, ec);
+  }
   auto& votes = loop.votes();
   if (ec) {
     votes.failed(0, ec, r.is_error() ? r.str() : std::string());

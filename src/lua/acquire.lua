@@ -94,7 +94,10 @@ local function order(value)
 end
 
 local holder = redis.call('GET', key)
-if holder and holder ~= rw_mark and kind_of(holder) then return kind_error(holder, 'a lock') end
+-- A read-write lock's mark, alone or a solo holder's (name_kinds.lua), is this lock's: it waits.
+if holder and (solo_of(holder) or holder) ~= rw_mark and kind_of(holder) then
+  return kind_error(holder, 'a lock')
+end
 if holder and string.sub(holder, 1, #id + 1) == id .. '.' then
   local theirs, ours = order(holder), order(owner)
   if holder ~= owner and not (theirs and ours and theirs < ours) then

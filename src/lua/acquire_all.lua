@@ -23,7 +23,10 @@ if quarantined > 0 then return {0, 0, quarantined} end
 -- Everything that could fail is read before anything is written: a script is not rolled back.
 for i = 1, count do
   local holder = redis.call('GET', KEYS[2 * i - 1])
-  if holder and holder ~= rw_mark and kind_of(holder) then return kind_error(holder, 'a lock') end
+  -- A read-write lock's mark, alone or a solo holder's (name_kinds.lua), is this lock's: it waits.
+  if holder and (solo_of(holder) or holder) ~= rw_mark and kind_of(holder) then
+    return kind_error(holder, 'a lock')
+  end
   if holder then return {0, i, redis.call('PTTL', KEYS[2 * i - 1])} end
   local counter = redis.call('GET', KEYS[2 * i])
   if counter and not tonumber(counter) then

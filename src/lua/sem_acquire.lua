@@ -11,6 +11,8 @@
 -- KEYS[7]: the name's own key, which the holders mark with ARGV[6] (name_mark.lua) until the
 --          latest holder's expiry: a lock or another kind of the name, or a semaphore of
 --          another limit or fairness, is refused (WRONGTYPE) instead of counting beside them.
+--          A solo holder there ("<mark> <token> <permits>", granted by plain commands:
+--          semaphore_protocol.hpp) first becomes one of the holders (adopt_solo).
 -- ARGV[1]: the owner token; ARGV[2]: the limit; ARGV[3]: permits wanted (1..limit);
 -- ARGV[4]: the TTL in milliseconds;
 -- ARGV[5]: "<waiter ttl ms> <wake channel>" to queue when not granted, or "" not to queue;
@@ -57,8 +59,16 @@ local now = server_ms()
 
 -- #include name_kinds.lua
 
--- Read before anything is written: a script is not rolled back.
-local refused = read_name(name)
+-- A counter that a plain INCR made (the solo grant's, which found no counter: semaphore_protocol
+-- .hpp) holds no token and no expiry: it goes before any answer, as acquire.lua's does. (pcall:
+-- a counter of another type is for the grant to report.)
+local counted = redis.pcall('GET', fence_key)
+counted = type(counted) == 'string' and tonumber(counted)
+if counted and counted < fence_clock_range then redis.call('DEL', fence_key) end
+
+-- Read before anything else is written (a script is not rolled back); a solo holder of this
+-- kind first becomes one of the holders.
+local refused = read_name(name, adopt_solo(name, now, adopt_unfair(holders, weights)))
 if refused then return refused end
 
 -- #include sem_holders.lua

@@ -27,6 +27,8 @@
 --          write lock grants nobody while a lock of the name holds it, and is refused (WRONGTYPE)
 --          where another kind holds it; a semaphore is refused wherever anything but its own
 --          mark holds it (another kind, or a semaphore of another limit or fairness).
+--          A solo holder there ("<mark> <token> <permits>", granted by plain commands:
+--          semaphore_protocol.hpp) first takes the line's first place (adopt_solo).
 -- ARGV[7]: the mark: read_write_lock_mark or semaphore_mark(limit, fair) (key_layout.hpp);
 --          without it, KEYS[7] is ignored (no mark, as callers of earlier versions).
 -- Returns {1, fence, rank} when granted (also when this token already holds: a retried attempt
@@ -91,9 +93,18 @@ now = server_ms()
 
 -- #include name_kinds.lua
 
--- Read before anything is written: a name's key of another kind is refused here (a key that is
--- no string raises WRONGTYPE), and a script is not rolled back.
-local refused, name_held = read_name(name)
+-- A counter that a plain INCR made (the solo grant's, which found no counter: semaphore_protocol
+-- .hpp) holds no token and no expiry: it goes before any answer, as acquire.lua's does. (pcall:
+-- a counter of another type is for the grant to report.)
+local counted = redis.pcall('GET', fence_key)
+counted = type(counted) == 'string' and tonumber(counted)
+if counted and counted < fence_clock_range then redis.call('DEL', fence_key) end
+
+-- Read before anything else is written: a name's key of another kind is refused here (a key
+-- that is no string raises WRONGTYPE), and a script is not rolled back. A solo holder of this
+-- kind first takes the line's first place (or goes: adopt_fair).
+local adopted = adopt_solo(name, now, adopt_fair(owners, timeouts, weights, counter))
+local refused, name_held = read_name(name, adopted)
 if refused then return refused end
 local function not_granted(ticket_or_0, rank)
   if name_held then return {0, ticket_or_0, rank, 1} end

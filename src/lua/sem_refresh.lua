@@ -10,7 +10,8 @@
 -- the holders mark with ARGV[4] (name_mark.lua): an extend moves the mark out with the permit, a
 -- settle sets it to the latest holder's expiry; a holder that finds another value there has
 -- lost the name (its mark was lost: a restart, a FLUSH) and is refused, as a lost permit is.
--- Without ARGV[4] (a caller of an earlier version) there is no mark.
+-- Without ARGV[4] (a caller of an earlier version) there is no mark. A solo holder (its value
+-- "<mark> <token> <permits>" there, and no other key: name_mark.lua) is renewed in that key.
 -- ARGV[1]: the owner token; ARGV[2]: the TTL in milliseconds; ARGV[3]: "" to extend, or a
 -- successor token to settle (as extend.lua):
 --   extend  the permit's expiry becomes at least the server's now + TTL; it never moves earlier,
@@ -26,6 +27,23 @@ else
   expiries, weights, owners, info, tickets, name = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 end
 local owner, ttl_ms, successor = ARGV[1], tonumber(ARGV[2]), ARGV[3] or ''
+
+-- A solo holder (name_mark.lua: "<mark> <token> <permits>" in the name's key, and no other
+-- key) is renewed there: extend pushes the key's expiry out (never in), settle writes the
+-- successor's value with exactly the TTL.
+if name and ARGV[4] and ARGV[4] ~= '' then
+  local solo = ARGV[4] .. ' ' .. owner .. ' '
+  local value = redis.call('GET', name)
+  if value and string.sub(value, 1, #solo) == solo then
+    if successor ~= '' then
+      local permits = string.sub(value, #solo + 1)
+      redis.call('SET', name, ARGV[4] .. ' ' .. successor .. ' ' .. permits, 'PX', ttl_ms)
+    elseif redis.call('PTTL', name) < ttl_ms then
+      redis.call('PEXPIRE', name, ttl_ms)
+    end
+    return 1
+  end
+end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

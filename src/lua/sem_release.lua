@@ -8,7 +8,9 @@
 --          present for queued waiters only (sem_acquire.lua, sem_fair_acquire.lua); KEYS[5]: the
 --          fencing counter (for handoffs); KEYS[6]: the fair variant's ticket counter, which
 --          expires with its last member; KEYS[7]: the name's own key, which the holders mark
---          with ARGV[4] (name_mark.lua): the mark goes with the last holder.
+--          with ARGV[4] (name_mark.lua): the mark goes with the last holder. A solo holder's
+--          value there ("<mark> <token> <permits>", name_mark.lua) is deleted by its own
+--          release, and made one of the holders by any other (adopt_solo).
 -- ARGV[1]: the owner token; ARGV[2]: the limit (for handoffs; "" for none); ARGV[3]: "fair" for
 --          the fair variant, whose waiters serve_fair_line (below) serves; ARGV[4]: the mark
 --          (read_write_lock_mark or semaphore_mark, key_layout.hpp); without it (a caller of an
@@ -37,6 +39,15 @@ if not ARGV[4] or ARGV[4] == '' then name = nil end
 -- Read before anything is written: a name's key that is no lock raises WRONGTYPE here, and a
 -- script is not rolled back. Held by another kind of lock: nobody in this line can hold now.
 local name_value = name and redis.call('GET', name)
+
+-- A solo holder's release (name_mark.lua: "<mark> <token> <permits>" in the name's key, and no
+-- other key) is a compare-and-delete. Nobody else held or waited when it was granted, and any
+-- script that came since would have made it one of the holders, so there is no one to tell.
+local solo = name and ARGV[4] .. ' ' .. owner .. ' '
+if name_value and string.sub(name_value, 1, #solo) == solo then
+  redis.call('DEL', name)
+  return 1
+end
 local name_held = name ~= nil and name_value ~= false and name_value ~= ARGV[4]
 
 -- The release nobody waits for comes first, before the script defines what a handoff needs
@@ -64,6 +75,15 @@ end
 if name then mark = ARGV[4] end
 
 local now = server_ms()
+
+-- Another token's solo holder becomes one of the holders first (adopt_solo), so that the
+-- permits counted below include its own.
+if name then
+  local adopt = fair and adopt_fair(queue, expiries, weights, tickets) or
+                    adopt_unfair(expiries, weights)
+  name_value = adopt_solo(name, now, adopt)
+  name_held = name_value ~= false and name_value ~= ARGV[4]
+end
 
 local expiry = redis.call('ZSCORE', expiries, owner)
 local live = expiry and tonumber(expiry) > now

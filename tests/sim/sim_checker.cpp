@@ -11,6 +11,7 @@
 #include "sim_checker.hpp"
 
 #include "algo/lock_protocol.hpp"
+#include "algo/semaphore_protocol.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -29,8 +30,16 @@ bool share_a_key(const std::vector<std::size_t>& a, const std::vector<std::size_
   return std::find_first_of(a.begin(), a.end(), b.begin(), b.end()) != a.end();
 }
 
-bool free_or_marked(const std::optional<std::string>& v) {
-  return !v || *v == read_write_lock_mark;
+// The read-write lock's mark, alone or a solo holder's ("<mark> <token> <permits>").
+bool rw_marked(const std::optional<std::string>& v) {
+  return v && (*v == read_write_lock_mark ||
+               v->rfind(std::string(read_write_lock_mark) + " ", 0) == 0);
+}
+
+bool free_or_marked(const std::optional<std::string>& v) { return !v || rw_marked(v); }
+
+bool is_solo_request(const detail::request& r) {
+  return r.code == &detail::sem_solo_commands || r.code == &detail::sem_fair_solo_commands;
 }
 
 }  // namespace
@@ -250,7 +259,22 @@ void checker::check_permit_outlives(const claim& k) {
   auto& n = w_.redis(0);
   n.set_time(w_.wall_ms());
   auto score = n.peek_score(expiries, k.token);
-  if (!score) return violation("HOLDERS: during " + describe(k) + ", the node has no entry for it");
+  if (!score) {
+    // A solo holder: the name's key holds "<mark> <token> <permits>", with the permit's expiry.
+    const auto& name = sem_ ? sem_->name : rw_->name;
+    auto value = n.peek(name);
+    auto middle = " " + k.token + " ";
+    if (!value || value->rfind("dlock:", 0) != 0 || value->find(middle) == std::string::npos) {
+      return violation("HOLDERS: during " + describe(k) + ", the node has no entry for it");
+    }
+    auto pttl = n.peek_pttl(name);
+    sim_time death = pttl < 0 ? INT64_MAX : (w_.now() / 1000 + pttl + 1) * 1000;
+    if (death < k.end) {
+      violation("VALIDITY: " + describe(k) + " outlives its solo value (until " +
+                format_time(death) + ")");
+    }
+    return;
+  }
   auto left_ms = static_cast<std::int64_t>(*score) - n.time();
   sim_time death = (w_.now() / 1000 + left_ms) * 1000;
   auto pttl = n.peek_pttl(expiries);
@@ -265,7 +289,7 @@ void checker::check_permit_outlives(const claim& k) {
 void checker::check_mark_outlives(const claim& k) {
   check_permit_outlives(k);
   auto mark = value_on(0);
-  if (mark != read_write_lock_mark) {
+  if (!rw_marked(mark)) {
     return violation("HOLDERS: during " + describe(k) + ", the name's key holds " + show(mark) +
                      ", not the read-write lock's mark");
   }
@@ -366,7 +390,7 @@ void checker::after_lock_script(std::size_t i, const detail::request& r, const r
   } else if (r.code == &detail::acquire_all_script) {
     owns = !before;  // a fresh token per attempt: it only ever takes free keys
   } else if (r.code == &detail::sem_fair_acquire_script || r.code == &detail::sem_release_script ||
-             r.code == &detail::sem_refresh_script) {
+             r.code == &detail::sem_refresh_script || is_solo_request(r)) {
     // A read-write lock's script marks the name where it is free, and moves or takes off its
     // own mark: it never touches another holder's value, nor leaves one.
     owns = free_or_marked(before) && free_or_marked(after);
@@ -392,6 +416,18 @@ void checker::after_lock_script(std::size_t i, const detail::request& r, const r
 }
 
 void checker::check_node_fence(const detail::request& r, const reply& result) {
+  if (is_solo_request(r)) {
+    // The semaphore's solo grant, read as its protocol reads it, while the name's key still
+    // holds its value (as acquire_unqueued's below).
+    auto a = detail::read_solo_answer(result, r.code == &detail::sem_fair_solo_commands);
+    bool theirs = rw_ && r.keys[1] != rw_->fence;
+    auto& n = w_.redis(r.node);
+    n.set_time(w_.wall_ms());
+    if (a.granted && !theirs && n.peek(std::string(r.keys[0])) == r.args.at(0)) {
+      note_node_fence(r, a.fence, false);
+    }
+    return;
+  }
   if (r.code == &detail::acquire_unqueued_commands) {
     // Its grant as the lock's protocol reads it; anything else is acquire.lua's to settle. Its
     // commands may run apart (sim_world.hpp): a grant whose key no longer holds its value once

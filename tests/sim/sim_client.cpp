@@ -148,7 +148,10 @@ void sim_client::next_cycle() {
   } else {
     permits_ = all_or_one_ ? (rnd.chance(0.3) ? max_permits_ : 1)
                            : static_cast<std::ptrdiff_t>(rnd.between(1, max_permits_));
-    acq_ = &engines_.emplace_back(*sem_, id, permits_, deadline, attempts, rnd.next());
+    // Half the time attempt 0 tries the solo grant first, as semaphore_core does while the
+    // name was free at its last acquisition (where the protocol allows it: a name to mark).
+    acq_ = &engines_.emplace_back(*sem_, id, permits_, deadline, attempts, rnd.next(),
+                                  rnd.chance(0.5));
   }
   acquire_began_ = w_.now();
   deadline_ = deadline;

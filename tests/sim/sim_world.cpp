@@ -14,6 +14,7 @@
 #include <cstdio>
 
 #include "algo/lock_protocol.hpp"
+#include "algo/semaphore_protocol.hpp"
 #include "dlock/client.hpp"
 
 namespace dlock::sim {
@@ -36,6 +37,8 @@ std::string render(const reply& r) {
 std::string_view script_name(const detail::script* s) {
   if (s == &detail::acquire_script) return "acquire";
   if (s == &detail::acquire_unqueued_commands) return "acquire_unqueued";
+  if (s == &detail::sem_solo_commands) return "sem_solo";
+  if (s == &detail::sem_fair_solo_commands) return "sem_fair_solo";
   if (s == &detail::release_script) return "release";
   if (s == &detail::extend_script) return "extend";
   if (s == &detail::fence_raise_script) return "fence_raise";
@@ -272,39 +275,63 @@ void world::send_reply(std::uint64_t call_id, reply result) {
             [this, call_id, result = std::move(result)] { on_reply(call_id, result); });
 }
 
-// The next of a request's plain commands (lock_protocol.hpp's unqueued_commands, the words the
-// library sends). A crash or a drop in between loses the rest, as it loses a write's unread end.
+// A request's plain commands (semaphore_protocol.hpp's plain_commands_of: the words the
+// library sends).
+std::array<detail::plain_command, 6> world::plain_steps(const detail::request& r,
+                                                       std::size_t& size) const {
+  std::vector<std::string_view> keys(r.keys.begin(), r.keys.end());
+  std::vector<std::string_view> args(r.args.begin(), r.args.end());
+  return detail::plain_commands_of(*r.code, keys, args, size);
+}
+
+// The next of a request's plain commands. A crash or a drop in between loses the rest, as it
+// loses a write's unread end. MULTI ... EXEC runs as one step, as a server runs it.
 void world::run_plain_command(std::uint64_t call_id) {
   auto& k = calls_[call_id];
   auto& l = links_[k.link];
   std::size_t i = l.node;
+  std::size_t size = 0;
+  auto steps = plain_steps(*k.req, size);
   if (k.lost || !l.server_open) {
     k.lost = true;
     ++stats_.lost_in_flight;
     if (tracing_)
       note("n" + std::to_string(i) + " #" + std::to_string(call_id) + " loses its last " +
-           std::to_string(detail::unqueued_commands({}, {}, {}, {}).size() - k.replies.size()) +
-           " command(s)");
+           std::to_string(size - k.replies.size()) + " command(s)");
     l.mid_request = false;
     return arrive_held(l.id);
   }
   auto& n = *nodes_[i].redis;
   n.set_time(wall_ms());
   const auto& r = *k.req;
-  auto steps = detail::unqueued_commands(r.keys[0], r.keys[1], r.args.at(0), r.args.at(1));
   std::size_t step = k.replies.size();
-  auto words = steps[step].view();
-  std::vector<std::string> argv(words.begin(), words.end());
+  auto argv_of = [&](std::size_t at) {
+    auto words = steps[at].view();
+    return std::vector<std::string>(words.begin(), words.end());
+  };
+  std::vector<std::string> argv = argv_of(step);
   if (step == 0 && before_script) before_script(i, r);
-  reply result = n.exec(argv);
+  reply result;
+  if (argv[0] == "MULTI") {
+    std::vector<reply> queued;
+    k.replies.push_back(reply::make_string(reply::kind::status, "OK"));
+    std::size_t at = step + 1;
+    for (; at < size && argv_of(at)[0] != "EXEC"; ++at) {
+      queued.push_back(n.exec(argv_of(at)));
+      k.replies.push_back(reply::make_string(reply::kind::status, "QUEUED"));
+    }
+    result = reply::make_array(std::move(queued));
+  } else {
+    result = n.exec(argv);
+  }
   if (step == 0 && after_script) after_script(i, r, result);
   if (tracing_) {
     note("n" + std::to_string(i) + " #" + std::to_string(call_id) + " ran " + argv[0] + " " +
-         argv[1] + (l.client_open ? "" : " (its client gave up on it)") + " -> " +
-         render(result));
+         (argv.size() > 1 ? argv[1] : std::string()) +
+         (l.client_open ? "" : " (its client gave up on it)") + " -> " + render(result));
   }
   k.replies.push_back(std::move(result));
-  if (k.replies.size() < steps.size()) {
+  if (k.replies.size() < size) {
     l.mid_request = true;
     if (!rng_.chance(0.25)) return run_plain_command(call_id);
     // The rest of the write is still on its way: others run first.

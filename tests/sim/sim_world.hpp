@@ -34,6 +34,7 @@
 // is lost; messages the node publishes travel to the client on that link.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -46,6 +47,7 @@
 #include <vector>
 
 #include "algo/acquisition.hpp"
+#include "algo/lock_protocol.hpp"
 #include "dlock/reply.hpp"
 #include "sim_node.hpp"
 #include "sim_random.hpp"
@@ -234,6 +236,7 @@ class world {
             std::int64_t deadline_us, reply_handler handler);
   void arrive(std::uint64_t call_id);
   void run_plain_command(std::uint64_t call_id);
+  std::array<detail::plain_command, 6> plain_steps(const detail::request& r, std::size_t& size) const;
   void send_reply(std::uint64_t call_id, reply result);
   void arrive_held(std::uint64_t link_id);
   void on_reply(std::uint64_t call_id, const reply& r);

@@ -2,9 +2,21 @@
 -- Shared by the scripts that read a name's key, after name_mark.lua (its `mark`, `rw_mark`):
 -- which kind holds a name, the refusal of another kind, and the mark after a member left.
 
+-- A solo holder's value, "<mark> <token> <permits>" (name_mark.lua): its mark, token and
+-- permits; nil for any other value.
+local function solo_of(value)
+  if not value then return nil end
+  local m, token, permits = string.match(value, '^(dlock:.+) (%S+) (%d+)$')
+  if m and (m == rw_mark or string.match(m, '^dlock:semaphore %d+ %a+$')) then
+    return m, token, tonumber(permits)
+  end
+  return nil
+end
+
 -- What holds a name whose key holds `value`: 'a read-write lock', 'a semaphore ...', or nil for
 -- a lock (a mutex, a lock set, another client's SET NX) or a latch (a count).
 local function kind_of(value)
+  value = solo_of(value) or value
   if value == rw_mark then return 'a read-write lock' end
   if string.sub(value, 1, #semaphore_prefix) == semaphore_prefix then
     local limit, fairness = string.match(value, '^dlock:semaphore (%d+) (%a+)$')
@@ -27,14 +39,68 @@ local function kind_error(value, wanted)
                                ', not as ' .. wanted)
 end
 
--- For an acquire of a semaphore or read-write lock, with one GET: the error to answer when the
--- name's key holds a kind that cannot share the name with this one, else nil (free, our own
--- mark, or a lock of the name, which a read-write lock waits for); and whether anything but
--- our mark holds it (name_taken). GET raises WRONGTYPE for a key that is no string at all.
--- Read before anything is written.
-local function read_name(name)
-  if not name then return nil, false end
+-- A solo holder of this kind (name_mark.lua) made one of the holders, before anything reads
+-- them: `adopt(token, permits, expiry ms)`, the script's, writes its entries and answers true,
+-- and the name keeps the mark alone, with the same expiry; or it answers false (a fair line
+-- that was not empty when the solo grant was made, which its client saw and does not count
+-- on: adopt_fair) and the value goes. Any other value is left as it is. Returns the name's
+-- value after, as GET would (which raises WRONGTYPE for a key that is no string at all).
+local function adopt_solo(name, now, adopt)
+  if not name then return false end
   local value = redis.call('GET', name)
+  local m, token, permits = solo_of(value)
+  if m ~= mark then return value end
+  local left = redis.call('PTTL', name)
+  if left > 0 and adopt(token, permits, now + left) then
+    redis.call('SET', name, mark, 'PX', left)
+    return mark
+  end
+  redis.call('DEL', name)
+  return false
+end
+
+-- The unfair variant's adopt (sem_acquire.lua's keys): the holder joins the holders' set, whose
+-- keys live as long as their last holder.
+local function adopt_unfair(holders, weights)
+  return function(token, permits, expiry)
+    redis.call('ZADD', holders, expiry, token)
+    if permits > 1 then redis.call('HSET', weights, token, permits) end
+    local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
+    redis.call('PEXPIREAT', holders, last[2])
+    if permits > 1 or redis.call('EXISTS', weights) == 1 then
+      redis.call('PEXPIREAT', weights, last[2])
+    end
+    return true
+  end
+end
+
+-- The fair variant's (sem_fair_acquire.lua's keys). Its solo grant checked that the line was
+-- empty in the same transaction as its SET (semaphore_protocol.hpp), and every script that
+-- adds to the line adopts first: so a line found here was there at the grant, which its client
+-- then did not count on (it goes on with the script), and the solo value goes. Otherwise the
+-- holder takes the line's first place, with its ticket and expiry.
+local function adopt_fair(owners, timeouts, weights, counter)
+  return function(token, permits, expiry)
+    if redis.call('EXISTS', owners) == 1 then return false end
+    redis.call('ZADD', owners, redis.call('INCR', counter), token)
+    redis.call('ZADD', timeouts, expiry, token)
+    if permits > 1 then redis.call('HSET', weights, token, permits) end
+    for _, key in ipairs({owners, timeouts, weights, counter}) do
+      if redis.call('EXISTS', key) == 1 then redis.call('PEXPIREAT', key, expiry) end
+    end
+    return true
+  end
+end
+
+-- For an acquire of a semaphore or read-write lock: the error to answer when the name's key
+-- holds a kind that cannot share the name with this one, else nil (free, our own mark, or a
+-- lock of the name, which a read-write lock waits for); and whether anything but our mark
+-- holds it (name_taken). `value`: the name's value read in this script (adopt_solo's), or nil
+-- to GET it here, which raises WRONGTYPE for a key that is no string at all. Read before
+-- anything but an adoption is written.
+local function read_name(name, value)
+  if not name then return nil, false end
+  if value == nil then value = redis.call('GET', name) end
   if not value or value == mark then return nil, false end
   if mark == rw_mark and kind_of(value) == nil then return nil, true end
   return kind_error(value, held_as(mark)), true

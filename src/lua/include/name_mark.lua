@@ -15,7 +15,11 @@
 -- expiry at least: every grant and renewal marks the name before anyone is told (a script is
 -- not rolled back: an error later on must not leave a told holder unmarked), and a release or
 -- settle sets the mark to the latest holder's expiry exactly, or takes it off with the last
--- holder. A script sets `name` and `mark` (the engine sends its kind's mark) before it calls
+-- holder. A solo holder (one holder, nobody else in line: the uncontended grant by plain
+-- commands, semaphore_protocol.hpp) keeps "<mark> <token> <permits>" there instead, with its
+-- own expiry, and no other key; the first script that reads the holders makes it one of them
+-- (adopt_solo, name_kinds.lua), and its release is a compare-and-delete (sem_release.lua).
+-- A script sets `name` and `mark` (the engine sends its kind's mark) before it calls
 -- these; without a mark (a caller of an earlier version) `name` is nil: no mark. What reads a
 -- name (which kind holds it) and what marks it anew after a member left are name_kinds.lua's,
 -- included after this file by the scripts that need them: a script's uncontended path, which
@@ -24,9 +28,11 @@ local rw_mark = 'dlock:read-write-lock'
 local semaphore_prefix = 'dlock:semaphore '
 local mark
 
--- Whether a value is a mark, which is nobody's owner value (release.lua, extend.lua).
+-- Whether a value is a mark, alone or a solo holder's (name_kinds.lua), which is nobody's
+-- owner value (release.lua, extend.lua).
 local function is_mark(value)
-  return value == rw_mark or string.sub(value, 1, #semaphore_prefix) == semaphore_prefix
+  return value == rw_mark or string.sub(value, 1, #rw_mark + 1) == rw_mark .. ' ' or
+             string.sub(value, 1, #semaphore_prefix) == semaphore_prefix
 end
 
 -- Marks the name until `until_ms` (a holder's expiry, server ms) at least; never shortens it.
