@@ -92,7 +92,10 @@ struct semaphore_keys {
   /// lock set or another client's SET NX finds it taken, and no reader or writer is granted
   /// while any other value holds it. While a semaphore's permits are held, it holds
   /// semaphore_mark(limit, fair): a lock of the name, or a semaphore that counts another limit
-  /// or fairness, is refused (errc::wrong_type) instead of running beside it.
+  /// or fairness, is refused (errc::wrong_type) instead of running beside it. A holder granted
+  /// where nobody held or waited (the solo grant: plain commands, one node) is kept in this key
+  /// alone, as "<mark> <token> <permits>", until a script that reads the holders adds it to
+  /// the sets above and leaves the mark alone.
   std::string name{};
 };
 

@@ -35,6 +35,7 @@
 #include "dlock/key_layout.hpp"
 #include "dlock/mutex.hpp"
 #include "dlock/semaphore.hpp"
+#include "dlock/shared_mutex.hpp"
 #include "support/commandstats.hpp"
 #include "support/dlock_cli.hpp"
 #include "support/loopback.hpp"
@@ -2267,6 +2268,36 @@ TEST_F(CliTest, StatusShowsOtherKindsHeldUnderTheName) {
   EXPECT_EQ(reader->terminate(), 128 + SIGTERM);
   auto after = run({"-r", server_.url(), "status", key});
   EXPECT_EQ(after.out.rfind(key + ": free\n", 0), 0u) << after.out;
+}
+
+// A free name's first semaphore or read-write lock holder lives in the name's key alone (the
+// solo grant, semaphore_protocol.hpp): status and list find it there.
+TEST_F(CliTest, StatusAndListShowASoloHolder) {
+  const std::string key = test_key();
+  client c{server_.url()};
+  semaphore sem{c, key, 2};
+  ASSERT_FALSE(sem.acquire().release());  // starts the fence counter: the next grant is solo
+  lease held = sem.acquire();
+  ASSERT_EQ(c.exec({"GET", key}).str(), semaphore_mark(2, false) + " " + held.value() + " 1");
+  auto text = run({"-r", server_.url(), "status", "--semaphore", "2", key});
+  EXPECT_EQ(text.status, 0) << text.err;
+  EXPECT_EQ(text.out.rfind(key + ": semaphore, 1 of 2 permits in use", 0), 0u) << text.out;
+  EXPECT_NE(text.out.find(held.value()), std::string::npos) << text.out;
+  auto plain = run({"-r", server_.url(), "status", key});
+  EXPECT_NE(plain.out.find("held as a semaphore of 2 permits (unfair)"), std::string::npos)
+      << plain.out;
+  auto listed = run({"-r", server_.url(), "list", key});
+  EXPECT_EQ(listed.status, 0) << listed.err;
+  EXPECT_NE(listed.out.find("1 of 2 permits held by 1 holder"), std::string::npos) << listed.out;
+  held.release();
+
+  shared_mutex rw{c, key};
+  ASSERT_FALSE(rw.acquire_shared().release());
+  lease reader = rw.acquire_shared();
+  ASSERT_EQ(c.exec({"GET", key}).str().rfind(std::string(read_write_lock_mark) + " ", 0), 0u);
+  auto rw_text = run({"-r", server_.url(), "status", key});
+  EXPECT_NE(rw_text.out.find("held as a read-write lock by 1 holder\n"), std::string::npos)
+      << rw_text.out;
 }
 
 // One name is one lock, for semaphores too (issue 36): a `--semaphore 3` holder marks the name

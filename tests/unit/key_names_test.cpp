@@ -215,6 +215,26 @@ TEST(KeyNamesTest, ValuesDlockWrites) {
   EXPECT_FALSE(parse_semaphore_mark("dlock:semaphore x fair"));
   EXPECT_FALSE(parse_semaphore_mark(read_write_lock_mark));
 
+  // A solo holder's value: "<mark> <token> <permits>" (name_mark.lua).
+  const std::string held = semaphore_mark(3, true) + " 0af1 2";  // the views point into it
+  auto solo = parse_solo(held);
+  ASSERT_TRUE(solo);
+  EXPECT_EQ(solo->mark, semaphore_mark(3, true));
+  EXPECT_EQ(solo->token, "0af1");
+  EXPECT_EQ(solo->permits, 2);
+  EXPECT_EQ(parse_semaphore_mark(held)->limit, 3);
+  const std::string reading = std::string(read_write_lock_mark) + " 0af1 1";
+  auto reader = parse_solo(reading);
+  ASSERT_TRUE(reader);
+  EXPECT_EQ(reader->mark, read_write_lock_mark);
+  EXPECT_EQ(mark_part(reading), read_write_lock_mark);
+  const std::string mark = semaphore_mark(3, false);
+  EXPECT_EQ(mark_part(mark), mark);
+  EXPECT_FALSE(parse_solo(semaphore_mark(3, true)));
+  EXPECT_FALSE(parse_solo("dlock:semaphore 3 fair 1"));
+  EXPECT_FALSE(parse_solo(std::string(read_write_lock_mark) + " 0af1 0"));
+  EXPECT_FALSE(parse_solo("0af1.0 x 1"));
+
   EXPECT_EQ(latch_count("0"), 0);
   EXPECT_EQ(latch_count("10"), 10);
   EXPECT_FALSE(latch_count("010"));

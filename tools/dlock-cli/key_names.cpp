@@ -218,7 +218,34 @@ bool is_dlock_owner(std::string_view value) {
   return all_digits(round);
 }
 
+std::optional<solo_holder> parse_solo(std::string_view value) {
+  auto last = value.rfind(' ');
+  if (last == std::string_view::npos || last == 0) return std::nullopt;
+  auto middle = value.rfind(' ', last - 1);
+  if (middle == std::string_view::npos) return std::nullopt;
+  auto permits = latch_count(value.substr(last + 1));
+  solo_holder solo{value.substr(0, middle), value.substr(middle + 1, last - middle - 1),
+                   permits.value_or(0)};
+  if (!permits || *permits < 1 || solo.token.empty()) return std::nullopt;
+  if (solo.mark != read_write_lock_mark) {
+    auto rest = solo.mark;
+    if (!rest.starts_with(semaphore_mark_prefix)) return std::nullopt;
+    rest.remove_prefix(semaphore_mark_prefix.size());
+    auto space = rest.find(' ');
+    if (space == std::string_view::npos || !latch_count(rest.substr(0, space))) return std::nullopt;
+    auto fairness = rest.substr(space + 1);
+    if (fairness != "fair" && fairness != "unfair") return std::nullopt;
+  }
+  return solo;
+}
+
+std::string_view mark_part(std::string_view value) {
+  auto solo = parse_solo(value);
+  return solo ? solo->mark : value;
+}
+
 std::optional<semaphore_mark_info> parse_semaphore_mark(std::string_view value) {
+  value = mark_part(value);
   if (!value.starts_with(semaphore_mark_prefix)) return std::nullopt;
   value.remove_prefix(semaphore_mark_prefix.size());
   auto space = value.find(' ');

@@ -71,8 +71,19 @@ struct semaphore_mark_info {
   long long limit = 0;
   bool fair = false;
 };
-// "dlock:semaphore <limit> fair|unfair" (semaphore_mark); nullopt for any other value.
+// "dlock:semaphore <limit> fair|unfair" (semaphore_mark), alone or a solo holder's; nullopt
+// for any other value.
 std::optional<semaphore_mark_info> parse_semaphore_mark(std::string_view value);
+
+// A solo holder's value, "<mark> <token> <permits>": the one holder of a read-write lock or
+// semaphore granted by plain commands, kept in the name's key alone (name_mark.lua).
+struct solo_holder {
+  std::string_view mark, token;
+  long long permits = 0;
+};
+std::optional<solo_holder> parse_solo(std::string_view value);
+// The mark in a value: a solo holder's, or the value itself.
+std::string_view mark_part(std::string_view value);
 
 // A latch's count: decimal digits without a sign or leading zeros, at most 2^53 (latch.lua's
 // counts). Any counter of another program looks the same.

@@ -93,7 +93,7 @@ struct found {
     return queue || fence || note || copies > 0 || semaphore || fair_semaphore || read_write ||
            election;
   }
-  bool rw_mark() const { return value && *value == read_write_lock_mark; }
+  bool rw_mark() const { return value && mark_part(*value) == read_write_lock_mark; }
   bool owner_value() const { return value && is_dlock_owner(*value); }
   // A value that is neither a mark nor dlock's: another client's token (or anything else).
   bool foreign_value() const { return value && !rw_mark() && !mark && !owner_value(); }
@@ -410,7 +410,7 @@ entry lock_entry(std::vector<client>& nodes, const std::string& name, const foun
     out.text = "held by ";
     if (v.holder) {
       out.text += describe(*v.holder);
-    } else if (*v.token == read_write_lock_mark) {
+    } else if (mark_part(*v.token) == read_write_lock_mark) {
       out.text += "the read-write lock's holders";
     } else if (parse_semaphore_mark(*v.token)) {
       out.text += "the semaphore's holders";

@@ -13,6 +13,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <span>
 
 #include "cli.hpp"
 #include "dlock/cli/scripts.hpp"
@@ -125,7 +126,7 @@ std::vector<waiter_view> live_waiters(const reply& queue,
 }
 
 // The first error among a pipeline's replies (WRONGTYPE: a key that is not what dlock keeps).
-const reply* first_error(const std::vector<reply>& replies) {
+const reply* first_error(std::span<const reply> replies) {
   for (const auto& r : replies) {
     if (r.is_error()) return &r;
   }
@@ -298,6 +299,7 @@ std::vector<other_kind> other_kinds_held(std::vector<client>& nodes, const std::
 }
 
 std::optional<std::string> marked_kind(std::string_view value) {
+  value = mark_part(value);
   if (value == read_write_lock_mark) return "a read-write lock";
   auto mark = parse_semaphore_mark(value);
   if (!mark) return value.starts_with(semaphore_mark_prefix) ? std::optional("a semaphore")
@@ -451,7 +453,9 @@ semaphore_view inspect_semaphore(client& node, const std::string& key,
   if (with_queue) {
     cmd.then({"ZRANGE", keys.waiters, "0", "-1"}).then({"HGETALL", waiter_notes_key(key)});
   }
-  const std::size_t expected = 4 + (with_info ? 1 : 0) + (with_queue ? 2 : 0);
+  // A solo holder lives in the name's key alone (name_mark.lua).
+  cmd.then({"GET", keys.name}).then({"PTTL", keys.name});
+  const std::size_t expected = 6 + (with_info ? 1 : 0) + (with_queue ? 2 : 0);
   std::error_code ec;
   reply r = node.exec(cmd, ec);
   const auto& e = r.elements();
@@ -460,13 +464,25 @@ semaphore_view inspect_semaphore(client& node, const std::string& key,
     view.message = with_remedy(view.ec, r.is_error() ? r.str() : view.ec.message());
     return view;
   }
-  if (const reply* wrong = first_error(e)) {
+  // A name's key of another type is no solo holder: its WRONGTYPE is no error here.
+  const reply& name_value = e[expected - 2];
+  if (const reply* wrong = first_error(std::span<const reply>(e).first(expected - 2))) {
     view.ec = error_from_reply(*wrong);
     view.message = with_remedy(view.ec, wrong->str());
     return view;
   }
   const long long now = server_ms(e[0]);
   const auto weights = hash_of(e[2]);
+  if (name_value.is_string()) {
+    const bool rw = keys.expiries == shared_mutex_keys_for(key).expiries;
+    auto solo = parse_solo(name_value.str());
+    auto mark = solo ? parse_semaphore_mark(solo->mark) : std::nullopt;
+    if (solo && (rw ? solo->mark == read_write_lock_mark : mark && mark->fair == fair) &&
+        e[expected - 1].is_integer() && e[expected - 1].integer() > 0) {
+      view.holders.push_back({std::string(solo->token), solo->permits, e[expected - 1].integer()});
+      view.in_use += solo->permits;
+    }
+  }
   if (e[3].is_string()) view.fence = static_cast<std::uint64_t>(to_number(e[3].str()).value_or(0));
   const auto info = with_info ? hash_of(e[4]) : std::map<std::string, std::string>{};
   // Holders: unexpired entries without waiter info (a grant deletes it). An expired one is gone

@@ -30,6 +30,7 @@
 #include "cli.hpp"
 #include "dlock/key_layout.hpp"
 #include "duration.hpp"
+#include "key_names.hpp"
 #include "lock_view.hpp"
 
 namespace dlock::cli {
@@ -206,9 +207,10 @@ holder_status lock_holder_status(std::vector<client>& nodes, const std::string& 
   // The note arrives just after the lock (the holder writes it once it holds): its arrival is
   // news too.
   status.who = *view.token + (view.holder ? " noted" : "");
-  status.text = view.holder                              ? describe(*view.holder)
-                : *view.token == read_write_lock_mark ? "readers or a writer (--read/--write)"
-                                                       : "another owner";
+  const bool rw = mark_part(*view.token) == read_write_lock_mark;
+  status.text = view.holder ? describe(*view.holder)
+                : rw        ? "readers or a writer (--read/--write)"
+                            : "another owner";
   if (view.pttl_ms >= 0) status.text += ", expires in " + seconds_text(milliseconds(view.pttl_ms));
   return status;
 }
