@@ -115,8 +115,11 @@ double calls_between(const command_counts& before, const command_counts& after,
 
 std::set<std::string> top_level_commands(const std::string& library) {
   if (library == "redis-semaphore") return {"set", "evalsha", "eval"};
-  // dlock: also a free lock's first try, counted by its MGET (add_server_figures).
-  if (library == "dlock") return {"evalsha", "eval", "subscribe", "unsubscribe", "mget"};
+  // dlock: also a free lock's (or semaphore's) first try, counted by its MGET, and the fair
+  // semaphore's and read-write lock's MULTI ... EXEC (add_server_figures).
+  if (library == "dlock") {
+    return {"evalsha", "eval", "subscribe", "unsubscribe", "mget", "multi", "exec"};
+  }
   return {"evalsha", "eval"};
 }
 
@@ -136,20 +139,28 @@ void add_server_figures(row& r, const command_counts& before, const command_coun
     if (sent.count(name)) usec += static_cast<double>(d.usec);
   }
   double sent_calls = calls_between(before, after, sent);
-  // dlock's free-lock first try (lock_protocol.hpp's unqueued_commands) is SET, SET, INCR and
-  // MGET in one write. The MGET is its alone; SET and INCR are also called inside scripts,
-  // which commandstats counts under the same names (and within EVALSHA's time), so the try's
-  // are charged at the average cost of a call of that name: 2 SETs and 1 INCR per MGET.
+  // dlock's free-lock first try (lock_protocol.hpp's unqueued_commands) is SET, INCR and MGET
+  // in one write; the semaphore's solo grant (semaphore_protocol.hpp) the same, or, fair, with
+  // MULTI / SET / EXISTS / EXEC in place of the SET. The MGET is theirs alone; SET and INCR are
+  // also called inside scripts, which commandstats counts under the same names (and within
+  // EVALSHA's time), so the try's are charged at the average cost of a call of that name: 1
+  // INCR per MGET, and 1 SET per MGET not in a transaction (EXEC's time holds its SET and
+  // EXISTS, and EXEC is counted whole).
   if (sent.count("mget") && after.count("mget")) {
-    auto tries = static_cast<double>(delta(before, "mget", after.at("mget")).calls);
+    auto count_of = [&](const std::string& name) {
+      auto it = after.find(name);
+      return it == after.end() ? 0.0 : static_cast<double>(delta(before, name, it->second).calls);
+    };
+    auto tries = count_of("mget");
+    auto in_transaction = std::min(tries, count_of("exec"));
     auto average_usec = [&](const std::string& name) {
       auto it = after.find(name);
       if (it == after.end()) return 0.0;
       auto d = delta(before, name, it->second);
       return d.calls ? static_cast<double>(d.usec) / static_cast<double>(d.calls) : 0.0;
     };
-    usec += tries * (2 * average_usec("set") + average_usec("incr"));
-    sent_calls += 3 * tries;
+    usec += tries * average_usec("incr") + (tries - in_transaction) * average_usec("set");
+    sent_calls += 2 * tries + in_transaction;  // INCR and SET each, and EXISTS in a transaction
   }
   r.figures["cmds_sent_per_op"] = sent_calls / ops;
   r.figures["server_cmds_per_op"] = calls_between(before, after) / ops;
