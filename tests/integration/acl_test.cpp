@@ -492,3 +492,69 @@ TEST_F(AclTest, AReleaserWithoutTheChannelReleasesButCannotWakeAQueuedWaiter) {
 
 }  // namespace
 }  // namespace dlock::test
+
+// Review (adversarial): a user with the semaphore rule as documented before the solo grant
+// (no +multi +exec). The fair solo grant's MULTI is refused, so its SET NX and EXISTS run on
+// their own, outside any transaction, and EXEC is refused: read_solo_answer reads the EXEC
+// error as EXECABORT ("nothing ran"), so the engine does not know it wrote the name's key. The
+// script that follows adopts that value as a holder at the line's head; in quarantine it is not
+// granted and keeps the entry (sem_fair_acquire.lua: a holder refused only by quarantine
+// stays "for the give-up"), but no give-up comes (not queued, no leftovers, attempt not lost):
+// a permit nobody holds blocks the read-write lock for a whole TTL after the quarantine.
+namespace dlock::test {
+namespace {
+TEST_F(AclTest, ReviewARefusedMultiLeavesNoPhantomHolderAfterQuarantine) {
+  auto old_rule = without(without(semaphore_rule(), "+multi"), "+exec");
+  client u = user("rw-old-rule", lock_rule() + old_rule);
+  shared_mutex_options o{.ttl = 30s, .key_prefix = "locks:"};
+  shared_mutex rw{u, name_, o};
+  std::error_code ec;
+  // A counter that lives (the solo grant draws only from one).
+  {
+    client w = user("rw-full", lock_rule() + semaphore_rule());
+    shared_mutex warm{w, name_, o};
+    lease first = warm.try_acquire(ec);
+    ASSERT_TRUE(first) << ec.message();
+    ASSERT_EQ(first.release(), std::error_code{});
+  }
+  admin_.exec({"SET", "dlock:node:quarantine", "1", "PX", "1500"});
+  EXPECT_FALSE(rw.try_acquire(ec));  // in quarantine: refused, as it must be
+  admin_.exec({"DEL", "dlock:node:quarantine"});
+  auto k = shared_mutex_keys_for("locks:" + name_);
+  std::string left = admin_.exec({"ZRANGE", k.owners, "0", "-1"}).to_string();
+  std::string value = admin_.exec({"GET", "locks:" + name_}).to_string();
+  client w = user("rw-full-2", lock_rule() + semaphore_rule());
+  shared_mutex other{w, name_, o};
+  lease after = other.try_acquire(ec);
+  EXPECT_TRUE(after) << "nobody holds, yet: " << ec.message() << "; line " << left
+                     << ", name's key " << value;
+}
+// The control: the same with the rule as documented now (+multi +exec) passes.
+TEST_F(AclTest, ReviewControlWithTheDocumentedRuleLeavesNoPhantom) {
+  auto old_rule = semaphore_rule();
+  client u = user("rw-new-rule", lock_rule() + old_rule);
+  shared_mutex_options o{.ttl = 30s, .key_prefix = "locks:"};
+  shared_mutex rw{u, name_, o};
+  std::error_code ec;
+  // A counter that lives (the solo grant draws only from one).
+  {
+    client w = user("rw-full-c", lock_rule() + semaphore_rule());
+    shared_mutex warm{w, name_, o};
+    lease first = warm.try_acquire(ec);
+    ASSERT_TRUE(first) << ec.message();
+    ASSERT_EQ(first.release(), std::error_code{});
+  }
+  admin_.exec({"SET", "dlock:node:quarantine", "1", "PX", "1500"});
+  EXPECT_FALSE(rw.try_acquire(ec));  // in quarantine: refused, as it must be
+  admin_.exec({"DEL", "dlock:node:quarantine"});
+  auto k = shared_mutex_keys_for("locks:" + name_);
+  std::string left = admin_.exec({"ZRANGE", k.owners, "0", "-1"}).to_string();
+  std::string value = admin_.exec({"GET", "locks:" + name_}).to_string();
+  client w = user("rw-full-c2", lock_rule() + semaphore_rule());
+  shared_mutex other{w, name_, o};
+  lease after = other.try_acquire(ec);
+  EXPECT_TRUE(after) << "nobody holds, yet: " << ec.message() << "; line " << left
+                     << ", name's key " << value;
+}
+}  // namespace
+}  // namespace dlock::test

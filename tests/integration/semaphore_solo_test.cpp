@@ -257,3 +257,33 @@ TEST(SemaphoreSoloRwTest, AReaderIsSoloAMutexWaitsForItAndTheNextReaderAdoptsIt)
 
 }  // namespace
 }  // namespace dlock::test
+
+// Review (adversarial): the solo grant's SET is the grant, its INCR draws the token after it,
+// and the two are no transaction. Another client's script that runs in between adopts the solo
+// holder and is granted with a token drawn first: the earlier grant gets the higher token.
+// guarantees.md, "Semaphores": "tokens grow in grant order".
+namespace dlock::test {
+namespace {
+TEST_P(SemaphoreSoloTest, ReviewTokensGrowInGrantOrderWhenAScriptRunsBetweenSetAndIncr) {
+  semaphore sem{client_, test_key(), 2, options()};
+  warm(sem);
+  // A counter that lives (the solo grant draws only from one), as warm() leaves it.
+  ASSERT_GT(pttl(keys().fence), 0);
+  // S's solo grant: its SET lands (S holds from here on: the name is S's)...
+  ASSERT_EQ(admin_.exec({"SET", test_key(), mark(2) + " 5050505050 1", "NX", "PX", "10000"}).str(),
+            "OK");
+  // ... X comes next, adopts S and is granted beside it (2 of 2 permits) ...
+  std::error_code ec;
+  lease x = sem.try_acquire(ec);
+  ASSERT_TRUE(x) << ec.message();
+  ASSERT_EQ(name_value(), mark(2));
+  // ... and then S's INCR and MGET land: S is granted too (a clean answer).
+  auto s_fence = admin_.exec({"INCR", keys().fence});
+  ASSERT_TRUE(s_fence.is_integer());
+  auto node = admin_.exec({"MGET", "dlock:node:quarantine", "dlock:node:fence-floor"});
+  ASSERT_TRUE(node.elements()[0].is_nil());
+  EXPECT_LT(static_cast<std::uint64_t>(s_fence.integer()), x.fencing_token())
+      << "S, granted first (its SET), holds a higher token than X, granted after it";
+}
+}  // namespace
+}  // namespace dlock::test
