@@ -287,3 +287,53 @@ TEST_P(SemaphoreSoloTest, ReviewTokensGrowInGrantOrderWhenAScriptRunsBetweenSetA
 }
 }  // namespace
 }  // namespace dlock::test
+
+// Review (adversarial): a solo holder's release (the compare-and-delete) serves nobody in the
+// unfair queue. A waiter queued before the solo grant and not woken (the release before woke
+// another, which is gone; or the holder expired) is then left to its backstop, where a holder
+// granted by the script would have woken it at its release (the control, below).
+namespace dlock::test {
+namespace {
+TEST(SemaphoreSoloReviewTest, ASoloHoldersReleaseWakesTheNextWaiterAsAScriptHoldersDoes) {
+  redis_server server;
+  client admin{server.url()};
+  client c{server.url()};
+  auto k = semaphore_keys_for(test_key(), false);
+  auto mark = semaphore_mark(1, false);
+  auto acquire = [&](const std::string& token, const std::string& waiter) {
+    return admin.exec({"EVAL", detail::sem_acquire_script.body, "7", k.expiries, k.weights,
+                       k.fence, k.waiters, k.waiter_info, k.tickets, test_key(), token, "1", "1",
+                       "60000", waiter, mark});
+  };
+  auto release = [&](const std::string& token) {
+    return admin.exec({"EVAL", detail::sem_release_script.body, "7", k.expiries, k.weights,
+                       k.waiters, k.waiter_info, k.fence, k.tickets, test_key(), token, "1",
+                       "unfair", mark});
+  };
+  auto woken = [&](const std::string& token) {
+    auto e = admin.exec({"HGET", k.waiter_info, token});
+    return e.is_string() && e.str().ends_with(" woken");
+  };
+  ASSERT_EQ(acquire("aa01", "").elements()[0].integer(), 1);  // H holds
+  ASSERT_EQ(acquire("bb02", "60000 review-w1").elements()[0].integer(), 0);  // W1 queues
+  ASSERT_EQ(acquire("cc03", "60000 review-w2").elements()[0].integer(), 0);  // W2 queues
+  release("aa01");  // wakes W1, which is gone and never comes back
+  ASSERT_TRUE(woken("bb02"));
+  ASSERT_FALSE(woken("cc03"));
+  ASSERT_TRUE(admin.exec({"GET", test_key()}).is_nil());  // the name is free
+  // S: a solo grant, and its release.
+  semaphore sem{c, test_key(), 1, {.ttl = 10s}};
+  std::error_code ec;
+  lease s = sem.try_acquire(ec);
+  ASSERT_TRUE(s) << ec.message();
+  ASSERT_EQ(admin.exec({"GET", test_key()}).str(), mark + " " + s.value() + " 1");
+  ASSERT_EQ(s.release(), std::error_code{});
+  EXPECT_TRUE(woken("cc03")) << "the solo holder's release left W2 to its backstop";
+  // The control: the same cycle through the scripts wakes W2.
+  admin.exec({"HSET", k.waiter_info, "cc03", "99999999999999 review-w2"});
+  ASSERT_EQ(acquire("dd04", "").elements()[0].integer(), 1);
+  release("dd04");
+  EXPECT_TRUE(woken("cc03")) << "control";
+}
+}  // namespace
+}  // namespace dlock::test
