@@ -53,51 +53,65 @@ std::string solo_value(std::string_view mark, std::string_view token, std::strin
   return v.append(mark).append(" ").append(token).append(" ").append(permits);
 }
 
-std::array<plain_command, 6> solo_commands(bool fair, std::span<const std::string_view> keys,
+std::array<plain_command, 6> solo_commands(std::span<const std::string_view> keys,
                                            std::span<const std::string_view> args,
                                            std::size_t& size) noexcept {
   std::array<plain_command, 6> out{};
-  plain_command set{{"SET", keys[0], args[0], "NX", "PX", args[1]}, 6};
-  plain_command incr{{"INCR", keys[1]}, 2};
-  plain_command mget{{"MGET", node_quarantine_key, node_fence_floor_key}, 3};
-  if (!fair) {
-    out[0] = set, out[1] = incr, out[2] = mget;
-    size = 3;
-    return out;
-  }
   out[0] = {{"MULTI"}, 1};
-  out[1] = set;
-  out[2] = {{"EXISTS", keys[2]}, 2};
-  out[3] = {{"EXEC"}, 1};
-  out[4] = incr, out[5] = mget;
-  size = 6;
+  out[1] = {{"SET", keys[0], args[0], "NX", "PX", args[1]}, 6};
+  out[2] = keys.size() > 3 ? plain_command{{"EXISTS", keys[2], keys[3]}, 3}
+                           : plain_command{{"EXISTS", keys[2]}, 2};
+  out[3] = {{"INCR", keys[1]}, 2};
+  out[4] = {{"MGET", node_quarantine_key, node_fence_floor_key}, 3};
+  out[5] = {{"EXEC"}, 1};
+  size = out.size();
   return out;
 }
 
-// Unfair: the lock's three answers (read_unqueued_answer says why they are sound although no
-// transaction). Fair: MULTI's and the two QUEUED, EXEC's {SET's, EXISTS's}, then INCR's and
-// MGET's; granted only where EXISTS found no line.
-unqueued_answer read_solo_answer(const reply& r, bool fair) noexcept {
-  if (!fair) return read_unqueued_answer(r);
+namespace {
+
+bool refused_for_good(const reply& r) {
+  return r.is_error() &&
+         (r.str().rfind("NOPERM", 0) == 0 || r.str().rfind("ERR unknown command", 0) == 0);
+}
+
+}  // namespace
+
+// MULTI's OK and four QUEUED, then EXEC's {SET's, EXISTS's, INCR's, MGET's}: granted only where
+// the SET was ours, nobody was in line, and the token and the node's state read as the lock's
+// (read_unqueued_answer). Where MULTI itself was refused (an ACL without +multi, a renamed
+// command), the four ran on their own and EXEC was refused: the SET's own answer says whether
+// the name now holds our value, which the script then settles; where EXEC aborted (a command
+// refused as it was queued), nothing ran.
+unqueued_answer read_solo_answer(const reply& r) noexcept {
+  unqueued_answer a;
   const auto& e = r.elements();
-  if (!r.is_array() || e.size() != 6) return read_unqueued_answer(r);  // unknown, or refused
-  const auto& exec = e[3];
-  std::vector<reply> three;
-  if (exec.is_array() && exec.elements().size() == 2) {
-    three = {exec.elements()[0], e[4], e[5]};
-  } else {
-    // EXECABORT (a command refused as it was queued: NOPERM ...): nothing ran.
-    three = {exec.is_error() ? exec : reply::make_nil(), e[4], e[5]};
+  if (!r.is_array() || e.size() != 6) {
+    a.unknown = true;
+    a.never = refused_for_good(r);
+    return a;
   }
-  auto a = read_unqueued_answer(reply::make_array(std::move(three)));
-  a.never = a.never || std::any_of(e.begin(), e.begin() + 3, [](const reply& q) {
-              return q.is_error() && (q.str().rfind("NOPERM", 0) == 0 ||
-                                      q.str().rfind("ERR unknown command", 0) == 0);
-            });
-  if (a.granted) {
-    const auto& line = exec.elements()[1];
-    a.granted = line.is_integer() && line.integer() == 0;
+  bool never = std::any_of(e.begin(), e.end(), refused_for_good);
+  a.never = never;
+  const auto& exec = e[5];
+  if (e[0].is_error()) {
+    a.wrote = e[1].is_string();
+    a.unknown = !e[1].is_string() && !e[1].is_nil() && !e[1].is_error();
+    return a;
   }
+  if (!exec.is_array()) {
+    // EXECABORT: nothing ran. Any other answer (EXEC refused after MULTI was not): unknown.
+    a.unknown = !(exec.is_error() && exec.str().rfind("EXECABORT", 0) == 0);
+    return a;
+  }
+  const auto& ran = exec.elements();
+  if (ran.size() != 4) {
+    a.unknown = true;
+    return a;
+  }
+  a = read_unqueued_answer(reply::make_array({ran[0], ran[2], ran[3]}));
+  a.never = a.never || never;
+  a.granted = a.granted && ran[1].is_integer() && ran[1].integer() == 0;
   return a;
 }
 
@@ -105,9 +119,7 @@ std::array<plain_command, 6> plain_commands_of(const script& s,
                                                std::span<const std::string_view> keys,
                                                std::span<const std::string_view> args,
                                                std::size_t& size) noexcept {
-  if (&s == &sem_solo_commands || &s == &sem_fair_solo_commands) {
-    return solo_commands(&s == &sem_fair_solo_commands, keys, args, size);
-  }
+  if (&s == &sem_solo_commands) return solo_commands(keys, args, size);
   std::array<plain_command, 6> out{};
   auto lock = unqueued_commands(keys[0], keys[1], args[0], args[1]);
   std::copy(lock.begin(), lock.end(), out.begin());
@@ -121,9 +133,10 @@ void semaphore_protocol::begin(wait_loop& loop, steady::time_point,
     solo_in_flight_ = true;
     channels_ = channels;
     const auto& k = target_.keys;
-    script_keys keys{k.name, k.fence};
-    if (target_.fair) keys.push_back(k.owners);
-    loop.emit(0, target_.fair ? sem_fair_solo_commands : sem_solo_commands, std::move(keys),
+    // The line: the fair variant's owners, the unfair one's waiters and their entries.
+    script_keys keys = target_.fair ? script_keys{k.name, k.fence, k.owners}
+                                    : script_keys{k.name, k.fence, k.waiters, k.waiter_info};
+    loop.emit(0, sem_solo_commands, std::move(keys),
               {solo_value(target_.name_mark, loop.id(), permits_), target_.ttl_text},
               purpose::attempt);
     return;
@@ -171,7 +184,7 @@ void semaphore_protocol::on_answer(wait_loop& loop, purpose, std::size_t, steady
     // Anything but a clean grant is for the acquire script to settle, at once: it adopts the
     // value we may have set (adopt_solo), queues us, or waits out a quarantine; and a give-up
     // must remove what it leaves.
-    auto a = read_solo_answer(r, target_.fair);
+    auto a = read_solo_answer(r);
     if (a.never) solo_refused_ = true;
     if (!a.granted) {
       if (a.wrote || a.unknown) attempt_lost_ = true;

@@ -35,24 +35,26 @@ semaphore_reply parse_semaphore_reply(const reply& r, bool fair, std::error_code
 // The solo grant: the uncontended acquire without Lua, as the lock's acquire_unqueued
 // (lock_protocol.hpp), where nobody holds or waits. The holder's whole state is the name's own
 // key, "<mark> <token> <permits>" (solo_value; name_mark.lua), with the permit's expiry:
-//   unfair  SET name solo NX PX ttl; INCR fence; MGET quarantine fence-floor
-//   fair    MULTI; SET name solo NX PX ttl; EXISTS owners; EXEC; INCR fence; MGET ...
-// sent in one write. The name's key is free only when nobody holds (the holders' mark lasts as
-// long as the latest of them), so the SET is a grant within the limit; the unfair variant's
-// waiters only order wake-ups, while the fair line must be empty: the EXISTS, in the same
-// transaction, says so. The fence and the node's state read as the lock's (read_unqueued_answer).
-// Anything but a clean grant goes on at once with the acquire script, which first makes a solo
-// holder one of the holders (adopt_solo), or, fair, drops the value if the line was not empty.
-// The first script that reads the holders adopts it the same way; its release is a
-// compare-and-delete (sem_release.lua), its refresh renews the key (sem_refresh.lua).
+//   MULTI; SET name solo NX PX ttl; EXISTS <line>; INCR fence; MGET quarantine fence-floor; EXEC
+// sent in one write; the line is the fair variant's owners, the unfair one's waiters and their
+// entries. The name's key is free only when nobody holds (the holders' mark lasts as long as
+// the latest of them), so the SET is a grant within the limit, and granted only where the
+// EXISTS found nobody in line: a fair waiter must not be overtaken, and an unfair one must be
+// woken by the release, which a solo holder's is not (sem_release.lua). One transaction, unlike
+// the lock's: with more than one permit another client may be granted beside us between the
+// SET and the INCR, and would draw the lower token though granted after us. The fence and the
+// node's state read as the lock's (read_unqueued_answer). Anything but a clean grant goes on at
+// once with the acquire script, which first makes a solo holder one of the holders
+// (adopt_solo), or, fair, drops the value if the line was not empty. The first script that
+// reads the holders adopts it the same way; its release is a compare-and-delete
+// (sem_release.lua), its refresh renews the key (sem_refresh.lua).
 inline constexpr script sem_solo_commands{{}, {}, true};
-inline constexpr script sem_fair_solo_commands{{}, {}, true};
 std::string solo_value(std::string_view mark, std::string_view token, std::string_view permits);
-// keys: {name, fence} (fair: and owners); args: {solo value, ttl}.
-std::array<plain_command, 6> solo_commands(bool fair, std::span<const std::string_view> keys,
+// keys: {name, fence, the line's one or two keys}; args: {solo value, ttl}.
+std::array<plain_command, 6> solo_commands(std::span<const std::string_view> keys,
                                            std::span<const std::string_view> args,
                                            std::size_t& size) noexcept;
-unqueued_answer read_solo_answer(const reply& r, bool fair) noexcept;
+unqueued_answer read_solo_answer(const reply& r) noexcept;
 
 // The plain commands of a request whose code is no script (script::as_commands: the lock's
 // acquire_unqueued_commands, the solo grants), in order; `size` of them.

@@ -39,8 +39,9 @@ if not mark_arg or mark_arg == '' then name = nil end
 local name_value = name and redis.call('GET', name)
 
 -- A solo holder's release (name_mark.lua: "<mark> <token> <permits>" in the name's key, and no
--- other key) is a compare-and-delete. Nobody else held or waited when it was granted, and any
--- script that came since would have made it one of the holders, so there is no one to tell.
+-- other key) is a compare-and-delete. Nobody else held or waited when it was granted (its
+-- transaction's EXISTS of the line, semaphore_protocol.hpp), and any script that came since
+-- would have made it one of the holders, so there is no one to tell.
 -- The token is random and only its holder writes it, so finding it where the mark ends tells
 -- the value (cheaper than building the value to compare: this runs every uncontended cycle).
 local at = name_value and owner ~= '' and #mark_arg + 2

@@ -260,12 +260,10 @@ TEST_F(AclTest, SemaphoresNeedTheirAdditions) {
   }
   expect_no_denials();
 
-  // The lock rule alone is not enough for them: a second holder goes through the script (the
-  // first of a free name may be granted by the lock's commands alone, docs/security.md).
+  // The lock rule alone is not enough for them.
   client l = user("locks-only", lock_rule());
   semaphore s{l, name_, 2, {.key_prefix = "locks:"}};
   std::error_code ec;
-  lease first = s.acquire(ec);
   lease denied = s.acquire(ec);
   EXPECT_FALSE(denied);
   EXPECT_EQ(ec, errc::no_permission) << ec.message();
@@ -490,20 +488,14 @@ TEST_F(AclTest, AReleaserWithoutTheChannelReleasesButCannotWakeAQueuedWaiter) {
   EXPECT_EQ(log.front()["reason"], "channel");
 }
 
-}  // namespace
-}  // namespace dlock::test
-
-// Review (adversarial): a user with the semaphore rule as documented before the solo grant
-// (no +multi +exec). The fair solo grant's MULTI is refused, so its SET NX and EXISTS run on
-// their own, outside any transaction, and EXEC is refused: read_solo_answer reads the EXEC
-// error as EXECABORT ("nothing ran"), so the engine does not know it wrote the name's key. The
-// script that follows adopts that value as a holder at the line's head; in quarantine it is not
-// granted and keeps the entry (sem_fair_acquire.lua: a holder refused only by quarantine
-// stays "for the give-up"), but no give-up comes (not queued, no leftovers, attempt not lost):
-// a permit nobody holds blocks the read-write lock for a whole TTL after the quarantine.
-namespace dlock::test {
-namespace {
-TEST_F(AclTest, ReviewARefusedMultiLeavesNoPhantomHolderAfterQuarantine) {
+// A user with the semaphore rule as documented before the solo grant (no +multi +exec): MULTI
+// is refused, so the solo grant's SET NX, EXISTS, INCR and MGET run on their own, and EXEC is
+// refused. The SET's own answer must tell the engine that it wrote the name's key: the script
+// that follows adopts that value as a holder at the line's head and, in quarantine, keeps it
+// for the give-up (sem_fair_acquire.lua), which must then come, or a permit nobody holds would
+// block the read-write lock for a whole TTL after the quarantine. (Failed before the fix: the
+// EXEC error was read as "nothing ran".)
+TEST_F(AclTest, ARefusedMultiLeavesNoPhantomHolderAfterQuarantine) {
   auto old_rule = without(without(semaphore_rule(), "+multi"), "+exec");
   client u = user("rw-old-rule", lock_rule() + old_rule);
   shared_mutex_options o{.ttl = 30s, .key_prefix = "locks:"};
@@ -530,7 +522,7 @@ TEST_F(AclTest, ReviewARefusedMultiLeavesNoPhantomHolderAfterQuarantine) {
                      << ", name's key " << value;
 }
 // The control: the same with the rule as documented now (+multi +exec) passes.
-TEST_F(AclTest, ReviewControlWithTheDocumentedRuleLeavesNoPhantom) {
+TEST_F(AclTest, WithTheDocumentedRuleAQuarantineLeavesNoPhantomHolder) {
   auto old_rule = semaphore_rule();
   client u = user("rw-new-rule", lock_rule() + old_rule);
   shared_mutex_options o{.ttl = 30s, .key_prefix = "locks:"};

@@ -39,7 +39,7 @@ bool rw_marked(const std::optional<std::string>& v) {
 bool free_or_marked(const std::optional<std::string>& v) { return !v || rw_marked(v); }
 
 bool is_solo_request(const detail::request& r) {
-  return r.code == &detail::sem_solo_commands || r.code == &detail::sem_fair_solo_commands;
+  return r.code == &detail::sem_solo_commands;
 }
 
 }  // namespace
@@ -419,7 +419,7 @@ void checker::check_node_fence(const detail::request& r, const reply& result) {
   if (is_solo_request(r)) {
     // The semaphore's solo grant, read as its protocol reads it, while the name's key still
     // holds its value (as acquire_unqueued's below).
-    auto a = detail::read_solo_answer(result, r.code == &detail::sem_fair_solo_commands);
+    auto a = detail::read_solo_answer(result);
     bool theirs = rw_ && r.keys[1] != rw_->fence;
     auto& n = w_.redis(r.node);
     n.set_time(w_.wall_ms());

@@ -38,7 +38,6 @@ std::string_view script_name(const detail::script* s) {
   if (s == &detail::acquire_script) return "acquire";
   if (s == &detail::acquire_unqueued_commands) return "acquire_unqueued";
   if (s == &detail::sem_solo_commands) return "sem_solo";
-  if (s == &detail::sem_fair_solo_commands) return "sem_fair_solo";
   if (s == &detail::release_script) return "release";
   if (s == &detail::extend_script) return "extend";
   if (s == &detail::fence_raise_script) return "fence_raise";

@@ -706,6 +706,102 @@ TEST(UnqueuedAcquisitionTest, ARefusedCommandFallsBackAndOnlyAPermanentRefusalIs
   }
 }
 
+// The semaphore's solo grant: SET, the line's EXISTS and the token's INCR in one transaction,
+// so that no grant beside ours draws its token between our grant and our draw.
+TEST(SoloGrantTest, TheGrantTheLineCheckAndTheTokenAreOneTransaction) {
+  auto words = [](std::vector<std::string_view> keys) {
+    std::vector<std::string_view> args{"solo", "1000"};
+    std::size_t size = 0;
+    auto steps = solo_commands(keys, args, size);
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < size; ++i) {
+      std::string line;
+      for (auto w : steps[i].view()) line += (line.empty() ? "" : " ") + std::string(w);
+      out.push_back(line);
+    }
+    return out;
+  };
+  EXPECT_EQ(words({"n", "f", "w", "i"}),
+            (std::vector<std::string>{"MULTI", "SET n solo NX PX 1000", "EXISTS w i", "INCR f",
+                                      "MGET dlock:node:quarantine dlock:node:fence-floor",
+                                      "EXEC"}));
+  EXPECT_EQ(words({"n", "f", "o"})[2], "EXISTS o");
+}
+
+TEST(SoloGrantTest, ItsAnswersAreReadAsTheyRan) {
+  auto error = [](std::string_view text) { return reply::make_string(reply::kind::error, text); };
+  auto queued = [] { return reply::make_string(reply::kind::status, "QUEUED"); };
+  auto node = [] { return reply::make_array({reply{}, reply{}}); };
+  auto ran = [&](reply set, std::int64_t line) {
+    return reply::make_array({status_ok(), queued(), queued(), queued(), queued(),
+                              reply::make_array({std::move(set), reply::make_integer(line),
+                                                 reply::make_integer(clock_fence), node()})});
+  };
+  const std::string noperm = "NOPERM this user has no permissions to run the 'multi' command";
+  struct answer_case {
+    std::string name;
+    reply answer;
+    bool wrote, granted, unknown, never;
+  };
+  std::vector<answer_case> cases{
+      {"granted", ran(status_ok(), 0), true, true, false, false},
+      {"someone in line", ran(status_ok(), 1), true, false, false, false},
+      {"taken", ran(reply{}, 0), false, false, false, false},
+      {"MULTI refused, the SET ran on its own",
+       reply::make_array({error(noperm), status_ok(), reply::make_integer(0),
+                          reply::make_integer(clock_fence), node(), error(noperm)}),
+       true, false, false, true},
+      {"MULTI refused, the SET too",
+       reply::make_array({error(noperm), error(noperm), error(noperm), error(noperm),
+                          error(noperm), error(noperm)}),
+       false, false, false, true},
+      {"a command refused as queued: nothing ran",
+       reply::make_array({status_ok(), queued(), error(noperm), queued(), queued(),
+                          error("EXECABORT Transaction discarded because of previous errors.")}),
+       false, false, false, true},
+      {"EXEC refused after MULTI was not",
+       reply::make_array({status_ok(), queued(), queued(), queued(), queued(),
+                          error("ERR something else")}),
+       false, false, true, false},
+      {"no answer per command", error("ERR something else"), false, false, true, false},
+  };
+  for (const auto& c : cases) {
+    auto a = read_solo_answer(c.answer);
+    EXPECT_EQ(a.wrote, c.wrote) << c.name;
+    EXPECT_EQ(a.granted, c.granted) << c.name;
+    EXPECT_EQ(a.unknown, c.unknown) << c.name;
+    EXPECT_EQ(a.never, c.never) << c.name;
+    if (a.granted) {
+      EXPECT_EQ(a.fence, clock_fence) << c.name;
+    }
+  }
+}
+
+// A solo grant whose SET ran but was not claimed (here: MULTI refused, and the script then
+// refuses in quarantine) must be cleaned up by the give-up: the script adopted our value.
+TEST(SoloGrantTest, AnUnclaimedSoloValueIsReleasedByTheGiveUp) {
+  auto t = fair_semaphore();
+  acquisition a(t, "tok", 1, no_deadline, 1, 0, true);
+  auto solo = attempt(a, t0);
+  ASSERT_EQ(solo.code, &sem_solo_commands);
+  const std::string noperm = "NOPERM this user has no permissions to run the 'multi' command";
+  auto refused = reply::make_string(reply::kind::error, noperm);
+  answer(a, solo, t0 + 1ms,
+         reply::make_array({refused, status_ok(), reply::make_integer(0),
+                            reply::make_integer(clock_fence),
+                            reply::make_array({reply::make_string(reply::kind::string, "1"),
+                                               reply{}}),
+                            refused}));
+  EXPECT_TRUE(a.refused_plain_commands());
+  auto script = a.take_requests();
+  ASSERT_EQ(script.size(), 1u);
+  EXPECT_EQ(script[0].code, &sem_fair_acquire_script);
+  answer(a, script[0], t0 + 2ms, ints({0, 0, 1}));
+  auto cleanup = a.take_requests();
+  ASSERT_EQ(cleanup.size(), 1u) << "the name's key holds our value, adopted by the script";
+  EXPECT_EQ(cleanup[0].code, &sem_release_script);
+}
+
 // No answer: the SET may have run, as for a script that timed out.
 TEST(UnqueuedAcquisitionTest, SilentPlainCommandsFailTheRoundAndCleanUp) {
   auto t = lock_on(1);

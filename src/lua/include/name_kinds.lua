@@ -60,7 +60,9 @@ local function adopt_solo(name, now, adopt)
 end
 
 -- The unfair variant's adopt (sem_acquire.lua's keys): the holder joins the holders' set, whose
--- keys live as long as their last holder.
+-- keys live as long as their last holder. One found beside waiters (its grant saw them and was
+-- not claimed; its client's script comes next) joins all the same: the unfair variant lets a
+-- newcomer in ahead of its waiters, and its release, now a script's, wakes them.
 local function adopt_unfair(holders, weights)
   return function(token, permits, expiry)
     redis.call('ZADD', holders, expiry, token)
