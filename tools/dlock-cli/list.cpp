@@ -360,7 +360,7 @@ struct entry {
   std::string json{};     // the object's fields after "name" and "kind"
 };
 
-std::string seconds(long long ms) { return seconds_text(milliseconds(ms)); }
+std::string seconds_of_ms(long long ms) { return seconds_text(milliseconds(ms)); }
 
 std::string count_text(std::size_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
@@ -368,7 +368,7 @@ std::string count_text(std::size_t n, const char* one, const char* many) {
 
 std::string expiry_text(long long pttl_ms) {
   if (pttl_ms == -1) return "never expires";
-  return "expires in " + seconds(pttl_ms);
+  return "expires in " + seconds_of_ms(pttl_ms);
 }
 
 std::string json_expiry(bool known, long long pttl_ms) {
