@@ -70,9 +70,14 @@ std::array<plain_command, 6> solo_commands(std::span<const std::string_view> key
 
 namespace {
 
+// A permission or a command the server lacks; also an EXECABORT for one of those, which is
+// what Redis answers where EXEC itself is refused (an ACL with +multi but not +exec).
 bool refused_for_good(const reply& r) {
-  return r.is_error() &&
-         (r.str().rfind("NOPERM", 0) == 0 || r.str().rfind("ERR unknown command", 0) == 0);
+  if (!r.is_error()) return false;
+  const auto& text = r.str();
+  if (text.rfind("NOPERM", 0) == 0 || text.rfind("ERR unknown command", 0) == 0) return true;
+  return text.rfind("EXECABORT", 0) == 0 && (text.find("NOPERM") != std::string::npos ||
+                                             text.find("unknown command") != std::string::npos);
 }
 
 }  // namespace
@@ -82,7 +87,9 @@ bool refused_for_good(const reply& r) {
 // (read_unqueued_answer). Where MULTI itself was refused (an ACL without +multi, a renamed
 // command), the four ran on their own and EXEC was refused: the SET's own answer says whether
 // the name now holds our value, which the script then settles; where EXEC aborted (a command
-// refused as it was queued), nothing ran.
+// refused as it was queued), nothing ran; where EXEC was unknown (renamed), the transaction
+// is still open and nothing ran yet: the connection ends its socket after this request
+// (connection::leaves_a_transaction_open), which drops it.
 unqueued_answer read_solo_answer(const reply& r) noexcept {
   unqueued_answer a;
   const auto& e = r.elements();

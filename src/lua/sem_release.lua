@@ -42,10 +42,13 @@ local name_value = name and redis.call('GET', name)
 -- other key) is a compare-and-delete. Nobody else held or waited when it was granted (its
 -- transaction's EXISTS of the line, semaphore_protocol.hpp), and any script that came since
 -- would have made it one of the holders, so there is no one to tell.
--- The token is random and only its holder writes it, so finding it where the mark ends tells
--- the value (cheaper than building the value to compare: this runs every uncontended cycle).
+-- The token is random and only its holder writes it, so finding it where the mark ends, a space
+-- after it, tells the value (cheaper than building the value to compare: this runs every
+-- uncontended cycle). The space matters: a settled hold's token is "<token>:settled", which
+-- the old token's release must leave alone.
 local at = name_value and owner ~= '' and #mark_arg + 2
-if at and string.find(name_value, owner, at, true) == at then
+if at and string.find(name_value, owner, at, true) == at and
+    string.byte(name_value, at + #owner) == 32 then
   redis.call('DEL', name)
   return 1
 end

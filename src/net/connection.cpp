@@ -691,6 +691,7 @@ void connection::on_reply(reply r) {
     if (front.got.empty()) front.got.reserve(front.expected);
     front.got.push_back(std::move(r));
     if (front.got.size() < front.expected) return;
+    demoted_ = demoted_ || leaves_a_transaction_open(front.got);
   }
   request req = std::move(front);
   inflight_.pop_front();
@@ -698,6 +699,15 @@ void connection::on_reply(reply r) {
   if (req.expected > 1) return complete(req, {}, reply::make_array(std::move(req.got)));
   std::error_code ec = r.is_error() ? error_from_reply(r) : std::error_code{};
   complete(req, ec, std::move(r));
+}
+
+bool connection::leaves_a_transaction_open(const std::vector<reply>& steps) {
+  if (steps.size() < 2) return false;
+  const reply& last = steps.back();
+  if (!last.is_error() || last.str().rfind("EXECABORT", 0) == 0) return false;
+  return std::any_of(steps.begin(), steps.end() - 1, [](const reply& r) {
+    return r.is_string() && !r.is_error() && r.str() == "QUEUED";
+  });
 }
 
 bool connection::is_demoted_reply(const reply& r) {

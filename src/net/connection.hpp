@@ -219,6 +219,11 @@ class connection : public std::enable_shared_from_this<connection> {
   static bool is_push(const reply& r);
   // READONLY: with Sentinel, the node we took for the master was demoted.
   static bool is_demoted_reply(const reply& r);
+  // The replies of a request of several commands that opened a transaction (a QUEUED among
+  // them) which its last did not end: an EXEC the server does not know (renamed) is queued as
+  // an error, and the connection stays in MULTI, where every later command would only be
+  // queued. The socket then ends after this request, like a demoted master's.
+  static bool leaves_a_transaction_open(const std::vector<reply>& steps);
   void complete(request& req, std::error_code ec, reply r);
   // Ends the current socket. In-flight requests fail with `inflight_error`; if the failure was
   // a connect, queued ones fail too (with `queued_error`) and reconnects back off.
@@ -239,7 +244,9 @@ class connection : public std::enable_shared_from_this<connection> {
   // The last connect failed for want of a master: requests queue instead of failing fast.
   bool awaiting_master_ = false;
   bool master_unknown_ = false;  // the sentinels know no such master, or none answered
-  bool demoted_ = false;  // a READONLY among the replies of the request being read
+  // A READONLY among the replies of the request being read, or a transaction they left open:
+  // the socket ends after it.
+  bool demoted_ = false;
   std::string master_wait_text_;  // why the last connect found no master; cleared when ready
   std::string name_;
   client_options options_;

@@ -300,6 +300,7 @@ void connection::lead_session(direct_waiter& me) {
         if (front.got.empty()) front.got.reserve(front.expected);
         front.got.push_back(std::move(*r));
         if (front.got.size() < front.expected) continue;
+        front.demoted = front.demoted || leaves_a_transaction_open(front.got);
         front.out = reply::make_array(std::move(front.got));
         front.ec = {};
       } else {
