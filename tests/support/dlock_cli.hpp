@@ -6,6 +6,7 @@
 //   spawn_cli        posix_spawn of `dlock args...` in that environment
 #pragma once
 
+#include <signal.h>
 #include <spawn.h>
 #include <unistd.h>
 
@@ -56,8 +57,21 @@ inline pid_t spawn_cli(std::vector<std::string> args, const std::vector<std::str
   auto full_env = cli_environment(env);
   for (auto& e : full_env) envp.push_back(e.data());
   envp.push_back(nullptr);
+  // Every signal at its default and none blocked, as a terminal's shell starts a command:
+  // dlock hands its dispositions on to CMD (an ignored SIGQUIT cannot be trapped there), and a
+  // harness may have ignored some (a shell script's `cmd &` ignores SIGINT and SIGQUIT).
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t all, none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   pid_t pid = -1;
-  return ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data()) == 0 ? pid : -1;
+  int failed = ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attr);
+  return failed == 0 ? pid : -1;
 }
 
 }  // namespace dlock::test
