@@ -105,16 +105,13 @@ std::array<plain_command, 3> unqueued_commands(std::string_view key, std::string
            {{"MGET", node_quarantine_key, node_fence_floor_key}, 3}}};
 }
 
-namespace {
-
-// Not a passing state (OOM, LOADING, READONLY during a failover, BUSY ...).
-bool refused_for_good(const reply& r) {
+bool refused_for_good(const reply& r) noexcept {
   if (!r.is_error()) return false;
   const auto& text = r.str();
-  return text.rfind("NOPERM", 0) == 0 || text.rfind("ERR unknown command", 0) == 0;
+  if (text.rfind("NOPERM", 0) == 0 || text.rfind("ERR unknown command", 0) == 0) return true;
+  return text.rfind("EXECABORT", 0) == 0 && (text.find("NOPERM") != std::string::npos ||
+                                             text.find("unknown command") != std::string::npos);
 }
-
-}  // namespace
 
 // {SET's OK or nil, INCR's count, MGET's {quarantine, floor}}, each command's own answer or
 // error. Claimed only when the SET was ours, and then sound although the three are no

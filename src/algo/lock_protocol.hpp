@@ -52,6 +52,10 @@ struct unqueued_answer {
   std::int64_t fence = 0;
 };
 unqueued_answer read_unqueued_answer(const reply& r) noexcept;
+// A refusal that will not pass (unlike OOM, LOADING, READONLY during a failover, BUSY ...): a
+// permission, or a command the server lacks (renamed); also an EXECABORT for one of those,
+// which is what Redis answers where EXEC itself is refused (an ACL with +multi but not +exec).
+bool refused_for_good(const reply& r) noexcept;
 
 // Counters start from the server's clock in ms x 1024 (next_fence, node_state.lua), far above
 // this; one below it was made by a plain INCR, which counts from 0, and must start again.

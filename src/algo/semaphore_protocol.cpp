@@ -68,20 +68,6 @@ std::array<plain_command, 6> solo_commands(std::span<const std::string_view> key
   return out;
 }
 
-namespace {
-
-// A permission or a command the server lacks; also an EXECABORT for one of those, which is
-// what Redis answers where EXEC itself is refused (an ACL with +multi but not +exec).
-bool refused_for_good(const reply& r) {
-  if (!r.is_error()) return false;
-  const auto& text = r.str();
-  if (text.rfind("NOPERM", 0) == 0 || text.rfind("ERR unknown command", 0) == 0) return true;
-  return text.rfind("EXECABORT", 0) == 0 && (text.find("NOPERM") != std::string::npos ||
-                                             text.find("unknown command") != std::string::npos);
-}
-
-}  // namespace
-
 // MULTI's OK and four QUEUED, then EXEC's {SET's, EXISTS's, INCR's, MGET's}: granted only where
 // the SET was ours, nobody was in line, and the token and the node's state read as the lock's
 // (read_unqueued_answer). Where MULTI itself was refused (an ACL without +multi, a renamed

@@ -28,6 +28,7 @@
 #include <sstream>
 
 #include "algo/lock_protocol.hpp"
+#include "algo/semaphore_protocol.hpp"
 #include "dlock/client.hpp"
 #include "dlock/detail/scripts.hpp"
 #include "dlock/key_layout.hpp"
@@ -127,7 +128,8 @@ struct step {
   std::vector<std::string> keys;
   std::vector<std::string> args;  // or the command's argv
   std::vector<std::string> then;  // a second command, or empty
-  // Or acquire_unqueued's plain commands (lock_protocol.hpp), one after the other.
+  // Or plain commands, one after the other: acquire_unqueued's (lock_protocol.hpp), or those
+  // of the semaphore's solo grant (semaphore_protocol.hpp).
   std::vector<std::vector<std::string>> unqueued;
 
   std::string describe() const {
@@ -161,6 +163,7 @@ class step_generator {
     switch (below(28)) {
       case 0: case 1: case 2: case 3: case 4: lock_acquire(s); break;
       case 26: case 27: unqueued_acquire(s); break;
+      case 25: solo_acquire(s); break;
       case 5: case 6: case 7: case 8: lock_release(s); break;
       case 9: script(s, leave, {lock().waiters, lock().waiter_info}, {id()}); break;
       case 10: {  // extend, or settle under a successor value (lease::release_after)
@@ -179,8 +182,10 @@ class step_generator {
       case 16: case 17: case 18: {
         bool fair = below(2) == 0;
         const auto& k = semaphore(fair);
+        std::size_t limit = 1 + below(3);
         script(s, sem_release, {k.expiries, k.weights, k.waiters, k.waiter_info, k.fence, k.tickets},
-               {token(), std::to_string(1 + below(3)), fair ? "fair" : ""});
+               {token(), std::to_string(limit), fair ? "fair" : ""});
+        maybe_marked(s, k, limit, fair);
         break;
       }
       case 19: {
@@ -272,6 +277,30 @@ class step_generator {
     }
   }
 
+  // The semaphore's solo grant: the commands between its MULTI and EXEC, which the simulated
+  // world runs as one step on the node (sim_world.cpp, run_plain_command), as a server does.
+  void solo_acquire(step& s) {
+    bool fair = below(2) == 0;
+    const auto& k = semaphore(fair);
+    std::string value = semaphore_mark(1 + static_cast<std::ptrdiff_t>(below(3)), fair) + " " +
+                        token() + " " + std::to_string(1 + below(2));
+    std::string lease_ttl = ttl();  // the commands view these
+    std::vector<std::string_view> keys{k.name, k.fence};
+    if (fair) {
+      keys.push_back(k.owners);
+    } else {
+      keys.insert(keys.end(), {k.waiters, k.waiter_info});
+    }
+    std::vector<std::string_view> args{value, lease_ttl};
+    std::size_t size = 0;
+    auto steps = detail::solo_commands(keys, args, size);
+    for (std::size_t i = 0; i < size; ++i) {
+      auto words = steps[i].view();
+      if (words[0] == "MULTI" || words[0] == "EXEC") continue;
+      s.unqueued.emplace_back(words.begin(), words.end());
+    }
+  }
+
   void lock_release(step& s) {
     const auto& k = lock();
     if (below(3) == 0) {
@@ -303,6 +332,15 @@ class step_generator {
       script(s, sem_acquire, {k.expiries, k.weights, k.fence, k.waiters, k.waiter_info, k.tickets},
              {token(), std::to_string(limit), permits, ttl(), waiter});
     }
+    maybe_marked(s, k, limit, fair);
+  }
+
+  // Half the time the holders mark the name (name_mark.lua: the name's key and the mark, last),
+  // so that the scripts adopt a solo holder's value (adopt_solo) and mark and unmark the name.
+  void maybe_marked(step& s, const semaphore_keys& k, std::size_t limit, bool fair) {
+    if (below(2)) return;
+    s.keys.push_back(k.name);
+    s.args.push_back(semaphore_mark(static_cast<std::ptrdiff_t>(limit), fair));
   }
 
   // A key of the universe given a type the scripts do not expect, for a short while (a key
