@@ -10,6 +10,7 @@
 #pragma once
 
 #include <asio/steady_timer.hpp>
+#include <atomic>
 
 #include <functional>
 #include <memory>
@@ -96,6 +97,29 @@ class acquire_run : public std::enable_shared_from_this<acquire_run> {
   bool pumping_ = false;
   std::optional<std::stop_callback<unique_function<void()>>> on_stop_;
   steady::time_point began_ = steady::now();
+};
+
+// A core's choice of its plain commands first (the lock's acquire_unqueued, the semaphore's
+// solo grant): while its last acquisition was granted by its first attempt the name is likely
+// free and they save Redis most of a script; a wait or a handoff shows contention, where they
+// would only add a round trip; never again once a node refused them for good.
+class plain_first_policy {
+ public:
+  explicit plain_first_policy(bool at_first) : next_(at_first) {}
+  bool next() const noexcept {
+    return next_.load(std::memory_order_relaxed) && !refused_.load(std::memory_order_relaxed);
+  }
+  // Learns from `run`'s end; the run must keep this policy's owner alive until it ends.
+  void follow(acquire_run& run) {
+    run.on_end = [this](bool granted_at_once, bool refused_plain_commands) {
+      next_.store(granted_at_once, std::memory_order_relaxed);
+      if (refused_plain_commands) refused_.store(true, std::memory_order_relaxed);
+    };
+  }
+
+ private:
+  std::atomic<bool> next_;
+  std::atomic<bool> refused_{false};
 };
 
 }  // namespace dlock::detail

@@ -45,16 +45,11 @@ lock_core::lock_core(std::vector<client> nodes, std::string key, lock_options op
 std::shared_ptr<acquire_run> lock_core::make_run(steady::time_point deadline, int attempts,
                                                  node_results* out,
                                                  const wait_control& control) {
-  bool unqueued_first = unqueued_first_.load(std::memory_order_relaxed) &&
-                        !plain_commands_refused_.load(std::memory_order_relaxed);
-  acquisition engine(target_, random_token(), deadline, attempts, jitter_random(), unqueued_first);
+  acquisition engine(target_, random_token(), deadline, attempts, jitter_random(),
+                     plain_first_.next());
   auto run = std::make_shared<acquire_run>(shared_from_this(), nodes_, std::move(engine),
                                            options_.wake_on_release, out, control);
-  // The run keeps this core alive until it ends.
-  run->on_end = [this](bool granted_at_once, bool refused_plain_commands) {
-    unqueued_first_.store(granted_at_once, std::memory_order_relaxed);
-    if (refused_plain_commands) plain_commands_refused_.store(true, std::memory_order_relaxed);
-  };
+  plain_first_.follow(*run);  // the run keeps this core alive until it ends
   return run;
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "acquire_run.hpp"
 #include "algo/acquisition.hpp"
 #include "dlock/lease.hpp"
 #include "dlock/mutex.hpp"
@@ -75,12 +76,8 @@ class lock_core final : public lease_owner, public std::enable_shared_from_this<
   lock_options options_;
   lock_target target_;
   std::string reentry_slot_;  // lock_options::reentrant: where the owner's holding is filed
-  // Whether the next acquisition tries acquire_unqueued first (lock_protocol.hpp): while the
-  // last one was granted by its first attempt, the lock is likely free again, and the try
-  // saves Redis most of a script; a wait or a handoff shows contention, where it would only
-  // add a round trip. Never again once a node refused those commands.
-  std::atomic<bool> unqueued_first_{false};
-  std::atomic<bool> plain_commands_refused_{false};
+  // Whether the next acquisition tries acquire_unqueued (lock_protocol.hpp) first.
+  plain_first_policy plain_first_{false};
 };
 
 }  // namespace dlock::detail

@@ -41,17 +41,11 @@ semaphore_core::semaphore_core(client node, std::string key, std::ptrdiff_t limi
 std::shared_ptr<acquire_run> semaphore_core::make_run(steady::time_point deadline, int attempts,
                                                       std::ptrdiff_t permits,
                                                       const wait_control& control) {
-  bool solo_first = solo_first_.load(std::memory_order_relaxed) &&
-                    !plain_commands_refused_.load(std::memory_order_relaxed);
   acquisition engine(target_, random_token(), permits, deadline, attempts, jitter_random(),
-                     solo_first);
+                     plain_first_.next());
   auto run = std::make_shared<acquire_run>(shared_from_this(), nodes_, std::move(engine),
                                            options_.wake_on_release, nullptr, control);
-  // The run keeps this core alive until it ends.
-  run->on_end = [this](bool granted_at_once, bool refused_plain_commands) {
-    solo_first_.store(granted_at_once, std::memory_order_relaxed);
-    if (refused_plain_commands) plain_commands_refused_.store(true, std::memory_order_relaxed);
-  };
+  plain_first_.follow(*run);  // the run keeps this core alive until it ends
   return run;
 }
 

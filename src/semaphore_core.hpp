@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "acquire_run.hpp"
 #include "algo/acquisition.hpp"
 #include "dlock/key_layout.hpp"
 #include "dlock/semaphore.hpp"
@@ -79,12 +80,8 @@ class semaphore_core final : public lease_owner,
   semaphore_options options_;
   semaphore_target target_;
   primitive kind_ = primitive::semaphore;
-  // Whether the next acquisition tries the solo grant first (semaphore_protocol.hpp): at first,
-  // and while the last one was granted by its first attempt, the name is likely free, and the
-  // try saves Redis most of a script; a wait or a handoff shows contention, where it would only
-  // add a round trip. Never again once the node refused those commands.
-  std::atomic<bool> solo_first_{true};
-  std::atomic<bool> plain_commands_refused_{false};
+  // Whether the next acquisition tries the solo grant (semaphore_protocol.hpp) first.
+  plain_first_policy plain_first_{true};
 };
 
 }  // namespace dlock::detail
