@@ -13,7 +13,10 @@
 
 #include <asio/use_future.hpp>
 
+#include <algorithm>
 #include <future>
+#include <optional>
+#include <string_view>
 #include <thread>
 
 #include "dlock/detail/scripts.hpp"
@@ -45,6 +48,33 @@ class RaceTest : public ::testing::Test {
     mutex warm_up{direct, test_key("warm")};
     (void)warm_up.acquire();
   }
+  // Delays the requests on the client's open connections by renewal_delay until the watchdog's
+  // renewal (a request running `script`) has gone out and timed out: the client closed the
+  // connection with it still on its way. Connections the client opens after it are fast.
+  // Returns when that was seen: the renewal lands within renewal_delay after it. Waits for the
+  // event, not a fixed span, as a busy machine may send the renewal late.
+  std::optional<steady::time_point> renewal_times_out_in_a_slow_network(std::string_view script_sha1) {
+    proxy.delay_open_connections(renewal_delay);
+    bool abandoned = eventually([&] {
+      return std::ranges::any_of(proxy.abandoned_requests(), [&](const std::string& bytes) {
+        return bytes.find(script_sha1) != std::string::npos;
+      });
+    });
+    if (!abandoned) return std::nullopt;
+    return steady::now();
+  }
+  // A rival (mutex or semaphore on test_key()) must not get it within `span`.
+  template <class Rival>
+  static void expect_no_rival_within(Rival rival, std::chrono::milliseconds span) {
+    auto start = steady::now();
+    std::error_code ec;
+    lease taken = rival.acquire_until(start + span, ec);
+    EXPECT_FALSE(taken) << "a rival got it "
+                        << std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - start).count()
+                        << " ms after release_after(20s) succeeded";
+  }
+  static constexpr auto renewal_delay = 1500ms;  // how long the delayed renewal takes to arrive
+
   // The waiters queued on test_key(), as the server sees them.
   long long queued() { return direct.exec({"ZCARD", lock_keys_for(test_key()).waiters}).integer(); }
   // Reads `monitor` until a line whose arguments satisfy `match`; false if none comes in time.
@@ -301,31 +331,44 @@ TEST_F(RaceTest, ARenewalThatTimedOutNeverOverridesReleaseAfter) {
   mutex m{slow, test_key(), {.ttl = 3s, .node_timeout = 100ms}};
   lease held = m.acquire();
   ASSERT_TRUE(held);
-  auto start = steady::now();
-  // One renewal, after about 1 s (0.9 - 1.1 s); its retry (a quarter interval later) is past
-  // max_hold, so nothing else goes out.
-  ASSERT_FALSE(held.keep_alive({.interval = 1000ms, .max_hold = 1150ms}));
-  proxy.set_latency(1500ms, 0ms);  // the renewal takes 1.5 s to reach the server: it times out
-  std::this_thread::sleep_until(start + 1400ms);
-  proxy.set_latency(0ms, 0ms);
+  test::raw_connection monitor(server.port());
+  monitor.send("MONITOR");
+  ASSERT_EQ(monitor.next_line(steady::now() + scaled(2s)).value_or(""), "+OK");
+  // The first renewal goes out after about 1 s and times out; its retry (a quarter interval
+  // later) finds the network healed.
+  ASSERT_FALSE(held.keep_alive({.interval = 1000ms}));
+  // The watchdog first watches the key (CLIENT TRACKING, lock_core::watch_changes): that
+  // request must not be the one delayed, or its timeout moves the renewal to a fast connection.
+  ASSERT_TRUE(seen_on(monitor, [](const std::vector<std::string>& args) {
+    return args.size() == 3 && args[0] == "CLIENT" && args[1] == "CACHING";
+  })) << "the watchdog never watched the key";
+  auto renewal_abandoned_by = renewal_times_out_in_a_slow_network(detail::scripts::extend_sha1);
+  ASSERT_TRUE(renewal_abandoned_by) << "the renewal never went out, or never timed out";
   std::string value = held.value();
-  ASSERT_FALSE(held.release_after(20s)) << "release_after failed";
+  std::error_code settled = held.release_after(20s);
+  ASSERT_FALSE(settled) << "release_after failed: " << settled.message();
   auto pttl_after = direct.exec({"PTTL", test_key()}).integer();
   EXPECT_GT(pttl_after, 19000);
-  std::this_thread::sleep_until(start + 3000ms);  // the late renewal (sent at ~1 s) has landed
+  std::this_thread::sleep_until(*renewal_abandoned_by + renewal_delay + 100ms);  // it has landed
   auto holder = direct.exec({"GET", test_key()});
   auto pttl = direct.exec({"PTTL", test_key()}).integer();
   // Still ours (under the settled value release_after wrote), with the expiry it set.
   EXPECT_TRUE(holder.is_string() && holder.str().rfind(value, 0) == 0 && pttl > 15000)
-      << "release_after(20s) succeeded at +1.4 s (PTTL " << pttl_after << " ms then), but at +3 s "
-      << "the key has " << pttl << " ms left: a renewal sent before it landed after it";
+      << "release_after(20s) succeeded (PTTL " << pttl_after << " ms then), but once the late "
+      << "renewal landed the key has " << pttl << " ms left: a renewal sent before it landed after it";
+  // The race took place: the settle ran, and a renewal naming the old token ran after it.
+  auto is_extend = [](const std::vector<std::string>& args) {
+    return args.size() > 1 && args[0] == "EVALSHA" && args[1] == detail::scripts::extend_sha1;
+  };
+  auto names_settled = [](const std::vector<std::string>& args) {
+    return std::ranges::any_of(args, [](const std::string& a) { return a.ends_with(":settled"); });
+  };
+  ASSERT_TRUE(seen_on(monitor, [&](const auto& args) { return is_extend(args) && names_settled(args); }))
+      << "release_after's settle never reached the server";
+  ASSERT_TRUE(seen_on(monitor, [&](const auto& args) { return is_extend(args) && !names_settled(args); }))
+      << "the timed-out renewal never landed after the settle: the test did not set up the race";
   // Another host takes the lock long before the 20 s release_after promised.
-  mutex rival{direct, test_key(), {.ttl = 3s}};
-  std::error_code ec;
-  lease taken = rival.acquire_until(start + 8s, ec);
-  EXPECT_FALSE(taken) << "a rival acquired at +"
-                      << std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - start).count()
-                      << " ms, inside release_after's 20 s";
+  expect_no_rival_within(mutex{direct, test_key(), {.ttl = 3s}}, 6s);
 }
 
 // The same for a semaphore permit: the late refresh sets the permit's expiry back to now + TTL,
@@ -343,18 +386,12 @@ TEST_F(RaceTest, ARenewalThatTimedOutNeverOverridesReleaseAfterOnAPermit) {
     lease warm_refresh = semaphore{direct, test_key("warm-sem"), 1}.acquire();
     ASSERT_FALSE(warm_refresh.extend());  // caches sem_refresh.lua
   }
-  auto start = steady::now();
-  ASSERT_FALSE(held.keep_alive({.interval = 1000ms, .max_hold = 1150ms}));
-  proxy.set_latency(1500ms, 0ms);
-  std::this_thread::sleep_until(start + 1400ms);
-  proxy.set_latency(0ms, 0ms);
-  ASSERT_FALSE(held.release_after(20s)) << "release_after failed";
-  semaphore rival{direct, test_key(), 1, {.ttl = 3s}};
-  std::error_code ec;
-  lease taken = rival.acquire_until(start + 8s, ec);
-  EXPECT_FALSE(taken) << "a rival got the only permit at +"
-                      << std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - start).count()
-                      << " ms, inside release_after's 20 s";
+  ASSERT_FALSE(held.keep_alive({.interval = 1000ms}));
+  ASSERT_TRUE(renewal_times_out_in_a_slow_network(detail::scripts::sem_refresh_sha1)) << "the renewal never went out, or never timed out";
+  std::error_code settled = held.release_after(20s);
+  ASSERT_FALSE(settled) << "release_after failed: " << settled.message();
+  // The late refresh lands within renewal_delay; a permit it set back to 3 s would be free 4.5 s after it.
+  expect_no_rival_within(semaphore{direct, test_key(), 1, {.ttl = 3s}}, 6s);
 }
 
 // The same race without release_after: an extend that timed out (the lease "may still be
@@ -397,7 +434,7 @@ TEST_F(RaceTest, ASemaphoreAttemptThatTimedOutNeverShortensTheGrantedPermit) {
     // granted long before it lands, however busy the machine.
     constexpr auto late = 3000ms;
     auto start = steady::now();
-    proxy.set_latency(late, 0ms);
+    proxy.set_latency(renewal_delay, 0ms);
     auto acquired = std::async(std::launch::async, [&] {
       std::error_code ec;
       return sem.acquire(ec);

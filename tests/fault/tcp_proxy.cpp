@@ -15,8 +15,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <deque>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/loopback.hpp"
@@ -47,6 +49,8 @@ struct conn {
   // The client closed with requests still on the way: they reach the server all the same, as
   // TCP delivers what was sent before a FIN (a timed-out command that runs late); then it ends.
   bool client_gone = false;
+  // Set by delay_open_connections(): this connection's own client -> server delay.
+  std::optional<std::chrono::milliseconds> up_delay;
 };
 
 void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
@@ -83,6 +87,8 @@ struct tcp_proxy::state {
   std::mutex mutex;
   std::chrono::milliseconds up{0}, down{0};
   mode m = mode::pass;
+  std::optional<std::chrono::milliseconds> delay_for_open;  // for the proxy thread to apply
+  std::vector<std::string> abandoned;
   std::vector<conn> conns;  // touched by the proxy thread only
 };
 
@@ -124,6 +130,19 @@ void tcp_proxy::set_latency(std::chrono::milliseconds up, std::chrono::milliseco
     state_->down = down;
   }
   wake();
+}
+
+void tcp_proxy::delay_open_connections(std::chrono::milliseconds up) {
+  {
+    std::lock_guard lock{state_->mutex};
+    state_->delay_for_open = up;
+  }
+  wake();
+}
+
+std::vector<std::string> tcp_proxy::abandoned_requests() const {
+  std::lock_guard lock{state_->mutex};
+  return state_->abandoned;
 }
 
 void tcp_proxy::set_mode(mode m) {
@@ -253,6 +272,9 @@ void tcp_proxy::run() {
       up = state_->up;
       down = state_->down;
       if (state_->m != mode::refuse) m = state_->m;
+      if (auto delay = std::exchange(state_->delay_for_open, std::nullopt)) {
+        for (auto& c : conns) c.up_delay = delay;
+      }
     }
     now = steady::now();
     auto pull = [&](conn& c, int from, short revents, pipe_dir& d, std::chrono::milliseconds delay,
@@ -263,6 +285,10 @@ void tcp_proxy::run() {
       if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
         if (from == c.client && !c.up.queue.empty() && !c.up.tainted) {
           c.client_gone = true;
+          std::string on_the_way;
+          for (const auto& piece : c.up.queue) on_the_way += piece.bytes.substr(piece.sent);
+          std::lock_guard lock{state_->mutex};
+          state_->abandoned.push_back(std::move(on_the_way));
         } else {
           c.dead = true;
         }
@@ -282,7 +308,8 @@ void tcp_proxy::run() {
     std::size_t polled = (fds.size() - first_conn) / 2;
     for (std::size_t i = 0; i < polled; ++i) {
       auto& c = conns[i];
-      pull(c, c.client, fds[first_conn + 2 * i].revents, c.up, up, m == mode::drop_requests);
+      pull(c, c.client, fds[first_conn + 2 * i].revents, c.up, c.up_delay.value_or(up),
+           m == mode::drop_requests);
       pull(c, c.server, fds[first_conn + 2 * i + 1].revents, c.down, down, m == mode::drop_replies);
     }
   }

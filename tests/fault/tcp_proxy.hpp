@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 #include <thread>
 
 namespace dlock::fault {
@@ -42,12 +43,20 @@ class tcp_proxy {
 
   // One-way delays: `up` for client -> server bytes, `down` for the replies. Order is kept.
   void set_latency(std::chrono::milliseconds up, std::chrono::milliseconds down);
+  // Delays the requests of the connections open now by `up` (replacing set_latency's for them);
+  // connections opened later get set_latency's. A slow path that a client's reconnection
+  // leaves behind: its requests still land late, its new connection is fast.
+  void delay_open_connections(std::chrono::milliseconds up);
   void set_mode(mode m);
   mode current_mode() const;
 
   // Connections accepted so far, and bytes forwarded (for the kit's own tests).
   std::uint64_t connections() const noexcept { return accepted_.load(); }
   std::uint64_t bytes_forwarded() const noexcept { return forwarded_.load(); }
+  // For each connection the client closed while requests were still on their way to the
+  // server (as a client does when a request times out), the bytes of those requests: they land
+  // late, after the latency, all the same.
+  std::vector<std::string> abandoned_requests() const;
 
  private:
   struct state;
