@@ -135,10 +135,13 @@ if waiter ~= '' then
     redis.call('ZADD', queue, redis.call('INCR', tickets), owner)
   end
   redis.call('HSET', info, owner, (now + waiter_ttl) .. ' ' .. channel)
-  -- The queue vanishes on its own once every waiter is gone: its keys live twice the longest
-  -- waiter ttl (only ever pushed out, so a waiter with a short one cannot cut a longer one's).
+  -- The queue vanishes on its own once every waiter is gone: its keys live up to twice the
+  -- longest waiter ttl, and never less than 1.5 times this one's, which outlasts its entry (only
+  -- ever pushed out, so a waiter with a short one cannot cut a longer one's). Pushed out only
+  -- below 1.5 times: the attempts of a waiter, and of those queued beside it, within half a
+  -- waiter ttl of the last push cost a PTTL per key, not also a PEXPIRE.
   for _, k in ipairs({queue, info, tickets}) do
-    if redis.call('PTTL', k) < 2 * waiter_ttl then redis.call('PEXPIRE', k, 2 * waiter_ttl) end
+    if redis.call('PTTL', k) < 1.5 * waiter_ttl then redis.call('PEXPIRE', k, 2 * waiter_ttl) end
   end
 end
 local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')

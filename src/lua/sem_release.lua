@@ -88,16 +88,19 @@ local now = server_ms()
 if name then
   local adopt = fair and adopt_fair(queue, expiries, weights, tickets) or
                     adopt_unfair(expiries, weights)
-  name_value = adopt_solo(name, now, adopt)
+  name_value = adopt_solo(name, now, adopt, name_value)  -- nothing wrote the name since
   name_held = name_value ~= false and name_value ~= ARGV[4]
 end
 
-local expiry = redis.call('ZSCORE', expiries, owner)
+-- The first of the expiry set, read above, is often this token (a semaphore of one permit):
+-- its score then needs no ZSCORE. An adopted solo holder is another token, and moves no score.
+local expiry = only[1] == owner and only[2] or redis.call('ZSCORE', expiries, owner)
 local live = expiry and tonumber(expiry) > now
 local entry = redis.call('HGET', info, owner)
 local to_wake = 0
 -- What the token's entry weighs: its permits, held or (fair) wanted.
-local weight = tonumber(redis.call('HGET', weights, owner)) or 1
+local weighed = redis.call('HGET', weights, owner)
+local weight = tonumber(weighed) or 1
 if entry then
   if string.match(entry, ' woken$') then to_wake = 1 end
   -- A fair waiter (its place in line has a live entry in the expiry set too) may be all that
@@ -108,9 +111,10 @@ elseif live then
   to_wake = weight
 end
 redis.call('ZREM', expiries, owner)
-redis.call('HDEL', weights, owner)
+if weighed then redis.call('HDEL', weights, owner) end
+-- Unconditional: the fair variant's holders rank in the queue without an entry in info.
 redis.call('ZREM', queue, owner)
-redis.call('HDEL', info, owner)
+if entry then redis.call('HDEL', info, owner) end
 
 -- Whether a waiter's offer (its limit) may be taken up here: where the name is marked, the mark
 -- stores the limit, and a waiter of another limit would hold beside it under the wrong mark.
@@ -118,11 +122,23 @@ local function same_limit(their_limit)
   return not name or tonumber(their_limit) == limit
 end
 
--- Permits in use by live holders, for a handoff (as sem_acquire.lua counts them).
+-- Permits in use by live holders, for a handoff (as sem_acquire.lua counts them). Also notes
+-- whether the weights hash exists: an empty hash is no key, and a hand_over then needs no
+-- EXISTS to know that it has no expiry to push out.
+local weights_exist = true
 local function permits_used()
   drop_expired_holders(expiries, weights, now)
-  return permits_in_use(expiries, weights)
+  local used, weighted = permits_in_use(expiries, weights)
+  weights_exist = weighted > 0
+  return used
 end
+
+-- The name's mark is pushed out before each grant's publish (hand_over); `marked_until` is the
+-- latest expiry given to it so, and `handed_until` the latest of the grants that stood. When
+-- the grants that stood reach at least as far as both that and the releasing token's own
+-- expiry, the mark is exactly as long as the latest holder's, and the remark at the end (three
+-- more calls) is not needed.
+local marked_until, handed_until = 0, 0
 
 -- Makes `member` a holder of `want` permits for `ttl_ms` and tells it. Every write comes before
 -- the publish, so that no failure midway comes after the waiter was told. Returns 'handed';
@@ -132,8 +148,17 @@ end
 local function hand_over(member, channel, want, ttl_ms, attempt)
   if redis.call('ZSCORE', expiries, member) then return 'holder' end
   redis.call('ZADD', expiries, now + ttl_ms, member)
-  if want > 1 then redis.call('HSET', weights, member, want) end
-  mark_name_until(name, now + ttl_ms, now)  -- undone by the remark at the end, if undone
+  if want > 1 then
+    redis.call('HSET', weights, member, want)
+    weights_exist = true
+  end
+  -- Undone by the remark at the end, if undone. The name's value is known here (not held by
+  -- another kind, or there would be no handoff): the mark, or none.
+  if name then
+    mark_name_until(name, now + ttl_ms, now, name_value)
+    name_value = mark
+    marked_until = math.max(marked_until, now + ttl_ms)
+  end
   local fence = string.format('%.0f', next_fence(fence_key, now, ttl_ms))
   local receivers = publish_wake(channel, member .. ' ' .. fence .. ' ' .. attempt)
   if type(receivers) == 'number' and receivers > 0 then
@@ -144,7 +169,8 @@ local function hand_over(member, channel, want, ttl_ms, attempt)
     -- The holders' keys vanish with the last holder, as sem_acquire.lua keeps them.
     local last = redis.call('ZRANGE', expiries, -1, -1, 'WITHSCORES')
     redis.call('PEXPIREAT', expiries, last[2])
-    if redis.call('EXISTS', weights) == 1 then redis.call('PEXPIREAT', weights, last[2]) end
+    if weights_exist then redis.call('PEXPIREAT', weights, last[2]) end
+    handed_until = math.max(handed_until, now + ttl_ms)
     return 'handed'
   end
   redis.call('ZREM', expiries, member)
@@ -329,6 +355,10 @@ end
 
 -- The name's mark lasts as long as the latest holder left (a handoff may have made new ones),
 -- and goes with the last: a mutex waiting on the name watches its key, and wakes.
-if name and not name_held then remark_name(name, expiries, info, now) end
+local mark_exact = handed_until > 0 and handed_until >= marked_until and
+                       handed_until >= (tonumber(expiry) or 0)
+if name and not name_held and not mark_exact then
+  remark_name(name, expiries, info, now, name_value)
+end
 if live then return 1 end
 return 0

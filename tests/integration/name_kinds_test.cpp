@@ -189,6 +189,57 @@ TEST_P(NameKindTest, AHandoffKeepsTheNameMarkedForTheNewHolder) {
   EXPECT_EQ(name_value(), "");
 }
 
+// After a handoff the mark lasts exactly as long as the latest holder: the release that hands
+// the permit on to a waiter with a shorter TTL than its own leaves no mark past the new
+// holder's entry (a mutex waiting for the name would wait that much longer after a crash),
+// and one to a waiter with a longer TTL pushes the mark and the holders' keys out to it.
+// sem_release.lua skips its final remark when the grant's expiry covers both; this checks both
+// sides of that.
+TEST_P(NameKindTest, AfterAHandoffTheMarkLastsAsLongAsTheLatestHolder) {
+  struct span {
+    std::chrono::milliseconds held, handed;
+  };
+  for (auto [held_ttl, handed_ttl] : {span{60s, 5s}, span{3s, 30s}}) {
+    SCOPED_TRACE("held for " + std::to_string(held_ttl.count()) + " ms, handed for " +
+                 std::to_string(handed_ttl.count()) + " ms");
+    const std::string name = test_key(std::to_string(held_ttl.count()));
+    const auto keys = semaphore_keys_for(name, fair());
+    semaphore holder{client_, name, 1, sem_options(held_ttl)};
+    // Its backstop is far off: only the release's handoff makes it a holder in time.
+    semaphore waiter{client_, name, 1, {.ttl = handed_ttl, .fair = fair(), .retry_delay = 20s}};
+    lease first = holder.try_acquire();
+    ASSERT_TRUE(first);
+    std::error_code waited_ec;
+    lease second;
+    std::thread waiting(
+        [&] { second = waiter.acquire_until(std::chrono::steady_clock::now() + 10s, waited_ec); });
+    EXPECT_TRUE(eventually([&] {
+      auto entries = admin_.exec({"HVALS", keys.waiter_info});
+      return entries.elements().size() == 1 &&
+             entries.elements()[0].str().find(fair() ? " f" : " h") != std::string::npos;
+    })) << "the waiter never queued with a handoff offer";
+    EXPECT_FALSE(first.release());
+    waiting.join();
+    ASSERT_TRUE(second) << waited_ec.message();
+    auto pttl = [&](const std::string& key) { return admin_.exec({"PTTL", key}).integer(); };
+    // The new holder's entry: its TTL from now (unfair), or its place in line's expiry if that
+    // is later (fair: sem_release.lua's serve_fair_line keeps the later of the two).
+    auto server_now = admin_.exec({"TIME"});
+    auto now_ms = std::stoll(server_now.elements()[0].str()) * 1000 +
+                  std::stoll(server_now.elements()[1].str()) / 1000;
+    auto entry_ms = std::stoll(admin_.exec({"ZSCORE", keys.expiries, second.value()}).str()) - now_ms;
+    EXPECT_GT(entry_ms, handed_ttl.count() - 2'000);
+    if (!fair()) {
+      EXPECT_LE(entry_ms, handed_ttl.count());
+    }
+    EXPECT_EQ(admin_.exec({"GET", name}).str(), semaphore_mark(1, fair()));
+    EXPECT_NEAR(pttl(name), entry_ms, 500) << "the mark does not end with the only holder";
+    EXPECT_GE(pttl(keys.expiries), entry_ms - 500) << "the holders' key expires before the holder";
+    EXPECT_FALSE(second.release());
+    EXPECT_EQ(admin_.exec({"EXISTS", name}).integer(), 0);
+  }
+}
+
 // A waiter that counts another limit is never handed permits by a release where the name is
 // marked: it would hold under the wrong mark (its renewals refused, the mark stale). It is
 // woken, and its next attempt is refused while the other limit's holders hold (found by review:

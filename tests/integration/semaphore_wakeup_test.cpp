@@ -99,6 +99,9 @@ class SemaphoreWakeupBase : public ::testing::Test {
     ASSERT_TRUE(got);
     EXPECT_EQ(scripts_run() - before, 1);
     EXPECT_EQ(client_.exec({"HGET", keys().weights, got.value()}).str(), "2");
+    // Its weight and its entry last as long as it does (30 s): the keys were pushed out for it.
+    EXPECT_GT(client_.exec({"PTTL", keys().weights}).integer(), 25'000);
+    EXPECT_GT(client_.exec({"PTTL", keys().expiries}).integer(), 25'000);
     semaphore late{client_, test_key(), 2, options()};
     EXPECT_FALSE(late.try_acquire());
     EXPECT_FALSE(got.release());

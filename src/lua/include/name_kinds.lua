@@ -45,9 +45,10 @@ end
 -- that was not empty when the solo grant was made, which its client saw and does not count
 -- on: adopt_fair) and the value goes. Any other value is left as it is. Returns the name's
 -- value after, as GET would (which raises WRONGTYPE for a key that is no string at all).
-local function adopt_solo(name, now, adopt)
+-- `value`: the name's value, when the script has read it already and written nothing since.
+local function adopt_solo(name, now, adopt, value)
   if not name then return false end
-  local value = redis.call('GET', name)
+  if value == nil then value = redis.call('GET', name) end
   local m, token, permits = solo_of(value)
   if m ~= mark then return value end
   local left = redis.call('PTTL', name)
@@ -141,9 +142,11 @@ end
 
 -- After a member left or settled: the mark lasts exactly as long as the latest holder, and goes
 -- with the last. When the walk cannot tell, the mark keeps what it has (it lasts as long as
--- every holder), and expires by itself.
-local function remark_name(name, expiries, info, now)
-  if not name or name_taken(name) then return end
+-- every holder), and expires by itself. `value`: the name's value, when the script knows it.
+local function remark_name(name, expiries, info, now, value)
+  if not name then return end
+  if value == nil then value = redis.call('GET', name) end
+  if value ~= false and value ~= mark then return end  -- taken (name_taken)
   local latest = latest_holder_expiry(expiries, info, now)
   if latest == nil then return end
   if latest > now then

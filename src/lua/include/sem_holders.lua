@@ -14,9 +14,11 @@ local function drop_expired_holders(holders, weights, now)
   end
 end
 
--- The permits the holders take (after drop_expired_holders).
+-- The permits the holders take (after drop_expired_holders), and how many holders weigh more
+-- than one (0: the weights hash does not exist).
 local function permits_in_use(holders, weights)
   local used = redis.call('ZCARD', holders)
-  for _, w in ipairs(redis.call('HVALS', weights)) do used = used + tonumber(w) - 1 end
-  return used
+  local weighted = redis.call('HVALS', weights)
+  for _, w in ipairs(weighted) do used = used + tonumber(w) - 1 end
+  return used, #weighted
 end
