@@ -2260,9 +2260,11 @@ TEST_F(CliTest, StatusShowsOtherKindsHeldUnderTheName) {
   EXPECT_EQ(text.status, 0) << text.err;
   EXPECT_EQ(text.out.rfind(key + ": held as a read-write lock, its mark expires in", 0), 0u)
       << text.out;
-  EXPECT_NE(text.out.find("held as a read-write lock by 1 holder\n"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("held as a read-write lock by 1 holder, nobody waiting in its line\n"),
+            std::string::npos)
+      << text.out;
   auto json = run({"-r", server_.url(), "status", "--json", key});
-  EXPECT_NE(json.out.find("\"other_kinds\":[{\"kind\":\"read-write lock\",\"holders\":1}]"),
+  EXPECT_NE(json.out.find("\"other_kinds\":[{\"kind\":\"read-write lock\",\"holders\":1,\"fence\":"),
             std::string::npos)
       << json.out;
   EXPECT_EQ(reader->terminate(), 128 + SIGTERM);
@@ -2286,6 +2288,12 @@ TEST_F(CliTest, StatusAndListShowASoloHolder) {
   auto plain = run({"-r", server_.url(), "status", key});
   EXPECT_NE(plain.out.find("held as a semaphore of 2 permits (unfair)"), std::string::npos)
       << plain.out;
+  // The fence line is the semaphore's counter, which drew the holder's token, not the lock's
+  // (which it never touched: "none" would be about the wrong counter).
+  EXPECT_NE(plain.out.find("  the semaphore's fence counter " +
+                           std::to_string(held.fencing_token()) + " "),
+            std::string::npos)
+      << plain.out;
   auto listed = run({"-r", server_.url(), "list", key});
   EXPECT_EQ(listed.status, 0) << listed.err;
   EXPECT_NE(listed.out.find("1 of 2 permits held by 1 holder"), std::string::npos) << listed.out;
@@ -2296,8 +2304,43 @@ TEST_F(CliTest, StatusAndListShowASoloHolder) {
   lease reader = rw.acquire_shared();
   ASSERT_EQ(c.exec({"GET", key}).str().rfind(std::string(read_write_lock_mark) + " ", 0), 0u);
   auto rw_text = run({"-r", server_.url(), "status", key});
-  EXPECT_NE(rw_text.out.find("held as a read-write lock by 1 holder\n"), std::string::npos)
+  EXPECT_NE(rw_text.out.find("held as a read-write lock by 1 holder, nobody waiting in its line\n"),
+            std::string::npos)
       << rw_text.out;
+}
+
+// A plain status of a name a semaphore holds counts the semaphore's own line of waiters, and
+// says that the queue it lists is the lock's: before, it said "no waiters queued" (the lock's
+// empty queue) while a semaphore waiter waited, and "fence counter: none" (the lock's).
+TEST_F(CliTest, StatusOfANameASemaphoreHoldsCountsTheSemaphoresWaiters) {
+  const std::string key = test_key();
+  client c{server_.url()};
+  semaphore sem{c, key, 1, {.retry_delay = 5s}};
+  lease held = sem.acquire();
+  ASSERT_TRUE(held);
+  std::error_code waited_ec;
+  auto waiting = std::async(std::launch::async, [&] {
+    return sem.acquire_until(std::chrono::steady_clock::now() + 20s, waited_ec);
+  });
+  const auto keys = semaphore_keys_for(key, false);
+  ASSERT_TRUE(eventually([&] { return c.exec({"ZCARD", keys.waiters}).integer() == 1; }));
+  auto text = run({"-r", server_.url(), "status", key});
+  EXPECT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("held as a semaphore by 1 holder, 1 waiter in its line\n"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("  as a lock: no waiters queued\n"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("fence counter: none"), std::string::npos) << text.out;
+  auto json = run({"-r", server_.url(), "status", "--json", key});
+  // The semaphore's counter, at or above the holder's token (not the lock's: 0).
+  const std::string kind = "\"kind\":\"semaphore\",\"holders\":1,\"fence\":";
+  auto at = json.out.find(kind);
+  ASSERT_NE(at, std::string::npos) << json.out;
+  EXPECT_GE(std::stoull(json.out.substr(at + kind.size())), held.fencing_token()) << json.out;
+  EXPECT_NE(json.out.find(",\"waiters\":1}", at), std::string::npos) << json.out;
+  EXPECT_FALSE(held.release());
+  lease next = waiting.get();
+  EXPECT_TRUE(next) << waited_ec.message();
 }
 
 // One name is one lock, for semaphores too (issue 36): a `--semaphore 3` holder marks the name

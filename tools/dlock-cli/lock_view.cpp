@@ -290,11 +290,15 @@ std::vector<other_kind> other_kinds_held(std::vector<client>& nodes, const std::
   std::vector<other_kind> out;
   if (nodes.size() != 1) return out;  // read-write locks and semaphores live on one node
   auto look = [&](const char* kind, const semaphore_view& v) {
-    if (v.answered() && !v.holders.empty()) out.push_back({kind, v.holders.size()});
+    if (v.answered() && !v.holders.empty()) {
+      out.push_back({kind, v.holders.size(), v.fence, v.waiters.size()});
+    }
   };
-  look("read-write lock", inspect_semaphore(nodes[0], key, shared_mutex_keys_for(key), true));
-  look("semaphore", inspect_semaphore(nodes[0], key, false));
-  look("fair semaphore", inspect_semaphore(nodes[0], key, true));
+  const auto queue = read_queue::yes;
+  look("read-write lock",
+       inspect_semaphore(nodes[0], key, shared_mutex_keys_for(key), true, queue));
+  look("semaphore", inspect_semaphore(nodes[0], key, false, queue));
+  look("fair semaphore", inspect_semaphore(nodes[0], key, true, queue));
   return out;
 }
 

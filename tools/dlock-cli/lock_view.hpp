@@ -153,6 +153,8 @@ semaphore_view inspect_semaphore(client& node, const std::string& key, bool fair
 struct other_kind {
   const char* kind;
   std::size_t holders;
+  std::uint64_t fence = 0;  // its own fencing counter, which draws its holders' tokens (0: none)
+  std::size_t waiters = 0;  // queued in its own line, not the lock's
 };
 std::vector<other_kind> other_kinds_held(std::vector<client>& nodes, const std::string& key);
 

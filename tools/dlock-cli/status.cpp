@@ -76,7 +76,9 @@ void print_lock_json(const lock_view& v, const std::vector<other_kind>& others) 
   out += ",\"other_kinds\":[";
   for (std::size_t i = 0; i < others.size(); ++i) {
     out += std::string(i ? "," : "") + "{\"kind\":" + json_string(others[i].kind) +
-           ",\"holders\":" + std::to_string(others[i].holders) + "}";
+           ",\"holders\":" + std::to_string(others[i].holders) +
+           ",\"fence\":" + std::to_string(others[i].fence) +
+           ",\"waiters\":" + std::to_string(others[i].waiters) + "}";
   }
   out += "],\"waiters\":";
   out += v.answered() ? "[" : "null";
@@ -161,13 +163,35 @@ void print_lock_text(const lock_view& v, const std::vector<other_kind>& others) 
   for (const auto& o : others) {
     // A read-write lock and a semaphore keep every other kind out with their mark; a
     // semaphore of an earlier version marks nothing.
-    std::printf("  held as a %s by %s%s\n", o.kind, holders_text(o.holders).c_str(),
+    std::string queued = o.waiters == 0 ? std::string(", nobody waiting in its line")
+                                        : ", " + std::to_string(o.waiters) +
+                                              (o.waiters == 1 ? " waiter" : " waiters") +
+                                              " in its line";
+    std::printf("  held as a %s by %s%s%s\n", o.kind, holders_text(o.holders).c_str(),
+                queued.c_str(),
                 marked ? "" : " (its holders left no mark on the name: an earlier dlock's, which "
                               "a plain run does not see)");
   }
-  // With no quorum, "no waiters" or "no fence counter" would be guesses too.
-  if (v.answered()) std::printf("%s", fence_text(v.fence).c_str());
+  // With no quorum, "no waiters" or "no fence counter" would be guesses too. Another kind's
+  // holders draw their tokens from its own counter, not the lock's (which a semaphore's holders
+  // never touch: "none" would be about the wrong counter).
+  if (v.answered()) {
+    if (marked || !others.empty()) {
+      std::uint64_t fence = 0;
+      for (const auto& o : others) fence = std::max(fence, o.fence);
+      if (others.empty()) {
+        std::printf("  fence counter: %s's own, not read here\n", marked->c_str());
+      } else {
+        std::printf("  the %s's %s", others.front().kind, fence_text(fence).substr(2).c_str());
+      }
+    } else {
+      std::printf("%s", fence_text(v.fence).c_str());
+    }
+  }
   std::string queue = v.answered() ? waiters_heading(v.waiters.size()) : "";
+  // Another kind holds the name: the queue below is the lock's (mutexes waiting for the name),
+  // the other kind's line was counted above.
+  if (!others.empty() && !queue.empty()) queue.insert(2, "as a lock: ");
   for (std::size_t i = 0; i < v.waiters.size(); ++i) {
     const auto& w = v.waiters[i];
     queue += "    " + std::to_string(i + 1) + ". " + w.id + "  ";
