@@ -530,19 +530,18 @@ TEST(SoloReview2RwTest, AMutexWaitingOnASoloReaderIsWokenByItsRelease) {
   lease reader = rw.try_acquire_shared(ec);
   ASSERT_TRUE(reader) << ec.message();
   ASSERT_NE(admin.exec({"GET", test_key()}).str(), read_write_lock_mark);
-  mutex plain{admin, test_key(), {.retry_delay = 5s}};
+  // Its backstop sleeps 10-20 s: a wait that ends well before that was woken.
+  mutex plain{admin, test_key(), {.retry_delay = 20s}};
   auto waiting = std::async(std::launch::async, [&] {
     auto t0 = std::chrono::steady_clock::now();
-    lease l = plain.try_acquire_for(20s);
+    lease l = plain.try_acquire_for(30s);
     return std::make_pair(static_cast<bool>(l), std::chrono::steady_clock::now() - t0);
   });
   std::this_thread::sleep_for(300ms);
-  auto released_at = std::chrono::steady_clock::now();
   ASSERT_EQ(reader.release(), std::error_code{});
   auto [got, took] = waiting.get();
   ASSERT_TRUE(got);
-  (void)released_at;
-  EXPECT_LT(took, 2500ms) << "the mutex waited for its backstop";
+  EXPECT_LT(took, 8s) << "the mutex waited for its backstop";
 }
 
 
