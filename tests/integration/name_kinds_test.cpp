@@ -19,6 +19,7 @@
 #include "dlock/shared_mutex.hpp"
 #include "support/checks.hpp"
 #include "support/redis_server.hpp"
+#include "support/semaphore_name.hpp"
 #include "support/test_keys.hpp"
 
 namespace dlock::test {
@@ -26,36 +27,20 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class NameKindTest : public ::testing::TestWithParam<bool> {  // fair?
- protected:
-  bool fair() const { return GetParam(); }
-  semaphore_options sem_options(std::chrono::milliseconds ttl = 10s) const {
-    return {.ttl = ttl, .fair = fair()};
-  }
-  // What the name's own key holds, or "" when nothing does.
-  std::string name_value() {
-    auto r = admin_.exec({"GET", test_key()});
-    return r.is_nil() ? std::string() : r.str();
-  }
-  long long name_pttl() { return admin_.exec({"PTTL", test_key()}).integer(); }
-
-  redis_server server_;
-  client admin_{server_.url()};
-  client client_{server_.url()};
-};
+using NameKindTest = semaphore_name_test;
 
 INSTANTIATE_TEST_SUITE_P(Variants, NameKindTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Fair" : "Unfair"; });
 
 TEST_P(NameKindTest, ASemaphoresHoldersMarkTheNameWithItsLimitAndFairnessUntilTheLastGoes) {
-  semaphore sem{client_, test_key(), 3, sem_options()};
+  semaphore sem{client_, test_key(), 3, options()};
   std::error_code ec;
   lease first = sem.try_acquire(ec);
   ASSERT_TRUE(first) << ec.message();
   EXPECT_EQ(name_value(), semaphore_mark(3, fair()));
   EXPECT_EQ(name_value(), std::string("dlock:semaphore 3 ") + (fair() ? "fair" : "unfair"));
-  EXPECT_GT(name_pttl(), 9'000);
-  EXPECT_LE(name_pttl(), 10'000);
+  EXPECT_GT(pttl(test_key()), 9'000);
+  EXPECT_LE(pttl(test_key()), 10'000);
   lease second = sem.try_acquire(ec);
   ASSERT_TRUE(second) << ec.message();
   first.release();
@@ -65,7 +50,7 @@ TEST_P(NameKindTest, ASemaphoresHoldersMarkTheNameWithItsLimitAndFairnessUntilTh
 }
 
 TEST_P(NameKindTest, AHeldSemaphoreRefusesAMutexALockSetAReadWriteLockAndALatch) {
-  semaphore sem{client_, test_key(), 2, sem_options()};
+  semaphore sem{client_, test_key(), 2, options()};
   std::error_code ec;
   lease held = sem.try_acquire(ec);
   ASSERT_TRUE(held) << ec.message();
@@ -96,7 +81,7 @@ TEST_P(NameKindTest, AHeldSemaphoreRefusesAMutexALockSetAReadWriteLockAndALatch)
 }
 
 TEST_P(NameKindTest, ASemaphoreIsRefusedWhereALockAReadWriteLockOrALatchHoldsTheName) {
-  semaphore sem{client_, test_key(), 2, sem_options()};
+  semaphore sem{client_, test_key(), 2, options()};
   std::error_code ec;
   {
     mutex plain{client_, test_key()};
@@ -129,8 +114,8 @@ TEST_P(NameKindTest, ASemaphoreIsRefusedWhereALockAReadWriteLockOrALatchHoldsThe
 // Holders that disagree about the limit or the fairness are refused while the first ones hold
 // (consul lock -n gives the same error); once they are gone, a new limit may start.
 TEST_P(NameKindTest, ASemaphoreOfAnotherLimitOrFairnessIsRefusedWhileTheFirstHolds) {
-  semaphore three{client_, test_key(), 3, sem_options()};
-  semaphore five{client_, test_key(), 5, sem_options()};
+  semaphore three{client_, test_key(), 3, options()};
+  semaphore five{client_, test_key(), 5, options()};
   semaphore other_fairness{client_, test_key(), 3, {.ttl = 10s, .fair = !fair()}};
   std::error_code ec;
   lease held = three.try_acquire(ec);
@@ -151,14 +136,14 @@ TEST_P(NameKindTest, ASemaphoreOfAnotherLimitOrFairnessIsRefusedWhileTheFirstHol
 
 // The mark follows each holder's renewal, and is never the owner value of a lock.
 TEST_P(NameKindTest, TheMarkFollowsARenewalAndReleasesNothingAsAnOwnerValue) {
-  semaphore sem{client_, test_key(), 2, sem_options(1s)};
+  semaphore sem{client_, test_key(), 2, options(1s)};
   std::error_code ec;
   lease held = sem.try_acquire(ec);
   ASSERT_TRUE(held) << ec.message();
-  ASSERT_LE(name_pttl(), 1'000);
+  ASSERT_LE(pttl(test_key()), 1'000);
   ec = held.extend(20s);
   ASSERT_FALSE(ec) << ec.message();
-  EXPECT_GT(name_pttl(), 19'000) << "the mark did not follow the renewal";
+  EXPECT_GT(pttl(test_key()), 19'000) << "the mark did not follow the renewal";
   // dlock release NAME "dlock:semaphore 2 ...", copied from a status line, frees nothing.
   mutex plain{client_, test_key()};
   lease adopted = plain.adopt(name_value());
@@ -168,7 +153,7 @@ TEST_P(NameKindTest, TheMarkFollowsARenewalAndReleasesNothingAsAnOwnerValue) {
 
 // A release that hands permits to a queued waiter marks the name for the new holder.
 TEST_P(NameKindTest, AHandoffKeepsTheNameMarkedForTheNewHolder) {
-  semaphore sem{client_, test_key(), 1, sem_options(2s)};
+  semaphore sem{client_, test_key(), 1, options(2s)};
   std::error_code ec;
   lease first = sem.try_acquire(ec);
   ASSERT_TRUE(first) << ec.message();
@@ -181,7 +166,7 @@ TEST_P(NameKindTest, AHandoffKeepsTheNameMarkedForTheNewHolder) {
   waiter.join();
   ASSERT_TRUE(second) << waited_ec.message();
   EXPECT_EQ(name_value(), semaphore_mark(1, fair()));
-  EXPECT_GT(name_pttl(), 1'000);
+  EXPECT_GT(pttl(test_key()), 1'000);
   mutex plain{client_, test_key()};
   EXPECT_FALSE(plain.try_acquire(ec));
   EXPECT_EQ(ec, errc::wrong_type);
@@ -204,7 +189,7 @@ TEST_P(NameKindTest, AfterAHandoffTheMarkLastsAsLongAsTheLatestHolder) {
                  std::to_string(handed_ttl.count()) + " ms");
     const std::string name = test_key(std::to_string(held_ttl.count()));
     const auto keys = semaphore_keys_for(name, fair());
-    semaphore holder{client_, name, 1, sem_options(held_ttl)};
+    semaphore holder{client_, name, 1, options(held_ttl)};
     // Its backstop is far off: only the release's handoff makes it a holder in time.
     semaphore waiter{client_, name, 1, {.ttl = handed_ttl, .fair = fair(), .retry_delay = 20s}};
     lease first = holder.try_acquire();
@@ -247,7 +232,7 @@ TEST_P(NameKindTest, AfterAHandoffTheMarkLastsAsLongAsTheLatestHolder) {
 TEST_P(NameKindTest, AReleaseNeverHandsPermitsToAWaiterThatCountsAnotherLimit) {
   // The waiter polls only after the release: what the release does decides.
   semaphore five{client_, test_key(), 5, {.ttl = 10s, .fair = fair(), .retry_delay = 5s}};
-  semaphore three{client_, test_key(), 3, sem_options()};
+  semaphore three{client_, test_key(), 3, options()};
   const auto keys = semaphore_keys_for(test_key(), fair());
   std::error_code ec;
   lease all = five.try_acquire(5, ec);

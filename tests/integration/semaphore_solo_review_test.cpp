@@ -36,6 +36,7 @@
 #include "support/checks.hpp"
 #include "support/dlock_cli.hpp"
 #include "support/redis_server.hpp"
+#include "support/semaphore_name.hpp"
 #include "support/test_keys.hpp"
 
 namespace dlock::test {
@@ -45,26 +46,8 @@ using namespace std::chrono_literals;
 
 constexpr std::uint64_t clock_range = std::uint64_t{1} << 40;  // fence_clock_range
 
-class SoloReview2Test : public ::testing::TestWithParam<bool> {  // fair?
+class SoloReview2Test : public semaphore_name_test {
  protected:
-  bool fair() const { return GetParam(); }
-  semaphore_options options(std::chrono::milliseconds ttl = 10s) const {
-    return {.ttl = ttl, .fair = fair()};
-  }
-  semaphore_keys keys() const { return semaphore_keys_for(test_key(), fair()); }
-  std::string mark(std::ptrdiff_t limit) const { return semaphore_mark(limit, fair()); }
-  std::string name_value() {
-    auto r = admin_.exec({"GET", test_key()});
-    return r.is_nil() ? std::string() : r.str();
-  }
-  long long pttl(const std::string& key) { return admin_.exec({"PTTL", key}).integer(); }
-  bool exists(const std::string& key) { return admin_.exec({"EXISTS", key}).integer() == 1; }
-  void warm(semaphore& sem) {
-    std::error_code ec;
-    lease first = sem.try_acquire(ec);
-    ASSERT_TRUE(first) << ec.message();
-    ASSERT_EQ(first.release(), std::error_code{});
-  }
   // sem_release.lua as semaphore_core sends it (try_release_direct, give_up), for `token`.
   reply release_script(const std::string& token, std::ptrdiff_t limit) {
     std::vector<std::string> words{"EVAL", std::string(detail::sem_release_script.body)};
@@ -92,10 +75,6 @@ class SoloReview2Test : public ::testing::TestWithParam<bool> {  // fair?
     words.push_back(mark(limit));
     return admin_.exec(command(std::span<const std::string>(words)));
   }
-
-  redis_server server_;
-  client admin_{server_.url()};
-  client client_{server_.url()};
 };
 
 INSTANTIATE_TEST_SUITE_P(Variants, SoloReview2Test, ::testing::Bool(),

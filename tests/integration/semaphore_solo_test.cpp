@@ -20,6 +20,7 @@
 #include "dlock/shared_mutex.hpp"
 #include "support/checks.hpp"
 #include "support/redis_server.hpp"
+#include "support/semaphore_name.hpp"
 #include "support/test_keys.hpp"
 
 namespace dlock::test {
@@ -27,30 +28,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class SemaphoreSoloTest : public ::testing::TestWithParam<bool> {  // fair?
+class SemaphoreSoloTest : public semaphore_name_test {
  protected:
-  bool fair() const { return GetParam(); }
-  semaphore_options options(std::chrono::milliseconds ttl = 10s) const {
-    return {.ttl = ttl, .fair = fair()};
-  }
-  semaphore_keys keys() const { return semaphore_keys_for(test_key(), fair()); }
-  std::string mark(std::ptrdiff_t limit) const { return semaphore_mark(limit, fair()); }
-  // What the name's own key holds, or "" when nothing does.
-  std::string name_value() {
-    auto r = admin_.exec({"GET", test_key()});
-    return r.is_nil() ? std::string() : r.str();
-  }
-  long long pttl(const std::string& key) { return admin_.exec({"PTTL", key}).integer(); }
-  bool exists(const std::string& key) { return admin_.exec({"EXISTS", key}).integer() == 1; }
-  // A name's first grant goes through the script, which starts its fencing counter from the
-  // clock: a plain INCR that makes the counter draws no token (lock_protocol.hpp). The solo
-  // grant works from the next one on, while the counter lives.
-  void warm(semaphore& sem) {
-    std::error_code ec;
-    lease first = sem.try_acquire(ec);
-    ASSERT_TRUE(first) << ec.message();
-    ASSERT_EQ(first.release(), std::error_code{});
-  }
   // Every key of the server but the counters (fences, the fair line's tickets) that expire on
   // their own.
   std::vector<std::string> keys_but_fences() {
@@ -63,10 +42,6 @@ class SemaphoreSoloTest : public ::testing::TestWithParam<bool> {  // fair?
     }
     return out;
   }
-
-  redis_server server_;
-  client admin_{server_.url()};
-  client client_{server_.url()};
 };
 
 INSTANTIATE_TEST_SUITE_P(Variants, SemaphoreSoloTest, ::testing::Bool(),
