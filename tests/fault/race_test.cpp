@@ -63,6 +63,22 @@ class RaceTest : public ::testing::Test {
     if (!abandoned) return std::nullopt;
     return steady::now();
   }
+  // On `monitor`: release_after's settle (a `script_sha1` call naming "<token>:settled") ran,
+  // and then a call of the same script naming the old token, the late renewal: the race took
+  // place.
+  static void expect_the_renewal_landed_after_the_settle(test::raw_connection& monitor,
+                                                         std::string_view script_sha1) {
+    auto runs = [&](const std::vector<std::string>& args) {
+      return args.size() > 1 && args[0] == "EVALSHA" && args[1] == script_sha1;
+    };
+    auto names_settled = [](const std::vector<std::string>& args) {
+      return std::ranges::any_of(args, [](const std::string& a) { return a.ends_with(":settled"); });
+    };
+    ASSERT_TRUE(seen_on(monitor, [&](const auto& args) { return runs(args) && names_settled(args); }))
+        << "release_after's settle never reached the server";
+    ASSERT_TRUE(seen_on(monitor, [&](const auto& args) { return runs(args) && !names_settled(args); }))
+        << "the timed-out renewal never landed after the settle: the test did not set up the race";
+  }
   // A rival (mutex or semaphore on test_key()) must not get it within `span`.
   template <class Rival>
   static void expect_no_rival_within(Rival rival, std::chrono::milliseconds span) {
@@ -356,17 +372,7 @@ TEST_F(RaceTest, ARenewalThatTimedOutNeverOverridesReleaseAfter) {
   EXPECT_TRUE(holder.is_string() && holder.str().rfind(value, 0) == 0 && pttl > 15000)
       << "release_after(20s) succeeded (PTTL " << pttl_after << " ms then), but once the late "
       << "renewal landed the key has " << pttl << " ms left: a renewal sent before it landed after it";
-  // The race took place: the settle ran, and a renewal naming the old token ran after it.
-  auto is_extend = [](const std::vector<std::string>& args) {
-    return args.size() > 1 && args[0] == "EVALSHA" && args[1] == detail::scripts::extend_sha1;
-  };
-  auto names_settled = [](const std::vector<std::string>& args) {
-    return std::ranges::any_of(args, [](const std::string& a) { return a.ends_with(":settled"); });
-  };
-  ASSERT_TRUE(seen_on(monitor, [&](const auto& args) { return is_extend(args) && names_settled(args); }))
-      << "release_after's settle never reached the server";
-  ASSERT_TRUE(seen_on(monitor, [&](const auto& args) { return is_extend(args) && !names_settled(args); }))
-      << "the timed-out renewal never landed after the settle: the test did not set up the race";
+  expect_the_renewal_landed_after_the_settle(monitor, detail::scripts::extend_sha1);
   // Another host takes the lock long before the 20 s release_after promised.
   expect_no_rival_within(mutex{direct, test_key(), {.ttl = 3s}}, 6s);
 }
@@ -386,11 +392,18 @@ TEST_F(RaceTest, ARenewalThatTimedOutNeverOverridesReleaseAfterOnAPermit) {
     lease warm_refresh = semaphore{direct, test_key("warm-sem"), 1}.acquire();
     ASSERT_FALSE(warm_refresh.extend());  // caches sem_refresh.lua
   }
+  test::raw_connection monitor(server.port());
+  monitor.send("MONITOR");
+  ASSERT_EQ(monitor.next_line(steady::now() + scaled(2s)).value_or(""), "+OK");
   ASSERT_FALSE(held.keep_alive({.interval = 1000ms}));
-  ASSERT_TRUE(renewal_times_out_in_a_slow_network(detail::scripts::sem_refresh_sha1)) << "the renewal never went out, or never timed out";
+  auto renewal_abandoned_by = renewal_times_out_in_a_slow_network(detail::scripts::sem_refresh_sha1);
+  ASSERT_TRUE(renewal_abandoned_by) << "the renewal never went out, or never timed out";
   std::error_code settled = held.release_after(20s);
   ASSERT_FALSE(settled) << "release_after failed: " << settled.message();
-  // The late refresh lands within renewal_delay; a permit it set back to 3 s would be free 4.5 s after it.
+  // The late refresh lands within renewal_delay; a permit it set back to 3 s would be free 4.5 s
+  // after it.
+  std::this_thread::sleep_until(*renewal_abandoned_by + renewal_delay + 100ms);
+  expect_the_renewal_landed_after_the_settle(monitor, detail::scripts::sem_refresh_sha1);
   expect_no_rival_within(semaphore{direct, test_key(), 1, {.ttl = 3s}}, 6s);
 }
 
@@ -434,7 +447,7 @@ TEST_F(RaceTest, ASemaphoreAttemptThatTimedOutNeverShortensTheGrantedPermit) {
     // granted long before it lands, however busy the machine.
     constexpr auto late = 3000ms;
     auto start = steady::now();
-    proxy.set_latency(renewal_delay, 0ms);
+    proxy.set_latency(late, 0ms);
     auto acquired = std::async(std::launch::async, [&] {
       std::error_code ec;
       return sem.acquire(ec);
