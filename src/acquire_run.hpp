@@ -10,8 +10,8 @@
 #pragma once
 
 #include <asio/steady_timer.hpp>
-#include <atomic>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>

@@ -75,6 +75,7 @@ end
 
 -- #include name_mark.lua
 -- #include name_kinds.lua
+-- #include waiter_queue.lua
 
 -- Fair: only the queue's head, or anyone when nobody waits.
 if fair and quarantined == 0 then
@@ -125,18 +126,7 @@ if waiter ~= '' then
   now = now or server_ms()
   local waiter_ttl, rest = string.match(waiter, '^(%d+) (.+)$')
   waiter_ttl = tonumber(waiter_ttl)
-  if redis.call('ZSCORE', queue, id) == false then
-    redis.call('ZADD', queue, redis.call('INCR', tickets), id)
-  end
-  redis.call('HSET', info, id, (now + waiter_ttl) .. ' ' .. rest)
-  -- The queue vanishes on its own once every waiter is gone: its keys live up to twice the
-  -- longest waiter ttl, and never less than 1.5 times this one's, which outlasts its entry (only
-  -- ever pushed out, so a waiter with a short one cannot cut a longer one's). Pushed out only
-  -- below 1.5 times: the attempts of a waiter, and of those queued beside it, within half a
-  -- waiter ttl of the last push cost a PTTL per key, not also a PEXPIRE.
-  for _, k in ipairs({queue, info, tickets}) do
-    if redis.call('PTTL', k) < 1.5 * waiter_ttl then redis.call('PEXPIRE', k, 2 * waiter_ttl) end
-  end
+  queue_waiter(queue, info, tickets, id, now, waiter_ttl, rest)
 end
 local left = math.max(redis.call('PTTL', key), quarantined)
 -- A holder whose value is not dlock's ("<hex id>.<round>" or "<hex id>.h<round>") is another

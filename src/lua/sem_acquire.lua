@@ -72,6 +72,7 @@ local refused = read_name(name, adopt_solo(name, now, adopt_unfair(holders, weig
 if refused then return refused end
 
 -- #include sem_holders.lua
+-- #include waiter_queue.lua
 
 -- The permits of expired holders come back without a wake-up: queued waiters find them at
 -- their next poll, which is never later than the earliest expiry this script reports (or the
@@ -130,19 +131,7 @@ if waiter ~= '' then
   if attempt ~= '' then
     channel = channel .. ' h' .. want .. ':' .. ttl_ms .. ':' .. attempt .. ':' .. limit
   end
-  -- A waiter keeps its ticket across attempts; rewriting its info clears a " woken" mark.
-  if redis.call('ZSCORE', queue, owner) == false then
-    redis.call('ZADD', queue, redis.call('INCR', tickets), owner)
-  end
-  redis.call('HSET', info, owner, (now + waiter_ttl) .. ' ' .. channel)
-  -- The queue vanishes on its own once every waiter is gone: its keys live up to twice the
-  -- longest waiter ttl, and never less than 1.5 times this one's, which outlasts its entry (only
-  -- ever pushed out, so a waiter with a short one cannot cut a longer one's). Pushed out only
-  -- below 1.5 times: the attempts of a waiter, and of those queued beside it, within half a
-  -- waiter ttl of the last push cost a PTTL per key, not also a PEXPIRE.
-  for _, k in ipairs({queue, info, tickets}) do
-    if redis.call('PTTL', k) < 1.5 * waiter_ttl then redis.call('PEXPIRE', k, 2 * waiter_ttl) end
-  end
+  queue_waiter(queue, info, tickets, owner, now, waiter_ttl, channel)
 end
 local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
 if first[2] then return {0, math.max(tonumber(first[2]) - now, quarantined)} end
