@@ -2290,7 +2290,7 @@ TEST_F(CliTest, StatusAndListShowASoloHolder) {
       << plain.out;
   // The fence line is the semaphore's counter, which drew the holder's token, not the lock's
   // (which it never touched: "none" would be about the wrong counter).
-  EXPECT_NE(plain.out.find("  the semaphore's fence counter " +
+  EXPECT_NE(plain.out.find("    its fence counter " +
                            std::to_string(held.fencing_token()) + " "),
             std::string::npos)
       << plain.out;
@@ -2337,7 +2337,7 @@ TEST_F(CliTest, StatusOfANameASemaphoreHoldsCountsTheSemaphoresWaiters) {
   auto at = json.out.find(kind);
   ASSERT_NE(at, std::string::npos) << json.out;
   EXPECT_GE(std::stoull(json.out.substr(at + kind.size())), held.fencing_token()) << json.out;
-  EXPECT_NE(json.out.find(",\"waiters\":1}", at), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find(",\"waiters\":1,\"reachable\":true}", at), std::string::npos) << json.out;
   EXPECT_FALSE(held.release());
   lease next = waiting.get();
   EXPECT_TRUE(next) << waited_ec.message();

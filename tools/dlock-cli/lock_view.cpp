@@ -290,7 +290,9 @@ std::vector<other_kind> other_kinds_held(std::vector<client>& nodes, const std::
   std::vector<other_kind> out;
   if (nodes.size() != 1) return out;  // read-write locks and semaphores live on one node
   auto look = [&](const char* kind, const semaphore_view& v) {
-    if (v.answered() && !v.holders.empty()) {
+    if (!v.answered()) {
+      out.push_back({.kind = kind, .holders = 0, .answered = false});
+    } else if (!v.holders.empty()) {
       out.push_back({kind, v.holders.size(), v.fence, v.waiters.size()});
     }
   };

@@ -149,12 +149,13 @@ semaphore_view inspect_semaphore(client& node, const std::string& key, bool fair
                                  read_queue queue = read_queue::no);
 // Another kind of dlock object kept under a lock's name (one Redis node): a read-write lock or
 // a semaphore, whose holders mark the name's key (a semaphore of an earlier version does not).
-// Its holders, when it has any.
+// Its holders, when it has any; or that it could not be read.
 struct other_kind {
   const char* kind;
   std::size_t holders;
   std::uint64_t fence = 0;  // its own fencing counter, which draws its holders' tokens (0: none)
   std::size_t waiters = 0;  // queued in its own line, not the lock's
+  bool answered = true;     // false: its keys could not be read (the counts above mean nothing)
 };
 std::vector<other_kind> other_kinds_held(std::vector<client>& nodes, const std::string& key);
 

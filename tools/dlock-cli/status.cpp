@@ -75,10 +75,11 @@ void print_lock_json(const lock_view& v, const std::vector<other_kind>& others) 
   out += ",\"holder\":" + (v.held() && v.holder ? json_holder(*v.holder) : std::string("null"));
   out += ",\"other_kinds\":[";
   for (std::size_t i = 0; i < others.size(); ++i) {
-    out += std::string(i ? "," : "") + "{\"kind\":" + json_string(others[i].kind) +
-           ",\"holders\":" + std::to_string(others[i].holders) +
-           ",\"fence\":" + std::to_string(others[i].fence) +
-           ",\"waiters\":" + std::to_string(others[i].waiters) + "}";
+    const auto& o = others[i];
+    auto count = [&](std::uint64_t n) { return o.answered ? std::to_string(n) : "null"; };
+    out += std::string(i ? "," : "") + "{\"kind\":" + json_string(o.kind) +
+           ",\"holders\":" + count(o.holders) + ",\"fence\":" + count(o.fence) +
+           ",\"waiters\":" + count(o.waiters) + ",\"reachable\":" + json_bool(o.answered) + "}";
   }
   out += "],\"waiters\":";
   out += v.answered() ? "[" : "null";
@@ -135,9 +136,17 @@ std::string waiters_heading(std::size_t count) {
          ", first in line first:\n";
 }
 
+// Whether some other kind's keys could not be read: the name may be held all the same.
+bool others_unknown(const std::vector<other_kind>& others) {
+  return std::any_of(others.begin(), others.end(), [](const other_kind& o) { return !o.answered; });
+}
+
 void print_lock_text(const lock_view& v, const std::vector<other_kind>& others) {
   // Readers, a writer or a semaphore's holders hold the name: the lines below say how many.
   const auto marked = v.held() ? marked_kind(*v.token) : std::nullopt;
+  const bool held_by_others = std::any_of(others.begin(), others.end(), [](const other_kind& o) {
+    return o.answered && o.holders > 0;
+  });
   if (!v.known()) {
     std::printf("%s: unknown\n", v.key.c_str());
   } else if (marked) {
@@ -155,12 +164,19 @@ void print_lock_text(const lock_view& v, const std::vector<other_kind>& others) 
   } else if (v.token) {
     std::printf("%s: free (a stale or partial key on %zu of %zu nodes, fewer than the quorum of %zu)\n",
                 v.key.c_str(), v.holding, v.nodes.size(), v.quorum);
-  } else if (!others.empty()) {
+  } else if (held_by_others) {
     std::printf("%s: free as a lock, but not free:\n", v.key.c_str());
+  } else if (others_unknown(others)) {
+    std::printf("%s: unknown (free as a lock; the keys of another kind could not be read)\n",
+                v.key.c_str());
   } else {
     std::printf("%s: free\n", v.key.c_str());
   }
   for (const auto& o : others) {
+    if (!o.answered) {
+      std::printf("  as a %s: no answer\n", o.kind);
+      continue;
+    }
     // A read-write lock and a semaphore keep every other kind out with their mark; a
     // semaphore of an earlier version marks nothing.
     std::string queued = o.waiters == 0 ? std::string(", nobody waiting in its line")
@@ -171,27 +187,20 @@ void print_lock_text(const lock_view& v, const std::vector<other_kind>& others) 
                 queued.c_str(),
                 marked ? "" : " (its holders left no mark on the name: an earlier dlock's, which "
                               "a plain run does not see)");
+    // Its holders draw their tokens from its own counter, not the lock's.
+    std::printf("    its %s", fence_text(o.fence).substr(2).c_str());
   }
-  // With no quorum, "no waiters" or "no fence counter" would be guesses too. Another kind's
-  // holders draw their tokens from its own counter, not the lock's (which a semaphore's holders
-  // never touch: "none" would be about the wrong counter).
-  if (v.answered()) {
-    if (marked || !others.empty()) {
-      std::uint64_t fence = 0;
-      for (const auto& o : others) fence = std::max(fence, o.fence);
-      if (others.empty()) {
-        std::printf("  fence counter: %s's own, not read here\n", marked->c_str());
-      } else {
-        std::printf("  the %s's %s", others.front().kind, fence_text(fence).substr(2).c_str());
-      }
-    } else {
-      std::printf("%s", fence_text(v.fence).c_str());
-    }
+  // With no quorum, "no waiters" or "no fence counter" would be guesses too. The lock's
+  // counter is about the name's holders only while no other kind holds it.
+  if (v.answered() && !marked && !held_by_others) std::printf("%s", fence_text(v.fence).c_str());
+  if (v.answered() && marked && !held_by_others && !others_unknown(others)) {
+    std::printf("  its holders, line and counter: not found (they changed between two reads): "
+                "ask again\n");
   }
   std::string queue = v.answered() ? waiters_heading(v.waiters.size()) : "";
   // Another kind holds the name: the queue below is the lock's (mutexes waiting for the name),
-  // the other kind's line was counted above.
-  if (!others.empty() && !queue.empty()) queue.insert(2, "as a lock: ");
+  // not that kind's line.
+  if ((marked || held_by_others) && !queue.empty()) queue.insert(2, "as a lock: ");
   for (std::size_t i = 0; i < v.waiters.size(); ++i) {
     const auto& w = v.waiters[i];
     queue += "    " + std::to_string(i + 1) + ". " + w.id + "  ";
@@ -236,6 +245,13 @@ int lock_status(const global_options& g, const status_options& o) {
     print_lock_text(view, others);
   }
   std::fflush(stdout);
+  if (view.known() && !view.held() && others_unknown(others) &&
+      std::none_of(others.begin(), others.end(),
+                   [](const other_kind& k) { return k.answered && k.holders > 0; })) {
+    say("could not tell whether '%s' is held: the keys of another kind of lock under that name "
+        "did not answer; ask again", o.key.c_str());
+    return exit_unavailable;
+  }
   if (view.known()) return exit_ok;
   say("%s", unknown_text(view).c_str());
   bool refused = std::all_of(view.nodes.begin(), view.nodes.end(), [](const node_view& n) {
