@@ -25,6 +25,20 @@ struct access {
   static command library_command(std::span<const std::span<const std::string_view>> commands) {
     return command(command::library_words{}, commands);
   }
+  // The same, written into this thread's reusable command (exchange_script_direct's). It stays
+  // valid until the thread's next call; a call made meanwhile (re-entered from an observer)
+  // gets a command of its own.
+  struct scratch_command {
+    command cmd{command::library_words{}};
+    bool in_use = false;
+  };
+  static scratch_command& thread_scratch() {
+    thread_local scratch_command scratch;
+    return scratch;
+  }
+  static void reformat(command& cmd, std::span<const std::span<const std::string_view>> commands) {
+    cmd.reformat(command::library_words{}, commands);
+  }
   // client::async_exec's core: sends `cmd`, `timeout` bounding the whole request.
   static void start_exec(client& c, command cmd, std::chrono::milliseconds timeout,
                          unique_function<void(std::error_code, reply)> handler) {

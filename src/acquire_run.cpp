@@ -135,7 +135,7 @@ void acquire_run::send(request r) {
   // A cleanup's release of one value, refused while its slot migrates (slot_migration.hpp), is
   // done by the lock's key alone; the key lives in the owner's target, which this run keeps.
   std::optional<std::pair<std::string_view, std::string>> by_key_alone;
-  if (r.code == &release_script && r.args.size() == 1) by_key_alone.emplace(r.keys[0], r.args[0]);
+  if (r.code == &release_script && r.args.size() == 1) by_key_alone.emplace(r.keys[0], std::string(r.args[0]));
   run_request(node, std::move(r), [self = shared_from_this(), id, node_index,
                                    by_key_alone = std::move(by_key_alone)](std::error_code ec,
                                                                            reply answer) mutable {

@@ -6,6 +6,7 @@
 #include <iterator>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "access.hpp"
@@ -16,9 +17,10 @@
 namespace dlock::detail {
 namespace {
 
-template <class Keys, class Args>
-command script_command(std::string_view verb, std::string_view body_or_sha, const Keys& keys,
-                       const Args& args) {
+// The words of a script call, handed to `emit` as one request's commands.
+template <class Keys, class Args, class Emit>
+decltype(auto) with_script_words(std::string_view verb, std::string_view body_or_sha,
+                                 const Keys& keys, const Args& args, Emit&& emit) {
   std::string nkeys = std::to_string(keys.size());
   // On the stack for dlock's own scripts (at most 12 words): one allocation less per call.
   std::array<std::string_view, 16> small;
@@ -36,13 +38,14 @@ command script_command(std::string_view verb, std::string_view body_or_sha, cons
   out = std::copy(keys.begin(), keys.end(), out);
   std::copy(args.begin(), args.end(), out);
   std::span<const std::string_view> words(argv, n);
-  return access::library_command({&words, 1});
+  return emit(std::span<const std::span<const std::string_view>>(&words, 1));
 }
 
-// A request of plain commands as they go out (plain_commands_of: the lock's acquire_unqueued,
-// the semaphore's solo grant), in one write.
-template <class Keys, class Args>
-command plain_commands(const script& s, const Keys& keys, const Args& args) {
+// The words of a request of plain commands as they go out (plain_commands_of: the lock's
+// acquire_unqueued, the semaphore's solo grant), in one write.
+template <class Keys, class Args, class Emit>
+decltype(auto) with_plain_words(const script& s, const Keys& keys, const Args& args,
+                                Emit&& emit) {
   std::array<std::string_view, 4> key_words{};
   std::array<std::string_view, 4> arg_words{};
   std::size_t nk = 0, na = 0;
@@ -52,14 +55,30 @@ command plain_commands(const script& s, const Keys& keys, const Args& args) {
   auto steps = plain_commands_of(s, {key_words.data(), nk}, {arg_words.data(), na}, size);
   std::array<std::span<const std::string_view>, steps.size()> words;
   for (std::size_t i = 0; i < size; ++i) words[i] = steps[i].view();
-  return access::library_command({words.data(), size});
+  return emit(std::span<const std::span<const std::string_view>>(words.data(), size));
 }
 
 // The first try of a request: EVALSHA, or the plain commands.
+template <class Keys, class Args, class Emit>
+decltype(auto) with_request_words(const script& s, const Keys& keys, const Args& args,
+                                  Emit&& emit) {
+  if (s.as_commands) return with_plain_words(s, keys, args, emit);
+  return with_script_words("EVALSHA", s.sha1, keys, args, emit);
+}
+
+command new_command(std::span<const std::span<const std::string_view>> commands) {
+  return access::library_command(commands);
+}
+
+template <class Keys, class Args>
+command script_command(std::string_view verb, std::string_view body_or_sha, const Keys& keys,
+                       const Args& args) {
+  return with_script_words(verb, body_or_sha, keys, args, new_command);
+}
+
 template <class Keys, class Args>
 command request_command(const script& s, const Keys& keys, const Args& args) {
-  if (s.as_commands) return plain_commands(s, keys, args);
-  return script_command("EVALSHA", s.sha1, keys, args);
+  return with_request_words(s, keys, args, new_command);
 }
 
 // What is left of a request's timeout for its EVAL fallback, rounded up: truncated, a 1 ms
@@ -127,9 +146,22 @@ bool exchange_script_direct(client& node, const script& code, const Keys& keys, 
                             std::chrono::milliseconds timeout, std::error_code& ec, reply& out) {
   if (on_io_thread()) return false;
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  if (!access::try_exec_direct_any(node, request_command(code, keys, args), timeout, out, ec)) {
-    return false;
+  // Written into this thread's reusable command: its buffer was an allocation per request.
+  auto& scratch = access::thread_scratch();
+  bool sent;
+  if (!std::exchange(scratch.in_use, true)) {
+    struct release_scratch {
+      bool& in_use;
+      ~release_scratch() { in_use = false; }
+    } guard{scratch.in_use};
+    with_request_words(code, keys, args, [&](auto commands) {
+      access::reformat(scratch.cmd, commands);
+    });
+    sent = access::try_exec_direct_any(node, scratch.cmd, timeout, out, ec);
+  } else {
+    sent = access::try_exec_direct_any(node, request_command(code, keys, args), timeout, out, ec);
   }
+  if (!sent) return false;
   if (!is_noscript(out)) return true;
   auto left = time_left(deadline);
   if (left <= std::chrono::milliseconds::zero()) {

@@ -146,6 +146,10 @@ class DLOCK_EXPORT command {
   // dlock's own request (access.hpp): the words of its scripts and plain commands, which are
   // never empty nor change or break the session, go out unchecked, sized and written at once.
   command(library_words, std::span<const std::span<const std::string_view>> commands);
+  // A reusable one (a blocking call's, per thread): formatted again in place, so that its
+  // buffer is allocated once rather than per request.
+  explicit command(library_words) noexcept {}
+  void reformat(library_words, std::span<const std::span<const std::string_view>> commands);
 
   std::string bytes_;
   std::size_t count_ = 0;

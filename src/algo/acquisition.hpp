@@ -101,7 +101,7 @@ class acquisition {
   struct late_handoff_give_back {
     const script* code = nullptr;
     std::vector<std::string> keys;
-    std::vector<std::string> args;
+    script_args args;
     std::chrono::milliseconds timeout{};
     steady::duration window{};
   };

@@ -61,7 +61,7 @@ std::string lock_protocol::waiter_entry(const wait_loop& loop, std::size_t node,
 void lock_protocol::emit_acquire(wait_loop& loop, std::size_t node, std::string entry) {
   if (!entry.empty()) loop.mark_queued();
   loop.emit(node, acquire_script, lock_acquire_keys(target_.keys_on(node)),
-            {round_.value, target_.ttl_text, std::move(entry), target_.fair ? "fair" : ""},
+            {round_.value, target_.ttl_text, entry, target_.fair ? "fair" : ""},
             purpose::attempt);
 }
 
@@ -245,7 +245,9 @@ void lock_protocol::round_done(wait_loop& loop, steady::time_point now, std::err
   round_.concluded = true;
   attempt_verdict v{ec};
   if (!ec) {
-    v.token = round_.value;
+    // Moved: a granting round's value is the lease's alone from here (a give-up after the
+    // grant releases the verdict's token).
+    v.token = std::move(round_.value);
     v.fence = static_cast<std::uint64_t>(round_.fence);
     v.valid_until = loop.votes().valid_until();
     v.leftovers = true;

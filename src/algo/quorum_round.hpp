@@ -15,6 +15,8 @@
 
 #include "dlock/error.hpp"
 
+#include "algo/small_vector.hpp"
+
 namespace dlock::detail {
 
 using std::chrono::milliseconds;
@@ -71,7 +73,7 @@ class quorum_round {
   milliseconds ttl_;
   double drift_factor_;
   node_results votes_;
-  std::vector<std::int64_t> fences_;
+  small_vector<std::int64_t, 5> fences_;
   std::size_t granted_ = 0, taken_ = 0, failed_ = 0;
 };
 

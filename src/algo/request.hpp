@@ -4,12 +4,16 @@
 //                library's scripts (and the one request of plain commands, acquire_unqueued)
 //   fallback_gate  whether a NOSCRIPT fallback may still go out
 //   script_keys  a script's KEYS, inline or viewed where they live
+//   script_args  a script's ARGV, copied inline
 //   request      one script call the engine asks for (script.hpp runs it on a node)
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <iterator>
 #include <initializer_list>
 #include <span>
 #include <stdexcept>
@@ -101,6 +105,88 @@ class script_keys {
   std::span<const std::string_view> outside_{};
 };
 
+// A script's ARGV, copied into the request: an answer may come after the protocol moved on
+// (a new round's value), and a NOSCRIPT fallback sends them again. Held inline up to
+// inline_bytes in all, so that a request allocates nothing for them: a vector of strings was
+// two allocations per lock cycle (callgrind). Longer ones (an election's announced value)
+// spill into one string.
+class script_args {
+ public:
+  static constexpr std::size_t capacity = 8;
+  static constexpr std::size_t inline_bytes = 176;
+
+  class iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = std::string_view;
+    using difference_type = std::ptrdiff_t;
+    using pointer = void;
+    using reference = std::string_view;
+    iterator() = default;
+    iterator(const script_args* args, std::size_t i) noexcept : args_(args), i_(i) {}
+    std::string_view operator*() const noexcept { return (*args_)[i_]; }
+    iterator& operator++() noexcept {
+      ++i_;
+      return *this;
+    }
+    iterator operator++(int) noexcept {
+      iterator before = *this;
+      ++i_;
+      return before;
+    }
+    bool operator==(const iterator& other) const noexcept { return i_ == other.i_; }
+
+   private:
+    const script_args* args_ = nullptr;
+    std::size_t i_ = 0;
+  };
+
+  script_args() = default;
+  script_args(std::initializer_list<std::string_view> args) {
+    for (auto a : args) push_back(a);
+  }
+  explicit script_args(const std::vector<std::string>& args) {
+    for (const auto& a : args) push_back(a);
+  }
+  void push_back(std::string_view arg) {
+    if (size_ == capacity) throw std::logic_error("dlock: a script takes at most 8 arguments");
+    std::size_t start = size_ == 0 ? 0 : ends_[size_ - 1];
+    if (!spilled_ && start + arg.size() > inline_bytes) {
+      spill_.assign(inline_.data(), start);
+      spilled_ = true;
+    }
+    if (spilled_) {
+      spill_.append(arg);
+    } else if (!arg.empty()) {
+      std::memcpy(inline_.data() + start, arg.data(), arg.size());
+    }
+    ends_[size_++] = start + arg.size();
+  }
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  std::string_view operator[](std::size_t i) const noexcept {
+    std::size_t start = i == 0 ? 0 : ends_[i - 1];
+    return {(spilled_ ? spill_.data() : inline_.data()) + start, ends_[i] - start};
+  }
+  std::string_view at(std::size_t i) const {
+    if (i >= size_) throw std::out_of_range("dlock: no such script argument");
+    return (*this)[i];
+  }
+  std::string_view back() const { return at(size_ - 1); }
+  iterator begin() const noexcept { return {this, 0}; }
+  iterator end() const noexcept { return {this, size_}; }
+  friend bool operator==(const script_args& a, const std::vector<std::string>& b) noexcept {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+
+ private:
+  std::array<char, inline_bytes> inline_{};
+  std::array<std::size_t, capacity> ends_{};
+  std::size_t size_ = 0;
+  bool spilled_ = false;
+  std::string spill_;
+};
+
 // One script call, as the engine (algo/acquisition.hpp) asks for it: run `code` on node `node`
 // within `timeout`, and hand the answer back under `id`. Requests to one node go out in the
 // order they were made (one connection, FIFO). `keys` point into the target (lock_target,
@@ -110,7 +196,7 @@ struct request {
   std::size_t node = 0;
   const script* code = nullptr;
   script_keys keys;
-  std::vector<std::string> args;
+  script_args args;
   std::chrono::milliseconds timeout{};
   fallback_gate gate{};  // set by the driver (acquire_run); empty: always fall back
 };

@@ -53,14 +53,22 @@ std::optional<purpose> wait_loop::awaited_cleanup(std::size_t node, purpose what
 }
 
 std::uint64_t wait_loop::emit(std::size_t node, const script& code, script_keys keys,
-                              std::vector<std::string> args, std::optional<purpose> awaited_for) {
+                              script_args args, std::optional<purpose> awaited_for) {
   if (awaited_for == purpose::cleanup || awaited_for == purpose::final_cleanup) {
     awaited_for = awaited_cleanup(node, *awaited_for);
   }
   auto pace = protocol_->pace();
   std::uint64_t rid = next_request_++;
   if (out_.empty()) out_.reserve(pace.nodes);
-  out_.push_back(request{rid, node, &code, std::move(keys), std::move(args), pace.node_timeout});
+  // Filled in place: a request holds its keys and arguments inline, a few hundred bytes that
+  // a temporary would copy once more.
+  auto& r = out_.emplace_back();
+  r.id = rid;
+  r.node = node;
+  r.code = &code;
+  r.keys = keys;
+  r.args = std::move(args);
+  r.timeout = pace.node_timeout;
   if (awaited_for) {
     awaited_.push_back(pending{rid, *awaited_for, node, static_cast<std::size_t>(made_)});
     if (*awaited_for == purpose::final_cleanup) ++final_cleanup_left_;
@@ -270,7 +278,8 @@ void wait_loop::on_deadline(steady::time_point now) {
       abandoned_.push_back(p.id);
     }
   }
-  for (const auto& p : std::vector<pending>(awaited_)) on_reply(p.id, now, errc::timeout, {});
+  auto timed_out = awaited_;  // on_reply changes awaited_
+  for (const auto& p : timed_out) on_reply(p.id, now, errc::timeout, {});
 }
 
 bool wait_loop::wants_fallback(std::uint64_t request_id) const noexcept {

@@ -26,6 +26,7 @@
 #include "algo/deadline_rule.hpp"
 #include "algo/quorum_round.hpp"
 #include "algo/retry.hpp"
+#include "algo/small_vector.hpp"
 
 namespace dlock::detail {
 
@@ -161,7 +162,7 @@ class wait_loop {
   bool stopping() const noexcept { return stopped_.has_value(); }
   // Queues a request; `awaited_for` empty: fire and forget (its answer is ignored).
   std::uint64_t emit(std::size_t node, const script& code, script_keys keys,
-                     std::vector<std::string> args, std::optional<purpose> awaited_for);
+                     script_args args, std::optional<purpose> awaited_for);
   // Whether a cleanup sent now to `node` is awaited (`what`) or only sent (nullopt).
   std::optional<purpose> awaited_cleanup(std::size_t node, purpose what) const noexcept;
   // The attempt in flight's own requests still unanswered no longer count (wants_fallback).
@@ -206,13 +207,13 @@ class wait_loop {
   bool last_ = false;  // the attempt begun last cannot be followed by another
   std::uint64_t random_state_;
   std::uint64_t next_request_ = 1;
-  std::vector<pending> awaited_;
+  small_vector<pending, 4> awaited_;
   std::vector<request> out_;
   std::optional<steady::duration> sleep_;
   std::optional<acquisition::outcome> result_;
   bool finished_ = false;
   bool queued_ = false;
-  std::vector<steady::time_point> round_started_;  // when each attempt began, by index
+  small_vector<steady::time_point, 4> round_started_;  // when each attempt began, by index
   std::optional<attempt_state> round_;             // the attempt in flight
   // A handoff (fence, attempt) that waits for the attempt in flight's answer (handoff_timing).
   std::optional<std::pair<std::uint64_t, std::size_t>> deferred_handoff_;

@@ -70,19 +70,29 @@ bool changes_connection_state(const Range& args) {
 }
 
 std::size_t decimal_digits(std::size_t n) noexcept {
-  std::size_t digits = 1;
-  for (; n >= 10; n /= 10) ++digits;
+  if (n < 10) return 1;
+  if (n < 100) return 2;
+  std::size_t digits = 3;
+  for (n /= 1000; n > 0; n /= 10) ++digits;
   return digits;
 }
 
-// "<type><decimal>\r\n" at `out`, which has room; returns the end.
+// "<type><decimal>\r\n" at `out`, which has room; returns the end. Nearly every length and
+// count a lock writes has one or two digits: written at once, they halved the formatting's
+// cost per word (callgrind).
 char* write_header(char* out, char type, std::size_t n) noexcept {
   *out++ = type;
-  auto [end, ec] = std::to_chars(out, out + decimal_digits(n), n);
-  (void)ec;  // the room was measured
-  end[0] = '\r';
-  end[1] = '\n';
-  return end + 2;
+  if (n < 10) {
+    *out++ = static_cast<char>('0' + n);
+  } else if (n < 100) {
+    *out++ = static_cast<char>('0' + n / 10);
+    *out++ = static_cast<char>('0' + n % 10);
+  } else {
+    out = std::to_chars(out, out + decimal_digits(n), n).ptr;  // the room was measured
+  }
+  out[0] = '\r';
+  out[1] = '\n';
+  return out + 2;
 }
 
 // RESP multibulk, written directly: hiredis's redisFormatCommandArgv prints each length with
@@ -132,12 +142,20 @@ void append_formatted(std::string& out, const Range& args) {
 
 command::command(std::initializer_list<std::string_view> args) { then(args); }
 command::command(library_words, std::span<const std::span<const std::string_view>> commands) {
+  reformat(library_words{}, commands);
+}
+
+void command::reformat(library_words, std::span<const std::span<const std::string_view>> commands) {
   std::size_t size = 0;
   for (const auto& words : commands) size += formatted_size(words);
-  bytes_.resize(size);
+  // Grown (zero-filled) only past the longest request yet, then cut to size, which fills
+  // nothing: a reused command is written over without clearing it first.
+  if (bytes_.size() < size) bytes_.resize(size);
   char* p = bytes_.data();
   for (const auto& words : commands) p = write_formatted(p, words);
+  bytes_.resize(size);
   count_ = commands.size();
+  changes_session_ = false;
 }
 command::command(std::span<const std::string> args) { then(args); }
 command::command(std::span<const std::string_view> args) {

@@ -368,7 +368,7 @@ void checker::after_script(std::size_t i, const detail::request& r, const reply&
 void checker::after_lock_script(std::size_t i, const detail::request& r, const reply& result,
                                 std::size_t key, const std::optional<std::string>& before) {
   auto after = value_on(i, key);
-  const std::string& owner = r.args.at(0);
+  const std::string owner(r.args.at(0));
   std::string on = keys_.size() > 1 ? " (" + keys_[key] + ")" : "";
   bool owns = false;
   if (r.code == &detail::release_script) {
@@ -461,7 +461,7 @@ void checker::check_node_fence(const detail::request& r, const reply& result) {
 void checker::note_node_fence(const detail::request& r, std::int64_t fence, bool may_repeat) {
   if (safety_ && fences_ && fence_order_ && last_node_fence_ &&
       (fence < *last_node_fence_ || (fence == *last_node_fence_ && !may_repeat))) {
-    violation("FENCES: the node granted " + r.args.at(0) + " fence " + std::to_string(fence) +
+    violation("FENCES: the node granted " + std::string(r.args.at(0)) + " fence " + std::to_string(fence) +
               ", not above its previous grant's " + std::to_string(*last_node_fence_));
   }
   last_node_fence_ = std::max(last_node_fence_.value_or(0), fence);

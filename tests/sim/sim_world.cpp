@@ -586,7 +586,7 @@ std::string world::describe(const detail::request& r, bool eval) const {
   s += script_name(r.code);
   for (const auto& k : r.keys) s.append(" ").append(k);
   s += " |";
-  for (const auto& a : r.args) s += " \"" + a + "\"";
+  for (auto a : r.args) s.append(" \"").append(a).append("\"");
   s += " timeout " + std::to_string(r.timeout.count()) + "ms";
   return s;
 }

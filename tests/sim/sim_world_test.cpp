@@ -39,7 +39,7 @@ detail::request lock_call(const std::string& script_name, std::size_t node,
     r.code = &detail::release_script;
     r.keys = {keys.key, keys.waiters, keys.waiter_info, keys.fence};
   }
-  r.args = std::move(args);
+  r.args = detail::script_args(args);
   return r;
 }
 

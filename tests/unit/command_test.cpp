@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
+#include "access.hpp"
+
 #include <random>
+#include <span>
+#include <string_view>
 #include <vector>
 
 namespace dlock {
@@ -62,6 +66,37 @@ TEST(CommandTest, RefusesEmptyAndUnpairedCommands) {
   EXPECT_TRUE(refused({"CLIENT", "REPLY", "OFF"}));
   EXPECT_FALSE(refused({"CLIENT", "SETNAME", "x"}));
   EXPECT_FALSE(refused({"PUBLISH", "ch", "m"}));
+}
+
+// dlock's own requests (scripts, pipelined plain commands) are written into one reused command
+// per thread: every length's digits, a longer request then a shorter one, and several commands
+// in one write must come out exactly as hiredis formats them, with nothing of an earlier request
+// left behind.
+TEST(CommandTest, AReusedLibraryCommandWritesExactlyWhatHiredisWrites) {
+  std::mt19937 rng(777);
+  command reused = detail::access::library_command({});
+  for (int round = 0; round < 3000; ++round) {
+    std::size_t count = 1 + rng() % 3;
+    std::vector<std::vector<std::string>> commands(count);
+    std::string expected;
+    for (auto& args : commands) {
+      args.resize(1 + rng() % 12);
+      for (auto& a : args) {
+        // Lengths of 0-9, 10-99, 100-999 and 1000-1500 bytes, each often.
+        static constexpr std::size_t tops[] = {10, 100, 1000, 1501};
+        a.resize(rng() % tops[rng() % 4]);
+        for (auto& c : a) c = static_cast<char>(rng());
+      }
+      expected += hiredis_format(args);
+    }
+    std::vector<std::vector<std::string_view>> views;
+    for (const auto& args : commands) views.emplace_back(args.begin(), args.end());
+    std::vector<std::span<const std::string_view>> words(views.begin(), views.end());
+    detail::access::reformat(reused, words);
+    ASSERT_EQ(reused.bytes(), expected) << "round " << round;
+    ASSERT_EQ(reused.size(), count);
+    ASSERT_EQ(detail::access::library_command(words).bytes(), expected);
+  }
 }
 
 }  // namespace
