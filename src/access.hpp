@@ -27,14 +27,23 @@ struct access {
   }
   // The same, written into this thread's reusable command (exchange_script_direct's). It stays
   // valid until the thread's next call; a call made meanwhile (re-entered from an observer)
-  // gets a command of its own.
+  // gets a command of its own, and so does one made after the thread's objects were destroyed
+  // (a lease in a static or thread_local object, released at exit): null then.
   struct scratch_command {
     command cmd{command::library_words{}};
     bool in_use = false;
   };
-  static scratch_command& thread_scratch() {
-    thread_local scratch_command scratch;
-    return scratch;
+  static scratch_command* thread_scratch() {
+    // Trivially destructible: still readable while the thread's other objects are destroyed.
+    thread_local bool destroyed = false;
+    if (destroyed) return nullptr;
+    struct owner {
+      scratch_command scratch;
+      bool& destroyed;
+      ~owner() { destroyed = true; }
+    };
+    thread_local owner o{{}, destroyed};
+    return &o.scratch;
   }
   static void reformat(command& cmd, std::span<const std::span<const std::string_view>> commands) {
     cmd.reformat(command::library_words{}, commands);

@@ -147,17 +147,22 @@ bool exchange_script_direct(client& node, const script& code, const Keys& keys, 
   if (on_io_thread()) return false;
   auto deadline = std::chrono::steady_clock::now() + timeout;
   // Written into this thread's reusable command: its buffer was an allocation per request.
-  auto& scratch = access::thread_scratch();
+  auto* scratch = access::thread_scratch();
   bool sent;
-  if (!std::exchange(scratch.in_use, true)) {
+  if (scratch && !std::exchange(scratch->in_use, true)) {
     struct release_scratch {
-      bool& in_use;
-      ~release_scratch() { in_use = false; }
-    } guard{scratch.in_use};
+      access::scratch_command& s;
+      ~release_scratch() {
+        // A lock set's request over thousands of keys is not kept for the thread's life.
+        constexpr std::size_t kept_bytes = 16 * 1024;
+        if (s.cmd.bytes().size() > kept_bytes) s.cmd = access::library_command({});
+        s.in_use = false;
+      }
+    } guard{*scratch};
     with_request_words(code, keys, args, [&](auto commands) {
-      access::reformat(scratch.cmd, commands);
+      access::reformat(scratch->cmd, commands);
     });
-    sent = access::try_exec_direct_any(node, scratch.cmd, timeout, out, ec);
+    sent = access::try_exec_direct_any(node, scratch->cmd, timeout, out, ec);
   } else {
     sent = access::try_exec_direct_any(node, request_command(code, keys, args), timeout, out, ec);
   }

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -117,6 +118,32 @@ TEST_F(DirectIoTest, BlockingExecTakesTheDirectPath) {
   EXPECT_EQ(ec, errc::wrong_type);
   EXPECT_NE(r.str().find("WRONGTYPE"), std::string::npos) << r.to_string();
   EXPECT_EQ(c.exec({"ECHO", "still-paired"}).str(), "still-paired");
+}
+
+// A lease kept in a thread_local, made before the thread's first blocking call, is released
+// on the direct path at thread exit, after the thread's reusable request buffer was destroyed
+// (thread_locals go in reverse order): the release must not write into that buffer (ASan saw
+// a heap-use-after-free there), and it still goes out, so the lock is free at once.
+TEST_F(DirectIoTest, ALeaseInAThreadLocalIsReleasedAtThreadExit) {
+  client c{server_.url()};
+  ASSERT_EQ(c.exec({"PING"}).str(), "PONG");
+  ASSERT_TRUE(until_direct(c));
+  mutex m{c, test_key(), {.ttl = 30s}};
+  auto before = direct_count();
+  std::uint64_t after_acquire = 0;
+  std::thread([&m, &after_acquire] {
+    thread_local std::optional<lease> held;
+    held.emplace();  // constructed before the thread's first dlock call
+    held = m.acquire();
+    EXPECT_TRUE(*held);
+    after_acquire = direct_count();
+  }).join();
+  EXPECT_GT(after_acquire, before) << "acquired on the direct path";
+  EXPECT_GE(direct_count() - after_acquire, 1u) << "released on the direct path at exit";
+  std::error_code ec;
+  lease again = m.try_acquire(ec);
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_TRUE(again);
 }
 
 // A caller reading its reply off the socket must not wake the I/O thread (the socket leaves
