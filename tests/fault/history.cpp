@@ -129,4 +129,65 @@ fence_audit check_writes(const std::vector<write_record>& writes) {
   return audit;
 }
 
+std::map<std::string, stamp> longest_recovery(const std::vector<interval>& intervals,
+                                              const std::vector<stamp>& heals, stamp until) {
+  std::map<std::string, std::vector<const interval*>> by_lock;
+  for (const auto& i : intervals) by_lock[i.lock].push_back(&i);
+  std::map<std::string, stamp> out;
+  for (auto& [lock, list] : by_lock) {
+    stamp longest = 0;
+    for (stamp heal : heals) {
+      if (heal >= until) continue;
+      stamp next = -1;
+      for (const interval* i : list) {
+        if (i->start <= heal && i->end >= heal) {
+          next = 0;  // held across the heal
+          break;
+        }
+        if (i->start >= heal && i->start < until && (next < 0 || i->start - heal < next)) {
+          next = i->start - heal;
+        }
+      }
+      if (next < 0) {
+        longest = -1;
+        break;
+      }
+      longest = std::max(longest, next);
+    }
+    out[lock] = longest;
+  }
+  return out;
+}
+
+std::string first_overlap_window(const std::vector<interval>& intervals) {
+  std::map<std::string, std::vector<const interval*>> by_lock;
+  for (const auto& i : intervals) by_lock[i.lock].push_back(&i);
+  for (auto& [lock, list] : by_lock) {
+    std::sort(list.begin(), list.end(), [](auto* a, auto* b) { return a->start < b->start; });
+    std::vector<const interval*> open;
+    for (const interval* i : list) {
+      open.erase(std::remove_if(open.begin(), open.end(),
+                                [&](const interval* o) { return o->end <= i->start; }),
+                 open.end());
+      long long held = 0;
+      for (const auto* o : open) held += o->weight;
+      if (held + i->weight <= i->limit) {
+        open.push_back(i);
+        continue;
+      }
+      // The holdings still believed held when i began, and i: nothing else is needed to see it.
+      open.push_back(i);
+      stamp origin = open.front()->start;
+      for (const auto* o : open) origin = std::min(origin, o->start);
+      std::ostringstream text;
+      for (const auto* o : open) {
+        text << lock << " [" << (o->start - origin) / 1000 << " us, " << (o->end - origin) / 1000
+             << " us] token " << o->token << " weight " << o->weight << "/" << o->limit << "\n";
+      }
+      return text.str();
+    }
+  }
+  return {};
+}
+
 }  // namespace dlock::fault

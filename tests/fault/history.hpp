@@ -10,6 +10,8 @@
 //   count_overlaps   the overlap detector: holdings that began while `limit` others were held
 //                    (weighed: a read-write lock's writer counts as all of its readers)
 //   check_writes     the fenced resource's audit: accepted, rejected (stale), wrongly accepted
+//   longest_recovery liveness after a partition heals: how long until each lock is held again
+//   first_overlap_window  the holdings that show the first overlap, for a failing run's log
 // Plain values and pure functions; a report is filled by one thread at a time (workers lock).
 #pragma once
 
@@ -67,5 +69,15 @@ struct fence_audit {
   std::size_t wrongly_accepted = 0;
 };
 fence_audit check_writes(const std::vector<write_record>& writes);
+
+// Liveness after healing, per lock: the longest time from one of `heals` to the lock's next
+// holding (0 when a holding spanned the heal); -1 when a heal was followed by no holding at all
+// before `until`.
+std::map<std::string, stamp> longest_recovery(const std::vector<interval>& intervals,
+                                              const std::vector<stamp>& heals, stamp until);
+
+// The shortest stretch of the history that shows the first overlap count_overlaps finds, as
+// lines "lock [start, end] token" relative to the earliest start; "" when there is none.
+std::string first_overlap_window(const std::vector<interval>& intervals);
 
 }  // namespace dlock::fault

@@ -42,6 +42,21 @@ scenario::scenario(std::string name, scenario_options options)
   dir_ = tmpl;
   test::server_options node_options;
   node_options.persistence = options_.persistence;
+  if (options_.netns) {
+    if (options_.sentinel || options_.proxied || !options_.shimmed.empty()) {
+      throw std::invalid_argument("a netns scenario has no sentinels, proxies or clock shims");
+    }
+    lab_ = std::make_unique<netns_lab>();
+  }
+  // A node or the resource in a member of its own, with netns.
+  auto placed = [this](test::server_options o, std::vector<int>* members) {
+    if (!lab_) return o;
+    int m = lab_->add_member();
+    if (members) members->push_back(m);
+    o.launcher = lab_->launcher(m);
+    o.address = lab_->address(m);
+    return o;
+  };
   if (options_.sentinel) {
     if (options_.nodes != 1 || options_.proxied || !options_.shimmed.empty()) {
       throw std::invalid_argument("a sentinel scenario has one node, unproxied, unshimmed");
@@ -69,13 +84,15 @@ scenario::scenario(std::string name, scenario_options options)
       ::setenv("LD_PRELOAD", DLOCK_CLOCK_SHIM, 1);
       ::setenv("DLOCK_FAULT_CLOCK", clock_file(dir_, i).c_str(), 1);
     }
-    nodes_.push_back(std::make_unique<test::redis_server>(node_options));
+    nodes_.push_back(std::make_unique<test::redis_server>(placed(node_options, &node_members_)));
     if (shimmed) {
       ::unsetenv("LD_PRELOAD");
       ::unsetenv("DLOCK_FAULT_CLOCK");
     }
   }
-  resource_ = std::make_unique<test::redis_server>();
+  resource_ = std::make_unique<test::redis_server>(placed({}, nullptr));
+  if (lab_) resource_member_ = lab_->members() - 1;
+  for (int p = 0; lab_ && p < options_.processes; ++p) worker_members_.push_back(lab_->add_member());
   if (options_.proxied) {
     proxies_.resize(static_cast<std::size_t>(options_.processes));
     for (auto& row : proxies_) {
@@ -105,7 +122,7 @@ void scenario::set_clock(int node, std::chrono::milliseconds offset, double rate
 int scenario::holder_of(const std::string& lock, std::chrono::milliseconds left) {
   std::string key = "fault:" + name_ + ":" + lock + ":holder";
   if (left.count() > 0 && holder_left(lock) < left) return -1;
-  std::string reply = test::raw_command(resource_->port(), "GET " + key);
+  std::string reply = test::raw_command(resource_->host(), resource_->port(), "GET " + key);
   // "$5\r\n12345\r\n", or "$-1\r\n" when nobody announced a holding lately.
   auto first = reply.find("\r\n");
   if (reply.empty() || reply[0] != '$' || first == std::string::npos) return -1;
@@ -118,7 +135,7 @@ int scenario::holder_of(const std::string& lock, std::chrono::milliseconds left)
 
 std::chrono::milliseconds scenario::holder_left(const std::string& lock) {
   std::string key = "fault:" + name_ + ":" + lock + ":holder";
-  std::string pttl = test::raw_command(resource_->port(), "PTTL " + key);  // ":1234\r\n"
+  std::string pttl = test::raw_command(resource_->host(), resource_->port(), "PTTL " + key);  // ":1234\r\n"
   if (pttl.size() < 2 || pttl[0] != ':') return -1ms;
   return std::max(std::chrono::milliseconds(std::atoll(pttl.c_str() + 1)), -1ms);
 }
@@ -177,6 +194,10 @@ outcome scenario::run(const std::function<void(scenario&)>& faults) {
     if (options_.lockset) argv.insert(argv.end(), {"--lock", "lockset:set:1:" + urls[0]});
     if (options_.mixed_kinds) argv.insert(argv.end(), {"--lock", "mixed_kinds:mix:0:" + urls[0]});
     argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
+    if (lab_) {
+      auto launcher = lab_->launcher(worker_members_[static_cast<std::size_t>(p)]);
+      argv.insert(argv.begin(), launcher.begin(), launcher.end());
+    }
     workers_.push_back(std::make_unique<test::child_process>(argv));
     worker_paused_.push_back(false);
   }
@@ -185,6 +206,7 @@ outcome scenario::run(const std::function<void(scenario&)>& faults) {
   faults(*this);
 
   // Heal: whatever the faults left broken comes back, so the workers can finish.
+  if (lab_) lab_->heal();
   for (auto& n : nodes_) {
     if (!n->running()) n->restart();
     n->resume();
@@ -220,6 +242,7 @@ outcome scenario::run(const std::function<void(scenario&)>& faults) {
 
 outcome scenario::judge(const report& r, int failed_workers) const {
   outcome out;
+  out.history = r;
   out.failed_workers = failed_workers;
   out.overlaps_by_lock = count_overlaps_by_lock(r.intervals);
   for (const auto& [lock, n] : out.overlaps_by_lock) out.overlaps += n;

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "fault/history.hpp"
+#include "fault/netns_lab.hpp"
 #include "fault/tcp_proxy.hpp"
 #include "support/redis_server.hpp"
 #include "support/sentinel_group.hpp"
@@ -53,6 +54,10 @@ struct scenario_options {
   // replica replicates through replication_link(), a proxy that can make it lag. Needs
   // nodes = 1. The heal leaves a killed data node dead: the sentinels moved on.
   bool sentinel = false;
+  // The nemesis: every node, the resource and each worker process in a network namespace of its
+  // own, joined by a bridge (netns_lab): net() cuts links, and the heal restores them. Not with
+  // sentinel, proxied or shimmed. The test skips where netns_lab::unavailable() says why.
+  bool netns = false;
 };
 
 struct outcome {
@@ -65,6 +70,7 @@ struct outcome {
   std::map<std::string, long long> errors;  // "acquire.timeout" -> count
   int failed_workers = 0;                   // workers that did not exit 0 in time
   std::string line;                         // the one line printed
+  report history;                           // every worker's, merged
 };
 
 class scenario {
@@ -92,6 +98,13 @@ class scenario {
   // How long the current holder of `lock` still means to hold it (the PTTL of its announcement
   // on the resource), or -1 ms when nobody holds it: a jump up means a new holding began.
   std::chrono::milliseconds holder_left(const std::string& lock);
+  // With netns: the lab, and the members that the nodes, the resource and the workers are.
+  netns_lab& net() { return *lab_; }
+  int node_member(int node) const { return node_members_.at(static_cast<std::size_t>(node)); }
+  int worker_member(int process) const {
+    return worker_members_.at(static_cast<std::size_t>(process));
+  }
+  int resource_member() const { return resource_member_; }
   void pause_worker(int process);
   void resume_worker(int process);
 
@@ -111,6 +124,9 @@ class scenario {
   std::string name_;
   scenario_options options_;
   std::string dir_;
+  std::unique_ptr<netns_lab> lab_;  // before the processes in it: removed after they end
+  std::vector<int> node_members_, worker_members_;
+  int resource_member_ = -1;
   std::vector<std::unique_ptr<test::redis_server>> nodes_;
   std::unique_ptr<tcp_proxy> replication_link_;  // outlives the replica that uses it
   std::unique_ptr<test::sentinel_group> sentinels_;

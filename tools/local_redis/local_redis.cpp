@@ -55,12 +55,12 @@ pid_t spawn(const std::vector<std::string>& args) {
   return pid;
 }
 
-int connect_loopback(unsigned short port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+int connect_to(const std::string& host, unsigned short port) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return -1;
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     ::close(fd);
     return -1;
@@ -132,7 +132,12 @@ unsigned short free_port() {
 }
 
 std::string raw_command(unsigned short port, const std::string& inline_command) {
-  int fd = connect_loopback(port);
+  return raw_command("127.0.0.1", port, inline_command);
+}
+
+std::string raw_command(const std::string& host, unsigned short port,
+                        const std::string& inline_command) {
+  int fd = connect_to(host, port);
   if (fd < 0) return {};
   std::string line = inline_command + "\r\n";
   (void)!::write(fd, line.data(), line.size());
@@ -150,6 +155,7 @@ std::string raw_command(unsigned short port, const std::string& inline_command) 
 }
 
 redis_server::redis_server(server_options options) : options_(std::move(options)) {
+  if (!options_.address.empty()) host_ = options_.address;
   char tmpl[] = "/tmp/dlock-redis-XXXXXX";
   if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
@@ -170,7 +176,7 @@ redis_server::~redis_server() {
   std::filesystem::remove_all(dir_, ignored);
 }
 
-std::string redis_server::url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+std::string redis_server::url() const { return "redis://" + host_ + ":" + std::to_string(port_); }
 std::string redis_server::socket_url() const { return "unix://" + dir_ + "/redis.sock"; }
 
 void redis_server::start() {
@@ -205,7 +211,9 @@ void redis_server::start() {
     args.insert(args.end(), {"--tls-port", std::to_string(port_)});
     args.insert(args.end(), options_.tls.begin(), options_.tls.end());
   }
+  if (!options_.address.empty()) args.insert(args.begin() + 5, options_.address);  // --bind
   args.insert(args.end(), options_.extra.begin(), options_.extra.end());
+  args.insert(args.begin(), options_.launcher.begin(), options_.launcher.end());
   pid_ = spawn(args);
   paused_ = false;
   wait_ready();
@@ -221,7 +229,7 @@ void redis_server::wait_ready() {
     }
     if (!options_.tls.empty()) {
       // Listening: the event loop serves the connection once start-up is done.
-      if (int fd = connect_loopback(port_); fd >= 0) {
+      if (int fd = connect_to(host_, port_); fd >= 0) {
         ::close(fd);
         return;
       }
@@ -229,7 +237,7 @@ void redis_server::wait_ready() {
       continue;
     }
     // A password-protected server answers NOAUTH: alive all the same.
-    std::string r = raw_command(port_, "PING");
+    std::string r = raw_command(host_, port_, "PING");
     if (r.rfind("+PONG", 0) == 0 || r.rfind("-NOAUTH", 0) == 0) return;
     std::this_thread::sleep_for(10ms);
   }

@@ -29,6 +29,11 @@ struct server_options {
   // file ("sentinel monitor mymaster 127.0.0.1 6379 2" ...). Sentinel rewrites the file; a
   // restart keeps what it learnt.
   std::vector<std::string> sentinel_config{};
+  // Not Sentinel: the argv prefix that starts the server (the nemesis's `ip netns exec NS`, to
+  // run it in a network namespace), and the address it listens on besides its own loopback,
+  // which url() and the readiness check use ("" : 127.0.0.1 alone).
+  std::vector<std::string> launcher{};
+  std::string address{};
 };
 
 class redis_server {
@@ -41,7 +46,8 @@ class redis_server {
   unsigned short port() const noexcept { return port_; }
   pid_t pid() const noexcept { return pid_; }
   const std::string& dir() const noexcept { return dir_; }
-  std::string url() const;          // redis://127.0.0.1:PORT
+  std::string url() const;          // redis://127.0.0.1:PORT (or the options' address)
+  const std::string& host() const noexcept { return host_; }  // 127.0.0.1 or that address
   std::string socket_url() const;   // unix://DIR/redis.sock (with unix_socket)
 
   void pause();    // SIGSTOP: a hung node; connections stay open
@@ -57,6 +63,7 @@ class redis_server {
 
   server_options options_;
   std::string dir_;
+  std::string host_ = "127.0.0.1";
   unsigned short port_ = 0;
   pid_t pid_ = -1;
   bool paused_ = false;
@@ -69,6 +76,9 @@ unsigned short free_port();
 // Sends one inline command over a fresh TCP connection and returns the raw reply line(s);
 // independent of dlock, so tests can check server state without trusting the library.
 std::string raw_command(unsigned short port, const std::string& inline_command);
+// The same, to `host` (an IPv4 address) instead of 127.0.0.1.
+std::string raw_command(const std::string& host, unsigned short port,
+                        const std::string& inline_command);
 
 class child_process {
  public:

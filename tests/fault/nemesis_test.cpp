@@ -1,0 +1,353 @@
+// SPDX-License-Identifier: Apache-2.0
+// The nemesis (issue 40): real network faults between network namespaces. Every redis-server,
+// the fenced resource and each worker process live in a namespace of their own, joined by a
+// bridge (netns_lab.hpp); the nemesis cuts links (both ways, silently: no RST, no FIN), cuts
+// one way (a worker stops hearing one node while its requests still run there), and flaps a
+// link, on a seeded schedule that the test prints. The workers (fault_worker) hold the lock on
+// one node, a Redlock over 3 or 5, a semaphore of 2 permits, a read-write lock and a lock set,
+// and write a register on the resource through the fence. One checker judges every run
+// (history.hpp): mutual exclusion of the validity the holders believed in, fences rising in real
+// time at the register (no stale write accepted), and liveness once healed: each lock held
+// again within a bound after each heal.
+//   DLOCK_NEMESIS_SEED=<n>     replays a schedule (each test prints its seed)
+//   DLOCK_NEMESIS_SECONDS=<s>  the long mode: each run lasts s seconds (default 12, the last 6
+//                              of them quiet, to measure the recovery after the last heal)
+// Skips, saying why, where the machine cannot make namespaces (not root, no `ip`).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fault/history.hpp"
+#include "fault/netns_lab.hpp"
+#include "fault/scenario.hpp"
+#include "support/checks.hpp"
+#include "support/redis_server.hpp"
+
+namespace dlock::fault {
+namespace {
+
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+using test::eventually;
+
+#define SKIP_WITHOUT_NAMESPACES()                                               \
+  do {                                                                          \
+    if (auto why = netns_lab::unavailable(); !why.empty()) GTEST_SKIP() << why; \
+  } while (0)
+#define SKIP_WITHOUT_IPTABLES()                                                 \
+  do {                                                                          \
+    if (auto why = netns_lab::no_iptables(); !why.empty()) GTEST_SKIP() << why; \
+  } while (0)
+
+// After the last heal, every lock must be held again within this: the holder cut off before
+// the heal may keep its key for a TTL (800 ms), a waiter's reconnect may wait out a SYN
+// retransmit (1 s, then 3 s), and a Redlock round needs its quorum back.
+constexpr milliseconds recovery_bound = 6s;
+
+unsigned nemesis_seed() {
+  if (const char* s = std::getenv("DLOCK_NEMESIS_SEED"); s && *s) {
+    return static_cast<unsigned>(std::strtoul(s, nullptr, 10));
+  }
+  return std::random_device{}();
+}
+
+milliseconds nemesis_duration() {
+  if (const char* s = std::getenv("DLOCK_NEMESIS_SECONDS"); s && *s) {
+    return milliseconds(static_cast<long long>(std::atof(s) * 1000));
+  }
+  return 12s;
+}
+
+// One run's schedule: the seed it draws from, and the moments it healed.
+struct schedule {
+  explicit schedule(const char* name) : seed(nemesis_seed()), rng(seed) {
+    std::printf("nemesis %s: seed %u (DLOCK_NEMESIS_SEED=%u replays it)\n", name, seed, seed);
+    std::fflush(stdout);
+  }
+  milliseconds between(milliseconds lo, milliseconds hi) {
+    return milliseconds(std::uniform_int_distribution<long long>(lo.count(), hi.count())(rng));
+  }
+  int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); }
+  // Heals the lab, and remembers when.
+  void heal(scenario& s) {
+    s.net().heal();
+    heals.push_back(now_stamp());
+  }
+  // Runs `fault` (which injects, waits and heals) until the last recovery_bound of the run,
+  // which stays quiet so that liveness after the last heal is measured too.
+  template <class Fault>
+  void repeat(scenario& s, stamp started, Fault fault) {
+    auto ns = [](milliseconds d) { return std::chrono::nanoseconds(d).count(); };
+    until = started + ns(s.options().duration);
+    auto quiet_from = until - ns(recovery_bound);
+    s.sleep(500ms);  // every worker holds once before the first fault
+    while (s.running() && now_stamp() < quiet_from) {
+      fault();
+      s.sleep(between(300ms, 700ms));
+    }
+  }
+
+  unsigned seed;
+  std::mt19937 rng;
+  std::vector<stamp> heals;
+  stamp until = 0;  // the run's end
+};
+
+scenario_options nemesis_options(int nodes) {
+  scenario_options o;
+  o.netns = true;
+  o.nodes = nodes;
+  o.processes = 3;
+  o.ttl = 800ms;
+  // At least the quiet tail and some faults before it.
+  o.duration = std::max(nemesis_duration(), recovery_bound + 4s);
+  return o;
+}
+
+// The checker's verdict on one run, and its row for docs/guarantees.md.
+void expect_held_up(const char* name, const outcome& o, const schedule& sched) {
+  EXPECT_EQ(o.failed_workers, 0) << o.line;
+  EXPECT_GT(o.acquisitions, 15) << o.line;
+  EXPECT_GT(o.fence.accepted, 15u) << o.line;
+  EXPECT_EQ(o.overlaps, 0u) << o.line << "\nfirst overlap:\n"
+                            << first_overlap_window(o.history.intervals);
+  EXPECT_EQ(o.fence.wrongly_accepted, 0u) << o.line;
+  auto recovery = longest_recovery(o.history.intervals, sched.heals, sched.until);
+  std::string row;
+  for (const auto& [lock, took] : recovery) {
+    EXPECT_GE(took, 0) << lock << " was never held again after a heal (seed " << sched.seed << ")";
+    EXPECT_LE(took, std::chrono::nanoseconds(recovery_bound).count())
+        << lock << " took " << took / 1000000 << " ms after a heal (seed " << sched.seed << ")";
+    row += " " + lock + "=" + std::to_string(took / 1000000) + "ms";
+  }
+  std::printf("nemesis %s: seed %u heals %zu, recovery after heal:%s\n", name, sched.seed,
+              sched.heals.size(), row.c_str());
+  std::fflush(stdout);
+  log_result("nemesis " + std::string(name) + ": seed " + std::to_string(sched.seed) +
+             " heals " + std::to_string(sched.heals.size()) + " recovery" + row + " | " + o.line);
+}
+
+// A TCP connection to host:port within `limit` (a cut peer never answers the SYN, and a
+// blocking connect would wait minutes).
+int connect_within(const std::string& host, unsigned short port, milliseconds limit) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return -1;
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 && errno != EINPROGRESS) {
+    ::close(fd);
+    return -1;
+  }
+  pollfd p{fd, POLLOUT, 0};
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (::poll(&p, 1, static_cast<int>(limit.count())) != 1 ||
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends `command` on `fd` and waits up to `limit` for a reply's first bytes ("" if none).
+std::string exchange(int fd, const std::string& command, milliseconds limit) {
+  std::string line = command + "\r\n";
+  if (::send(fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
+    return {};
+  }
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(limit.count())) != 1) return {};
+  char buf[256];
+  auto n = ::recv(fd, buf, sizeof buf, 0);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+}
+
+// The lab itself, against a real server: a cut member is unreachable and a heal brings it back;
+// cut_between parts two members while others still reach both; drop_from is one way: on a
+// connection made before, the member's command runs on the server, but its reply never comes.
+TEST(nemesis, lab_cuts_heals_and_drops_one_way) {
+  SKIP_WITHOUT_NAMESPACES();
+  SKIP_WITHOUT_IPTABLES();
+  netns_lab lab;
+  int server_member = lab.add_member();
+  int client_member = lab.add_member();
+  test::server_options options;
+  options.launcher = lab.launcher(server_member);
+  options.address = lab.address(server_member);
+  test::redis_server server(options);
+  // From this process (on the bridge): does the server answer on a new connection?
+  auto answers = [&] {
+    int fd = connect_within(server.host(), server.port(), 1s);
+    if (fd < 0) return false;
+    bool pong = exchange(fd, "PING", 1s).rfind("+PONG", 0) == 0;
+    ::close(fd);
+    return pong;
+  };
+  auto exists = [&](const std::string& key) {
+    return test::raw_command(server.host(), server.port(), "EXISTS " + key).rfind(":1", 0) == 0;
+  };
+  // The client member's own connection, made from a thread inside its namespace.
+  int client_fd = -1;
+  std::thread([&] {
+    lab.enter(client_member);
+    client_fd = connect_within(server.host(), server.port(), 1s);
+  }).join();
+  ASSERT_GE(client_fd, 0);
+  ASSERT_EQ(exchange(client_fd, "SET before 1", 1s).rfind("+OK", 0), 0u);
+  ASSERT_TRUE(answers());
+
+  lab.cut(server_member);
+  EXPECT_FALSE(answers()) << "a cut member answered";
+  lab.heal();
+  EXPECT_TRUE(answers()) << "the heal did not restore the link";
+
+  lab.cut_between(server_member, client_member);
+  EXPECT_EQ(exchange(client_fd, "SET parted 1", 1s), "") << "cut_between let a reply through";
+  EXPECT_TRUE(answers()) << "cut_between parted others too";
+  EXPECT_FALSE(exists("parted")) << "cut_between let the request through";
+  lab.heal();
+  // TCP retransmits the parted SET once healed: it lands late, as a real network's would.
+  EXPECT_TRUE(eventually([&] { return exists("parted"); }));
+  // Takes the late +OK off the connection, and anything else still coming.
+  for (pollfd p{client_fd, POLLIN, 0}; ::poll(&p, 1, 300) == 1;) {
+    char buf[256];
+    if (::recv(client_fd, buf, sizeof buf, 0) <= 0) break;
+  }
+
+  lab.drop_from(client_member, server_member);  // the client stops hearing the server
+  EXPECT_EQ(exchange(client_fd, "SET one-way 1", 1s), "") << "a reply came through a one-way cut";
+  EXPECT_TRUE(exists("one-way")) << "the request did not reach the server";
+  EXPECT_EQ(lab.faults(), "drop " + std::to_string(client_member) + "<-" +
+                              std::to_string(server_member));
+  lab.heal();
+  EXPECT_EQ(lab.faults(), "none");
+  ::close(client_fd);
+}
+
+// One node of three cut off from everyone (the single-node lock's and the semaphore's node
+// too, when it is node 0), for longer than a TTL, again and again.
+TEST(nemesis, partition_minority) {
+  SKIP_WITHOUT_NAMESPACES();
+  auto options = nemesis_options(3);
+  options.rwlock = options.lockset = true;
+  scenario s("nemesis_partition_minority", options);
+  schedule sched("partition_minority");
+  auto o = s.run([&](scenario& sc) {
+    auto started = now_stamp();
+    sched.repeat(sc, started, [&] {
+      sc.net().cut(sc.node_member(sched.pick(3)));
+      sc.sleep(sched.between(800ms, 1600ms));
+      sched.heal(sc);
+    });
+  });
+  expect_held_up("partition_minority", o, sched);
+}
+
+// Two nodes of three cut off: no quorum for the Redlock, which must wait, not split.
+TEST(nemesis, partition_majority) {
+  SKIP_WITHOUT_NAMESPACES();
+  scenario s("nemesis_partition_majority", nemesis_options(3));
+  schedule sched("partition_majority");
+  auto o = s.run([&](scenario& sc) {
+    sched.repeat(sc, now_stamp(), [&] {
+      int spared = sched.pick(3);
+      for (int n = 0; n < 3; ++n) {
+        if (n != spared) sc.net().cut(sc.node_member(n));
+      }
+      sc.sleep(sched.between(800ms, 1600ms));
+      sched.heal(sc);
+    });
+  });
+  expect_held_up("partition_majority", o, sched);
+}
+
+// A 5-node Redlock: two nodes cut (a minority: it goes on), or three (a majority: it waits).
+TEST(nemesis, redlock5_minority_and_majority) {
+  SKIP_WITHOUT_NAMESPACES();
+  auto options = nemesis_options(5);
+  options.semaphore = false;
+  scenario s("nemesis_redlock5", options);
+  schedule sched("redlock5_minority_and_majority");
+  auto o = s.run([&](scenario& sc) {
+    sched.repeat(sc, now_stamp(), [&] {
+      int cut = 2 + sched.pick(2);
+      int first = sched.pick(5);
+      for (int i = 0; i < cut; ++i) sc.net().cut(sc.node_member((first + i) % 5));
+      sc.sleep(sched.between(800ms, 1600ms));
+      sched.heal(sc);
+    });
+  });
+  expect_held_up("redlock5_minority_and_majority", o, sched);
+}
+
+// One way: a worker stops hearing a node while its requests still reach it, so its SETs and
+// releases run there but it never learns so (the case where a client believes it failed).
+TEST(nemesis, one_way_replies_lost) {
+  SKIP_WITHOUT_NAMESPACES();
+  SKIP_WITHOUT_IPTABLES();
+  scenario s("nemesis_one_way", nemesis_options(3));
+  schedule sched("one_way_replies_lost");
+  auto o = s.run([&](scenario& sc) {
+    sched.repeat(sc, now_stamp(), [&] {
+      int worker = sched.pick(3);
+      int node = sched.pick(3);
+      sc.net().drop_from(sc.worker_member(worker), sc.node_member(node));
+      sc.sleep(sched.between(800ms, 1600ms));
+      sched.heal(sc);
+    });
+  });
+  expect_held_up("one_way_replies_lost", o, sched);
+}
+
+// A flapping link: one node's link goes down and up every 50-250 ms for about 2 s, so replies
+// are in flight whenever it heals.
+TEST(nemesis, flapping_link) {
+  SKIP_WITHOUT_NAMESPACES();
+  scenario s("nemesis_flapping", nemesis_options(3));
+  schedule sched("flapping_link");
+  auto o = s.run([&](scenario& sc) {
+    sched.repeat(sc, now_stamp(), [&] {
+      int node = sched.pick(3);
+      auto until = std::chrono::steady_clock::now() + 2s;
+      while (sc.running() && std::chrono::steady_clock::now() < until) {
+        sc.net().cut(sc.node_member(node));
+        sc.sleep(sched.between(50ms, 250ms));
+        sched.heal(sc);
+        sc.sleep(sched.between(50ms, 250ms));
+      }
+    });
+  });
+  expect_held_up("flapping_link", o, sched);
+}
+
+// A worker cut off from everything (the nodes and the resource) for 2-3 TTLs: its lease runs
+// out while it cannot even renew, others take the locks, and its belief must have ended first.
+TEST(nemesis, client_partitioned_past_its_ttl) {
+  SKIP_WITHOUT_NAMESPACES();
+  scenario s("nemesis_client_cut", nemesis_options(3));
+  schedule sched("client_partitioned_past_its_ttl");
+  auto o = s.run([&](scenario& sc) {
+    sched.repeat(sc, now_stamp(), [&] {
+      sc.net().cut(sc.worker_member(sched.pick(3)));
+      sc.sleep(sched.between(1600ms, 2400ms));
+      sched.heal(sc);
+    });
+  });
+  expect_held_up("client_partitioned_past_its_ttl", o, sched);
+}
+
+}  // namespace
+}  // namespace dlock::fault
