@@ -2,6 +2,7 @@
 // fault_worker: one client process of a fault scenario; one thread per lock it contends for.
 //   fault_worker --out FILE --resource URL --prefix P --seconds S
 //                --lock KIND:NAME:LIMIT:URL[,URL...]   (repeat; KIND = mutex | semaphore |
+//                                                       fair_semaphore |
 //                                                       rwlock, whose LIMIT is ignored |
 //                                                       lockset: the set {NAME, NAME-pair}
 //                                                       on the first URL, recorded as NAME |
@@ -259,9 +260,10 @@ class contender {
       }
       return;
     }
-    if (spec_.kind == "semaphore") {
-      dlock::semaphore sem{nodes_.front(), spec_.name, spec_.limit,
-                           options<dlock::semaphore_options>()};
+    if (spec_.kind == "semaphore" || spec_.kind == "fair_semaphore") {
+      auto o = options<dlock::semaphore_options>();
+      o.fair = spec_.kind == "fair_semaphore";
+      dlock::semaphore sem{nodes_.front(), spec_.name, spec_.limit, o};
       while (steady::now() < end) {
         std::error_code ec;
         dlock::lease permit =

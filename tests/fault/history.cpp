@@ -130,29 +130,32 @@ fence_audit check_writes(const std::vector<write_record>& writes) {
 }
 
 std::map<std::string, stamp> longest_recovery(const std::vector<interval>& intervals,
-                                              const std::vector<stamp>& heals, stamp until) {
+                                              const std::vector<std::string>& locks,
+                                              const std::vector<heal_window>& heals, stamp bound) {
   std::map<std::string, std::vector<const interval*>> by_lock;
   for (const auto& i : intervals) by_lock[i.lock].push_back(&i);
   std::map<std::string, stamp> out;
-  for (auto& [lock, list] : by_lock) {
+  for (const auto& lock : locks) {
+    const auto& list = by_lock[lock];
     stamp longest = 0;
-    for (stamp heal : heals) {
-      if (heal >= until) continue;
+    for (const auto& w : heals) {
       stamp next = -1;
       for (const interval* i : list) {
-        if (i->start <= heal && i->end >= heal) {
+        if (i->start <= w.healed && i->end >= w.healed) {
           next = 0;  // held across the heal
           break;
         }
-        if (i->start >= heal && i->start < until && (next < 0 || i->start - heal < next)) {
-          next = i->start - heal;
+        if (i->start >= w.healed && i->start < w.next_fault &&
+            (next < 0 || i->start - w.healed < next)) {
+          next = i->start - w.healed;
         }
       }
-      if (next < 0) {
-        longest = -1;
+      if (next >= 0) {
+        longest = std::max(longest, next);
+      } else if (w.next_fault - w.healed >= bound) {
+        longest = -1;  // a whole bound passed without a holding
         break;
       }
-      longest = std::max(longest, next);
     }
     out[lock] = longest;
   }

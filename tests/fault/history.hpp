@@ -70,11 +70,18 @@ struct fence_audit {
 };
 fence_audit check_writes(const std::vector<write_record>& writes);
 
-// Liveness after healing, per lock: the longest time from one of `heals` to the lock's next
-// holding (0 when a holding spanned the heal); -1 when a heal was followed by no holding at all
-// before `until`.
+// A heal, and when the next fault began (or the run ended): a holding after that is no
+// recovery from this heal.
+struct heal_window {
+  stamp healed = 0, next_fault = 0;
+};
+// Liveness after healing, for each of `locks`: the longest time from a heal to the lock's next
+// holding (0 when a holding spanned the heal). A window of at least `bound` with no holding in it
+// makes it -1 (the lock did not come back); a shorter one without a holding proves nothing and
+// is left out.
 std::map<std::string, stamp> longest_recovery(const std::vector<interval>& intervals,
-                                              const std::vector<stamp>& heals, stamp until);
+                                              const std::vector<std::string>& locks,
+                                              const std::vector<heal_window>& heals, stamp bound);
 
 // The shortest stretch of the history that shows the first overlap count_overlaps finds, as
 // lines "lock [start, end] token" relative to the earliest start; "" when there is none.

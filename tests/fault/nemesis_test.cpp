@@ -4,8 +4,9 @@
 // bridge (netns_lab.hpp); the nemesis cuts links (both ways, silently: no RST, no FIN), cuts
 // one way (a worker stops hearing one node while its requests still run there), and flaps a
 // link, on a seeded schedule that the test prints. The workers (fault_worker) hold the lock on
-// one node, a Redlock over 3 or 5, a semaphore of 2 permits, a read-write lock and a lock set,
-// and write a register on the resource through the fence. One checker judges every run
+// one node, a Redlock over 3 or 5, a semaphore of 2 permits (unfair and fair), a read-write
+// lock and a lock set, and write a register on the resource through the fence. It also pauses
+// holders and restarts nodes without persistence. One checker judges every run
 // (history.hpp): mutual exclusion of the validity the holders believed in, fences rising in real
 // time at the register (no stale write accepted), and liveness once healed: each lock held
 // again within a bound after each heal.
@@ -70,7 +71,8 @@ milliseconds nemesis_duration() {
   return 12s;
 }
 
-// One run's schedule: the seed it draws from, and the moments it healed.
+// One run's schedule: the seed it draws from, and its heals with the start of the fault after
+// each (history.hpp's heal_window).
 struct schedule {
   explicit schedule(const char* name) : seed(nemesis_seed()), rng(seed) {
     std::printf("nemesis %s: seed %u (DLOCK_NEMESIS_SEED=%u replays it)\n", name, seed, seed);
@@ -83,27 +85,41 @@ struct schedule {
   // Heals the lab, and remembers when.
   void heal(scenario& s) {
     s.net().heal();
-    heals.push_back(now_stamp());
+    healed();
   }
-  // Runs `fault` (which injects, waits and heals) until the last recovery_bound of the run,
-  // which stays quiet so that liveness after the last heal is measured too.
+  // A fault undone now (a heal, a resumed process, a restarted node).
+  void healed() { heals.push_back({now_stamp(), 0}); }
+  // Runs `fault` (which injects, waits and heals, within `longest`) again and again while one
+  // more would still end a recovery_bound before the run does: the last heal's recovery is
+  // measured too.
   template <class Fault>
-  void repeat(scenario& s, stamp started, Fault fault) {
+  void repeat(scenario& s, stamp started, milliseconds longest, Fault fault) {
     auto ns = [](milliseconds d) { return std::chrono::nanoseconds(d).count(); };
-    until = started + ns(s.options().duration);
-    auto quiet_from = until - ns(recovery_bound);
+    stamp until = started + ns(s.options().duration);
     s.sleep(500ms);  // every worker holds once before the first fault
-    while (s.running() && now_stamp() < quiet_from) {
+    while (s.running() && now_stamp() + ns(longest + recovery_bound) < until) {
+      if (!heals.empty()) heals.back().next_fault = now_stamp();
       fault();
       s.sleep(between(300ms, 700ms));
     }
+    if (!heals.empty()) heals.back().next_fault = until;
   }
 
   unsigned seed;
   std::mt19937 rng;
-  std::vector<stamp> heals;
-  stamp until = 0;  // the run's end
+  std::vector<heal_window> heals;
 };
+
+// The locks a scenario's workers contend for (scenario.hpp).
+std::vector<std::string> locks_of(const scenario_options& o) {
+  std::vector<std::string> locks{"single"};
+  if (o.nodes > 1) locks.push_back("redlock");
+  if (o.semaphore) locks.push_back("sem");
+  if (o.rwlock) locks.push_back("rw");
+  if (o.lockset) locks.push_back("set");
+  if (o.fair_semaphore) locks.push_back("fair");
+  return locks;
+}
 
 scenario_options nemesis_options(int nodes) {
   scenario_options o;
@@ -117,23 +133,28 @@ scenario_options nemesis_options(int nodes) {
 }
 
 // The checker's verdict on one run, and its row for docs/guarantees.md.
-void expect_held_up(const char* name, const outcome& o, const schedule& sched) {
+void expect_held_up(const char* name, const scenario& s, const outcome& o,
+                    const schedule& sched) {
   EXPECT_EQ(o.failed_workers, 0) << o.line;
-  EXPECT_GT(o.acquisitions, 15) << o.line;
   EXPECT_GT(o.fence.accepted, 15u) << o.line;
   EXPECT_EQ(o.overlaps, 0u) << o.line << "\nfirst overlap:\n"
                             << first_overlap_window(o.history.intervals);
   EXPECT_EQ(o.fence.wrongly_accepted, 0u) << o.line;
-  auto recovery = longest_recovery(o.history.intervals, sched.heals, sched.until);
+  auto locks = locks_of(s.options());
+  for (const auto& lock : locks) {
+    auto held = o.acquisitions_by_lock.count(lock) ? o.acquisitions_by_lock.at(lock) : 0;
+    EXPECT_GT(held, 2) << lock << " was hardly held. " << o.line;
+  }
+  auto recovery = longest_recovery(o.history.intervals, locks, sched.heals,
+                                   std::chrono::nanoseconds(recovery_bound).count());
   std::string row;
   for (const auto& [lock, took] : recovery) {
-    EXPECT_GE(took, 0) << lock << " was never held again after a heal (seed " << sched.seed << ")";
-    EXPECT_LE(took, std::chrono::nanoseconds(recovery_bound).count())
-        << lock << " took " << took / 1000000 << " ms after a heal (seed " << sched.seed << ")";
+    EXPECT_GE(took, 0) << lock << " was not held again within " << recovery_bound.count()
+                       << " ms of a heal (seed " << sched.seed << ")";
     row += " " + lock + "=" + std::to_string(took / 1000000) + "ms";
   }
-  std::printf("nemesis %s: seed %u heals %zu, recovery after heal:%s\n", name, sched.seed,
-              sched.heals.size(), row.c_str());
+  std::printf("nemesis %s: seed %u heals %zu, longest recovery after a heal:%s\n", name,
+              sched.seed, sched.heals.size(), row.c_str());
   std::fflush(stdout);
   log_result("nemesis " + std::string(name) + ": seed " + std::to_string(sched.seed) +
              " heals " + std::to_string(sched.heals.size()) + " recovery" + row + " | " + o.line);
@@ -212,7 +233,7 @@ TEST(nemesis, lab_cuts_heals_and_drops_one_way) {
   lab.cut(server_member);
   EXPECT_FALSE(answers()) << "a cut member answered";
   lab.heal();
-  EXPECT_TRUE(answers()) << "the heal did not restore the link";
+  EXPECT_TRUE(eventually(answers)) << "the heal did not restore the link";
 
   lab.cut_between(server_member, client_member);
   EXPECT_EQ(exchange(client_fd, "SET parted 1", 1s), "") << "cut_between let a reply through";
@@ -242,27 +263,28 @@ TEST(nemesis, lab_cuts_heals_and_drops_one_way) {
 TEST(nemesis, partition_minority) {
   SKIP_WITHOUT_NAMESPACES();
   auto options = nemesis_options(3);
-  options.rwlock = options.lockset = true;
+  options.rwlock = options.lockset = options.fair_semaphore = true;
   scenario s("nemesis_partition_minority", options);
   schedule sched("partition_minority");
   auto o = s.run([&](scenario& sc) {
-    auto started = now_stamp();
-    sched.repeat(sc, started, [&] {
+    sched.repeat(sc, now_stamp(), 1600ms, [&] {
       sc.net().cut(sc.node_member(sched.pick(3)));
       sc.sleep(sched.between(800ms, 1600ms));
       sched.heal(sc);
     });
   });
-  expect_held_up("partition_minority", o, sched);
+  expect_held_up("partition_minority", s, o, sched);
 }
 
 // Two nodes of three cut off: no quorum for the Redlock, which must wait, not split.
 TEST(nemesis, partition_majority) {
   SKIP_WITHOUT_NAMESPACES();
-  scenario s("nemesis_partition_majority", nemesis_options(3));
+  auto options = nemesis_options(3);
+  options.fair_semaphore = true;
+  scenario s("nemesis_partition_majority", options);
   schedule sched("partition_majority");
   auto o = s.run([&](scenario& sc) {
-    sched.repeat(sc, now_stamp(), [&] {
+    sched.repeat(sc, now_stamp(), 1600ms, [&] {
       int spared = sched.pick(3);
       for (int n = 0; n < 3; ++n) {
         if (n != spared) sc.net().cut(sc.node_member(n));
@@ -271,7 +293,7 @@ TEST(nemesis, partition_majority) {
       sched.heal(sc);
     });
   });
-  expect_held_up("partition_majority", o, sched);
+  expect_held_up("partition_majority", s, o, sched);
 }
 
 // A 5-node Redlock: two nodes cut (a minority: it goes on), or three (a majority: it waits).
@@ -282,7 +304,7 @@ TEST(nemesis, redlock5_minority_and_majority) {
   scenario s("nemesis_redlock5", options);
   schedule sched("redlock5_minority_and_majority");
   auto o = s.run([&](scenario& sc) {
-    sched.repeat(sc, now_stamp(), [&] {
+    sched.repeat(sc, now_stamp(), 1600ms, [&] {
       int cut = 2 + sched.pick(2);
       int first = sched.pick(5);
       for (int i = 0; i < cut; ++i) sc.net().cut(sc.node_member((first + i) % 5));
@@ -290,7 +312,7 @@ TEST(nemesis, redlock5_minority_and_majority) {
       sched.heal(sc);
     });
   });
-  expect_held_up("redlock5_minority_and_majority", o, sched);
+  expect_held_up("redlock5_minority_and_majority", s, o, sched);
 }
 
 // One way: a worker stops hearing a node while its requests still reach it, so its SETs and
@@ -301,7 +323,7 @@ TEST(nemesis, one_way_replies_lost) {
   scenario s("nemesis_one_way", nemesis_options(3));
   schedule sched("one_way_replies_lost");
   auto o = s.run([&](scenario& sc) {
-    sched.repeat(sc, now_stamp(), [&] {
+    sched.repeat(sc, now_stamp(), 1600ms, [&] {
       int worker = sched.pick(3);
       int node = sched.pick(3);
       sc.net().drop_from(sc.worker_member(worker), sc.node_member(node));
@@ -309,7 +331,7 @@ TEST(nemesis, one_way_replies_lost) {
       sched.heal(sc);
     });
   });
-  expect_held_up("one_way_replies_lost", o, sched);
+  expect_held_up("one_way_replies_lost", s, o, sched);
 }
 
 // A flapping link: one node's link goes down and up every 50-250 ms for about 2 s, so replies
@@ -319,10 +341,11 @@ TEST(nemesis, flapping_link) {
   scenario s("nemesis_flapping", nemesis_options(3));
   schedule sched("flapping_link");
   auto o = s.run([&](scenario& sc) {
-    sched.repeat(sc, now_stamp(), [&] {
+    sched.repeat(sc, now_stamp(), 2500ms, [&] {
       int node = sched.pick(3);
       auto until = std::chrono::steady_clock::now() + 2s;
       while (sc.running() && std::chrono::steady_clock::now() < until) {
+        if (!sched.heals.empty()) sched.heals.back().next_fault = now_stamp();
         sc.net().cut(sc.node_member(node));
         sc.sleep(sched.between(50ms, 250ms));
         sched.heal(sc);
@@ -330,7 +353,7 @@ TEST(nemesis, flapping_link) {
       }
     });
   });
-  expect_held_up("flapping_link", o, sched);
+  expect_held_up("flapping_link", s, o, sched);
 }
 
 // A worker cut off from everything (the nodes and the resource) for 2-3 TTLs: its lease runs
@@ -340,13 +363,74 @@ TEST(nemesis, client_partitioned_past_its_ttl) {
   scenario s("nemesis_client_cut", nemesis_options(3));
   schedule sched("client_partitioned_past_its_ttl");
   auto o = s.run([&](scenario& sc) {
-    sched.repeat(sc, now_stamp(), [&] {
+    sched.repeat(sc, now_stamp(), 2400ms, [&] {
       sc.net().cut(sc.worker_member(sched.pick(3)));
       sc.sleep(sched.between(1600ms, 2400ms));
       sched.heal(sc);
     });
   });
-  expect_held_up("client_partitioned_past_its_ttl", o, sched);
+  expect_held_up("client_partitioned_past_its_ttl", s, o, sched);
+}
+
+// A holder paused (SIGSTOP) for 1.5 TTLs inside its namespace. The workers check their lease
+// right before each write, so a pause ends their belief; what they write after waking carries
+// an old token, which the register refuses.
+TEST(nemesis, holder_paused_past_its_ttl) {
+  SKIP_WITHOUT_NAMESPACES();
+  scenario s("nemesis_pause", nemesis_options(3));
+  schedule sched("holder_paused_past_its_ttl");
+  auto o = s.run([&](scenario& sc) {
+    sched.repeat(sc, now_stamp(), 1400ms, [&] {
+      const char* lock = sched.pick(2) ? "single" : "redlock";
+      int holder = sc.holder_of(lock, 200ms);
+      if (holder < 0) holder = sched.pick(3);
+      sc.pause_worker(holder);
+      sc.sleep(sc.options().ttl * 3 / 2);
+      sc.resume_worker(holder);
+      sched.healed();
+    });
+  });
+  expect_held_up("holder_paused_past_its_ttl", s, o, sched);
+}
+
+// Nodes restarted without persistence (they forget every key and counter), with every client
+// quarantining a node it finds restarted for 1.25 TTLs (client_options::restart_quarantine).
+TEST(nemesis, restart_without_persistence_quarantined) {
+  SKIP_WITHOUT_NAMESPACES();
+  auto options = nemesis_options(3);
+  options.worker_flags = {"--quarantine", "1000"};
+  scenario s("nemesis_restart_quarantined", options);
+  schedule sched("restart_without_persistence_quarantined");
+  auto o = s.run([&](scenario& sc) {
+    sched.repeat(sc, now_stamp(), 1300ms, [&] {
+      sc.node(sched.pick(3)).restart();
+      sched.healed();
+      sc.sleep(sched.between(800ms, 1200ms));
+    });
+  });
+  expect_held_up("restart_without_persistence_quarantined", s, o, sched);
+}
+
+// The same restarts without the quarantine break mutual exclusion (docs/guarantees.md: a node
+// that forgets a held key grants it again); the fence still refuses every stale write.
+TEST(nemesis, restart_without_persistence) {
+  SKIP_WITHOUT_NAMESPACES();
+  scenario s("nemesis_restart", nemesis_options(3));
+  schedule sched("restart_without_persistence");
+  auto o = s.run([&](scenario& sc) {
+    sched.repeat(sc, now_stamp(), 1300ms, [&] {
+      sc.node(sched.pick(3)).restart();
+      sched.healed();
+      sc.sleep(sched.between(800ms, 1200ms));
+    });
+  });
+  EXPECT_EQ(o.failed_workers, 0) << o.line;
+  EXPECT_GT(o.acquisitions, 15) << o.line;
+  EXPECT_EQ(o.fence.wrongly_accepted, 0u) << o.line;
+  std::printf("nemesis restart_without_persistence: seed %u overlaps %zu (allowed: no persistence, "
+              "no quarantine)\n", sched.seed, o.overlaps);
+  log_result("nemesis restart_without_persistence: seed " + std::to_string(sched.seed) + " | " +
+             o.line);
 }
 
 }  // namespace

@@ -9,10 +9,13 @@
 
 #include <fcntl.h>
 
+#include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 #include <stdexcept>
 
 extern char** environ;
@@ -53,14 +56,41 @@ void must(const std::vector<std::string>& argv) {
 
 bool executable(const char* path) { return ::access(path, X_OK) == 0; }
 
-// Namespaces of labs whose test process is gone (killed mid-test): "dlk<pid>-...".
+// What `argv` prints on stdout ("" when it cannot run).
+std::string output_of(const std::vector<std::string>& argv) {
+  std::string line;
+  for (const auto& a : argv) line += (line.empty() ? "" : " ") + a;
+  std::string out;
+  if (FILE* p = ::popen((line + " 2>/dev/null").c_str(), "r")) {
+    char buf[512];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    ::pclose(p);
+  }
+  return out;
+}
+
+// A lab's namespace, "dlk<pid>-...": the pid, or 0 for another name.
+long lab_pid(const std::string& ns) {
+  if (ns.rfind("dlk", 0) != 0) return 0;
+  std::size_t i = 3;
+  while (i < ns.size() && std::isdigit(static_cast<unsigned char>(ns[i]))) ++i;
+  if (i == 3 || i >= ns.size() || ns[i] != '-') return 0;
+  return std::atol(ns.c_str() + 3);
+}
+
+// Labs whose test process is gone (killed mid-test), or that carry this process's pid (a
+// container that reuses pids): their processes are killed (a server orphaned by a crash would
+// keep the namespace alive), then the namespaces removed.
 void remove_stale_labs() {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/run/netns", ec)) {
     auto ns = entry.path().filename().string();
-    if (ns.rfind("dlk", 0) != 0) continue;
-    auto pid = std::atol(ns.c_str() + 3);
-    if (pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;
+    long pid = lab_pid(ns);
+    if (pid <= 0) continue;
+    bool alive = ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+    if (alive && pid != ::getpid()) continue;
+    std::istringstream pids(output_of({ip_tool, "netns", "pids", ns}));
+    for (long p; pids >> p;) ::kill(static_cast<pid_t>(p), SIGKILL);
     run({ip_tool, "netns", "del", ns}, true);
   }
 }
@@ -71,25 +101,45 @@ std::string netns_lab::unavailable() {
   if (::geteuid() != 0) return "network namespaces need root (this test runs as uid " +
                                std::to_string(::geteuid()) + ")";
   if (!executable(ip_tool)) return "no /usr/sbin/ip: install iproute2 (scripts/bootstrap)";
+  // Everything a lab makes, once, in a namespace of its own: a bridge and a veth pair.
   std::string probe = "dlk" + std::to_string(::getpid()) + "-probe";
   if (run({ip_tool, "netns", "add", probe}, true) != 0) {
     return "this machine refuses `ip netns add` (no CAP_SYS_ADMIN, or no namespace support)";
   }
+  std::string why;
+  if (run({ip_tool, "-n", probe, "link", "add", "br0", "type", "bridge"}, true) != 0) {
+    why = "this machine cannot make a Linux bridge in a namespace (no bridge module?)";
+  } else if (run({ip_tool, "-n", probe, "link", "add", "v0", "type", "veth", "peer", "name", "v1"},
+                 true) != 0) {
+    why = "this machine cannot make a veth pair in a namespace (no veth module?)";
+  }
   run({ip_tool, "netns", "del", probe}, true);
-  return {};
+  return why;
 }
 
 std::string netns_lab::no_iptables() {
   if (!executable(iptables_tool)) return "no /usr/sbin/iptables: install iptables (scripts/bootstrap)";
-  return {};
+  std::string probe = "dlk" + std::to_string(::getpid()) + "-probe";
+  if (run({ip_tool, "netns", "add", probe}, true) != 0) return "cannot make a namespace";
+  bool works = run({ip_tool, "netns", "exec", probe, iptables_tool, "-w", "-A", "INPUT", "-s",
+                    "192.0.2.1", "-j", "DROP"},
+                   true) == 0;
+  run({ip_tool, "netns", "del", probe}, true);
+  return works ? "" : "iptables cannot add a rule in a namespace here (no nf_tables/ip_tables?)";
 }
 
 netns_lab::netns_lab() {
   remove_stale_labs();
   auto pid = static_cast<unsigned>(::getpid());
   prefix_ = "dlk" + std::to_string(pid);
-  // 10.250.0.0/16 - 10.253.255.0/24: one /24 per lab, by pid, so that parallel tests differ.
-  subnet_ = "10." + std::to_string(250 + (pid / 256) % 4) + "." + std::to_string(pid % 256) + ".";
+  // One /24 per lab in 10.250.0.0/15 - 10.253.255.0/24, from the pid, so that parallel tests
+  // differ; the next one when this machine already routes it (another lab, a real network).
+  for (unsigned i = 0;; ++i) {
+    unsigned n = (pid + i) % 1024;
+    subnet_ = "10." + std::to_string(250 + n / 256) + "." + std::to_string(n % 256) + ".";
+    if (output_of({ip_tool, "-4", "route", "show", subnet_ + "0/24"}).empty()) break;
+    if (i == 1023) throw std::runtime_error("netns_lab: every 10.250-253.x.0/24 is routed here");
+  }
   bridge_ns_ = name("br");
   host_link_ = prefix_ + "h";
   must({ip_tool, "netns", "add", bridge_ns_});
@@ -111,7 +161,10 @@ netns_lab::netns_lab() {
 }
 
 netns_lab::~netns_lab() {
-  for (const auto& m : members_) run({ip_tool, "netns", "del", m.ns}, true);
+  for (const auto& m : members_) {
+    run({ip_tool, "netns", "del", m.ns}, true);
+    run({ip_tool, "link", "del", m.inside_link}, true);  // set up only halfway: still here
+  }
   run({ip_tool, "link", "del", host_link_}, true);
   run({ip_tool, "netns", "del", bridge_ns_}, true);
 }

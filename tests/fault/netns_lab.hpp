@@ -5,11 +5,14 @@
 //               with an address of its own on a /24 that exists only on these links; this
 //               process joins the bridge too, by one more veth pair, to start and watch the
 //               members. Made by the constructor, removed by the destructor (and stale labs
-//               of dead test processes at the next start). Needs root, `ip` and, for one-way
-//               cuts, `iptables` (scripts/bootstrap installs both).
+//               of dead test processes, with their processes, at the next start). The /24 is
+//               one this machine routes nowhere else. Needs root, `ip` and, for one-way cuts,
+//               `iptables` (scripts/bootstrap installs both).
 //   Faults, each undone by heal():
 //     cut(m)            m's link to the bridge goes down: nothing passes either way, without a
-//                       RST or FIN (the peers' TCP retransmits into the void)
+//                       RST or FIN (the peers' TCP retransmits into the void); once ARP gives up
+//                       (about 3 s) a peer's new connects fail with EHOSTUNREACH, as across a
+//                       real LAN whose host went away
 //     cut_between(a, b) a and b cannot reach each other (iptables DROP in a, both directions);
 //                       everyone else still reaches both
 //     drop_from(a, b)   one way: a drops what comes from b (iptables INPUT); what a sends still

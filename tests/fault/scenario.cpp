@@ -193,6 +193,9 @@ outcome scenario::run(const std::function<void(scenario&)>& faults) {
     if (options_.rwlock) argv.insert(argv.end(), {"--lock", "rwlock:rw:0:" + urls[0]});
     if (options_.lockset) argv.insert(argv.end(), {"--lock", "lockset:set:1:" + urls[0]});
     if (options_.mixed_kinds) argv.insert(argv.end(), {"--lock", "mixed_kinds:mix:0:" + urls[0]});
+    if (options_.fair_semaphore) {
+      argv.insert(argv.end(), {"--lock", "fair_semaphore:fair:2:" + urls[0]});
+    }
     argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
     if (lab_) {
       auto launcher = lab_->launcher(worker_members_[static_cast<std::size_t>(p)]);

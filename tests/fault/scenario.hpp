@@ -14,6 +14,7 @@
 // at random, as a dlock::mutex, a dlock::shared_mutex writer or reader, or a dlock::lock_set of
 // {mix, mix-pair}: one name is one lock, so these exclude each other (readers share) and their
 // fences grow across the kinds; the checkers judge them as one lock, its readers as shared.
+// With fair_semaphore, "fair", a fair dlock::semaphore with 2 permits on node 0.
 // The fenced resource is the separate resource server (never faulted), written with
 // dlock::fenced_set.
 // Not thread-safe: one test thread drives a scenario.
@@ -45,6 +46,7 @@ struct scenario_options {
   bool rwlock = false;       // also for the read-write lock "rw" on node 0 (readers and writers)
   bool lockset = false;      // also for the lock set {set, set-pair} on node 0, named "set"
   bool mixed_kinds = false;  // also for "mix" on node 0, as every kind that shares one name
+  bool fair_semaphore = false;  // also for "fair", a fair semaphore of 2 permits on node 0
   int processes = 3;         // worker processes, one thread per lock in each
   std::chrono::milliseconds duration{5000};  // how long the workers contend
   std::chrono::milliseconds ttl{800};

@@ -155,7 +155,17 @@ std::string raw_command(const std::string& host, unsigned short port,
 }
 
 redis_server::redis_server(server_options options) : options_(std::move(options)) {
-  if (!options_.address.empty()) host_ = options_.address;
+  if (!options_.sentinel_config.empty() &&
+      (!options_.launcher.empty() || !options_.address.empty())) {
+    throw std::invalid_argument("local_redis: a Sentinel takes no launcher or address");
+  }
+  if (!options_.address.empty()) {
+    in_addr parsed{};
+    if (::inet_pton(AF_INET, options_.address.c_str(), &parsed) != 1) {
+      throw std::invalid_argument("local_redis: not an IPv4 address: " + options_.address);
+    }
+    host_ = options_.address;
+  }
   char tmpl[] = "/tmp/dlock-redis-XXXXXX";
   if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;

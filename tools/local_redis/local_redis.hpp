@@ -30,8 +30,9 @@ struct server_options {
   // restart keeps what it learnt.
   std::vector<std::string> sentinel_config{};
   // Not Sentinel: the argv prefix that starts the server (the nemesis's `ip netns exec NS`, to
-  // run it in a network namespace), and the address it listens on besides its own loopback,
-  // which url() and the readiness check use ("" : 127.0.0.1 alone).
+  // run it in a network namespace; it must exec the server, not fork it, so that pid(),
+  // pause() and kill() reach the server), and the IPv4 address it listens on besides its own
+  // loopback, which url() and the readiness check use ("": 127.0.0.1 alone).
   std::vector<std::string> launcher{};
   std::string address{};
 };
