@@ -160,6 +160,32 @@ void expect_held_up(const char* name, const scenario& s, const outcome& o,
              " heals " + std::to_string(sched.heals.size()) + " recovery" + row + " | " + o.line);
 }
 
+// One nemesis run: `fault(scenario, schedule)` injects one fault, waits and undoes it, within
+// `longest`, again and again (schedule::repeat); the checker then judges the run.
+template <class Fault>
+outcome run_nemesis(const char* name, const scenario_options& options, milliseconds longest,
+                    Fault fault, bool judge = true) {
+  scenario s(std::string("nemesis_") + name, options);
+  schedule sched(name);
+  auto o = s.run([&](scenario& sc) {
+    sched.repeat(sc, now_stamp(), longest, [&] { fault(sc, sched); });
+  });
+  if (judge) {
+    expect_held_up(name, s, o, sched);
+  } else {
+    log_result("nemesis " + std::string(name) + ": seed " + std::to_string(sched.seed) + " | " +
+               o.line);
+  }
+  return o;
+}
+
+// Restarts a node without persistence: it comes back empty.
+void restart_a_node(scenario& sc, schedule& sched) {
+  sc.node(sched.pick(3)).restart();
+  sched.healed();
+  sc.sleep(sched.between(800ms, 1200ms));
+}
+
 // A TCP connection to host:port within `limit` (a cut peer never answers the SYN, and a
 // blocking connect would wait minutes).
 int connect_within(const std::string& host, unsigned short port, milliseconds limit) {
@@ -264,16 +290,11 @@ TEST(nemesis, partition_minority) {
   SKIP_WITHOUT_NAMESPACES();
   auto options = nemesis_options(3);
   options.rwlock = options.lockset = options.fair_semaphore = true;
-  scenario s("nemesis_partition_minority", options);
-  schedule sched("partition_minority");
-  auto o = s.run([&](scenario& sc) {
-    sched.repeat(sc, now_stamp(), 1600ms, [&] {
-      sc.net().cut(sc.node_member(sched.pick(3)));
-      sc.sleep(sched.between(800ms, 1600ms));
-      sched.heal(sc);
-    });
+  run_nemesis("partition_minority", options, 1600ms, [](scenario& sc, schedule& sched) {
+    sc.net().cut(sc.node_member(sched.pick(3)));
+    sc.sleep(sched.between(800ms, 1600ms));
+    sched.heal(sc);
   });
-  expect_held_up("partition_minority", s, o, sched);
 }
 
 // Two nodes of three cut off: no quorum for the Redlock, which must wait, not split.
@@ -281,19 +302,14 @@ TEST(nemesis, partition_majority) {
   SKIP_WITHOUT_NAMESPACES();
   auto options = nemesis_options(3);
   options.fair_semaphore = true;
-  scenario s("nemesis_partition_majority", options);
-  schedule sched("partition_majority");
-  auto o = s.run([&](scenario& sc) {
-    sched.repeat(sc, now_stamp(), 1600ms, [&] {
-      int spared = sched.pick(3);
-      for (int n = 0; n < 3; ++n) {
-        if (n != spared) sc.net().cut(sc.node_member(n));
-      }
-      sc.sleep(sched.between(800ms, 1600ms));
-      sched.heal(sc);
-    });
+  run_nemesis("partition_majority", options, 1600ms, [](scenario& sc, schedule& sched) {
+    int spared = sched.pick(3);
+    for (int n = 0; n < 3; ++n) {
+      if (n != spared) sc.net().cut(sc.node_member(n));
+    }
+    sc.sleep(sched.between(800ms, 1600ms));
+    sched.heal(sc);
   });
-  expect_held_up("partition_majority", s, o, sched);
 }
 
 // A 5-node Redlock: two nodes cut (a minority: it goes on), or three (a majority: it waits).
@@ -301,18 +317,13 @@ TEST(nemesis, redlock5_minority_and_majority) {
   SKIP_WITHOUT_NAMESPACES();
   auto options = nemesis_options(5);
   options.semaphore = false;
-  scenario s("nemesis_redlock5", options);
-  schedule sched("redlock5_minority_and_majority");
-  auto o = s.run([&](scenario& sc) {
-    sched.repeat(sc, now_stamp(), 1600ms, [&] {
-      int cut = 2 + sched.pick(2);
-      int first = sched.pick(5);
-      for (int i = 0; i < cut; ++i) sc.net().cut(sc.node_member((first + i) % 5));
-      sc.sleep(sched.between(800ms, 1600ms));
-      sched.heal(sc);
-    });
+  run_nemesis("redlock5_minority_and_majority", options, 1600ms, [](scenario& sc, schedule& sched) {
+    int cut = 2 + sched.pick(2);
+    int first = sched.pick(5);
+    for (int i = 0; i < cut; ++i) sc.net().cut(sc.node_member((first + i) % 5));
+    sc.sleep(sched.between(800ms, 1600ms));
+    sched.heal(sc);
   });
-  expect_held_up("redlock5_minority_and_majority", s, o, sched);
 }
 
 // One way: a worker stops hearing a node while its requests still reach it, so its SETs and
@@ -320,56 +331,43 @@ TEST(nemesis, redlock5_minority_and_majority) {
 TEST(nemesis, one_way_replies_lost) {
   SKIP_WITHOUT_NAMESPACES();
   SKIP_WITHOUT_IPTABLES();
-  scenario s("nemesis_one_way", nemesis_options(3));
-  schedule sched("one_way_replies_lost");
-  auto o = s.run([&](scenario& sc) {
-    sched.repeat(sc, now_stamp(), 1600ms, [&] {
-      int worker = sched.pick(3);
-      int node = sched.pick(3);
-      sc.net().drop_from(sc.worker_member(worker), sc.node_member(node));
-      sc.sleep(sched.between(800ms, 1600ms));
-      sched.heal(sc);
-    });
-  });
-  expect_held_up("one_way_replies_lost", s, o, sched);
+  auto fault = [](scenario& sc, schedule& sched) {
+    int worker = sched.pick(3);
+    int node = sched.pick(3);
+    sc.net().drop_from(sc.worker_member(worker), sc.node_member(node));
+    sc.sleep(sched.between(800ms, 1600ms));
+    sched.heal(sc);
+  };
+  run_nemesis("one_way_replies_lost", nemesis_options(3), 1600ms, fault);
 }
 
 // A flapping link: one node's link goes down and up every 50-250 ms for about 2 s, so replies
 // are in flight whenever it heals.
 TEST(nemesis, flapping_link) {
   SKIP_WITHOUT_NAMESPACES();
-  scenario s("nemesis_flapping", nemesis_options(3));
-  schedule sched("flapping_link");
-  auto o = s.run([&](scenario& sc) {
-    sched.repeat(sc, now_stamp(), 2500ms, [&] {
-      int node = sched.pick(3);
-      auto until = std::chrono::steady_clock::now() + 2s;
-      while (sc.running() && std::chrono::steady_clock::now() < until) {
-        if (!sched.heals.empty()) sched.heals.back().next_fault = now_stamp();
-        sc.net().cut(sc.node_member(node));
-        sc.sleep(sched.between(50ms, 250ms));
-        sched.heal(sc);
-        sc.sleep(sched.between(50ms, 250ms));
-      }
-    });
+  run_nemesis("flapping_link", nemesis_options(3), 2500ms, [](scenario& sc, schedule& sched) {
+    int node = sched.pick(3);
+    auto until = std::chrono::steady_clock::now() + 2s;
+    while (sc.running() && std::chrono::steady_clock::now() < until) {
+      if (!sched.heals.empty()) sched.heals.back().next_fault = now_stamp();
+      sc.net().cut(sc.node_member(node));
+      sc.sleep(sched.between(50ms, 250ms));
+      sched.heal(sc);
+      sc.sleep(sched.between(50ms, 250ms));
+    }
   });
-  expect_held_up("flapping_link", s, o, sched);
 }
 
 // A worker cut off from everything (the nodes and the resource) for 2-3 TTLs: its lease runs
 // out while it cannot even renew, others take the locks, and its belief must have ended first.
 TEST(nemesis, client_partitioned_past_its_ttl) {
   SKIP_WITHOUT_NAMESPACES();
-  scenario s("nemesis_client_cut", nemesis_options(3));
-  schedule sched("client_partitioned_past_its_ttl");
-  auto o = s.run([&](scenario& sc) {
-    sched.repeat(sc, now_stamp(), 2400ms, [&] {
-      sc.net().cut(sc.worker_member(sched.pick(3)));
-      sc.sleep(sched.between(1600ms, 2400ms));
-      sched.heal(sc);
-    });
-  });
-  expect_held_up("client_partitioned_past_its_ttl", s, o, sched);
+  auto fault = [](scenario& sc, schedule& sched) {
+    sc.net().cut(sc.worker_member(sched.pick(3)));
+    sc.sleep(sched.between(1600ms, 2400ms));
+    sched.heal(sc);
+  };
+  run_nemesis("client_partitioned_past_its_ttl", nemesis_options(3), 2400ms, fault);
 }
 
 // A holder paused (SIGSTOP) for 1.5 TTLs inside its namespace. The workers check their lease
@@ -377,20 +375,16 @@ TEST(nemesis, client_partitioned_past_its_ttl) {
 // an old token, which the register refuses.
 TEST(nemesis, holder_paused_past_its_ttl) {
   SKIP_WITHOUT_NAMESPACES();
-  scenario s("nemesis_pause", nemesis_options(3));
-  schedule sched("holder_paused_past_its_ttl");
-  auto o = s.run([&](scenario& sc) {
-    sched.repeat(sc, now_stamp(), 1400ms, [&] {
-      const char* lock = sched.pick(2) ? "single" : "redlock";
-      int holder = sc.holder_of(lock, 200ms);
-      if (holder < 0) holder = sched.pick(3);
-      sc.pause_worker(holder);
-      sc.sleep(sc.options().ttl * 3 / 2);
-      sc.resume_worker(holder);
-      sched.healed();
-    });
-  });
-  expect_held_up("holder_paused_past_its_ttl", s, o, sched);
+  auto fault = [](scenario& sc, schedule& sched) {
+    const char* lock = sched.pick(2) ? "single" : "redlock";
+    int holder = sc.holder_of(lock, 200ms);
+    if (holder < 0) holder = sched.pick(3);
+    sc.pause_worker(holder);
+    sc.sleep(sc.options().ttl * 3 / 2);
+    sc.resume_worker(holder);
+    sched.healed();
+  };
+  run_nemesis("holder_paused_past_its_ttl", nemesis_options(3), 1400ms, fault);
 }
 
 // Nodes restarted without persistence (they forget every key and counter), with every client
@@ -399,38 +393,18 @@ TEST(nemesis, restart_without_persistence_quarantined) {
   SKIP_WITHOUT_NAMESPACES();
   auto options = nemesis_options(3);
   options.worker_flags = {"--quarantine", "1000"};
-  scenario s("nemesis_restart_quarantined", options);
-  schedule sched("restart_without_persistence_quarantined");
-  auto o = s.run([&](scenario& sc) {
-    sched.repeat(sc, now_stamp(), 1300ms, [&] {
-      sc.node(sched.pick(3)).restart();
-      sched.healed();
-      sc.sleep(sched.between(800ms, 1200ms));
-    });
-  });
-  expect_held_up("restart_without_persistence_quarantined", s, o, sched);
+  run_nemesis("restart_without_persistence_quarantined", options, 1300ms, restart_a_node);
 }
 
 // The same restarts without the quarantine break mutual exclusion (docs/guarantees.md: a node
 // that forgets a held key grants it again); the fence still refuses every stale write.
 TEST(nemesis, restart_without_persistence) {
   SKIP_WITHOUT_NAMESPACES();
-  scenario s("nemesis_restart", nemesis_options(3));
-  schedule sched("restart_without_persistence");
-  auto o = s.run([&](scenario& sc) {
-    sched.repeat(sc, now_stamp(), 1300ms, [&] {
-      sc.node(sched.pick(3)).restart();
-      sched.healed();
-      sc.sleep(sched.between(800ms, 1200ms));
-    });
-  });
+  auto o = run_nemesis("restart_without_persistence", nemesis_options(3), 1300ms, restart_a_node,
+                       /*judge=*/false);
   EXPECT_EQ(o.failed_workers, 0) << o.line;
   EXPECT_GT(o.acquisitions, 15) << o.line;
   EXPECT_EQ(o.fence.wrongly_accepted, 0u) << o.line;
-  std::printf("nemesis restart_without_persistence: seed %u overlaps %zu (allowed: no persistence, "
-              "no quarantine)\n", sched.seed, o.overlaps);
-  log_result("nemesis restart_without_persistence: seed " + std::to_string(sched.seed) + " | " +
-             o.line);
 }
 
 }  // namespace

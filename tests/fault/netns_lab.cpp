@@ -118,7 +118,9 @@ std::string netns_lab::unavailable() {
 }
 
 std::string netns_lab::no_iptables() {
-  if (!executable(iptables_tool)) return "no /usr/sbin/iptables: install iptables (scripts/bootstrap)";
+  if (!executable(iptables_tool)) {
+    return "no /usr/sbin/iptables: install iptables (scripts/bootstrap)";
+  }
   std::string probe = "dlk" + std::to_string(::getpid()) + "-probe";
   if (run({ip_tool, "netns", "add", probe}, true) != 0) return "cannot make a namespace";
   bool works = run({ip_tool, "netns", "exec", probe, iptables_tool, "-w", "-A", "INPUT", "-s",

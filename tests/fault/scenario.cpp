@@ -92,7 +92,9 @@ scenario::scenario(std::string name, scenario_options options)
   }
   resource_ = std::make_unique<test::redis_server>(placed({}, nullptr));
   if (lab_) resource_member_ = lab_->members() - 1;
-  for (int p = 0; lab_ && p < options_.processes; ++p) worker_members_.push_back(lab_->add_member());
+  for (int p = 0; lab_ && p < options_.processes; ++p) {
+    worker_members_.push_back(lab_->add_member());
+  }
   if (options_.proxied) {
     proxies_.resize(static_cast<std::size_t>(options_.processes));
     for (auto& row : proxies_) {
@@ -135,7 +137,8 @@ int scenario::holder_of(const std::string& lock, std::chrono::milliseconds left)
 
 std::chrono::milliseconds scenario::holder_left(const std::string& lock) {
   std::string key = "fault:" + name_ + ":" + lock + ":holder";
-  std::string pttl = test::raw_command(resource_->host(), resource_->port(), "PTTL " + key);  // ":1234\r\n"
+  // ":1234\r\n"
+  std::string pttl = test::raw_command(resource_->host(), resource_->port(), "PTTL " + key);
   if (pttl.size() < 2 || pttl[0] != ':') return -1ms;
   return std::max(std::chrono::milliseconds(std::atoll(pttl.c_str() + 1)), -1ms);
 }

@@ -38,7 +38,8 @@ TEST(ScriptArgsTest, KeepsEachArgumentInlineAndAfterSpilling) {
   script_args edge{std::string(script_args::inline_bytes - 1, 'a')};
   edge.push_back("b");
   edge.push_back("c");
-  EXPECT_EQ(edge, (std::vector<std::string>{std::string(script_args::inline_bytes - 1, 'a'), "b", "c"}));
+  std::string almost(script_args::inline_bytes - 1, 'a');
+  EXPECT_EQ(edge, (std::vector<std::string>{almost, "b", "c"}));
 }
 
 TEST(ScriptArgsTest, CopiesAndMovesKeepTheValues) {
@@ -88,7 +89,8 @@ TEST(SmallVectorTest, PushEraseAndCopyInlineAndSpilled) {
     EXPECT_TRUE(v.empty());
   }
   small_vector<std::int64_t, 5> filled(7, -1);
-  EXPECT_EQ(std::vector<std::int64_t>(filled.begin(), filled.end()), std::vector<std::int64_t>(7, -1));
+  EXPECT_EQ(std::vector<std::int64_t>(filled.begin(), filled.end()),
+            std::vector<std::int64_t>(7, -1));
 }
 
 }  // namespace
