@@ -284,6 +284,14 @@ TEST(nemesis, lab_cuts_heals_and_drops_one_way) {
   ::close(client_fd);
 }
 
+// Cuts `count` nodes in a row (from `first`, wrapping) off from everyone for 0.8-1.6 s, then
+// heals.
+void cut_nodes(scenario& sc, schedule& sched, int first, int count) {
+  for (int i = 0; i < count; ++i) sc.net().cut(sc.node_member((first + i) % sc.options().nodes));
+  sc.sleep(sched.between(800ms, 1600ms));
+  sched.heal(sc);
+}
+
 // One node of three cut off from everyone (the single-node lock's and the semaphore's node
 // too, when it is node 0), for longer than a TTL, again and again.
 TEST(nemesis, partition_minority) {
@@ -291,9 +299,7 @@ TEST(nemesis, partition_minority) {
   auto options = nemesis_options(3);
   options.rwlock = options.lockset = options.fair_semaphore = true;
   run_nemesis("partition_minority", options, 1600ms, [](scenario& sc, schedule& sched) {
-    sc.net().cut(sc.node_member(sched.pick(3)));
-    sc.sleep(sched.between(800ms, 1600ms));
-    sched.heal(sc);
+    cut_nodes(sc, sched, sched.pick(3), 1);
   });
 }
 
@@ -303,12 +309,7 @@ TEST(nemesis, partition_majority) {
   auto options = nemesis_options(3);
   options.fair_semaphore = true;
   run_nemesis("partition_majority", options, 1600ms, [](scenario& sc, schedule& sched) {
-    int spared = sched.pick(3);
-    for (int n = 0; n < 3; ++n) {
-      if (n != spared) sc.net().cut(sc.node_member(n));
-    }
-    sc.sleep(sched.between(800ms, 1600ms));
-    sched.heal(sc);
+    cut_nodes(sc, sched, sched.pick(3), 2);
   });
 }
 
@@ -317,13 +318,11 @@ TEST(nemesis, redlock5_minority_and_majority) {
   SKIP_WITHOUT_NAMESPACES();
   auto options = nemesis_options(5);
   options.semaphore = false;
-  run_nemesis("redlock5_minority_and_majority", options, 1600ms, [](scenario& sc, schedule& sched) {
-    int cut = 2 + sched.pick(2);
-    int first = sched.pick(5);
-    for (int i = 0; i < cut; ++i) sc.net().cut(sc.node_member((first + i) % 5));
-    sc.sleep(sched.between(800ms, 1600ms));
-    sched.heal(sc);
-  });
+  run_nemesis("redlock5_minority_and_majority", options, 1600ms,
+              [](scenario& sc, schedule& sched) {
+                int count = 2 + sched.pick(2);
+                cut_nodes(sc, sched, sched.pick(5), count);
+              });
 }
 
 // One way: a worker stops hearing a node while its requests still reach it, so its SETs and
