@@ -3,6 +3,9 @@
 //   fault_worker --out FILE --resource URL --prefix P --seconds S
 //                --lock KIND:NAME:LIMIT:URL[,URL...]   (repeat; KIND = mutex | semaphore |
 //                                                       fair_semaphore |
+//                                                       election, over every URL |
+//                                                       cli_run: `dlock run` over every
+//                                                       URL (needs --cli) |
 //                                                       rwlock, whose LIMIT is ignored |
 //                                                       lockset: the set {NAME, NAME-pair}
 //                                                       on the first URL, recorded as NAME |
@@ -12,19 +15,22 @@
 //                [--write-every MS] [--stale-check] [--no-keep-alive] [--mixed] [--seed N]
 //                [--quarantine MS]    (client_options::restart_quarantine)
 //                [--guard MS]         (client_options::replication_guard, with this timeout)
+//                [--cli PATH]         (the dlock command, for a cli_run lock)
 // A --lock's URLs are separated by commas, except that one redis-sentinel:// URL (which has
 // commas of its own) stands alone.
 // Each thread loops until S seconds have passed: acquire, hold for a random time (in --hold's
 // range, or one time in four for 1-2 TTLs) while writing to the fenced resource every
 // --write-every ms (mutexes and a read-write lock's writers: dlock::fenced_set on P:NAME:data),
 // release; a read-write lock's thread takes it shared three times in four. A lock set's holding
-// is recorded (and writes through the fence) as one of NAME. A mixed_kinds thread takes NAME,
+// is recorded (and writes through the fence) as one of NAME; so is an election's leadership,
+// which ends by resign() five times in six. A mixed_kinds thread takes NAME,
 // per holding at random, as a dlock::mutex, a shared_mutex writer or reader, or the lock set
 // {NAME, NAME-pair}: one name is one lock (src/lua/include/name_mark.lua), so all are recorded
 // as holdings of NAME, counted per kind (acquired.NAME.KIND); its holdings are shorter (the
 // first quarter of --hold's range, one in eight 1-2 TTLs). Each thread records each holding
 // as [acquired, last moment it believed it held] and each write with its verdict, and saves a
-// report (history.hpp) to FILE at the end.
+// report (history.hpp) to FILE at the end, stamped in real time even where libfaketime moves
+// the clock that dlock reads (scenario_options::faked_client_clocks).
 //   default        "careful": work, then check lost() and valid_until() right before each
 //                  write; the holding is believed up to that check (assumption 5)
 //   --stale-check  check, then work, then write: a pause during the work goes unnoticed, which
@@ -34,13 +40,17 @@
 //                  (release, drop to the destructor, detach as a vanished holder would)
 // It also sets P:NAME:holder = its pid on the resource, expiring when it means to let go, so a
 // test can find the current holder to pause it.
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -52,6 +62,7 @@
 #include <vector>
 
 #include "dlock/dlock.hpp"
+#include "dlock/election.hpp"
 #include "dlock/semaphore.hpp"
 #include "fault/history.hpp"
 #include "support/checks.hpp"
@@ -70,6 +81,7 @@ struct lock_spec {
 
 struct args {
   std::string out, resource, prefix = "fault";
+  std::string cli;  // the dlock command, for a cli_run lock
   std::vector<lock_spec> locks;
   double seconds = 5;
   milliseconds ttl{800}, retry_delay{30}, node_timeout{0}, write_every{20}, quarantine{0};
@@ -125,6 +137,8 @@ args parse(int argc, char** argv) {
       a.keep_alive = false;
     else if (flag == "--mixed")
       a.mixed = true;
+    else if (flag == "--cli")
+      a.cli = value();
     else if (flag == "--seed")
       a.seed = static_cast<unsigned>(std::stoul(value()));
     else if (flag == "--hold") {
@@ -148,6 +162,27 @@ args parse(int argc, char** argv) {
   if (a.out.empty() || a.resource.empty() || a.locks.empty())
     usage("need --out, --resource, --lock");
   return a;
+}
+
+std::string self_path() {
+  char path[4096];
+  auto n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0) usage("cannot read /proc/self/exe");
+  return std::string(path, static_cast<std::size_t>(n));
+}
+
+// Runs `argv` and returns its exit status (128 + signal when killed, -1 when it cannot start).
+int spawn_and_wait(const std::vector<std::string>& argv) {
+  std::vector<char*> raw;
+  for (const auto& arg : argv) raw.push_back(const_cast<char*>(arg.c_str()));
+  raw.push_back(nullptr);
+  pid_t pid = -1;
+  if (::posix_spawn(&pid, raw[0], nullptr, nullptr, raw.data(), environ) != 0) return -1;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 std::string error_name(std::error_code ec) {
@@ -181,10 +216,6 @@ class recorder {
   std::mutex m_;
   dlock::fault::report r_;
 };
-
-dlock::fault::stamp stamp_of(steady::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
 
 // How a holding is recorded: the lock's limit and the holding's weight (history.hpp), and the
 // kind that held it, for a name held as several kinds.
@@ -257,6 +288,31 @@ class contender {
         }
         hold(held, end, true);
         let_go(held);
+      }
+      return;
+    }
+    if (spec_.kind == "cli_run") {
+      run_cli(end);
+      return;
+    }
+    if (spec_.kind == "election") {
+      // Over every URL (a Redlock election when there are several); the term is the fence.
+      dlock::election vote{nodes_, spec_.name, std::to_string(::getpid()),
+                           {.lock = options<dlock::lock_options>()}};
+      while (steady::now() < end) {
+        std::error_code ec;
+        dlock::lease led =
+            pick(4) == 0 ? vote.try_campaign(ec) : vote.campaign_until(deadline(end), ec);
+        if (!led) {
+          failed(ec);
+          continue;
+        }
+        hold(led, end, true);
+        if (pick(6) == 0) {
+          let_go(led);  // released as a lease, or dropped, or detached with --mixed
+        } else if (auto e = vote.resign(led); e && e != dlock::errc::not_held) {
+          rec_.count("error.resign." + error_name(e));
+        }
       }
       return;
     }
@@ -394,6 +450,53 @@ class contender {
     }
   }
 
+  // `dlock run` over every URL, with this program's --run-child as CMD (run_child below). CMD
+  // logs each write as it goes, since a holding that SIGKILL ends cannot report itself; once
+  // the command has ended, this thread records CMD's holding from the log: from CMD's start to
+  // its last write, which is all CMD did while it believed itself the holder.
+  void run_cli(steady::time_point end) {
+    if (a_.cli.empty()) usage("a cli_run lock needs --cli");
+    const std::string log = a_.out + ".cli";
+    while (steady::now() < end) {
+      auto [low, high] = hold_range();
+      auto span = std::uniform_int_distribution<long>(low, high)(rng_);
+      ::unlink(log.c_str());
+      std::vector<std::string> argv{a_.cli};
+      for (const auto& u : spec_.urls) argv.insert(argv.end(), {"-r", u});
+      argv.insert(argv.end(),
+                  {"run", "--ttl", std::to_string(a_.ttl.count()) + "ms", "-w", "2",
+                   a_.prefix + ":" + spec_.name, "--", self_path(), "--run-child", log,
+                   a_.resource, data_key_, std::to_string(span),
+                   std::to_string(a_.write_every.count())});
+      int status = spawn_and_wait(argv);
+      std::ifstream in(log);
+      dlock::fault::interval held{spec_.name, 1, 0, 0, 0, 1};
+      for (std::string what; in >> what;) {
+        if (what == "start") {
+          in >> held.start >> held.token;
+          held.end = held.start;
+        } else if (what == "write") {
+          dlock::fault::write_record w{spec_.name, 0, 0, 0, false};
+          in >> w.token >> w.sent >> w.answered >> w.accepted;
+          held.end = w.sent;
+          if (in) rec_.add(w);
+        }
+      }
+      if (held.start != 0) {
+        rec_.count("acquired." + spec_.name);
+        rec_.add(held);
+      }
+      if (status == 71) {
+        rec_.count("lost");
+      } else if (status == 75) {
+        rec_.count("error.acquire.not_acquired");
+      } else if (status != 0 || held.start == 0) {
+        rec_.count("error.cli_run.exit_" + std::to_string(status));
+      }
+      if (status != 0) std::this_thread::sleep_for(a_.retry_delay);
+    }
+  }
+
   // After a failed acquisition: count it, and pause as a caller would (a one-round try on a dead
   // node fails at once).
   void failed(std::error_code ec, const dlock::node_results& votes = {}) {
@@ -419,15 +522,12 @@ class contender {
   // `manual`: renew with extend() instead of keep_alive().
   void hold(dlock::lease& l, steady::time_point end, bool fenced, bool manual = false,
             share recorded = {}) {
-    auto acquired = steady::now();
+    auto acquired = steady::now();  // the clock dlock reads (under libfaketime, a moved one)
+    auto acquired_at = dlock::fault::now_stamp();  // the history's: real time
     rec_.count("acquired." + spec_.name + (recorded.kind ? std::string(".") + recorded.kind : ""));
     bool kept = a_.keep_alive && !manual;
     if (kept) (void)l.keep_alive();
-    // One holding in long_hold_one_in_ outlasts the TTL, so that renewals (and their failures)
-    // matter.
-    auto [low, high] = pick(long_hold_one_in_) == 0
-                           ? std::pair{a_.ttl.count(), 2 * a_.ttl.count()}
-                           : std::pair{a_.hold_min.count(), short_hold_max_.count()};
+    auto [low, high] = hold_range();
     auto span = std::uniform_int_distribution<long>(low, high)(rng_);
     if (fenced) {  // "I hold it, for about this long"
       std::error_code ignored;
@@ -435,7 +535,7 @@ class contender {
                      ignored);
     }
     auto until = std::min(acquired + milliseconds(span), end + a_.ttl);
-    auto believed = acquired;
+    auto believed_at = acquired_at;
     auto still_held = [&](steady::time_point t) {
       return !l.lost().stop_requested() && t < l.valid_until();
     };
@@ -443,21 +543,20 @@ class contender {
       if (a_.stale_check) {
         if (!still_held(steady::now())) break;
         std::this_thread::sleep_for(a_.write_every);  // a pause here goes unnoticed
-        believed = steady::now();
+        believed_at = dlock::fault::now_stamp();
       } else {
         std::this_thread::sleep_for(a_.write_every);
         if (manual && l.remaining() < a_.ttl / 2) {
           if (auto ec = l.extend()) rec_.count("error.extend." + error_name(ec));
         }
-        auto t = steady::now();
-        if (!still_held(t)) break;
-        believed = t;
+        if (!still_held(steady::now())) break;
+        believed_at = dlock::fault::now_stamp();
       }
       if (fenced) write(l.fencing_token());
       if (steady::now() >= until) break;
     }
     rec_.add(dlock::fault::interval{spec_.name, recorded.limit ? recorded.limit : spec_.limit,
-                                    stamp_of(acquired), stamp_of(believed), l.fencing_token(),
+                                    acquired_at, believed_at, l.fencing_token(),
                                     recorded.weight});
     // A kept-alive lease whose validity ran out must say so: lost() fires at the end of validity
     // (the watchdog's timer), give or take the I/O thread's scheduling (a slow build's, a busy
@@ -468,6 +567,14 @@ class contender {
       }
     }
     if (l.lost().stop_requested()) rec_.count("lost");
+  }
+
+  // How long a holding may last: one in long_hold_one_in_ outlasts the TTL, so that renewals
+  // (and their failures) matter.
+  std::pair<long, long> hold_range() {
+    return pick(long_hold_one_in_) == 0
+               ? std::pair<long, long>{a_.ttl.count(), 2 * a_.ttl.count()}
+               : std::pair<long, long>{a_.hold_min.count(), short_hold_max_.count()};
   }
 
   // Releases `l`, or (mixed) drops it for the destructor to release, or detaches it as a holder
@@ -510,9 +617,40 @@ class contender {
   int long_hold_one_in_ = 4;
 };
 
+// `dlock run`'s CMD: holds for `span` ms, writing DLOCK_FENCE through the fence every
+// `every` ms, and logs its start and each write as one line each (appended at once: a SIGKILL
+// loses none).
+//   fault_worker --run-child LOG RESOURCE_URL DATA_KEY SPAN_MS EVERY_MS
+int run_child(char** argv) {
+  const char* fence_text = std::getenv("DLOCK_FENCE");
+  if (!fence_text) usage("--run-child runs under dlock run, which sets DLOCK_FENCE");
+  std::uint64_t fence = std::stoull(fence_text);
+  std::FILE* log = std::fopen(argv[2], "a");
+  if (!log) usage(std::string("cannot open ") + argv[2]);
+  std::setvbuf(log, nullptr, _IONBF, 0);  // each line one write()
+  auto line = [log](const std::string& text) { std::fputs((text + "\n").c_str(), log); };
+  auto started = steady::now();
+  line("start " + std::to_string(dlock::fault::now_stamp()) + " " + std::to_string(fence));
+  dlock::client resource{argv[3]};
+  const std::string key = argv[4];
+  auto span = milliseconds(std::stol(argv[5]));
+  auto every = milliseconds(std::stol(argv[6]));
+  while (steady::now() < started + span) {
+    std::this_thread::sleep_for(every);
+    auto sent = dlock::fault::now_stamp();
+    std::error_code ec;
+    bool accepted = dlock::fenced_set(resource, key, std::to_string(fence), fence, ec);
+    if (ec) continue;  // outcome unknown: not audited
+    line("write " + std::to_string(fence) + " " + std::to_string(sent) + " " +
+         std::to_string(dlock::fault::now_stamp()) + " " + (accepted ? "1" : "0"));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 7 && std::string(argv[1]) == "--run-child") return run_child(argv);
   args a = parse(argc, argv);
   recorder rec;
   auto end = steady::now() +

@@ -1,17 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "fault/history.hpp"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
 namespace dlock::fault {
 
 stamp now_stamp() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  // The system call, not clock_gettime(): a worker under libfaketime sees a moved clock, but
+  // its history must be stamped in the machine's real time.
+  timespec now{};
+  ::syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &now);
+  return static_cast<stamp>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
 }
 
 void report::merge(const report& other) {

@@ -24,6 +24,37 @@ std::string clock_file(const std::string& dir, int node) {
   return dir + "/clock-" + std::to_string(node);
 }
 
+std::string client_clock_file(const std::string& dir, int process) {
+  return dir + "/client-clock-" + std::to_string(process);
+}
+
+// libfaketime's relative offset in seconds: "+0.800", "-1.600".
+std::string faketime_offset(std::chrono::milliseconds offset) {
+  char text[32];
+  auto ms = offset.count();
+  std::snprintf(text, sizeof text, "%c%lld.%03lld\n", ms < 0 ? '-' : '+', std::llabs(ms) / 1000,
+                std::llabs(ms) % 1000);
+  return text;
+}
+
+// The environment a worker runs in under libfaketime: the clock read anew from `file` at every
+// call (the file holds an offset), and only the wall clock moved unless `monotonic`.
+std::vector<std::string> faketime_env(const std::string& file, bool monotonic) {
+  if (::access(DLOCK_LIBFAKETIME, R_OK) != 0) {
+    throw std::runtime_error(std::string("libfaketime is missing (") + DLOCK_LIBFAKETIME +
+                             "): scripts/bootstrap installs Debian's libfaketime");
+  }
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  std::vector<std::string> env{
+      "env", std::string("LD_PRELOAD=") + DLOCK_LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE=" + file,
+      "FAKETIME_NO_CACHE=1",
+      // A sanitized worker: its runtime must let a preloaded library come first.
+      std::string("ASAN_OPTIONS=verify_asan_link_order=0") + (asan && *asan ? ":" : "") +
+          (asan ? asan : "")};
+  if (!monotonic) env.push_back("DONT_FAKE_MONOTONIC=1");
+  return env;
+}
+
 void write_atomically(const std::string& path, const std::string& text) {
   {
     std::ofstream out(path + ".tmp");
@@ -143,6 +174,11 @@ std::chrono::milliseconds scenario::holder_left(const std::string& lock) {
   return std::max(std::chrono::milliseconds(std::atoll(pttl.c_str() + 1)), -1ms);
 }
 
+void scenario::jump_client_clock(int process, std::chrono::milliseconds offset) {
+  if (!options_.faked_client_clocks) throw std::logic_error("no faked_client_clocks");
+  write_atomically(client_clock_file(dir_, process), faketime_offset(offset));
+}
+
 void scenario::pause_worker(int process) {
   workers_.at(static_cast<std::size_t>(process))->signal(SIGSTOP);
   worker_paused_.at(static_cast<std::size_t>(process)) = true;
@@ -199,7 +235,16 @@ outcome scenario::run(const std::function<void(scenario&)>& faults) {
     if (options_.fair_semaphore) {
       argv.insert(argv.end(), {"--lock", "fair_semaphore:fair:2:" + urls[0]});
     }
+    if (options_.election) argv.insert(argv.end(), {"--lock", "election:elect:1:" + all});
+    if (options_.cli_run) {
+      argv.insert(argv.end(), {"--lock", "cli_run:cli:1:" + all, "--cli", DLOCK_CLI_PATH});
+    }
     argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
+    if (options_.faked_client_clocks) {
+      jump_client_clock(p, 0ms);
+      auto env = faketime_env(client_clock_file(dir_, p), options_.fake_monotonic);
+      argv.insert(argv.begin(), env.begin(), env.end());
+    }
     if (lab_) {
       auto launcher = lab_->launcher(worker_members_[static_cast<std::size_t>(p)]);
       argv.insert(argv.begin(), launcher.begin(), launcher.end());
@@ -228,6 +273,7 @@ outcome scenario::run(const std::function<void(scenario&)>& faults) {
   }
   for (std::size_t p = 0; p < workers_.size(); ++p) {
     if (worker_paused_[p]) resume_worker(static_cast<int>(p));
+    if (options_.faked_client_clocks) jump_client_clock(static_cast<int>(p), 0ms);
   }
 
   report all;

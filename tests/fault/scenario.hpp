@@ -14,7 +14,10 @@
 // at random, as a dlock::mutex, a dlock::shared_mutex writer or reader, or a dlock::lock_set of
 // {mix, mix-pair}: one name is one lock, so these exclude each other (readers share) and their
 // fences grow across the kinds; the checkers judge them as one lock, its readers as shared.
-// With fair_semaphore, "fair", a fair dlock::semaphore with 2 permits on node 0.
+// With fair_semaphore, "fair", a fair dlock::semaphore with 2 permits on node 0. With election,
+// "elect", a dlock::election over all nodes, whose leaders write through the fence (the term).
+// With cli_run, "cli", the dlock command's `run` over all nodes, its CMD writing DLOCK_FENCE
+// through the fence (recorded from CMD's start to its last write).
 // The fenced resource is the separate resource server (never faulted), written with
 // dlock::fenced_set.
 // Not thread-safe: one test thread drives a scenario.
@@ -47,6 +50,8 @@ struct scenario_options {
   bool lockset = false;      // also for the lock set {set, set-pair} on node 0, named "set"
   bool mixed_kinds = false;  // also for "mix" on node 0, as every kind that shares one name
   bool fair_semaphore = false;  // also for "fair", a fair semaphore of 2 permits on node 0
+  bool election = false;  // also for "elect", an election over all nodes (its term the fence)
+  bool cli_run = false;   // also for "cli": `dlock run` over all nodes, whose CMD writes
   int processes = 3;         // worker processes, one thread per lock in each
   std::chrono::milliseconds duration{5000};  // how long the workers contend
   std::chrono::milliseconds ttl{800};
@@ -60,6 +65,12 @@ struct scenario_options {
   // own, joined by a bridge (netns_lab): net() cuts links, and the heal restores them. Not with
   // sentinel, proxied or shimmed. The test skips where netns_lab::unavailable() says why.
   bool netns = false;
+  // Each worker runs under libfaketime (Debian's), its clock moved by jump_client_clock(): only
+  // the wall clock (CLOCK_REALTIME, which an NTP step moves), or with fake_monotonic every
+  // clock, steady_clock's too, which dlock's validity reads. The history is stamped in real
+  // time all the same (history.hpp).
+  bool faked_client_clocks = false;
+  bool fake_monotonic = false;
 };
 
 struct outcome {
@@ -107,6 +118,8 @@ class scenario {
     return worker_members_.at(static_cast<std::size_t>(process));
   }
   int resource_member() const { return resource_member_; }
+  // With faked_client_clocks: from now on, the worker's clock reads real time + offset.
+  void jump_client_clock(int process, std::chrono::milliseconds offset);
   void pause_worker(int process);
   void resume_worker(int process);
 
