@@ -41,15 +41,17 @@
 // It also sets P:NAME:holder = its pid on the resource, expiring when it means to let go, so a
 // test can find the current holder to pause it.
 #include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <future>
 #include <mutex>
@@ -451,9 +453,10 @@ class contender {
   }
 
   // `dlock run` over every URL, with this program's --run-child as CMD (run_child below). CMD
-  // logs each write as it goes, since a holding that SIGKILL ends cannot report itself; once
+  // logs each step as it goes, since a holding that SIGKILL ends cannot report itself; once
   // the command has ended, this thread records CMD's holding from the log: from CMD's start to
-  // its last write, which is all CMD did while it believed itself the holder.
+  // the last moment it logged, which is before each write it sent (answered or not) and at its
+  // end.
   void run_cli(steady::time_point end) {
     if (a_.cli.empty()) usage("a cli_run lock needs --cli");
     const std::string log = a_.out + ".cli";
@@ -463,24 +466,32 @@ class contender {
       ::unlink(log.c_str());
       std::vector<std::string> argv{a_.cli};
       for (const auto& u : spec_.urls) argv.insert(argv.end(), {"-r", u});
+      auto wait = std::chrono::duration_cast<milliseconds>(deadline(end) - steady::now());
       argv.insert(argv.end(),
-                  {"run", "--ttl", std::to_string(a_.ttl.count()) + "ms", "-w", "2",
+                  {"run", "-q", "--ttl", std::to_string(a_.ttl.count()) + "ms", "-w",
+                   std::to_string(std::max(wait, 1ms).count()) + "ms",
                    a_.prefix + ":" + spec_.name, "--", self_path(), "--run-child", log,
                    a_.resource, data_key_, std::to_string(span),
                    std::to_string(a_.write_every.count())});
       int status = spawn_and_wait(argv);
       std::ifstream in(log);
       dlock::fault::interval held{spec_.name, 1, 0, 0, 0, 1};
-      for (std::string what; in >> what;) {
-        if (what == "start") {
-          in >> held.start >> held.token;
-          held.end = held.start;
-        } else if (what == "write") {
-          dlock::fault::write_record w{spec_.name, 0, 0, 0, false};
-          in >> w.token >> w.sent >> w.answered >> w.accepted;
-          held.end = w.sent;
-          if (in) rec_.add(w);
+      for (std::string text; std::getline(in, text);) {
+        std::istringstream line(text);
+        std::string what;
+        dlock::fault::stamp at = 0;
+        dlock::fault::write_record w{spec_.name, 0, 0, 0, false};
+        if (!(line >> what >> at)) {
+          rec_.count("error.cli_run.log");
+        } else if (what == "start" && line >> held.token) {
+          held.start = at;
+        } else if (what == "write" && line >> w.token >> w.answered >> w.accepted) {
+          w.sent = at;
+          rec_.add(w);
+        } else if (what != "alive" && what != "end") {
+          rec_.count("error.cli_run.log");
         }
+        held.end = std::max(held.end, at);
       }
       if (held.start != 0) {
         rec_.count("acquired." + spec_.name);
@@ -490,6 +501,8 @@ class contender {
         rec_.count("lost");
       } else if (status == 75) {
         rec_.count("error.acquire.not_acquired");
+      } else if (status == 69) {  // no quorum reachable within the wait
+        rec_.count("error.acquire.unavailable");
       } else if (status != 0 || held.start == 0) {
         rec_.count("error.cli_run.exit_" + std::to_string(status));
       }
@@ -543,14 +556,16 @@ class contender {
       if (a_.stale_check) {
         if (!still_held(steady::now())) break;
         std::this_thread::sleep_for(a_.write_every);  // a pause here goes unnoticed
-        believed_at = dlock::fault::now_stamp();
+        believed_at = dlock::fault::now_stamp();  // believed up to the write
       } else {
         std::this_thread::sleep_for(a_.write_every);
         if (manual && l.remaining() < a_.ttl / 2) {
           if (auto ec = l.extend()) rec_.count("error.extend." + error_name(ec));
         }
+        // Stamped before the check: held at the check means held at this earlier moment.
+        auto checked_at = dlock::fault::now_stamp();
         if (!still_held(steady::now())) break;
-        believed_at = dlock::fault::now_stamp();
+        believed_at = checked_at;
       }
       if (fenced) write(l.fencing_token());
       if (steady::now() >= until) break;
@@ -618,8 +633,9 @@ class contender {
 };
 
 // `dlock run`'s CMD: holds for `span` ms, writing DLOCK_FENCE through the fence every
-// `every` ms, and logs its start and each write as one line each (appended at once: a SIGKILL
-// loses none).
+// `every` ms. It logs one line per step, appended at once, so that a SIGKILL loses none:
+// "start AT FENCE", "alive AT" right before each write is sent, "write SENT TOKEN ANSWERED
+// ACCEPTED" for each answered one, "end AT" before it exits.
 //   fault_worker --run-child LOG RESOURCE_URL DATA_KEY SPAN_MS EVERY_MS
 int run_child(char** argv) {
   const char* fence_text = std::getenv("DLOCK_FENCE");
@@ -638,13 +654,45 @@ int run_child(char** argv) {
   while (steady::now() < started + span) {
     std::this_thread::sleep_for(every);
     auto sent = dlock::fault::now_stamp();
+    line("alive " + std::to_string(sent));
     std::error_code ec;
     bool accepted = dlock::fenced_set(resource, key, std::to_string(fence), fence, ec);
     if (ec) continue;  // outcome unknown: not audited
-    line("write " + std::to_string(fence) + " " + std::to_string(sent) + " " +
+    line("write " + std::to_string(sent) + " " + std::to_string(fence) + " " +
          std::to_string(dlock::fault::now_stamp()) + " " + (accepted ? "1" : "0"));
   }
+  line("end " + std::to_string(dlock::fault::now_stamp()));
   return 0;
+}
+
+// Under libfaketime (scenario_options::faked_client_clocks): counts "clock.jumped" each time
+// this process's clocks move against the real ones by over half a TTL, so that a row whose
+// fault is a clock jump can show the jumps happened. Until `end`.
+void watch_clock_jumps(recorder& rec, milliseconds ttl, steady::time_point end) {
+  auto real = [](clockid_t id) {
+    timespec now{};
+    ::syscall(SYS_clock_gettime, id, &now);
+    return static_cast<long long>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+  };
+  auto offsets = [&] {
+    auto ns = [](auto t) {
+      return static_cast<long long>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+    };
+    return std::pair{ns(steady::now()) - real(CLOCK_MONOTONIC),
+                     ns(std::chrono::system_clock::now()) - real(CLOCK_REALTIME)};
+  };
+  const long long half_ttl = std::chrono::nanoseconds(ttl).count() / 2;
+  auto before = offsets();
+  while (steady::now() < end) {
+    std::this_thread::sleep_for(20ms);
+    auto now = offsets();
+    if (std::llabs(now.first - before.first) > half_ttl ||
+        std::llabs(now.second - before.second) > half_ttl) {
+      rec.count("clock.jumped");
+    }
+    before = now;
+  }
 }
 
 }  // namespace
@@ -662,6 +710,9 @@ int main(int argc, char** argv) {
                   a.seed * 7919u + static_cast<unsigned>(i) * 104729u + ::getpid()};
       c.run(end);
     });
+  }
+  if (std::getenv("FAKETIME_TIMESTAMP_FILE")) {
+    threads.emplace_back([&] { watch_clock_jumps(rec, a.ttl, end); });
   }
   for (auto& t : threads) t.join();
   return rec.save(a.out) ? 0 : 1;

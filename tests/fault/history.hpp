@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // tests/fault/history.hpp: what the holders saw, and the two checkers that judge it without
 // trusting dlock.
-//   stamp            CLOCK_MONOTONIC nanoseconds (steady_clock's), read by the system call so
-//                    that libfaketime cannot move it: one real clock for every process on the
-//                    machine, so stamps of different worker processes compare directly
+//   stamp            CLOCK_MONOTONIC nanoseconds, read by the system call so that libfaketime
+//                    cannot move them (Debian's does not intercept syscall()): one real clock
+//                    for every process on the machine, so stamps of different worker processes
+//                    compare directly
 //   interval         one holding of a lock or permit, [acquired, last moment the holder
 //                    believed it still held], as the holder itself recorded it
 //   write_record     one write to the fenced resource: token, when sent, when answered, verdict

@@ -46,7 +46,8 @@ std::vector<std::string> faketime_env(const std::string& file, bool monotonic) {
   }
   const char* asan = std::getenv("ASAN_OPTIONS");
   std::vector<std::string> env{
-      "env", std::string("LD_PRELOAD=") + DLOCK_LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE=" + file,
+      "/usr/bin/env", "-u", "FAKETIME",  // the file alone sets the offset
+      std::string("LD_PRELOAD=") + DLOCK_LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE=" + file,
       "FAKETIME_NO_CACHE=1",
       // A sanitized worker: its runtime must let a preloaded library come first.
       std::string("ASAN_OPTIONS=verify_asan_link_order=0") + (asan && *asan ? ":" : "") +

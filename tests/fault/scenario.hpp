@@ -51,7 +51,7 @@ struct scenario_options {
   bool mixed_kinds = false;  // also for "mix" on node 0, as every kind that shares one name
   bool fair_semaphore = false;  // also for "fair", a fair semaphore of 2 permits on node 0
   bool election = false;  // also for "elect", an election over all nodes (its term the fence)
-  bool cli_run = false;   // also for "cli": `dlock run` over all nodes, whose CMD writes
+  bool cli_run = false;   // also for "cli": `dlock run` over all nodes (its CMD writes)
   int processes = 3;         // worker processes, one thread per lock in each
   std::chrono::milliseconds duration{5000};  // how long the workers contend
   std::chrono::milliseconds ttl{800};
@@ -118,7 +118,8 @@ class scenario {
     return worker_members_.at(static_cast<std::size_t>(process));
   }
   int resource_member() const { return resource_member_; }
-  // With faked_client_clocks: from now on, the worker's clock reads real time + offset.
+  // With faked_client_clocks: from now on, the worker's clocks read `offset` more than they
+  // would have (libfaketime's relative offset).
   void jump_client_clock(int process, std::chrono::milliseconds offset);
   void pause_worker(int process);
   void resume_worker(int process);
