@@ -92,7 +92,8 @@ tsan: bootstrap
 	$(STAGE) "ctest under TSan: unit, integration" -- sh -c 'cd build/tsan && TSAN_OPTIONS="$(TSAN_TEST_OPTIONS)" ctest --output-on-failure -j $(TSAN_TEST_JOBS) --timeout 300 -L "unit|integration" -LE "fault|soak|sweep" -E "^fuzz\." $(CTEST_ARGS)'
 
 # The nemesis (tests/fault/nemesis_test.cpp): real partitions, one-way cuts and flapping links
-# between network namespaces, as root (the tests skip, saying why, elsewhere). `make ci` runs
+# between network namespaces, paused holders, restarted nodes and clients' clocks jumped
+# (libfaketime), as root (the tests skip, saying why, elsewhere). `make ci` runs
 # the short mode; `make nemesis NEMESIS_SECONDS=120` runs each schedule that long, and
 # DLOCK_NEMESIS_SEED=<n> replays one.
 NEMESIS_SECONDS ?= 12

@@ -43,6 +43,7 @@ void expect_sound(const outcome& o, int acquisitions = 15) {
   EXPECT_GT(o.acquisitions, acquisitions) << o.line;
   EXPECT_GT(o.fence.accepted, 15u) << o.line;
   EXPECT_EQ(o.fence.wrongly_accepted, 0u) << o.line;
+  EXPECT_EQ(o.lost_updates, 0u) << o.line;
 }
 
 // Rows "safe without fencing": no holder ever believed it held while another did.

@@ -40,7 +40,8 @@
 //                  (release, drop to the destructor, detach as a vanished holder would)
 // It also sets P:NAME:holder = its pid on the resource, expiring when it means to let go, so a
 // test can find the current holder to pause it.
-#include <spawn.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -174,15 +175,27 @@ std::string self_path() {
 }
 
 // Runs `argv` and returns its exit status (128 + signal when killed, -1 when it cannot start).
+// The child dies with the thread that started it (PR_SET_PDEATHSIG): a worker killed by its
+// scenario leaves no `dlock run` behind (whose guard then ends CMD).
 int spawn_and_wait(const std::vector<std::string>& argv) {
   std::vector<char*> raw;
   for (const auto& arg : argv) raw.push_back(const_cast<char*>(arg.c_str()));
   raw.push_back(nullptr);
-  pid_t pid = -1;
-  if (::posix_spawn(&pid, raw[0], nullptr, nullptr, raw.data(), environ) != 0) return -1;
+  pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {  // only async-signal-safe calls until exec
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // the parent died before the line above
+    ::execv(raw[0], raw.data());
+    ::_exit(127);
+  }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return -1;
+    if (errno != EINTR) {
+      ::kill(pid, SIGKILL);
+      return -1;
+    }
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }

@@ -15,14 +15,16 @@ LINE = re.compile(
     r"nemesis (?P<name>\S+): seed \d+(?: heals (?P<heals>\d+) recovery(?P<recovery>.*?))? \| "
     r"fault \S+: acquisitions=(?P<acq>\d+) \[(?P<acq_by>.*?)\] overlaps=(?P<ov>\d+) "
     r"\[(?P<ov_by>.*?)\] stale_rejected=(?P<refused>\d+) wrong_accepted=(?P<wrong>\d+) "
-    r"writes_accepted=(?P<writes>\d+) lost=(?P<lost>\d+)")
+    r"writes_accepted=(?P<writes>\d+) lost=(?P<lost>\d+).*? lost_updates=(?P<lost_updates>\d+)")
 WORKLOADS = [("single", "lock, 1 node"), ("redlock", "Redlock"), ("sem", "semaphore"),
              ("fair", "fair semaphore"), ("rw", "read-write lock"), ("set", "lock set"),
              ("elect", "election"), ("cli", "`dlock run`")]
 
 
 def pairs(text):
-    return {k: int(v.rstrip("ms")) for k, v in (kv.split("=") for kv in text.split())}
+    """"a=3 b=140ms c=none" -> {a: 3, b: 140, c: -1} (none: not held again after a heal)."""
+    return {k: -1 if v == "none" else int(v.removesuffix("ms"))
+            for k, v in (kv.split("=") for kv in text.split())}
 
 
 def main():
@@ -36,8 +38,8 @@ def main():
         if m:
             runs.setdefault(m["name"], []).append(m)
     header = ["nemesis", "runs"] + [title for _, title in WORKLOADS] + [
-        "fenced writes accepted", "stale writes accepted", "stale writes refused", "leases lost",
-        "heals"]
+        "fenced writes accepted", "stale writes accepted", "lost updates", "stale writes refused",
+        "leases lost", "heals"]
     print("| " + " | ".join(header) + " |")
     print("|---|---:|" + "---:|" * (len(header) - 2))
     for name, found in runs.items():
@@ -49,8 +51,9 @@ def main():
             holdings.update(pairs(m["acq_by"]))
             overlaps.update(pairs(m["ov_by"]))
             for lock, took in pairs(m["recovery"] or "").items():
-                recovery[lock] = max(recovery.get(lock, -1), took)
-            for key in ("writes", "wrong", "refused", "lost", "heals"):
+                worst = recovery.get(lock, 0)
+                recovery[lock] = -1 if -1 in (worst, took) else max(worst, took)
+            for key in ("writes", "wrong", "lost_updates", "refused", "lost", "heals"):
                 total[key] += int(m[key] or 0)
         cells = []
         for lock, _ in WORKLOADS:
@@ -58,12 +61,14 @@ def main():
                 cells.append("-")
                 continue
             took = recovery.get(lock)
-            shown = "-" if took is None else (f"{took} ms" if took < 1000 else f"{took / 1000:.1f} s")
+            shown = ("-" if took is None else "**never**" if took < 0 else
+                     f"{took} ms" if took < 1000 else f"{took / 1000:.1f} s")
             over = overlaps[lock]
             cells.append(f"{holdings[lock]:,} / {'**%d**' % over if over else 0} / {shown}")
         judged = any(m["heals"] for m in found)
         print(f"| `{name}` | {len(found)} | " + " | ".join(cells) +
-              f" | {total['writes']:,} | {total['wrong']} | {total['refused']:,} | {total['lost']} | "
+              f" | {total['writes']:,} | {total['wrong']} | {total['lost_updates']} | "
+              f"{total['refused']:,} | {total['lost']} | "
               f"{total['heals'] if judged else '-'} |")
 
 

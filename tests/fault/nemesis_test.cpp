@@ -154,6 +154,7 @@ void expect_held_up(const char* name, const scenario& s, const outcome& o, const
                               << first_overlap_window(o.history.intervals);
   }
   EXPECT_EQ(o.fence.wrongly_accepted, 0u) << o.line;
+  EXPECT_EQ(o.lost_updates, 0u) << o.line;
   for (const auto& [error, n] : o.errors) {  // `dlock run` failed in a way no fault explains
     EXPECT_NE(error.rfind("cli_run.", 0), 0u) << error << ": " << n << ". " << o.line;
   }

@@ -287,10 +287,31 @@ outcome scenario::run(const std::function<void(scenario&)>& faults) {
     if (!all.load(dir_ + "/worker-" + std::to_string(p)) && status == 0) ++failed;
   }
   outcome out = judge(all, failed);
+  out.lost_updates = lost_updates(all.writes);
+  out.line += " lost_updates=" + std::to_string(out.lost_updates);
   std::printf("%s\n", out.line.c_str());
   std::fflush(stdout);
   log_result(out.line);
   return out;
+}
+
+std::size_t scenario::lost_updates(const std::vector<write_record>& writes) const {
+  std::map<std::string, std::uint64_t> highest_accepted;  // per lock: its register's
+  for (const auto& w : writes) {
+    if (w.accepted) highest_accepted[w.resource] = std::max(highest_accepted[w.resource], w.token);
+  }
+  std::size_t lost = 0;
+  for (const auto& [lock, token] : highest_accepted) {
+    // "$5\r\n12345\r\n": fenced_set stores the writer's token as the value.
+    std::string reply = test::raw_command(resource_->host(), resource_->port(),
+                                          "GET fault:" + name_ + ":" + lock + ":data");
+    auto value = reply.find("\r\n");
+    if (reply.empty() || reply[0] != '$' || value == std::string::npos ||
+        std::strtoull(reply.c_str() + value + 2, nullptr, 10) < token) {
+      ++lost;
+    }
+  }
+  return lost;
 }
 
 outcome scenario::judge(const report& r, int failed_workers) const {

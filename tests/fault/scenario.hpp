@@ -80,6 +80,9 @@ struct outcome {
   std::map<std::string, std::size_t> overlaps_by_lock;
   fence_audit fence;
   long long lost = 0;                       // holdings whose lost() had fired by their end
+  // Registers on the resource whose final value is below the highest token a write saw
+  // accepted: an accepted update was lost to an older holder's write.
+  std::size_t lost_updates = 0;
   std::map<std::string, long long> errors;  // "acquire.timeout" -> count
   int failed_workers = 0;                   // workers that did not exit 0 in time
   std::string line;                         // the one line printed
@@ -136,6 +139,8 @@ class scenario {
  private:
   std::vector<std::string> urls_for(int process) const;
   outcome judge(const report& r, int failed_workers) const;
+  // outcome::lost_updates, read from the resource once the workers have ended.
+  std::size_t lost_updates(const std::vector<write_record>& writes) const;
 
   std::string name_;
   scenario_options options_;

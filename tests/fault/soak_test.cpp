@@ -99,6 +99,7 @@ TEST(soak, mixed_operations_under_safe_faults) {
   EXPECT_EQ(o.failed_workers, 0) << o.line;
   EXPECT_GT(o.acquisitions, 30) << o.line;
   EXPECT_EQ(o.fence.wrongly_accepted, 0u) << o.line;
+  EXPECT_EQ(o.lost_updates, 0u) << o.line;
   EXPECT_EQ(o.overlaps, 0u) << o.line;
 }
 
