@@ -174,7 +174,8 @@ void expect_held_up(const char* name, const scenario& s, const outcome& o, const
   for (const auto& [lock, took] : recovery) {
     EXPECT_GE(took, 0) << lock << " was not held again within " << recovery_bound.count()
                        << " ms of a heal (seed " << sched.seed << ")";
-    row += " " + lock + "=" + (took < 0 ? std::string("none") : std::to_string(took / 1000000) + "ms");
+    row += " " + lock + "=" +
+           (took < 0 ? std::string("none") : std::to_string(took / 1000000) + "ms");
   }
   std::printf("nemesis %s: seed %u heals %zu, longest recovery after a heal:%s\n", name,
               sched.seed, sched.heals.size(), row.c_str());
