@@ -23,7 +23,8 @@
 // failed connect, with the requests unsent and errc::tls_error, not a lost connection.
 #include "net/connection.hpp"
 
-#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -39,6 +40,7 @@
 #include <asio/write.hpp>
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <future>
@@ -313,11 +315,20 @@ void connection::try_endpoint(std::size_t index) {
   std::error_code ignored;
   socket.close(ignored);
   link_->protocol = targets_[index].protocol();
-  socket.open(link_->protocol, last_connect_error_);
-  if (last_connect_error_) return try_endpoint(index + 1);
-  // Asio does not open sockets close-on-exec: a program that forks and execs (`dlock run`)
-  // would hand its Redis connections to the child.
-  ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
+  // Opened close-on-exec in the one call: Asio's open() does not ask for it, and setting it
+  // afterwards leaves a moment in which a fork and exec on another thread (`dlock run`'s)
+  // hands the Redis connection to the child.
+  int fd = ::socket(link_->protocol.family(), link_->protocol.type() | SOCK_CLOEXEC,
+                    link_->protocol.protocol());
+  if (fd < 0) {
+    last_connect_error_ = std::error_code(errno, std::system_category());
+    return try_endpoint(index + 1);
+  }
+  socket.assign(link_->protocol, fd, last_connect_error_);
+  if (last_connect_error_) {
+    ::close(fd);
+    return try_endpoint(index + 1);
+  }
   socket.async_connect(targets_[index], [self = shared_from_this(), gen = generation_,
                                          link = link_, index](std::error_code ec) {
     if (gen != self->generation_) return;
