@@ -42,7 +42,6 @@
 // test can find the current holder to pause it.
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -682,18 +681,14 @@ int run_child(char** argv) {
 // this process's clocks move against the real ones by over half a TTL, so that a row whose
 // fault is a clock jump can show the jumps happened. Until `end`.
 void watch_clock_jumps(recorder& rec, milliseconds ttl, steady::time_point end) {
-  auto real = [](clockid_t id) {
-    timespec now{};
-    ::syscall(SYS_clock_gettime, id, &now);
-    return static_cast<long long>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
-  };
   auto offsets = [&] {
     auto ns = [](auto t) {
       return static_cast<long long>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
     };
-    return std::pair{ns(steady::now()) - real(CLOCK_MONOTONIC),
-                     ns(std::chrono::system_clock::now()) - real(CLOCK_REALTIME)};
+    using dlock::fault::real_clock;
+    return std::pair{ns(steady::now()) - real_clock(CLOCK_MONOTONIC),
+                     ns(std::chrono::system_clock::now()) - real_clock(CLOCK_REALTIME)};
   };
   const long long half_ttl = std::chrono::nanoseconds(ttl).count() / 2;
   auto before = offsets();

@@ -12,11 +12,13 @@
 
 namespace dlock::fault {
 
-stamp now_stamp() {
+stamp now_stamp() { return real_clock(CLOCK_MONOTONIC); }
+
+stamp real_clock(clockid_t id) {
   // The system call, not clock_gettime(): a worker under libfaketime sees a moved clock, but
   // its history must be stamped in the machine's real time.
   timespec now{};
-  ::syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &now);
+  ::syscall(SYS_clock_gettime, id, &now);
   return static_cast<stamp>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
 }
 

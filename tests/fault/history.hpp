@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ctime>
 #include <map>
 #include <string>
 #include <vector>
@@ -26,6 +27,9 @@ namespace dlock::fault {
 
 using stamp = std::int64_t;
 stamp now_stamp();
+// Clock `id` (CLOCK_MONOTONIC, CLOCK_REALTIME ...) in nanoseconds, read as now_stamp() reads it:
+// by the system call, past libfaketime.
+stamp real_clock(clockid_t id);
 
 struct interval {
   std::string lock;  // the lock's name within its scenario
